@@ -1,0 +1,6 @@
+"""A real single-node Apache Kafka broker (KRaft) on loopback, for tests, the demo and benchmarks."""
+
+from localkafka.broker import KafkaBroker, kafka_home
+from localkafka.client import ConsumedRecord, consume_all, create_topics, produce
+
+__all__ = ["ConsumedRecord", "KafkaBroker", "consume_all", "create_topics", "kafka_home", "produce"]

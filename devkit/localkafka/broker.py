@@ -1,0 +1,230 @@
+"""Run an Apache Kafka broker (combined KRaft broker+controller) as a child JVM.
+
+The jars come from Maven Central (``make kafka`` puts them in ``~/.cache/shardcdc/kafka-<v>/libs``).
+The JVM is bound to this process: it is killed if we die (``PR_SET_PDEATHSIG``), so a crashed test
+run never leaves an orphaned broker behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from types import TracebackType
+
+DEFAULT_VERSION = "3.9.1"
+_PR_SET_PDEATHSIG = 1
+
+_LOG4J = """\
+log4j.rootLogger=WARN, stdout
+log4j.appender.stdout=org.apache.log4j.ConsoleAppender
+log4j.appender.stdout.layout=org.apache.log4j.PatternLayout
+log4j.appender.stdout.layout.ConversionPattern=[%d] %p %m (%c)%n
+log4j.logger.kafka.server.KafkaRaftServer=INFO
+"""
+
+
+def kafka_home() -> Path:
+    """Where the broker jars are: ``$SHARDCDC_KAFKA_HOME`` or the default cache location."""
+    env = os.environ.get("SHARDCDC_KAFKA_HOME")
+    if env:
+        return Path(env)
+    cache = Path(os.environ.get("SHARDCDC_CACHE", Path.home() / ".cache" / "shardcdc"))
+    return cache / f"kafka-{DEFAULT_VERSION}"
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _die_with_parent() -> None:
+    """Runs in the child before exec: deliver SIGKILL to it when the parent dies."""
+    libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    os.setsid()
+
+
+class KafkaBroker:
+    """One single-node KRaft broker on 127.0.0.1 with its own log directory.
+
+    ``stop()`` and ``start()`` may be called repeatedly: the ports, cluster id and log directory
+    are kept, so data written before a restart is readable after it.
+    """
+
+    def __init__(
+        self,
+        home: Path | None = None,
+        workdir: Path | None = None,
+        heap: str = "512m",
+        extra_config: dict[str, str] | None = None,
+    ) -> None:
+        self.home = home or kafka_home()
+        libs = self.home / "libs"
+        if not libs.is_dir():
+            raise FileNotFoundError(f"Kafka jars not found in {libs}: run `make kafka` (or `make test`) first")
+        self._own_workdir = workdir is None
+        self.workdir = workdir or Path(tempfile.mkdtemp(prefix="shardcdc-kafka-"))
+        self.heap = heap
+        self.port = free_port()
+        self.controller_port = free_port()
+        self.cluster_id = _kraft_cluster_id()
+        self.extra_config = extra_config or {}
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._formatted = False
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    @property
+    def log_path(self) -> Path:
+        return self.workdir / "broker.log"
+
+    def _java(self, main: str, *args: str, heap: str | None = None) -> list[str]:
+        cmd = ["java"]
+        if heap:
+            cmd += [f"-Xms{heap}", f"-Xmx{heap}"]
+        cmd += [
+            "-XX:+UseSerialGC",
+            "-XX:TieredStopAtLevel=1",
+            "-Djava.awt.headless=true",
+            f"-Dlog4j.configuration=file:{self.workdir / 'log4j.properties'}",
+            "-cp",
+            str(self.home / "libs" / "*"),
+            main,
+            *args,
+        ]
+        return cmd
+
+    def _write_config(self) -> Path:
+        data = self.workdir / "data"
+        props = {
+            "process.roles": "broker,controller",
+            "node.id": "1",
+            "controller.quorum.voters": f"1@127.0.0.1:{self.controller_port}",
+            "listeners": f"PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}",
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
+            "controller.listener.names": "CONTROLLER",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "log.dirs": str(data),
+            "num.partitions": "1",
+            "offsets.topic.replication.factor": "1",
+            "offsets.topic.num.partitions": "4",
+            "transaction.state.log.replication.factor": "1",
+            "transaction.state.log.min.isr": "1",
+            "transaction.state.log.num.partitions": "4",
+            "group.initial.rebalance.delay.ms": "0",
+            "auto.create.topics.enable": "true",
+            "log.flush.interval.messages": "9223372036854775807",
+            "controlled.shutdown.enable": "true",
+            "shutdown.delay.ms": "0",
+        }
+        props.update(self.extra_config)
+        path = self.workdir / "server.properties"
+        path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+        (self.workdir / "log4j.properties").write_text(_LOG4J)
+        return path
+
+    def start(self, timeout: float = 60.0) -> None:
+        """Start the broker and return once it accepts connections and serves metadata."""
+        if self.running:
+            return
+        config = self._write_config()
+        if not self._formatted:
+            subprocess.run(
+                self._java("kafka.tools.StorageTool", "format", "-t", self.cluster_id, "-c", str(config), "--ignore-formatted"),
+                check=True,
+                capture_output=True,
+            )
+            self._formatted = True
+        log = self.log_path.open("ab")
+        self._proc = subprocess.Popen(
+            self._java("kafka.Kafka", str(config), heap=self.heap),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            preexec_fn=_die_with_parent,
+        )
+        log.close()
+        self._wait_ready(timeout)
+
+    def _wait_ready(self, timeout: float) -> None:
+        from confluent_kafka.admin import AdminClient
+
+        deadline = time.monotonic() + timeout
+        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        while True:
+            if self._proc is not None and self._proc.poll() is not None:
+                raise RuntimeError(f"Kafka broker exited with {self._proc.returncode}; see {self.log_path}:\n{self._tail()}")
+            try:
+                meta = admin.list_topics(timeout=2)
+                if meta.brokers:
+                    return
+            except Exception as exc:  # KafkaException while the broker is still coming up
+                if time.monotonic() > deadline:
+                    self.stop()
+                    raise TimeoutError(f"Kafka broker not ready after {timeout}s: {exc}\n{self._tail()}") from exc
+            if time.monotonic() > deadline:
+                self.stop()
+                raise TimeoutError(f"Kafka broker not ready after {timeout}s\n{self._tail()}")
+
+    def _tail(self, lines: int = 30) -> str:
+        with contextlib.suppress(OSError):
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        return ""
+
+    def stop(self, timeout: float = 30.0, kill: bool = False) -> None:
+        """Stop the broker: SIGTERM (clean shutdown) or SIGKILL (crash); idempotent."""
+        proc = self._proc
+        if proc is None:
+            return
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL if kill else signal.SIGTERM)
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        self._proc = None
+
+    def restart(self, kill: bool = False) -> None:
+        self.stop(kill=kill)
+        self.start()
+
+    def close(self) -> None:
+        """Stop the broker and remove a temporary work directory we created."""
+        self.stop()
+        if self._own_workdir:
+            import shutil
+
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def __enter__(self) -> KafkaBroker:
+        self.start()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()
+
+
+def _kraft_cluster_id() -> str:
+    """A KRaft cluster id: 16 random bytes, URL-safe base64 without padding (as StorageTool random-uuid)."""
+    import base64
+
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")

@@ -1,0 +1,1 @@
+"""shardcdc operator: reconciles CdcConnector resources into per-task worker pods."""

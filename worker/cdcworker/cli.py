@@ -1,0 +1,52 @@
+"""The ``shardcdc`` command: one entry point, subcommands registered per concern.
+
+Each subcommand lives next to the code it drives; this module only maps names to
+``(module, function)`` pairs and imports the module when the subcommand runs, so
+``shardcdc --help`` stays fast and the worker image needs no Spark or Kubernetes code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Callable, Sequence
+
+# name -> (module, "register" function that adds the subparser's arguments and sets `func`)
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "demo": ("cdcworker.demo", "Run the demo: local Kafka, the VTGate test server and a connector"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="shardcdc", description="Change data capture for sharded MySQL (Vitess).")
+    parser.add_argument("--version", action="store_true", help="print the version and exit")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (module, help_text) in SUBCOMMANDS.items():
+        sub = subparsers.add_parser(name, help=help_text, description=help_text)
+        sub.set_defaults(_module=module)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    # Two-phase parse: find the subcommand, let its module add its own arguments, then parse fully.
+    known, _ = parser.parse_known_args(args_list)
+    if known.version:
+        from cdcworker import __version__
+
+        print(__version__)
+        return 0
+    if not known.command:
+        parser.print_help()
+        return 2
+    module = importlib.import_module(known._module)
+    sub = argparse.ArgumentParser(prog=f"shardcdc {known.command}", description=SUBCOMMANDS[known.command][1])
+    run: Callable[[argparse.Namespace], int] = module.register(sub)
+    sub_args = sub.parse_args(args_list[args_list.index(known.command) + 1 :])
+    return int(run(sub_args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
