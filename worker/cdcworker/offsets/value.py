@@ -1,0 +1,119 @@
+"""The offset value: the JSON object Connect stores for a partition.
+
+Debezium's ``VitessOffsetContext.getOffset`` fills a ``HashMap`` with ``vgtid`` (the restart VGTID
+as a JSON *string*) and ``TransactionContext.store`` adds ``transaction_id`` (only while a
+transaction is open) and ``transaction_data_collection_order_<id>`` counters; the ordered
+transaction metadata factory adds ``transaction_epoch`` and ``connector_generation``. Connect writes
+the map with ``JsonConverter`` in ``HashMap`` order, e.g.::
+
+    {"vgtid":"[{\\"keyspace\\":\\"ks\\",\\"shard\\":\\"-80\\",\\"gtid\\":\\"MySQL56/...\\",\\"table_p_ks\\":[]}]"}
+
+A parsed value keeps every field and its position, so re-serializing gives the same bytes; only the
+fields we change move to where Java would put them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from cdcworker.offsets.javacompat import jackson_bytes, java_hashmap_order
+from cdcworker.offsets.vgtid import Vgtid
+
+__all__ = [
+    "TRANSACTION_COUNT_PREFIX",
+    "TRANSACTION_EPOCH_KEY",
+    "TRANSACTION_ID_KEY",
+    "VGTID_KEY",
+    "OffsetValue",
+]
+
+VGTID_KEY = "vgtid"
+TRANSACTION_ID_KEY = "transaction_id"
+TRANSACTION_COUNT_PREFIX = "transaction_data_collection_order_"
+TRANSACTION_EPOCH_KEY = "transaction_epoch"
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetValue:
+    """An offset map with its field order (which fixes its bytes)."""
+
+    fields: Mapping[str, Any]
+
+    # -- construction --------------------------------------------------------------------------
+
+    @classmethod
+    def build(
+        cls,
+        vgtid: Vgtid,
+        transaction_id: str | None = None,
+        collection_counts: Mapping[str, int] | None = None,
+        extra: Iterable[tuple[str, Any]] = (),
+    ) -> OffsetValue:
+        """The value Debezium would write: fields put in its order into a Java ``HashMap``.
+
+        ``collection_counts`` maps data collection ids (``<shard>.<keyspace>.<table>``) to event
+        counts; Debezium copies them from its own ``HashMap``, so they are put in that order.
+        """
+        items: list[tuple[str, Any]] = [(VGTID_KEY, vgtid.to_json())]
+        if transaction_id is not None:
+            items.append((TRANSACTION_ID_KEY, transaction_id))
+        if collection_counts:
+            for name in java_hashmap_order(collection_counts):
+                items.append((TRANSACTION_COUNT_PREFIX + name, collection_counts[name]))
+        items.extend(extra)
+        values = dict(items)
+        return cls({k: values[k] for k in java_hashmap_order(k for k, _ in items)})
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> OffsetValue:
+        try:
+            parsed = json.loads(data)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise ValueError(f"offset value is not JSON: {data[:200]!r}") from exc
+        if not isinstance(parsed, dict):
+            raise ValueError(f"offset value is not a JSON object: {data[:200]!r}")
+        if any(isinstance(v, float) for v in parsed.values()):
+            raise ValueError("offset value holds a floating point number; not a Vitess offset")
+        return cls(parsed)
+
+    # -- access --------------------------------------------------------------------------------
+
+    @property
+    def vgtid_text(self) -> str | None:
+        value = self.fields.get(VGTID_KEY)
+        return value if isinstance(value, str) else None
+
+    @property
+    def vgtid(self) -> Vgtid:
+        text = self.vgtid_text
+        if text is None:
+            raise ValueError(f"offset has no {VGTID_KEY!r} string: {dict(self.fields)!r}")
+        return Vgtid.from_json(text)
+
+    @property
+    def transaction_id(self) -> str | None:
+        value = self.fields.get(TRANSACTION_ID_KEY)
+        return value if isinstance(value, str) else None
+
+    @property
+    def collection_counts(self) -> dict[str, int]:
+        n = len(TRANSACTION_COUNT_PREFIX)
+        return {k[n:]: v for k, v in self.fields.items() if k.startswith(TRANSACTION_COUNT_PREFIX)}
+
+    # -- updates -------------------------------------------------------------------------------
+
+    def with_vgtid(self, vgtid: Vgtid) -> OffsetValue:
+        """The same fields with a new ``vgtid`` (its position is unchanged: the key set is)."""
+        fields = dict(self.fields)
+        if VGTID_KEY in fields:
+            fields[VGTID_KEY] = vgtid.to_json()
+            return OffsetValue(fields)
+        return OffsetValue.build(vgtid, extra=list(fields.items()))
+
+    # -- bytes ---------------------------------------------------------------------------------
+
+    def to_bytes(self) -> bytes:
+        return jackson_bytes(self.fields)
