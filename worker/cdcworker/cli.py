@@ -15,6 +15,8 @@ from collections.abc import Callable, Sequence
 # name -> (module, "register" function that adds the subparser's arguments and sets `func`)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("cdcworker.demo", "Run the demo: local Kafka, the VTGate test server and a connector"),
+    "worker": ("cdcworker.run", "Run one connector task: stream its shards into Kafka"),
+    "vtgate-sim": ("vtgatesim.cli", "Serve the VTGate test server (vtgate and vtctld gRPC services)"),
 }
 
 

@@ -1,0 +1,317 @@
+"""Hot path: ROW changes → Kafka records (topic, key bytes, value bytes, headers).
+
+A ``TablePlan`` is compiled once per FIELD event. It holds one converter per column,
+the key column names, the topic and the pre-serialized schemas, so that encoding a row
+is: slice the values by ``lengths``, convert, build two small dicts and let orjson write
+them with the schema JSON spliced in as a fragment.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple, Protocol
+
+import orjson
+
+from cdcworker.events.jsonfmt import dumps, fix_escapes
+from cdcworker.events.schema import TableSchemas, build_schemas, select_key_columns
+from cdcworker.events.source import SourceContext
+from cdcworker.events.topics import TopicNaming
+from cdcworker.events.types import ColumnCodec, Converter, FieldLike, TypeOptions, plan_column
+
+DEBEZIUM_VERSION = "3.3.1.Final"
+PK_UPDATE_NEWKEY = "__debezium.newkey"
+PK_UPDATE_OLDKEY = "__debezium.oldkey"
+CONTEXT_HEADER_PREFIX = "__debezium.context."
+
+Headers = list[tuple[str, bytes]]
+
+
+class OutRecord(NamedTuple):
+    topic: str
+    key: bytes | None
+    value: bytes | None
+    headers: Headers
+
+
+class RowLike(Protocol):
+    lengths: Sequence[int]
+    values: bytes
+
+
+class RowChangeLike(Protocol):
+    def HasField(self, name: str) -> bool: ...
+
+    @property
+    def before(self) -> RowLike: ...
+
+    @property
+    def after(self) -> RowLike: ...
+
+
+class FieldEventLike(Protocol):
+    table_name: str
+    keyspace: str
+    shard: str
+    enum_set_string_values: bool
+
+    @property
+    def fields(self) -> Sequence[FieldLike]: ...
+
+
+class ColumnCountMismatch(ValueError):
+    """A ROW does not have as many columns as the table's last FIELD event."""
+
+
+def context_headers(logical_name: str, task_id: str, connector_name: str, run_id: str | None = None) -> Headers:
+    """``__debezium.context.*`` headers, values as Connect's SimpleHeaderConverter writes strings."""
+    items = [
+        ("connectorLogicalName", logical_name),
+        ("taskId", task_id),
+        ("connectorName", connector_name),
+    ]
+    if run_id is not None:
+        items.append(("runId", run_id))
+    return [(CONTEXT_HEADER_PREFIX + k, v.encode()) for k, v in items]
+
+
+@dataclass(frozen=True)
+class EncoderConfig:
+    """Settings the encoder needs; the worker builds this once from its configuration."""
+
+    logical_name: str  # topic.prefix; also source.name
+    naming: TopicNaming | None = None
+    types: TypeOptions = field(default_factory=TypeOptions)
+    key_schemas_enable: bool = True  # key.converter.schemas.enable
+    value_schemas_enable: bool = True  # value.converter.schemas.enable
+    tombstones_on_delete: bool = True
+    headers: tuple[tuple[str, bytes], ...] = ()  # e.g. context_headers(...)
+    version: str = DEBEZIUM_VERSION
+
+    def topic_naming(self) -> TopicNaming:
+        return self.naming or TopicNaming(self.logical_name)
+
+
+def _strip_keyspace(table_name: str, keyspace: str) -> str:
+    # VTGate prefixes "<keyspace>." unless exclude_keyspace_from_table_name is set.
+    prefix = keyspace + "."
+    return table_name[len(prefix):] if keyspace and table_name.startswith(prefix) else table_name
+
+
+Decoder = Callable[[Sequence[int], bytes], dict[str, Any]]
+
+
+def _compile_decoder(names: Sequence[str | None], convs: Sequence[Converter | None]) -> Decoder:
+    """Generate a straight-line decoder for one table (no per-column loop on the hot path).
+
+    Column names only appear as ``repr()`` string literals and converters as default
+    arguments, so the generated source never contains untrusted code.
+    """
+    n = len(names)
+    if n == 0:
+        return lambda lengths, values: {}
+    lines = [f"def decode(lengths, values, {', '.join(f'c{i}=c{i}' for i in range(n) if convs[i])}):".replace(", )", ")")]
+    unpack = ", ".join(f"l{i}" for i in range(n))
+    lines.append(f"    {unpack}{',' if n == 1 else ''} = lengths")
+    lines.append("    p = 0")
+    items = []
+    for i, (name, conv) in enumerate(zip(names, convs, strict=True)):
+        last = i == n - 1
+        if conv is None:
+            # Dropped column: still skip its bytes.
+            if not last:
+                lines.append(f"    if l{i} > 0: p += l{i}")
+            continue
+        lines.append(f"    if l{i} < 0: v{i} = None")
+        lines.append("    else:")
+        lines.append(f"        v{i} = c{i}(values[p:p + l{i}])")
+        if not last:
+            lines.append(f"        p += l{i}")
+        items.append(f"{name!r}: v{i}")
+    lines.append("    return {" + ", ".join(items) + "}")
+    src = "\n".join(lines)
+    namespace: dict[str, Any] = {f"c{i}": c for i, c in enumerate(convs) if c is not None}
+    exec(compile(src, "<cdcworker.events decoder>", "exec"), namespace)
+    return namespace["decode"]
+
+
+class TablePlan:
+    """Everything needed to encode rows of one (keyspace, shard, table) FIELD definition."""
+
+    __slots__ = (
+        "_convs",
+        "_decode",
+        "_headers",
+        "_key_names",
+        "_key_prefix",
+        "_names",
+        "_tombstones",
+        "_value_prefix",
+        "codecs",
+        "keyspace",
+        "logical_name",
+        "ncols",
+        "schemas",
+        "shard",
+        "table",
+        "topic",
+        "version",
+    )
+
+    def __init__(
+        self,
+        keyspace: str,
+        shard: str,
+        table: str,
+        topic: str,
+        codecs: Sequence[ColumnCodec | None],
+        key_indexes: Sequence[int],
+        cfg: EncoderConfig,
+    ) -> None:
+        self.keyspace = keyspace
+        self.shard = shard
+        self.table = table
+        self.topic = topic
+        self.codecs = list(codecs)
+        self.ncols = len(self.codecs)
+        self.logical_name = cfg.logical_name
+        self.version = cfg.version
+        self._names = [c.name if c else None for c in self.codecs]
+        self._convs = [c.convert if c else None for c in self.codecs]
+        kept = [c for c in self.codecs if c is not None]
+        key_cols = [c for i in key_indexes if (c := self.codecs[i]) is not None]
+        self._key_names = tuple(c.name for c in key_cols)
+        self.schemas: TableSchemas = build_schemas(topic, kept, key_cols)
+        self._key_prefix = (
+            b'{"schema":' + dumps(self.schemas.key) + b',"payload":'
+            if cfg.key_schemas_enable and self.schemas.key is not None
+            else b""
+        )
+        self._value_prefix = (
+            b'{"schema":' + dumps(self.schemas.envelope) + b',"payload":' if cfg.value_schemas_enable else b""
+        )
+        self._decode = _compile_decoder(self._names, self._convs)
+        self._tombstones = cfg.tombstones_on_delete
+        self._headers: Headers = list(cfg.headers)
+
+    @classmethod
+    def compile(cls, fe: FieldEventLike, cfg: EncoderConfig) -> TablePlan:
+        """Plan a FIELD event; columns Debezium cannot map are dropped (unless configured)."""
+        table = _strip_keyspace(fe.table_name, fe.keyspace)
+        fields = list(fe.fields)
+        for f in fields:
+            if f.name.startswith("@"):
+                # vstreamer anonymised the columns (DBZ-2836); Debezium fails the same way.
+                raise ValueError(f"Illegal prefix '@' for column: {f.name}, from schema: {fe.keyspace}, table: {table}")
+        codecs = [plan_column(f, bool(fe.enum_set_string_values), cfg.types) for f in fields]
+        keys = select_key_columns([int(f.flags) for f in fields])
+        topic = cfg.topic_naming().data_topic(fe.keyspace, table)
+        return cls(fe.keyspace, fe.shard, table, topic, codecs, keys, cfg)
+
+    # --- hot path --------------------------------------------------------------------------
+
+    def decode(self, row: RowLike) -> dict[str, Any]:
+        """Column name → converted value (None for NULL)."""
+        lengths = row.lengths
+        if len(lengths) != self.ncols:
+            raise ColumnCountMismatch(
+                f"{self.keyspace}/{self.shard} {self.table}: row has {len(lengths)} columns, FIELD has {self.ncols}"
+            )
+        return self._decode(lengths, row.values)
+
+    def _key(self, data: dict[str, Any]) -> tuple[dict[str, Any] | None, bytes | None]:
+        if not self._key_names:
+            return None, None
+        kp = {n: data[n] for n in self._key_names}
+        body = orjson.dumps(kp)
+        if b"\\u00" in body:
+            body = fix_escapes(body)
+        return kp, self._key_prefix + body + b"}" if self._key_prefix else body
+
+    def _value(
+        self,
+        before: dict[str, Any] | None,
+        after: dict[str, Any] | None,
+        op: str,
+        source: orjson.Fragment,
+        now_ns: int,
+    ) -> bytes:
+        body = orjson.dumps(
+            {
+                "before": before,
+                "after": after,
+                "source": source,
+                "transaction": None,
+                "op": op,
+                "ts_ms": now_ns // 1_000_000,
+                "ts_us": now_ns // 1000,
+                "ts_ns": now_ns,
+            }
+        )
+        if b"\\u00" in body:
+            body = fix_escapes(body)
+        # The schema JSON was serialized once per table; only the payload is written per row.
+        return self._value_prefix + body + b"}" if self._value_prefix else body
+
+    def encode_change(
+        self,
+        rc: RowChangeLike,
+        ctx: SourceContext,
+        now_ns: int | None = None,
+        insert_op: str = "c",
+    ) -> list[OutRecord]:
+        """Records for one RowChange: c / u / d (+ tombstone), or d + tombstone + c on a key change.
+
+        ``insert_op`` is "c" (Debezium's Vitess connector emits copy rows as creates too)
+        or "r" for callers that want snapshot reads marked.
+        """
+        if now_ns is None:
+            now_ns = time.time_ns()
+        source = ctx.fragment(self.version, self.logical_name, self.table)
+        has_before = rc.HasField("before")
+        has_after = rc.HasField("after")
+        topic = self.topic
+        headers = self._headers
+        if has_after and not has_before:
+            after = self.decode(rc.after)
+            _, key = self._key(after)
+            return [OutRecord(topic, key, self._value(None, after, insert_op, source, now_ns), headers)]
+        if has_before and not has_after:
+            before = self.decode(rc.before)
+            _, key = self._key(before)
+            out = [OutRecord(topic, key, self._value(before, None, "d", source, now_ns), headers)]
+            if self._tombstones:
+                out.append(OutRecord(topic, key, None, headers))
+            return out
+        if not has_before:
+            return []
+        before = self.decode(rc.before)
+        after = self.decode(rc.after)
+        old_kp, old_key = self._key(before)
+        new_kp, new_key = self._key(after)
+        if old_kp == new_kp:
+            return [OutRecord(topic, new_key, self._value(before, after, "u", source, now_ns), headers)]
+        # Primary-key change: delete (+ tombstone) under the old key, create under the new one.
+        del_headers = [(PK_UPDATE_NEWKEY, self._header_key(new_kp)), *headers]
+        create_headers = [(PK_UPDATE_OLDKEY, self._header_key(old_kp)), *headers]
+        out = [OutRecord(topic, old_key, self._value(before, None, "d", source, now_ns), del_headers)]
+        if self._tombstones:
+            out.append(OutRecord(topic, old_key, None, del_headers))
+        out.append(OutRecord(topic, new_key, self._value(None, after, "c", source, now_ns), create_headers))
+        return out
+
+    @staticmethod
+    def _header_key(kp: dict[str, Any] | None) -> bytes:
+        # Kafka Connect's default SimpleHeaderConverter renders a Struct as compact JSON.
+        return dumps(kp)
+
+
+def encode_all(plan: TablePlan, changes: Iterable[RowChangeLike], ctx: SourceContext) -> list[OutRecord]:
+    """Convenience: all records of a ROW event's row changes, in order."""
+    out: list[OutRecord] = []
+    now = time.time_ns()
+    for rc in changes:
+        out.extend(plan.encode_change(rc, ctx, now))
+    return out

@@ -1,0 +1,91 @@
+"""The ``source`` block of a change event (``io.debezium.connector.vitess.Source``).
+
+Field order follows the connector's struct maker on top of Debezium core's common
+source schema: version, connector, name, ts_ms, snapshot, db, sequence, ts_us, ts_ns,
+keyspace, table, shard, vgtid.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from cdcworker.events.jsonfmt import dumps
+from cdcworker.events.types import connect_schema
+
+SOURCE_SCHEMA_NAME = "io.debezium.connector.vitess.Source"
+# Debezium core's SnapshotRecord values, lower-cased, in declaration order.
+SNAPSHOT_ALLOWED = "true,first,first_in_data_collection,last_in_data_collection,last,false,incremental"
+
+
+def _field(schema: dict[str, Any], name: str) -> dict[str, Any]:
+    out = dict(schema)
+    out["field"] = name
+    return out
+
+
+def source_schema() -> dict[str, Any]:
+    """Connect schema of the source block (JsonConverter key order)."""
+    s = "string"
+    fields = [
+        _field(connect_schema(s, False), "version"),
+        _field(connect_schema(s, False), "connector"),
+        _field(connect_schema(s, False), "name"),
+        _field(connect_schema("int64", False), "ts_ms"),
+        _field(
+            connect_schema(s, True, "io.debezium.data.Enum", 1, {"allowed": SNAPSHOT_ALLOWED}, default="false"),
+            "snapshot",
+        ),
+        _field(connect_schema(s, False), "db"),
+        _field(connect_schema(s, True), "sequence"),
+        _field(connect_schema("int64", True), "ts_us"),
+        _field(connect_schema("int64", True), "ts_ns"),
+        _field(connect_schema(s, False), "keyspace"),
+        _field(connect_schema(s, False), "table"),
+        _field(connect_schema(s, False), "shard"),
+        _field(connect_schema(s, False), "vgtid"),
+    ]
+    return {"type": "struct", "fields": fields, "optional": False, "name": SOURCE_SCHEMA_NAME, "version": 1}
+
+
+@dataclass
+class SourceContext:
+    """Per-transaction facts for the source block; create one per BEGIN/VGTID change.
+
+    ``commit_seconds`` is the COMMIT event's timestamp (whole seconds): Debezium stamps
+    every row of the transaction with it. ``vgtid`` is the JSON text of the *current*
+    VGTID (including ``table_p_ks`` during a copy).
+    """
+
+    keyspace: str
+    shard: str
+    commit_seconds: int
+    vgtid: str
+    snapshot: str = "false"  # never set by the Vitess connector, so always "false"
+    _cache: dict[str, orjson.Fragment] = field(default_factory=dict, repr=False)
+
+    def fragment(self, version: str, logical_name: str, table: str) -> orjson.Fragment:
+        """The source block as pre-serialized JSON, cached per table for this context."""
+        frag = self._cache.get(table)
+        if frag is None:
+            s = self.commit_seconds
+            block = {
+                "version": version,
+                "connector": "vitess",
+                "name": logical_name,
+                "ts_ms": s * 1000,
+                "snapshot": self.snapshot,
+                "db": "",
+                "sequence": None,
+                "ts_us": s * 1_000_000,
+                "ts_ns": s * 1_000_000_000,
+                "keyspace": self.keyspace,
+                "table": table,
+                "shard": self.shard,
+                "vgtid": self.vgtid,
+            }
+            frag = orjson.Fragment(dumps(block))
+            self._cache[table] = frag
+        return frag

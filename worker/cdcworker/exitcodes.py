@@ -1,0 +1,9 @@
+"""Process exit statuses of ``shardcdc worker``; the operator acts on them."""
+
+OK = 0
+FAILED = 1
+CONFIG_INVALID = 2
+# The task's shards were resharded into shards that other tasks may hold (a journal whose
+# participants span tasks). The worker stored the target shards' positions from the journal in
+# its offset record and stopped; the operator starts a new generation that covers the new shards.
+REASSIGNMENT_NEEDED = 10

@@ -1,0 +1,144 @@
+"""The Kafka side of the pipeline: produce records and learn which positions are durable.
+
+Records are grouped into *segments*: everything produced between two commit points (the VGTID
+that ends a Vitess transaction, DDL or OTHER). A segment's position becomes durable only when
+Kafka has acknowledged every record of it and of all earlier segments, so an offset written from
+``durable_position()`` never covers data Kafka does not hold (at-least-once). With
+``exactly.once.support=required`` the sink instead wraps each batch of segments and its offset
+record in one Kafka transaction.
+
+One delivery callback object per segment (not per record) keeps the hot path allocation-free.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException, Producer
+
+log = logging.getLogger(__name__)
+
+
+class SinkError(RuntimeError):
+    """Kafka refused records permanently; the worker must stop without advancing offsets."""
+
+
+@dataclass(eq=False, slots=True)
+class Segment:
+    """Records produced since the previous commit point, and the position they lead to."""
+
+    produced: int = 0
+    acked: int = 0
+    position: Any = None  # set when the segment is sealed at a commit point
+    sealed: bool = False
+    errors: list[KafkaError] = field(default_factory=list)
+
+    def on_delivery(self, err: KafkaError | None, _msg: object) -> None:
+        if err is None:
+            self.acked += 1
+        else:
+            self.errors.append(err)
+
+    @property
+    def complete(self) -> bool:
+        return self.sealed and self.acked == self.produced
+
+
+class KafkaSink:
+    """Produces records with back-pressure and tracks the durable position."""
+
+    def __init__(self, producer_config: dict[str, Any], poll_every: int = 512) -> None:
+        self.producer = Producer(producer_config)
+        self._segments: collections.deque[Segment] = collections.deque()
+        self._open = Segment()
+        self._segments.append(self._open)
+        self._durable: Any = None
+        self._since_poll = 0
+        self._poll_every = poll_every
+        self.records_sent = 0
+
+    # --- hot path -------------------------------------------------------------------------
+
+    def send(self, topic: str, key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes]] | None) -> None:
+        seg = self._open
+        produce = self.producer.produce
+        while True:
+            try:
+                produce(topic, value, key, headers=headers, on_delivery=seg.on_delivery)  # type: ignore[arg-type]
+                break
+            except BufferError:
+                # librdkafka's queue is full: this is the back-pressure point. Serving callbacks
+                # frees room; meanwhile we do not read from VStream, so gRPC flow control holds
+                # the source.
+                self.producer.poll(0.05)
+                self._advance()
+        seg.produced += 1
+        self.records_sent += 1
+        self._since_poll += 1
+        if self._since_poll >= self._poll_every:
+            self._since_poll = 0
+            self.producer.poll(0)
+
+    def send_many(self, records: Iterable[tuple[str, bytes | None, bytes | None, list[tuple[str, bytes]]]]) -> None:
+        for topic, key, value, headers in records:
+            self.send(topic, key, value, headers)
+
+    def commit_point(self, position: Any) -> None:
+        """Seal the open segment: once all its records are acked, ``position`` is durable."""
+        seg = self._open
+        seg.position = position
+        seg.sealed = True
+        self._open = Segment()
+        self._segments.append(self._open)
+
+    # --- durability -----------------------------------------------------------------------
+
+    def _advance(self) -> None:
+        segs = self._segments
+        while segs and segs[0].complete:
+            seg = segs.popleft()
+            if seg.errors:
+                raise SinkError(f"Kafka rejected {len(seg.errors)} record(s): {seg.errors[0]}")
+            self._durable = seg.position
+        if segs and segs[0].errors:
+            raise SinkError(f"Kafka rejected {len(segs[0].errors)} record(s): {segs[0].errors[0]}")
+
+    def durable_position(self) -> Any:
+        """The newest commit-point position whose records (and all before) Kafka acknowledged."""
+        self.producer.poll(0)
+        self._advance()
+        return self._durable
+
+    def flush(self, timeout: float = 30.0) -> Any:
+        """Wait for every outstanding record; returns the durable position afterwards."""
+        remaining = self.producer.flush(timeout)
+        self._advance()
+        if remaining:
+            raise SinkError(f"{remaining} record(s) not acknowledged by Kafka within {timeout}s")
+        return self._durable
+
+    @property
+    def pending(self) -> int:
+        return sum(s.produced - s.acked for s in self._segments)
+
+    def close(self, timeout: float = 30.0) -> None:
+        self.producer.flush(timeout)
+
+
+def fatal_kafka_error_handler(stop: Callable[[str], None]) -> Callable[[KafkaError], None]:
+    """An ``error_cb`` that stops the worker on fatal producer errors (e.g. fenced by a zombie)."""
+
+    def on_error(err: KafkaError) -> None:
+        if err.fatal():
+            stop(f"fatal Kafka producer error: {err.str()}")
+        else:
+            log.warning("kafka: %s", err.str())
+
+    return on_error
+
+
+__all__ = ["KafkaException", "KafkaSink", "Segment", "SinkError", "fatal_kafka_error_handler"]
