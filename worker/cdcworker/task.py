@@ -23,7 +23,7 @@ from cdcworker.events.encoder import context_headers
 from cdcworker.offsets import OffsetPartition, OffsetValue, Vgtid
 from cdcworker.offsets.migration import resolve_task_start
 from cdcworker.offsets.store import OffsetStore
-from cdcworker.sink import KafkaSink, SinkError
+from cdcworker.sink import KafkaSink, SinkError, TransactionalSink
 from cdcworker.source.channel import ChannelSettings, TlsSettings, open_channel
 from cdcworker.source.retry import Backoff, classify
 from cdcworker.streaming import ProtocolError, ReassignmentNeeded, StreamProcessor
@@ -164,6 +164,8 @@ class WorkerTask:
         return OffsetPartition.for_task(self.config.topic_prefix, t.task_id, t.task_count, t.generation)
 
     def _write_offset(self, store: OffsetStore, position: Vgtid) -> None:
+        if isinstance(self.sink, TransactionalSink):
+            return  # offsets are committed inside the Kafka transactions
         if position is None or position == self._last_written:
             return
         store.write(self.config.name, self._partition(), OffsetValue.build(position))
@@ -186,6 +188,29 @@ class WorkerTask:
         )
         log.info("starting from %s (%s)", start.vgtid.to_json(), start.sources)
         return start.vgtid
+
+    def _make_sink(self, store: OffsetStore, start: Vgtid) -> KafkaSink:
+        cfg = self.config
+        conf = producer_config(cfg)
+        if not cfg.kafka.transactional:
+            sink = KafkaSink(conf)
+        else:
+            conf["transactional.id"] = cfg.kafka.transactional_id
+            partition = self._partition()
+
+            def write(producer: Any, position: Vgtid) -> None:
+                store.produce(producer, cfg.name, partition, OffsetValue.build(position))
+
+            sink = TransactionalSink(
+                conf,
+                write,
+                # A Kafka transaction costs a few ms to commit: batch several poll batches.
+                max_batch_records=max(cfg.behaviour.max_batch_size, 1) * 4,
+                max_batch_seconds=max(cfg.behaviour.poll_interval_ms, 1) / 1000.0,
+            )
+        sink._durable = start  # nothing new is durable until the first commit point
+        self._last_written = start
+        return sink
 
     # --- streaming --------------------------------------------------------------------------
 
@@ -221,7 +246,7 @@ class WorkerTask:
             store.ensure_topic()
             store.load()
             position = self._resolve_start(store, channel, metadata)
-            self.sink = sink = KafkaSink(producer_config(cfg))
+            self.sink = sink = self._make_sink(store, position)
             backoff = Backoff(
                 initial_ms=max(50, min(cfg.behaviour.retriable_restart_wait_ms, 1000)),
                 max_ms=cfg.behaviour.retry_backoff_max_ms,

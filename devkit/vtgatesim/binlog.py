@@ -1,0 +1,143 @@
+"""Per-shard binlog: committed transactions with GTIDs, row images in MySQL text form.
+
+Each entry records the full executed GTID set after it (the position a client resumes from).
+Readers block on a condition until new entries arrive; nothing polls.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import wire
+from .gtid import GtidSet, format_runs
+from .schema import TableSchema
+
+TXN, DDL, OTHER, JOURNAL = 1, 2, 3, 4
+ROWS_EVENT_MAX = 8192  # binlog_row_event_max_size: MySQL splits big statements into several Rows_events
+
+Image = tuple[bytes | None, ...]
+
+
+@dataclass(slots=True)
+class RowsEvent:
+    """One binlog Rows_event: one table, one or more row changes (before/after text images)."""
+
+    schema: TableSchema
+    version: int
+    changes: list[tuple[Image | None, Image | None]]
+    data_size: int  # bytes of row values, as the vstreamer counts them for packet splitting
+    encoded_changes: bytes  # RowEvent.row_changes fields, pre-encoded
+    cache: dict[Any, bytes] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class Entry:
+    kind: int
+    sid: str
+    seq: int
+    position: str
+    timestamp: int
+    rows: list[RowsEvent] = field(default_factory=list)
+    statement: str = ""
+    ddl_table: str = ""
+    database: str = ""  # schema of the statement (ks db, or `_vt` for sidecar rows)
+    journal: Any = None  # binlogdata_pb2.Journal
+    encoded_position: bytes = b""
+
+
+def make_rows_events(schema: TableSchema, changes: list[tuple[Image | None, Image | None]]) -> list[RowsEvent]:
+    """Group row changes of one statement into Rows_events of at most ROWS_EVENT_MAX bytes."""
+    out: list[RowsEvent] = []
+    cur: list[tuple[Image | None, Image | None]] = []
+    parts: list[bytes] = []
+    size = 0
+    for before, after in changes:
+        rc = b""
+        n = 0
+        if before is not None:
+            rc += wire.f_msg(1, wire.encode_row(before))
+            n += sum(len(v) for v in before if v is not None)
+        if after is not None:
+            rc += wire.f_msg(2, wire.encode_row(after))
+            n += sum(len(v) for v in after if v is not None)
+        if cur and size + n > ROWS_EVENT_MAX:
+            out.append(RowsEvent(schema, schema.version, cur, size, b"".join(parts)))
+            cur, parts, size = [], [], 0
+        cur.append((before, after))
+        parts.append(wire.f_msg(2, rc))
+        size += n
+    if cur:
+        out.append(RowsEvent(schema, schema.version, cur, size, b"".join(parts)))
+    return out
+
+
+class Binlog:
+    """Append-only list of entries plus the primary's executed GTID set."""
+
+    def __init__(self, server_uuid: str) -> None:
+        self.server_uuid = server_uuid
+        self.runs: dict[str, int] = {}
+        self.entries: list[Entry] = []
+        self.cond = threading.Condition()
+        self._pos_index: dict[str, int] = {}
+        self.closed = False  # set when the shard is deleted
+
+    @property
+    def position(self) -> str:
+        with self.cond:
+            return format_runs(self.runs)
+
+    def gtid_set(self) -> GtidSet:
+        with self.cond:
+            return GtidSet.runs(dict(self.runs))
+
+    def append(self, kind: int, timestamp: int, **kw: Any) -> Entry:
+        """Commit one transaction: assign the next GTID of the current primary and wake readers."""
+        with self.cond:
+            sid = self.server_uuid
+            seq = self.runs.get(sid, 0) + 1
+            self.runs[sid] = seq
+            pos = format_runs(self.runs)
+            e = Entry(kind=kind, sid=sid, seq=seq, position=pos, timestamp=timestamp, **kw)
+            e.encoded_position = pos.encode()
+            self._pos_index[pos] = len(self.entries)
+            self.entries.append(e)
+            self.cond.notify_all()
+            return e
+
+    def reparent(self, new_uuid: str) -> None:
+        with self.cond:
+            self.server_uuid = new_uuid
+
+    def index_after(self, pos: GtidSet, text: str) -> int:
+        """Index of the first entry not contained in `pos` (where a stream from `pos` starts)."""
+        with self.cond:
+            i = self._pos_index.get(text.split("/", 1)[-1] and text)
+            if i is not None:
+                return i + 1
+            entries = list(self.entries)
+        for i, e in enumerate(entries):
+            if not pos.contains_gtid(e.sid, e.seq):
+                return i
+        return len(entries)
+
+    def wait_for(self, index: int, timeout: float | None) -> bool:
+        """Block until entry `index` exists (True) or the timeout passes / the binlog closes (False)."""
+        with self.cond:
+            if len(self.entries) > index:
+                return True
+            if self.closed:
+                return False
+            self.cond.wait(timeout)
+            return len(self.entries) > index
+
+    def close(self) -> None:
+        with self.cond:
+            self.closed = True
+            self.cond.notify_all()
+
+    def wake(self) -> None:
+        with self.cond:
+            self.cond.notify_all()

@@ -1,0 +1,72 @@
+"""Fault injection for VStream calls, set for the whole server or for the next stream(s)."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from .executor import UNAVAILABLE, VTError
+
+if TYPE_CHECKING:
+    from .vstream import VStream
+
+
+@dataclass
+class FaultPlan:
+    """What to do to a stream. Counts are VEvents delivered to the client on that stream."""
+
+    fail_after_events: int | None = None
+    fail_code: int = 14  # UNAVAILABLE
+    fail_message: str = "vttablet: rpc error: code = Unavailable desc = injected fault"
+    drop_after_events: int | None = None  # end the call as a broken transport would
+    stall_after_events: int | None = None  # stop sending until release() (or the client cancels)
+    delay_per_response: float = 0.0  # seconds, slows the stream down
+    anonymise_columns: bool = False  # FIELD names @1, @2, ... (the vstreamer BEST_EFFORT bug)
+    released: threading.Event = field(default_factory=threading.Event)
+
+    def release(self) -> None:
+        self.released.set()
+
+    def apply(self, vs: VStream, responses: list[bytes], counts: list[int]) -> list[bytes]:
+        """Called under the stream lock before a group of responses is queued."""
+        sent = vs.events_sent
+        if self.fail_after_events is not None and sent >= self.fail_after_events:
+            raise VTError(self.fail_code, self.fail_message)
+        if self.drop_after_events is not None and sent >= self.drop_after_events:
+            raise VTError(UNAVAILABLE, "Socket closed")
+        if self.stall_after_events is not None and sent >= self.stall_after_events:
+            while not self.released.wait(0.2):
+                if vs.cancelled.is_set():
+                    return []
+        if self.delay_per_response > 0:
+            vs.cancelled.wait(self.delay_per_response * len(responses))
+        return responses
+
+
+class Faults:
+    """Server-wide plan plus a queue of one-shot plans for the next VStream calls."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.server: FaultPlan | None = None
+        self.pending: list[FaultPlan] = []
+
+    def set_server(self, plan: FaultPlan | None) -> None:
+        with self.lock:
+            self.server = plan
+
+    def next_stream(self, plan: FaultPlan) -> None:
+        with self.lock:
+            self.pending.append(plan)
+
+    def clear(self) -> None:
+        with self.lock:
+            self.server = None
+            self.pending.clear()
+
+    def take(self) -> FaultPlan | None:
+        with self.lock:
+            if self.pending:
+                return self.pending.pop(0)
+            return self.server

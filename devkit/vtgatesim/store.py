@@ -1,0 +1,128 @@
+"""One shard's data: an in-memory SQLite database holding the rows in their stored form.
+
+The executor computes before/after images and calls the row primitives here; SQLite evaluates
+WHERE clauses, ordering and limits. All access happens under the shard lock.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from typing import Any
+
+from .schema import TableSchema
+
+
+def q(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+class ShardStore:
+    def __init__(self) -> None:
+        self.conn = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
+        self.conn.execute("PRAGMA journal_mode=OFF")
+        self.conn.execute("PRAGMA synchronous=OFF")
+        self.tables: dict[str, TableSchema] = {}  # lower-case name -> schema
+        self.sidecar: dict[str, TableSchema] = {}  # _vt tables (heartbeat), invisible to SQL
+
+    def table(self, name: str) -> TableSchema | None:
+        return self.tables.get(name.lower())
+
+    def _coldef(self, schema: TableSchema, i: int) -> str:
+        c = schema.columns[i]
+        decl = f"{q(c.name)} {c.ct.storage}"
+        if c.ct.storage == "TEXT" and c.ct.charset != 63:
+            decl += " COLLATE NOCASE"  # approximates utf8mb4_0900_ai_ci ordering and uniqueness
+        return decl
+
+    def create_table(self, schema: TableSchema) -> None:
+        cols = ", ".join(self._coldef(schema, i) for i in range(len(schema.columns)))
+        pk = ", ".join(q(c) for c in schema.pk)
+        self.conn.execute(f"CREATE TABLE {q(schema.name)} ({cols}, PRIMARY KEY ({pk}))")
+        for kname, kcols in schema.unique_keys:
+            self.conn.execute(
+                f"CREATE UNIQUE INDEX {q(schema.name + '__' + kname)} ON {q(schema.name)} "
+                f"({', '.join(q(c) for c in kcols)})"
+            )
+        self.tables[schema.name.lower()] = schema
+
+    def add_columns(self, schema: TableSchema, start: int) -> None:
+        for i in range(start, len(schema.columns)):
+            c = schema.columns[i]
+            self.conn.execute(f"ALTER TABLE {q(schema.name)} ADD COLUMN {self._coldef(schema, i)}")
+            if c.has_default and isinstance(c.default, int | float | str | bytes):
+                self.conn.execute(f"UPDATE {q(schema.name)} SET {q(c.name)} = ?", (c.default,))
+
+    def drop_table(self, name: str) -> None:
+        self.conn.execute(f"DROP TABLE IF EXISTS {q(name)}")
+        self.tables.pop(name.lower(), None)
+
+    # -- row primitives (stored values, in column order)
+    def select_sql(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        return self.conn.execute(sql, params).fetchall()
+
+    def get_by_pk(self, schema: TableSchema, pk: Sequence[Any]) -> tuple[Any, ...] | None:
+        where = " AND ".join(f"{q(c)} = ?" for c in schema.pk)
+        cols = ", ".join(q(c.name) for c in schema.columns)
+        row = self.conn.execute(f"SELECT {cols} FROM {q(schema.name)} WHERE {where}", list(pk)).fetchone()
+        return tuple(row) if row is not None else None
+
+    def find_unique(self, schema: TableSchema, row: Sequence[Any]) -> tuple[str, tuple[Any, ...]] | None:
+        """The first existing row that conflicts with `row` on the PK or a unique key: (key, row)."""
+        keys = [("PRIMARY", schema.pk), *schema.unique_keys]
+        cols = ", ".join(q(c.name) for c in schema.columns)
+        for kname, kcols in keys:
+            vals = [row[schema.index(c)] for c in kcols]
+            if any(v is None for v in vals):
+                continue
+            where = " AND ".join(f"{q(c)} = ?" for c in kcols)
+            hit = self.conn.execute(f"SELECT {cols} FROM {q(schema.name)} WHERE {where}", vals).fetchone()
+            if hit is not None:
+                return kname, tuple(hit)
+        return None
+
+    def insert(self, schema: TableSchema, row: Sequence[Any]) -> None:
+        cols = ", ".join(q(c.name) for c in schema.columns)
+        marks = ", ".join("?" * len(schema.columns))
+        self.conn.execute(f"INSERT INTO {q(schema.name)} ({cols}) VALUES ({marks})", list(row))
+
+    def insert_many(self, schema: TableSchema, rows: Sequence[Sequence[Any]]) -> None:
+        cols = ", ".join(q(c.name) for c in schema.columns)
+        marks = ", ".join("?" * len(schema.columns))
+        self.conn.executemany(f"INSERT INTO {q(schema.name)} ({cols}) VALUES ({marks})", [list(r) for r in rows])
+
+    def update(self, schema: TableSchema, old: Sequence[Any], new: Sequence[Any]) -> None:
+        sets = ", ".join(f"{q(c.name)} = ?" for c in schema.columns)
+        where = " AND ".join(f"{q(c)} = ?" for c in schema.pk)
+        pk_old = [old[i] for i in schema.pk_indexes]
+        self.conn.execute(f"UPDATE {q(schema.name)} SET {sets} WHERE {where}", [*new, *pk_old])
+
+    def delete(self, schema: TableSchema, old: Sequence[Any]) -> None:
+        where = " AND ".join(f"{q(c)} = ?" for c in schema.pk)
+        self.conn.execute(f"DELETE FROM {q(schema.name)} WHERE {where}", [old[i] for i in schema.pk_indexes])
+
+    def all_rows(self, schema: TableSchema) -> list[tuple[Any, ...]]:
+        cols = ", ".join(q(c.name) for c in schema.columns)
+        order = ", ".join(q(c) for c in schema.pk)
+        return [tuple(r) for r in self.conn.execute(f"SELECT {cols} FROM {q(schema.name)} ORDER BY {order}")]
+
+    def rows_after(self, schema: TableSchema, lastpk: Sequence[Any] | None) -> list[tuple[Any, ...]]:
+        """Rows in PK order with PK > lastpk (the copy-phase snapshot read)."""
+        cols = ", ".join(q(c.name) for c in schema.columns)
+        order = ", ".join(q(c) for c in schema.pk)
+        sql = f"SELECT {cols} FROM {q(schema.name)}"
+        params: list[Any] = []
+        if lastpk is not None:
+            sql += f" WHERE ({order}) > ({', '.join('?' * len(schema.pk))})"
+            params = list(lastpk)
+        return [tuple(r) for r in self.conn.execute(sql + f" ORDER BY {order}", params)]
+
+    def begin(self) -> None:
+        self.conn.execute("BEGIN")
+
+    def commit(self) -> None:
+        self.conn.execute("COMMIT")
+
+    def rollback(self) -> None:
+        if self.conn.in_transaction:
+            self.conn.execute("ROLLBACK")

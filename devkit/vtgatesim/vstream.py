@@ -1,0 +1,665 @@
+"""The vtgate-level VStream engine: resolve the request, run one shard stream per ShardGtid,
+rewrite positions into whole-stream VGTIDs, follow reshard journals, and hand finished
+`VStreamResponse` bytes to the gRPC layer.
+
+Responses are built from pre-encoded pieces (see wire.py); a transaction's responses are queued
+contiguously under the stream lock, as vtgate's sendAll does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import re
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from vitessapi import binlogdata_pb2, query_pb2
+
+from . import binlog as bl
+from . import wire
+from .executor import INTERNAL, INVALID_ARGUMENT, UNAVAILABLE, VTError
+from .filters import FilterError, Rules, TablePlan, project, row_matches
+from .gtid import GtidParseError, GtidSet
+from .schema import TableSchema
+from .topology import CELL, Shard
+
+if TYPE_CHECKING:
+    from .faults import FaultPlan
+    from .sim import VTGateSim
+
+DEFAULT_PACKET_SIZE = 250_000
+STOP_ON_RESHARD_DELAY = 0.5
+_END = object()
+
+
+@dataclass
+class Flags:
+    heartbeat_interval: int = 0
+    stop_on_reshard: bool = False
+    stream_keyspace_heartbeats: bool = False
+    include_reshard_journal_events: bool = False
+    tables_to_copy: list[str] = field(default_factory=list)
+    exclude_keyspace_from_table_name: bool = False
+    transaction_chunk_size: int = 0
+    minimize_skew: bool = False
+
+
+class SGtid:
+    """One entry of the stream's VGtid (mutated under the stream lock)."""
+
+    __slots__ = ("enc", "gtid", "keyspace", "shard", "table_pks")
+
+    def __init__(self, keyspace: str, shard: str, gtid: str, table_pks: list[binlogdata_pb2.TableLastPK]) -> None:
+        self.keyspace, self.shard, self.gtid = keyspace, shard, gtid
+        self.table_pks = table_pks
+        self.enc = b""
+        self.encode()
+
+    def encode(self) -> None:
+        self.enc = wire.f_msg(1, wire.encode_shard_gtid(
+            self.keyspace, self.shard, self.gtid, [pk.SerializeToString() for pk in self.table_pks]))
+
+
+def resolve(sim: VTGateSim, vgtid: binlogdata_pb2.VGtid) -> list[SGtid]:
+    """vstream_manager.resolveParams: expand empty / regex keyspaces and empty shards."""
+    sgs = list(vgtid.shard_gtids)
+    if not sgs:
+        raise VTError(INVALID_ARGUMENT, "vgtid must have at least one value with a starting position in ShardGtids")
+    topo = sim.topo
+    if len(sgs) == 1 and (sgs[0].keyspace == "" or sgs[0].keyspace.startswith("/")):
+        ks_in = sgs[0].keyspace
+        names = sorted(topo.keyspaces)
+        if ks_in == "":
+            if sgs[0].gtid != "current":
+                raise VTError(INVALID_ARGUMENT,
+                              f"for an empty keyspace, the Gtid value must be 'current': {_fmt_vgtid(vgtid)}")
+            sgs = [binlogdata_pb2.ShardGtid(keyspace=k, gtid="current") for k in names]
+        else:
+            try:
+                rx = re.compile(ks_in.strip("/"))
+            except re.error as e:
+                raise VTError(INVALID_ARGUMENT, f"failed to compile regexp using {ks_in}: {e}") from None
+            sgs = [binlogdata_pb2.ShardGtid(keyspace=k, gtid=sgs[0].gtid) for k in names if rx.search(k)]
+    out: list[SGtid] = []
+    for sg in sgs:
+        if sg.shard == "":
+            if sg.gtid not in ("current", ""):
+                raise VTError(INVALID_ARGUMENT, "if shards are unspecified, the Gtid value must be 'current' or "
+                                                f"empty; got: {_fmt_vgtid(vgtid)}")
+            ks = topo.keyspaces.get(sg.keyspace)
+            if ks is None:
+                raise VTError(INVALID_ARGUMENT, f"failed to get shards in keyspace {sg.keyspace}: "
+                                                f"keyspace {sg.keyspace} fetch error: node doesn't exist")
+            out.extend(SGtid(sg.keyspace, s.name, sg.gtid, []) for s in ks.serving_shards())
+        else:
+            out.append(SGtid(sg.keyspace, sg.shard, sg.gtid, list(sg.table_p_ks)))
+    for s in out:
+        for pk in s.table_pks:
+            if not pk.lastpk.fields:
+                raise VTError(INVALID_ARGUMENT, f"lastpk for table {pk.table_name} has no fields defined")
+    return out
+
+
+def _fmt_vgtid(v: binlogdata_pb2.VGtid) -> str:
+    return "shard_gtids:{" + "} shard_gtids:{".join(
+        " ".join(p for p in (f'keyspace:"{s.keyspace}"' if s.keyspace else "", f'shard:"{s.shard}"' if s.shard else "",
+                             f'gtid:"{s.gtid}"' if s.gtid else "") if p) for s in v.shard_gtids) + "}"
+
+
+class JournalWait:
+    def __init__(self, journal: binlogdata_pb2.Journal, participants: list[SGtid]) -> None:
+        self.journal = journal
+        self.joined: dict[int, bool] = {id(p): False for p in participants}
+        self.done = threading.Event()
+
+
+class VStream:
+    """One client VStream call."""
+
+    def __init__(self, sim: VTGateSim, req: Any, fault: FaultPlan | None = None) -> None:
+        self.sim = sim
+        self.fault = fault
+        flt = req.filter if req.HasField("filter") else None
+        rules = [(r.match, r.filter) for r in flt.rules] if flt is not None and flt.rules else [("/.*", "")]
+        self.rules = Rules(rules)
+        f = req.flags
+        self.flags = Flags(f.heartbeat_interval, f.stop_on_reshard, f.stream_keyspace_heartbeats,
+                           f.include_reshard_journal_events, list(f.tables_to_copy),
+                           f.exclude_keyspace_from_table_name, f.transaction_chunk_size, f.minimize_skew)
+        self.sgtids = resolve(sim, req.vgtid)
+        self.lock = threading.Lock()
+        self.out: queue.Queue[Any] = queue.Queue(maxsize=256)
+        self.error: VTError | None = None
+        self.cancelled = threading.Event()
+        self.threads: list[threading.Thread] = []
+        self.active = 0
+        self.journals: dict[int, JournalWait] = {}
+        self.copy_completed: set[tuple[str, str]] = set()
+        self.events_sent = 0
+
+    # -- lifecycle
+    def start(self) -> None:
+        for sg in list(self.sgtids):
+            self._start_shard(sg)
+
+    def _start_shard(self, sg: SGtid) -> None:
+        with self.sim.streams_lock:
+            self.active += 1
+        t = threading.Thread(target=self._run_shard, args=(sg,), daemon=True, name=f"vstream-{sg.keyspace}/{sg.shard}")
+        self.threads.append(t)
+        t.start()
+
+    def cancel(self) -> None:
+        self.cancelled.set()
+        for sg in self.sgtids:
+            ks = self.sim.topo.keyspaces.get(sg.keyspace)
+            sh = ks.shards.get(sg.shard) if ks else None
+            if sh is not None:
+                sh.binlog.wake()
+        for jw in self.journals.values():
+            jw.done.set()
+        with contextlib.suppress(queue.Full):
+            self.out.put_nowait(_END)
+
+    def fail(self, err: VTError) -> None:
+        with self.lock:
+            if self.error is None:
+                self.error = err
+        self.cancel()
+
+    def _run_shard(self, sg: SGtid) -> None:
+        try:
+            ShardStream(self, sg).run()
+        except VTError as e:
+            self.fail(e)
+        except Exception as e:  # a bug in the simulator must still end the stream loudly
+            self.fail(VTError(INTERNAL, f"vtgatesim: {type(e).__name__}: {e}"))
+        finally:
+            with self.sim.streams_lock:
+                self.active -= 1
+                last = self.active == 0
+            if last and not self.cancelled.is_set():
+                self._put(_END)
+
+    def _put(self, item: Any) -> bool:
+        while not self.cancelled.is_set():
+            try:
+                self.out.put(item, timeout=0.5)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def send_group(self, responses: list[bytes]) -> bool:
+        """Queue a transaction's responses contiguously (the caller holds self.lock)."""
+        return all(self._put(r) for r in responses)
+
+    def responses(self) -> Iterator[bytes]:
+        """What the gRPC handler yields; raises VTError at the end on failure."""
+        hb = self.flags.heartbeat_interval
+        while True:
+            try:
+                item = self.out.get(timeout=hb if hb > 0 else None)
+            except queue.Empty:
+                now = time.time_ns()
+                yield wire.event(wire.event_prefix(wire.HEARTBEAT, now // 1_000_000_000), wire.ct_field(now), b"")
+                continue
+            if item is _END:
+                break
+            yield item
+        if self.error is not None:
+            raise self.error
+
+    # -- VGTID
+    def vgtid_event(self, sg: SGtid, suffix: bytes) -> bytes:
+        """A VGTID event with the whole stream vgtid (call under self.lock)."""
+        vg = b"".join(s.enc for s in self.sgtids)
+        return wire.event(wire.f_varint(1, wire.VGTID) + wire.f_msg(7, vg), b"", suffix)
+
+    # -- journals (vstream_manager.getJournalEvent)
+    def journal_event(self, sg: SGtid, journal: binlogdata_pb2.Journal) -> JournalWait | None:
+        if journal.migration_type == binlogdata_pb2.TABLES:
+            return None
+        with self.lock:
+            jw = self.journals.get(journal.id)
+            if jw is None:
+                mode = ""
+                parts: list[SGtid] = []
+                for p in journal.participants:
+                    inner = next((s for s in self.sgtids if s.keyspace == p.keyspace and s.shard == p.shard), None)
+                    if inner is not None:
+                        if mode == "none":
+                            raise self._not_all(journal)
+                        mode = "all"
+                        parts.append(inner)
+                    else:
+                        if mode == "all":
+                            raise self._not_all(journal)
+                        mode = "none"
+                if mode == "none":
+                    return None
+                jw = self.journals[journal.id] = JournalWait(journal, parts)
+            if id(sg) not in jw.joined:
+                return None
+            jw.joined[id(sg)] = True
+            if not all(jw.joined.values()):
+                return jw
+            if not self.flags.stop_on_reshard:
+                keep = [s for s in self.sgtids if id(s) not in jw.joined]
+                new = [SGtid(s.keyspace, s.shard, s.gtid, []) for s in journal.shard_gtids]
+                self.sgtids = keep + new
+                for s in new:
+                    self._start_shard(s)
+            jw.done.set()
+            return jw
+
+    def _not_all(self, journal: binlogdata_pb2.Journal) -> VTError:
+        parts = " ".join(f'keyspace:"{p.keyspace}" shard:"{p.shard}"' for p in journal.participants)
+        stream = " ".join(f'keyspace:"{s.keyspace}" shard:"{s.shard}" gtid:"{s.gtid}"' for s in self.sgtids)
+        return VTError(INTERNAL, f"not all journaling participants are in the stream: journal: [{parts}], "
+                                 f"stream: [{stream}]")
+
+
+def _pk_tuple(schema: TableSchema, img: bl.Image) -> tuple[Any, ...]:
+    out: list[Any] = []
+    for i in schema.pk_indexes:
+        v = img[i]
+        if v is None:
+            out.append(None)
+            continue
+        try:
+            out.append(int(v))
+        except ValueError:
+            out.append(v)
+    return tuple(out)
+
+
+class ShardStream:
+    """The tablet vstreamer for one shard plus vtgate's per-shard handling."""
+
+    def __init__(self, vs: VStream, sg: SGtid) -> None:
+        self.vs = vs
+        self.sg = sg
+        self.sim = vs.sim
+        ks = self.sim.topo.keyspaces.get(sg.keyspace)
+        shard = ks.shards.get(sg.shard) if ks is not None else None
+        if ks is None or shard is None or shard.deleted:
+            raise VTError(UNAVAILABLE, f"error starting stream from shard GTID keyspace:\"{sg.keyspace}\" "
+                                       f"shard:\"{sg.shard}\" gtid:\"{sg.gtid}\": failed to find a PRIMARY tablet for "
+                                       f"VStream in {sg.keyspace}/{sg.shard} within the {CELL} cell(s)")
+        self.ks = ks
+        self.shard: Shard = shard
+        self.suffix = wire.ks_shard_fields(sg.keyspace, sg.shard)
+        self.qualify = not vs.flags.exclude_keyspace_from_table_name
+        self.fields_sent: set[int] = set()  # id(schema) with a FIELD in this vstreamer session
+        self.plans: dict[int, TablePlan | None] = {}
+        self.packet_size = self.sim.packet_size
+        self.anonymise = bool(vs.fault and vs.fault.anonymise_columns)
+
+    # -- helpers
+    def tname(self, table: str) -> str:
+        return f"{self.sg.keyspace}.{table}" if self.qualify else table
+
+    def plan(self, schema: TableSchema) -> TablePlan | None:
+        key = id(schema)
+        if key not in self.plans:
+            try:
+                self.plans[key] = self.vs.rules.plan(schema, self.ks.vindex_column(schema.name), self.ks.sharded)
+            except (FilterError, KeyError, ValueError) as e:
+                raise VTError(INVALID_ARGUMENT, f"error building plan for table {schema.name}: {e}") from None
+        return self.plans[key]
+
+    def simple(self, etype: int, ts: int, ct: bytes, body: bytes = b"") -> bytes:
+        return wire.event(wire.event_prefix(etype, ts, body), ct, self.suffix)
+
+    def field_event(self, schema: TableSchema, plan: TablePlan, ts: int, ct: bytes, internal: bool = False) -> bytes:
+        key = ("field", self.qualify, self.anonymise, id(plan) if plan.columns is not None else None)
+        fields = schema.fields(self.shard.database, self.anonymise)
+        if plan.columns is not None:
+            fields = [fields[i] for i in plan.columns]
+        fe = binlogdata_pb2.FieldEvent(table_name=self.tname(schema.name), fields=fields, keyspace=self.sg.keyspace,
+                                       shard=self.sg.shard, enum_set_string_values=True, is_internal_table=internal)
+        del key
+        return self.simple(wire.FIELD, ts, ct, wire.f_msg(6, fe.SerializeToString()))
+
+    def row_event(self, rows: bl.RowsEvent, plan: TablePlan, ts: int, ct: bytes, internal: bool) -> bytes | None:
+        """Encoded ROW event for this stream (None if the filter drops every row)."""
+        if plan.passthrough:
+            key = self.qualify
+            prefix = rows.cache.get(key)
+            if prefix is None:
+                re_ = (wire.f_str(1, self.tname(rows.schema.name)) + rows.encoded_changes
+                       + wire.f_str(3, self.sg.keyspace) + wire.f_str(4, self.sg.shard) + wire.f_varint(6, internal))
+                prefix = rows.cache[key] = wire.f_varint(1, wire.ROW) + wire.f_varint(2, ts) + wire.f_msg(5, re_)
+            return wire.event(prefix, ct, self.suffix)
+        parts = []
+        schema = rows.schema
+        for before, after in rows.changes:
+            b = before if before is not None and row_matches(plan, schema, before) else None
+            a = after if after is not None and row_matches(plan, schema, after) else None
+            if b is None and a is None:
+                continue
+            rc = b""
+            if b is not None:
+                rc += wire.f_msg(1, wire.encode_row(project(plan, b)))
+            if a is not None:
+                rc += wire.f_msg(2, wire.encode_row(project(plan, a)))
+            parts.append(wire.f_msg(2, rc))
+        if not parts:
+            return None
+        re_ = (wire.f_str(1, self.tname(schema.name)) + b"".join(parts) + wire.f_str(3, self.sg.keyspace)
+               + wire.f_str(4, self.sg.shard) + wire.f_varint(6, internal))
+        return self.simple(wire.ROW, ts, ct, wire.f_msg(5, re_))
+
+    def emit(self, responses: list[list[bytes]], set_gtid: str | None = None,
+             vgtid_at: tuple[int, int] | None = None) -> None:
+        """Send a group of responses; a VGTID is built at `vgtid_at` (response, index) after updating the gtid."""
+        vs = self.vs
+        with vs.lock:
+            if set_gtid is not None:
+                self.sg.gtid = set_gtid
+                self.sg.encode()
+            if vgtid_at is not None:
+                ri, ei = vgtid_at
+                responses[ri].insert(ei, vs.vgtid_event(self.sg, self.suffix))
+            out = [b"".join(r) for r in responses if r]
+            fault = vs.fault
+            if fault is not None:
+                out = fault.apply(vs, out, [len(r) for r in responses if r])
+            vs.events_sent += sum(len(r) for r in responses)
+            vs.send_group(out)
+
+    def check_cancel(self) -> None:
+        if self.vs.cancelled.is_set():
+            raise _Stop()
+
+    # -- main
+    def run(self) -> None:
+        try:
+            self._run()
+        except _Stop:
+            return
+
+    def _run(self) -> None:
+        sg = self.sg
+        binlog = self.shard.binlog
+        if sg.gtid == "current":
+            with self.sim.topo.lock:
+                pos = binlog.position
+                index = len(binlog.entries)
+            now = time.time_ns()
+            ct = wire.ct_field(now)
+            self.emit([[self.simple(wire.OTHER, now // 1_000_000_000, ct)]], set_gtid=pos, vgtid_at=(0, 0))
+        elif sg.gtid == "" or sg.table_pks:
+            index = self.copy()
+        else:
+            index = self.start_index(sg.gtid)
+        self.stream_from(index)
+
+    def start_index(self, gtid: str) -> int:
+        try:
+            want = GtidSet.parse(gtid)
+        except GtidParseError as e:
+            raise VTError(INVALID_ARGUMENT, f"error decoding position {gtid}: {e}") from None
+        binlog = self.shard.binlog
+        have = binlog.gtid_set()
+        if not have.contains(want):
+            raise VTError(INVALID_ARGUMENT, f"GTIDSet Mismatch: requested source position:{gtid}, "
+                                            f"current target vrep position: {have.position()}")
+        return binlog.index_after(want, gtid)
+
+    def stream_from(self, index: int, stop: int | None = None, copied: dict[str, Any] | None = None) -> int:
+        """Stream binlog entries from `index` (up to `stop` for catch-up); returns the next index."""
+        binlog = self.shard.binlog
+        entries = binlog.entries
+        while stop is None or index < stop:
+            self.check_cancel()
+            if index >= len(entries):
+                if stop is not None:
+                    break
+                if self.shard.deleted:
+                    raise VTError(UNAVAILABLE, f"vttablet: rpc error: code = Unavailable desc = shard "
+                                               f"{self.sg.keyspace}/{self.sg.shard} was deleted")
+                binlog.wait_for(index, 1.0)
+                continue
+            e = entries[index]
+            index += 1
+            if e.kind == bl.TXN:
+                self.send_txn(e, copied)
+            elif e.kind == bl.DDL:
+                if copied is not None:
+                    continue
+                self.send_ddl(e)
+            elif e.kind == bl.OTHER:
+                if copied is None:
+                    now = time.time_ns()
+                    self.emit([[self.simple(wire.OTHER, e.timestamp, wire.ct_field(now))]], set_gtid=e.position,
+                              vgtid_at=(0, 0))
+            elif e.kind == bl.JOURNAL:
+                if copied is not None:
+                    continue
+                self.handle_journal(e)
+        return index
+
+    def send_txn(self, e: bl.Entry, copied: dict[str, Any] | None) -> None:
+        now = time.time_ns()
+        ct = wire.ct_field(now)
+        ts = e.timestamp
+        internal = e.database == "_vt"
+        if internal and not self.vs.flags.stream_keyspace_heartbeats:
+            rows_list: list[bl.RowsEvent] = []
+        else:
+            rows_list = e.rows
+        responses: list[list[bytes]] = []
+        cur = [self.simple(wire.BEGIN, ts, ct)]
+        size = 0
+        psize = self.packet_size
+        for rows in rows_list:
+            schema = rows.schema
+            plan = TablePlan() if internal else self.plan(schema)
+            if plan is None:
+                continue
+            if copied is not None:
+                if schema.name not in copied:
+                    continue
+                lastpk = copied[schema.name]
+                if lastpk is not None:
+                    keep = [(b, a) for b, a in rows.changes
+                            if _pk_tuple(schema, a if a is not None else b) <= lastpk]  # type: ignore[arg-type]
+                    if not keep:
+                        continue
+                    rows = bl.make_rows_events(schema, keep)[0] if len(keep) != len(rows.changes) else rows
+            ev = self.row_event(rows, plan, ts, ct, internal)
+            if ev is None:
+                continue
+            if id(schema) not in self.fields_sent:
+                self.fields_sent.add(id(schema))
+                cur.append(self.field_event(schema, plan, ts, ct, internal))
+            # vstreamer bufferAndTransmit: flush the packet before a ROW that would overflow it
+            if size + rows.data_size > psize and size > 0:
+                responses.append(cur)
+                cur = []
+                size = 0
+            size += rows.data_size
+            cur.append(ev)
+        cur.append(self.simple(wire.COMMIT, ts, ct))
+        responses.append(cur)
+        self.emit(responses, set_gtid=e.position, vgtid_at=(len(responses) - 1, len(cur) - 1))
+
+    def send_ddl(self, e: bl.Entry) -> None:
+        now = time.time_ns()
+        ct = wire.ct_field(now)
+        schema_match = self.vs.rules.rule_for(e.ddl_table) is not None and e.database == self.shard.database
+        if schema_match:
+            ev = self.simple(wire.DDL, e.timestamp, ct, wire.f_str(4, e.statement))
+        else:
+            ev = self.simple(wire.OTHER, e.timestamp, ct)
+        self.emit([[ev]], set_gtid=e.position, vgtid_at=(0, 0))
+
+    def handle_journal(self, e: bl.Entry) -> None:
+        vs = self.vs
+        journal: binlogdata_pb2.Journal = e.journal
+        if (vs.flags.include_reshard_journal_events or vs.flags.stop_on_reshard) and \
+                journal.migration_type == binlogdata_pb2.SHARDS:
+            now = time.time_ns()
+            ct = wire.ct_field(now)
+            resp = [self.simple(wire.BEGIN, e.timestamp, ct),
+                    self.simple(wire.JOURNAL, e.timestamp, ct, wire.f_msg(8, journal.SerializeToString())),
+                    self.simple(wire.COMMIT, e.timestamp, ct)]
+            self.emit([resp], set_gtid=e.position, vgtid_at=(0, 2))
+        jw = vs.journal_event(self.sg, journal)
+        if jw is None:
+            return
+        start = time.monotonic()
+        while not jw.done.wait(0.5):
+            self.check_cancel()
+        if vs.flags.stop_on_reshard:
+            left = STOP_ON_RESHARD_DELAY - (time.monotonic() - start)
+            if left > 0:
+                vs.cancelled.wait(left)
+        raise _Stop()
+
+    # -- copy phase (uvstreamer)
+    def copy(self) -> int:
+        sg = self.sg
+        topo = self.sim.topo
+        store = self.shard.store
+        binlog = self.shard.binlog
+        inpks = {pk.table_name: pk for pk in sg.table_pks}
+        with topo.lock:
+            tables = sorted((t for t in store.tables.values() if self.plan(t) is not None), key=lambda t: t.name)
+        if self.vs.flags.tables_to_copy:
+            wanted = set(self.vs.flags.tables_to_copy)
+            tables = [t for t in tables if t.name in wanted]
+        if inpks:
+            last = max(inpks)
+            tables = [t for t in tables if t.name in inpks or t.name > last]
+        copied: dict[str, Any] = {}
+        if sg.gtid:
+            index: int | None = self.start_index(sg.gtid)
+        else:
+            index = None
+        for t0 in tables:
+            self.check_cancel()
+            lastpk: tuple[Any, ...] | None = None
+            if t0.name in inpks:
+                qr = inpks[t0.name].lastpk
+                lastpk = tuple(_decode_lastpk(qr))
+                copied[t0.name] = lastpk
+            with topo.lock:
+                schema = store.table(t0.name)
+                if schema is None:
+                    continue
+                rows = store.rows_after(schema, lastpk)
+                snap_pos = binlog.position
+                snap_index = len(binlog.entries)
+            plan = self.plan(schema)
+            assert plan is not None
+            if index is not None and snap_index > index:
+                # catch-up / fast-forward over what happened since the last snapshot
+                self.stream_from(index, stop=snap_index, copied=copied)
+                now = time.time_ns()
+                ct = wire.ct_field(now)
+                self.emit([[self.simple(wire.BEGIN, 0, ct), self.simple(wire.COMMIT, 0, ct)]],
+                          set_gtid=snap_pos, vgtid_at=(0, 1))
+            index = snap_index
+            self.copy_table(schema, plan, rows, snap_pos, copied)
+        now = time.time_ns()
+        ev = wire.event(wire.f_varint(1, wire.COPY_COMPLETED), b"", self.suffix)
+        vs = self.vs
+        with vs.lock:
+            vs.copy_completed.add((sg.keyspace, sg.shard))
+            resp = [ev]
+            if all((s.keyspace, s.shard) in vs.copy_completed for s in vs.sgtids):
+                resp.append(wire.event(wire.f_varint(1, wire.COPY_COMPLETED), b"", b""))
+            vs.send_group([b"".join(resp)])
+        del now
+        self.fields_sent.clear()  # the streaming vstreamer starts fresh
+        return index if index is not None else len(binlog.entries)
+
+    def copy_table(self, schema: TableSchema, plan: TablePlan, rows: list[tuple[Any, ...]], snap_pos: str,
+                   copied: dict[str, Any]) -> None:
+        from .executor import image_text
+
+        now = time.time_ns()
+        ct = wire.ct_field(now)
+        pk_fields = schema.pk_fields(self.shard.database)
+        first = [[self.simple(wire.BEGIN, 0, ct), self.field_event(schema, plan, 0, ct)], []]
+        self.emit(first, set_gtid=snap_pos, vgtid_at=(1, 0))
+        batch: list[bytes] = []
+        size = 0
+        last_img: bl.Image | None = None
+        started = False
+
+        def flush() -> None:
+            nonlocal batch, size, started
+            if not batch or last_img is None:
+                return
+            assert last_img is not None
+            pk_row = query_pb2.Row()
+            vals = [last_img[i] for i in schema.pk_indexes]
+            pk_row.lengths.extend(-1 if v is None else len(v) for v in vals)
+            pk_row.values = b"".join(v for v in vals if v is not None)
+            tpk = binlogdata_pb2.TableLastPK(table_name=schema.name,
+                                            lastpk=query_pb2.QueryResult(fields=pk_fields, rows=[pk_row]))
+            with self.vs.lock:
+                self.sg.table_pks = [p for p in self.sg.table_pks if p.table_name != schema.name] + [tpk]
+                self.sg.encode()
+            copied[schema.name] = _pk_tuple(schema, last_img)
+            c = wire.ct_field(time.time_ns())
+            resp = [*batch, self.simple(wire.COMMIT, 0, c)]
+            groups = [[self.simple(wire.BEGIN, 0, c)], resp] if started else [resp]
+            self.emit(groups, vgtid_at=(len(groups) - 1, len(resp) - 1))
+            started = True
+            batch = []
+            size = 0
+
+        for r in rows:
+            self.check_cancel()
+            img = image_text(schema, r)
+            assert img is not None
+            if not row_matches(plan, schema, img):
+                continue
+            n = sum(len(v) for v in img if v is not None)
+            if size + n > self.packet_size and batch:
+                flush()
+            rc = wire.f_msg(2, wire.f_msg(2, wire.encode_row(project(plan, img))))
+            re_ = (wire.f_str(1, self.tname(schema.name)) + rc + wire.f_str(3, self.sg.keyspace)
+                   + wire.f_str(4, self.sg.shard))
+            batch.append(self.simple(wire.ROW, 0, ct, wire.f_msg(5, re_)))
+            size += n
+            last_img = img
+        flush()
+        # table done: LASTPK{completed} -> the table leaves table_p_ks
+        with self.vs.lock:
+            self.sg.table_pks = [p for p in self.sg.table_pks if p.table_name != schema.name]
+            self.sg.encode()
+        copied[schema.name] = None
+        c = wire.ct_field(time.time_ns())
+        self.emit([[self.simple(wire.BEGIN, 0, c), self.simple(wire.COMMIT, 0, c)]], set_gtid=self.sg.gtid,
+                  vgtid_at=(0, 1))
+
+
+def _decode_lastpk(qr: query_pb2.QueryResult) -> list[Any]:
+    row = qr.rows[0]
+    out: list[Any] = []
+    off = 0
+    for n in row.lengths:
+        if n < 0:
+            out.append(None)
+            continue
+        v = row.values[off:off + n]
+        off += n
+        try:
+            out.append(int(v))
+        except ValueError:
+            out.append(v)
+    return out
+
+
+class _Stop(Exception):
+    pass

@@ -1,0 +1,260 @@
+"""VStream semantics of the VTGate test server: exact event sequences and positions."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import grpc
+import pytest
+from vtgatesim_fixtures import (
+    CUSTOMER,
+    Reader,
+    request,
+    sim_fixture,  # noqa: F401
+    stub_fixture,  # noqa: F401
+)
+
+from vitessapi import binlogdata_pb2, query_pb2, vtgate_pb2
+from vtgatesim import FaultPlan, VTGateSim
+from vtgatesim.gtid import GtidSet
+
+T = binlogdata_pb2.VEventType
+
+
+def unsharded(sim: VTGateSim) -> None:
+    sim.create_keyspace("commerce", ddl=[CUSTOMER])
+
+
+def test_empty_vgtid_is_invalid_argument(sim: VTGateSim, stub: Any) -> None:
+    with pytest.raises(grpc.RpcError) as ei:
+        list(stub.VStream(vtgate_pb2.VStreamRequest()))
+    assert ei.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert ei.value.details() == "vgtid must have at least one value with a starting position in ShardGtids"
+
+
+def test_empty_keyspace_requires_current(sim: VTGateSim, stub: Any) -> None:
+    unsharded(sim)
+    with pytest.raises(grpc.RpcError) as ei:
+        list(stub.VStream(request(("", "", "MySQL56/x"))))
+    assert ei.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert ei.value.details().startswith("for an empty keyspace, the Gtid value must be 'current'")
+
+
+def test_current_then_transaction(sim: VTGateSim, stub: Any) -> None:
+    unsharded(sim)
+    pos0 = sim.position("commerce", "0")
+    r = Reader(stub, request(("commerce", "0", "current")))
+    first = r.next()
+    assert [e.type for e in first.events] == [T.VGTID, T.OTHER]
+    assert first.events[0].vgtid.shard_gtids[0].gtid == pos0
+    assert first.events[0].keyspace == "commerce" and first.events[0].shard == "0"
+    sim.execute("insert into customer (id, email) values (1, 'alice@domain.com')", "commerce")
+    resp = r.next()
+    assert [e.type for e in resp.events] == [T.BEGIN, T.FIELD, T.ROW, T.VGTID, T.COMMIT]
+    row = resp.events[2].row_event
+    assert row.table_name == "commerce.customer"
+    assert list(row.row_changes[0].after.lengths) == [1, 16]
+    assert row.row_changes[0].after.values == b"1alice@domain.com"
+    assert not row.row_changes[0].HasField("before")
+    pos1 = sim.position("commerce", "0")
+    uuid = sim.topo.shard("commerce", "0").server_uuid
+    assert pos1 == f"MySQL56/{uuid}:1-2"  # the CREATE TABLE was transaction 1
+    assert resp.events[3].vgtid == binlogdata_pb2.VGtid(
+        shard_gtids=[binlogdata_pb2.ShardGtid(keyspace="commerce", shard="0", gtid=pos1)])
+    for e in (resp.events[0], resp.events[1], resp.events[2], resp.events[4]):
+        assert e.keyspace == "commerce" and e.shard == "0" and e.current_time > 0 and e.timestamp > 0
+    # second transaction on the same table: no FIELD; update has before and after
+    sim.execute("update customer set email = 'b' where id = 1", "commerce")
+    resp = r.next()
+    assert [e.type for e in resp.events] == [T.BEGIN, T.ROW, T.VGTID, T.COMMIT]
+    ch = resp.events[1].row_event.row_changes[0]
+    assert ch.before.values == b"1alice@domain.com" and ch.after.values == b"1b"
+    # DDL on a streamed table -> VGTID, DDL; the next row gets a fresh FIELD with the new column
+    sim.execute("alter table customer add column n int", "commerce")
+    resp = r.next()
+    assert [e.type for e in resp.events] == [T.VGTID, T.DDL]
+    assert resp.events[1].statement == "alter table customer add column n int"
+    sim.execute("delete from customer where id = 1", "commerce")
+    resp = r.next()
+    assert [e.type for e in resp.events] == [T.BEGIN, T.FIELD, T.ROW, T.VGTID, T.COMMIT]
+    assert [f.name for f in resp.events[1].field_event.fields] == ["id", "email", "n"]
+    assert list(resp.events[2].row_event.row_changes[0].before.lengths) == [1, 1, -1]
+    sim.other("commerce", "0")
+    assert [e.type for e in r.next().events] == [T.VGTID, T.OTHER]
+    r.close()
+
+
+def test_explicit_position_and_reparent(sim: VTGateSim, stub: Any) -> None:
+    unsharded(sim)
+    sim.execute("insert into customer (id, email) values (1, 'a')", "commerce")
+    pos = sim.position("commerce", "0")
+    sim.execute("insert into customer (id, email) values (2, 'b')", "commerce")
+    old = sim.topo.shard("commerce", "0").server_uuid
+    new = sim.reparent("commerce", "0")
+    sim.execute("insert into customer (id, email) values (3, 'c')", "commerce")
+    r = Reader(stub, request(("commerce", "0", pos)))
+    a, b = r.next(), r.next()
+    assert a.events[2].row_event.row_changes[0].after.values == b"2b"
+    assert b.events[1].row_event.row_changes[0].after.values == b"3c"
+    assert [e.type for e in b.events] == [T.BEGIN, T.ROW, T.VGTID, T.COMMIT]
+    expect = GtidSet.runs({old: 3, new: 1}).position()
+    assert b.events[2].vgtid.shard_gtids[0].gtid == expect == sim.position("commerce", "0")
+    assert "," in expect
+    r.close()
+
+
+def test_position_not_contained_is_gtidset_mismatch(sim: VTGateSim, stub: Any) -> None:
+    unsharded(sim)
+    uuid = sim.topo.shard("commerce", "0").server_uuid
+    with pytest.raises(grpc.RpcError) as ei:
+        list(stub.VStream(request(("commerce", "0", f"MySQL56/{uuid}:1-99"))))
+    assert ei.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "GTIDSet Mismatch" in ei.value.details()
+
+
+def test_sharded_current_vgtid_carries_all_shards(sim: VTGateSim, stub: Any) -> None:
+    sim.create_keyspace("commerce", ["-80", "80-"], ddl=[CUSTOMER])
+    r = Reader(stub, request(("commerce", "", "current")))
+    got = [r.next(), r.next()]
+    assert sorted(x.events[0].shard for x in got) == ["-80", "80-"]
+    sim.execute("insert into customer (id, email) values (1, 'a')", "commerce")  # id 1 -> -80
+    resp = r.next()
+    vg = resp.events[-2].vgtid
+    assert [(s.keyspace, s.shard) for s in vg.shard_gtids] == [("commerce", "-80"), ("commerce", "80-")]
+    assert vg.shard_gtids[0].gtid == sim.position("commerce", "-80")
+    assert vg.shard_gtids[1].gtid == sim.position("commerce", "80-")
+    r.close()
+
+
+def test_filters_exclude_keyspace_and_nonmatching(sim: VTGateSim, stub: Any) -> None:
+    sim.create_keyspace("commerce", ddl=[CUSTOMER, "create table orders (id bigint, sku varchar(10), primary key (id))"])
+    r = Reader(stub, request(("commerce", "0", "current"), exclude_keyspace_from_table_name=True,
+                             rules=[("customer", "select id from customer where id > 5")]))
+    r.next()
+    sim.execute("insert into orders (id, sku) values (1, 'x')", "commerce")
+    assert [e.type for e in r.next().events] == [T.BEGIN, T.VGTID, T.COMMIT]
+    sim.execute("insert into customer (id, email) values (1, 'a'), (9, 'z')", "commerce")
+    resp = r.next()
+    assert [e.type for e in resp.events] == [T.BEGIN, T.FIELD, T.ROW, T.VGTID, T.COMMIT]
+    assert resp.events[1].field_event.table_name == "customer"
+    assert [f.name for f in resp.events[1].field_event.fields] == ["id"]
+    assert [c.after.values for c in resp.events[2].row_event.row_changes] == [b"9"]
+    sim.execute("create table other (id int primary key)", "commerce")
+    assert [e.type for e in r.next().events] == [T.VGTID, T.OTHER]
+    r.close()
+
+
+def test_copy_phase_sequence(sim: VTGateSim, stub: Any) -> None:
+    sim.create_keyspace("commerce", ddl=[CUSTOMER, "create table product (sku varchar(10), primary key (sku))"])
+    sim.execute("insert into customer (id, email) values (1, 'a'), (2, 'b')", "commerce")
+    sim.execute("insert into product (sku) values ('p1')", "commerce")
+    pos = sim.position("commerce", "0")
+    # Exact messages, re-run to inspect payloads
+    r = Reader(stub, request(("commerce", "0", "")))
+    resps = [r.next() for _ in range(9)]
+    assert [[T.Name(e.type) for e in x.events] for x in resps] == [
+        ["BEGIN", "FIELD"], ["VGTID"], ["ROW", "ROW", "VGTID", "COMMIT"], ["BEGIN", "VGTID", "COMMIT"],
+        ["BEGIN", "FIELD"], ["VGTID"], ["ROW", "VGTID", "COMMIT"], ["BEGIN", "VGTID", "COMMIT"],
+        ["COPY_COMPLETED", "COPY_COMPLETED"],
+    ]
+    assert resps[1].events[0].vgtid == binlogdata_pb2.VGtid(
+        shard_gtids=[binlogdata_pb2.ShardGtid(keyspace="commerce", shard="0", gtid=pos)])
+    lastpk = binlogdata_pb2.TableLastPK(table_name="customer", lastpk=query_pb2.QueryResult(
+        fields=[query_pb2.Field(name="id", type=query_pb2.INT64)], rows=[query_pb2.Row(lengths=[1], values=b"2")]))
+    assert resps[2].events[2].vgtid == binlogdata_pb2.VGtid(
+        shard_gtids=[binlogdata_pb2.ShardGtid(keyspace="commerce", shard="0", gtid=pos, table_p_ks=[lastpk])])
+    assert [len(e.row_event.row_changes) for e in resps[2].events[:2]] == [1, 1]
+    assert resps[3].events[1].vgtid.shard_gtids[0].table_p_ks == []
+    assert resps[8].events[0].keyspace == "commerce" and resps[8].events[0].shard == "0"
+    assert resps[8].events[1].keyspace == "" and resps[8].events[1].shard == ""
+    # after the copy: streaming with a fresh FIELD
+    sim.execute("insert into customer (id, email) values (3, 'c')", "commerce")
+    assert [T.Name(e.type) for e in r.next().events] == ["BEGIN", "FIELD", "ROW", "VGTID", "COMMIT"]
+    r.close()
+
+
+def test_copy_resume_from_table_p_ks(sim: VTGateSim, stub: Any) -> None:
+    sim.create_keyspace("commerce", ddl=[CUSTOMER])
+    sim.execute("insert into customer (id, email) values (1, 'a'), (2, 'b'), (3, 'c')", "commerce")
+    pos = sim.position("commerce", "0")
+    lastpk = binlogdata_pb2.TableLastPK(table_name="customer", lastpk=query_pb2.QueryResult(
+        fields=[query_pb2.Field(name="id", type=query_pb2.INT64)], rows=[query_pb2.Row(lengths=[1], values=b"1")]))
+    req = request(("commerce", "0", pos))
+    req.vgtid.shard_gtids[0].table_p_ks.append(lastpk)
+    r = Reader(stub, req)
+    resps = [r.next() for _ in range(5)]
+    assert [[T.Name(e.type) for e in x.events] for x in resps] == [
+        ["BEGIN", "FIELD"], ["VGTID"], ["ROW", "ROW", "VGTID", "COMMIT"], ["BEGIN", "VGTID", "COMMIT"],
+        ["COPY_COMPLETED", "COPY_COMPLETED"]]
+    assert [e.row_event.row_changes[0].after.values for e in resps[2].events[:2]] == [b"2b", b"3c"]
+    r.close()
+    bad = request(("commerce", "0", pos))
+    bad.vgtid.shard_gtids[0].table_p_ks.append(binlogdata_pb2.TableLastPK(table_name="customer"))
+    with pytest.raises(grpc.RpcError) as ei:
+        list(stub.VStream(bad))
+    assert ei.value.details() == "lastpk for table customer has no fields defined"
+
+
+def test_large_transaction_split_by_packet_size(stub: Any, sim: VTGateSim) -> None:
+    sim.packet_size = 100
+    unsharded(sim)
+    r = Reader(stub, request(("commerce", "0", "current")))
+    r.next()
+    values = ", ".join(f"({i}, '{'x' * 40}')" for i in range(1, 301))
+    sim.execute(f"insert into customer (id, email) values {values}", "commerce")
+    resps = []
+    while True:
+        resp = r.next()
+        resps.append(resp)
+        if resp.events[-1].type == T.COMMIT:
+            break
+    assert len(resps) > 1
+    assert all(T.VGTID not in [e.type for e in x.events] for x in resps[:-1])
+    assert [e.type for e in resps[-1].events][-2:] == [T.VGTID, T.COMMIT]
+    rows = sum(len(e.row_event.row_changes) for x in resps for e in x.events if e.type == T.ROW)
+    assert rows == 300
+    r.close()
+
+
+def test_heartbeats_when_idle(sim: VTGateSim, stub: Any) -> None:
+    unsharded(sim)
+    r = Reader(stub, request(("commerce", "0", "current"), heartbeat_interval=1))
+    r.next()
+    hb = r.next(timeout=3).events[0]
+    assert hb.type == T.HEARTBEAT and hb.keyspace == "" and hb.timestamp == hb.current_time // 10**9
+    r.close()
+
+
+def test_keyspace_heartbeat_rows(sim: VTGateSim, stub: Any) -> None:
+    unsharded(sim)
+    r = Reader(stub, request(("commerce", "0", "current"), stream_keyspace_heartbeats=True))
+    plain = Reader(stub, request(("commerce", "0", "current")))
+    r.next(), plain.next()
+    sim.write_heartbeat("commerce")
+    resp = r.next()
+    assert [e.type for e in resp.events] == [T.BEGIN, T.FIELD, T.ROW, T.VGTID, T.COMMIT]
+    assert resp.events[1].field_event.is_internal_table and resp.events[2].row_event.is_internal_table
+    assert resp.events[2].row_event.table_name == "commerce.heartbeat"
+    assert [e.type for e in plain.next().events] == [T.BEGIN, T.VGTID, T.COMMIT]
+    r.close(), plain.close()
+
+
+def test_fault_unavailable_after_events_and_anonymised(sim: VTGateSim, stub: Any) -> None:
+    unsharded(sim)
+    sim.inject(FaultPlan(fail_after_events=2, anonymise_columns=True))
+    r = Reader(stub, request(("commerce", "0", "current")))
+    r.next()
+    sim.execute("insert into customer (id, email) values (1, 'a')", "commerce")
+    sim.execute("insert into customer (id, email) values (2, 'a')", "commerce")
+    err = r.end()
+    assert err is not None and err.code() == grpc.StatusCode.UNAVAILABLE
+
+
+def test_anonymised_field_names(sim: VTGateSim, stub: Any) -> None:
+    unsharded(sim)
+    sim.inject(FaultPlan(anonymise_columns=True))
+    r = Reader(stub, request(("commerce", "0", "current")))
+    r.next()
+    sim.execute("insert into customer (id, email) values (1, 'a')", "commerce")
+    assert [f.name for f in r.next().events[1].field_event.fields] == ["@1", "@2"]
+    r.close()
