@@ -224,7 +224,13 @@ class KafkaBroker:
 
 
 def _kraft_cluster_id() -> str:
-    """A KRaft cluster id: 16 random bytes, URL-safe base64 without padding (as StorageTool random-uuid)."""
+    """A KRaft cluster id: 16 random bytes, URL-safe base64 without padding (as StorageTool random-uuid).
+
+    Like Kafka's ``Uuid.randomUuid`` it never starts with '-', which command lines would read as a flag.
+    """
     import base64
 
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    while True:
+        text = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not text.startswith("-"):
+            return text
