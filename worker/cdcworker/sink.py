@@ -121,6 +121,10 @@ class KafkaSink:
             raise SinkError(f"{remaining} record(s) not acknowledged by Kafka within {timeout}s")
         return self._durable
 
+    def rewind(self, handed_over: Any) -> Any:
+        """Where a reconnect resumes: everything up to ``handed_over`` is already with the producer."""
+        return handed_over
+
     @property
     def pending(self) -> int:
         return sum(s.produced - s.acked for s in self._segments)
@@ -243,6 +247,17 @@ class TransactionalSink(KafkaSink):
                 self.producer.abort_transaction(timeout)
                 self._in_txn = False
         return self._durable
+
+    def rewind(self, handed_over: Any) -> Any:
+        """A reconnect resumes from the last commit point in the open transaction, or, if that
+        transaction holds part of a Vitess transaction (which the new stream replays), after
+        aborting it, from the last committed position."""
+        if self._in_txn and self._records_at_point != self._txn_records:
+            self.producer.abort_transaction(self._timeout)
+            self._in_txn = False
+            self._point = self._durable
+            return self._durable
+        return handed_over
 
     def close(self, timeout: float = 30.0) -> None:
         self.flush(timeout)

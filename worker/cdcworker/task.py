@@ -264,23 +264,33 @@ class WorkerTask:
                     encoder_config(cfg), sink, position, lookahead_rows=cfg.behaviour.max_queue_size, journal_stops=journal_stops
                 )
                 try:
-                    self._call = stub.VStream(self._request(position, journal_stops), metadata=metadata)
-                    for response in self._call:
-                        processor.process(response)
-                        if processor.stats.transactions:
-                            backoff.reset()
+                    self._call = call = stub.VStream(self._request(position, journal_stops), metadata=metadata)
+                    responses = _ResponseReader(call)
+                    while True:
+                        # A timed wait, so offsets are flushed (and EOS batches committed) while idle.
+                        item = responses.next(timeout=min(flush_every, 0.2))
+                        if item is _IDLE:
+                            pass
+                        elif item is _END:
+                            if not self._stop.is_set():
+                                raise _StreamEnded()
+                            break
+                        elif isinstance(item, BaseException):
+                            raise item
+                        else:
+                            processor.process(item)
+                            if processor.stats.transactions:
+                                backoff.reset()
                         if time.monotonic() >= next_flush:
                             self._write_offset(store, sink.durable_position())
                             next_flush = time.monotonic() + flush_every
-                    if not self._stop.is_set():
-                        raise _StreamEnded()
                 except ReassignmentNeeded as exc:
                     sink.flush()
                     self._write_offset(store, exc.vgtid)
                     result = TaskResult(exitcodes.REASSIGNMENT_NEEDED, str(exc), exc.vgtid)
                 except (grpc.RpcError, _StreamEnded) as exc:
                     processor.abandon_transaction()
-                    position = processor.position
+                    position = sink.rewind(processor.position)
                     if self._stop.is_set():
                         break
                     if isinstance(exc, grpc.RpcError):
@@ -311,6 +321,42 @@ class WorkerTask:
         finally:
             store.close()
             channel.close()
+
+
+_IDLE = object()
+_END = object()
+
+
+class _ResponseReader:
+    """Reads the VStream on its own thread into a small bounded queue.
+
+    The bound is the back-pressure: while the processor is blocked on Kafka the queue fills, the
+    reader stops pulling, and gRPC flow control stops VTGate. The timed ``next`` lets the task
+    flush offsets while the source is idle.
+    """
+
+    def __init__(self, call: Any, depth: int = 16) -> None:
+        import queue
+
+        self._queue: queue.Queue[Any] = queue.Queue(maxsize=depth)
+        self._empty = queue.Empty
+        self._thread = threading.Thread(target=self._run, args=(call,), name="vstream-reader", daemon=True)
+        self._thread.start()
+
+    def _run(self, call: Any) -> None:
+        put = self._queue.put
+        try:
+            for response in call:
+                put(response)
+            put(_END)
+        except BaseException as exc:  # noqa: BLE001 - handed to the processing thread
+            put(exc)
+
+    def next(self, timeout: float) -> Any:
+        try:
+            return self._queue.get(timeout=timeout)
+        except self._empty:
+            return _IDLE
 
 
 class _StreamEnded(Exception):

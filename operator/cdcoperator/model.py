@@ -1,0 +1,398 @@
+"""Typed, frozen view of a CdcConnector resource, parsed from the dict the API server returns.
+
+The CRD's schema and CEL rules already reject malformed resources, so parsing here only fills in
+defaults and raises ``SpecError`` for the few things a schema cannot express (or a resource that
+reached us without the CRD, e.g. in local mode). Defaults live here once; the CRD documents them.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from cdcworker.keyrange import is_valid_shard_name
+
+__all__ = [
+    "API_VERSION",
+    "DEFAULT_IMAGE",
+    "GROUP",
+    "KIND",
+    "VERSION",
+    "BackfillEngine",
+    "BackfillRequest",
+    "BackfillSpec",
+    "ConnectorResource",
+    "ConnectorSpec",
+    "CredentialsRef",
+    "DeletionPolicy",
+    "KafkaSecurityRef",
+    "KafkaSpec",
+    "PodTemplateOverrides",
+    "SecretKeyRef",
+    "SnapshotSpec",
+    "SpecError",
+    "State",
+    "TlsSpec",
+    "VitessSource",
+    "WorkerSpec",
+]
+
+GROUP = "shardcdc.io"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = "CdcConnector"
+DEFAULT_IMAGE = "ghcr.io/shardcdc/shardcdc:0.1.0"
+DEFAULT_METRICS_PORT = 8080
+
+
+class SpecError(ValueError):
+    """The resource cannot be turned into a connector spec (the message names the field)."""
+
+
+class State(enum.StrEnum):
+    """``spec.state``: what the workers should be doing."""
+
+    RUNNING = "running"
+    PAUSED = "paused"
+    STOPPED = "stopped"
+
+
+class DeletionPolicy(enum.StrEnum):
+    RETAIN = "Retain"
+    DELETE_OFFSETS = "DeleteOffsets"
+
+
+class BackfillEngine(enum.StrEnum):
+    SPARK_OPERATOR = "sparkOperator"
+    SPARK_SUBMIT = "sparkSubmit"
+    LOCAL = "local"
+
+
+@dataclass(frozen=True, slots=True)
+class SecretKeyRef:
+    """One key of a Secret in the connector's namespace."""
+
+    name: str
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
+class CredentialsRef:
+    """A Secret holding the VTGate user and password (kubernetes.io/basic-auth key names by default)."""
+
+    name: str
+    username_key: str = "username"
+    password_key: str = "password"
+
+
+@dataclass(frozen=True, slots=True)
+class TlsSpec:
+    enabled: bool = False
+    ca_secret_ref: SecretKeyRef | None = None
+    client_cert_secret_ref: str | None = None  # a kubernetes.io/tls Secret: tls.crt and tls.key
+    server_name: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class VitessSource:
+    vtgate: str  # host:port
+    keyspace: str
+    tablet_type: str = "PRIMARY"
+    vtctld: str | None = None
+    shards: tuple[str, ...] | None = None  # None: every serving shard
+    tls: TlsSpec = field(default_factory=TlsSpec)
+    credentials: CredentialsRef | None = None
+
+    @property
+    def vtgate_host(self) -> str:
+        return self.vtgate.rsplit(":", 1)[0].strip("[]")
+
+    @property
+    def vtgate_port(self) -> int:
+        return int(self.vtgate.rsplit(":", 1)[1])
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaSecurityRef:
+    """A Secret whose keys are Kafka client property names (``sasl.jaas.config`` ...), one file each."""
+
+    name: str
+    properties: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaSpec:
+    bootstrap_servers: str
+    topic_prefix: str
+    offsets_topic: str = "shardcdc-offsets"
+    security_protocol: str = "PLAINTEXT"
+    security: KafkaSecurityRef | None = None
+    producer: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class PodTemplateOverrides:
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    tolerations: tuple[Mapping[str, Any], ...] = ()
+    affinity: Mapping[str, Any] | None = None
+    security_context: Mapping[str, Any] | None = None  # pod-level, merged over our non-root default
+    service_account_name: str | None = None
+    priority_class_name: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerSpec:
+    image: str = DEFAULT_IMAGE
+    image_pull_policy: str = "IfNotPresent"
+    resources: Mapping[str, Any] | None = None
+    metrics_port: int = DEFAULT_METRICS_PORT
+    pod_template: PodTemplateOverrides = field(default_factory=PodTemplateOverrides)
+
+
+@dataclass(frozen=True, slots=True)
+class BackfillSpec:
+    engine: BackfillEngine = BackfillEngine.LOCAL
+    spark: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotSpec:
+    mode: str = "initial"
+    backfill: BackfillSpec | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class BackfillRequest:
+    id: str
+    tables: tuple[str, ...]
+    condition: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectorSpec:
+    source: VitessSource
+    kafka: KafkaSpec
+    tasks: int = 1
+    state: State = State.RUNNING
+    config: Mapping[str, str] = field(default_factory=dict)
+    worker: WorkerSpec = field(default_factory=WorkerSpec)
+    snapshot: SnapshotSpec = field(default_factory=SnapshotSpec)
+    backfills: tuple[BackfillRequest, ...] = ()
+    deletion_policy: DeletionPolicy = DeletionPolicy.RETAIN
+
+    @classmethod
+    def from_dict(cls, spec: Mapping[str, Any]) -> ConnectorSpec:
+        return _parse_spec(spec)
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectorResource:
+    """The parts of a CdcConnector the operator uses: identity plus the parsed spec."""
+
+    name: str
+    namespace: str
+    uid: str
+    generation: int
+    spec: ConnectorSpec
+
+    @classmethod
+    def from_body(cls, body: Mapping[str, Any]) -> ConnectorResource:
+        meta = body.get("metadata") or {}
+        name = meta.get("name")
+        if not isinstance(name, str) or not name:
+            raise SpecError("metadata.name is required")
+        return cls(
+            name=name,
+            namespace=str(meta.get("namespace") or "default"),
+            uid=str(meta.get("uid") or ""),
+            generation=int(meta.get("generation") or 0),
+            spec=_parse_spec(body.get("spec") or {}),
+        )
+
+
+# --- parsing helpers ----------------------------------------------------------------------------------
+
+
+def _obj(d: Mapping[str, Any], key: str, where: str) -> Mapping[str, Any]:
+    value = d.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise SpecError(f"{where}.{key} must be an object")
+    return value
+
+
+def _req_str(d: Mapping[str, Any], key: str, where: str) -> str:
+    value = d.get(key)
+    if not isinstance(value, str) or not value:
+        raise SpecError(f"{where}.{key} is required and must be a non-empty string")
+    return value
+
+
+def _opt_str(d: Mapping[str, Any], key: str, where: str) -> str | None:
+    value = d.get(key)
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise SpecError(f"{where}.{key} must be a string")
+    return value
+
+
+def _str_map(d: Mapping[str, Any], key: str, where: str) -> dict[str, str]:
+    raw = _obj(d, key, where)
+    out: dict[str, str] = {}
+    for k, v in raw.items():
+        if not isinstance(v, str):
+            raise SpecError(f"{where}.{key}[{k!r}] must be a string")
+        out[str(k)] = v
+    return out
+
+
+def _enum(kind: type[enum.StrEnum], value: Any, where: str, default: enum.StrEnum) -> Any:
+    if value is None:
+        return default
+    try:
+        return kind(value)
+    except ValueError:
+        allowed = ", ".join(m.value for m in kind)
+        raise SpecError(f"{where} must be one of {allowed}, got {value!r}") from None
+
+
+def _parse_source(spec: Mapping[str, Any]) -> VitessSource:
+    source = _obj(spec, "source", "spec")
+    vt = _obj(source, "vitess", "spec.source")
+    where = "spec.source.vitess"
+    if not vt:
+        raise SpecError(f"{where} is required")
+    vtgate = _req_str(vt, "vtgate", where)
+    host, sep, port = vtgate.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise SpecError(f"{where}.vtgate must be host:port, got {vtgate!r}")
+    shards_raw = vt.get("shards")
+    shards: tuple[str, ...] | None = None
+    if shards_raw:
+        shards = tuple(str(s) for s in shards_raw)
+        bad = [s for s in shards if not is_valid_shard_name(s)]
+        if bad:
+            raise SpecError(f"{where}.shards has invalid shard names: {', '.join(bad)}")
+    tls_raw = _obj(vt, "tls", where)
+    ca = _obj(tls_raw, "caSecretRef", f"{where}.tls")
+    tls = TlsSpec(
+        enabled=bool(tls_raw.get("enabled", False)),
+        ca_secret_ref=SecretKeyRef(_req_str(ca, "name", f"{where}.tls.caSecretRef"), str(ca.get("key") or "ca.crt"))
+        if ca
+        else None,
+        client_cert_secret_ref=_opt_str(_obj(tls_raw, "clientCertSecretRef", f"{where}.tls"), "name", where),
+        server_name=_opt_str(tls_raw, "serverName", f"{where}.tls"),
+    )
+    cred_raw = _obj(vt, "credentialsSecretRef", where)
+    credentials = (
+        CredentialsRef(
+            name=_req_str(cred_raw, "name", f"{where}.credentialsSecretRef"),
+            username_key=str(cred_raw.get("usernameKey") or "username"),
+            password_key=str(cred_raw.get("passwordKey") or "password"),
+        )
+        if cred_raw
+        else None
+    )
+    return VitessSource(
+        vtgate=vtgate,
+        keyspace=_req_str(vt, "keyspace", where),
+        tablet_type=str(vt.get("tabletType") or "PRIMARY"),
+        vtctld=_opt_str(vt, "vtctld", where),
+        shards=shards,
+        tls=tls,
+        credentials=credentials,
+    )
+
+
+def _parse_kafka(spec: Mapping[str, Any]) -> KafkaSpec:
+    kafka = _obj(spec, "kafka", "spec")
+    where = "spec.kafka"
+    if not kafka:
+        raise SpecError(f"{where} is required")
+    sec_raw = _obj(kafka, "securitySecretRef", where)
+    security = (
+        KafkaSecurityRef(
+            name=_req_str(sec_raw, "name", f"{where}.securitySecretRef"),
+            properties=tuple(str(p) for p in sec_raw.get("properties") or ()),
+        )
+        if sec_raw
+        else None
+    )
+    return KafkaSpec(
+        bootstrap_servers=_req_str(kafka, "bootstrapServers", where),
+        topic_prefix=_req_str(kafka, "topicPrefix", where),
+        offsets_topic=str(kafka.get("offsetsTopic") or "shardcdc-offsets"),
+        security_protocol=str(kafka.get("securityProtocol") or "PLAINTEXT"),
+        security=security,
+        producer=_str_map(kafka, "producer", where),
+    )
+
+
+def _parse_worker(spec: Mapping[str, Any]) -> WorkerSpec:
+    worker = _obj(spec, "worker", "spec")
+    where = "spec.worker"
+    tpl = _obj(worker, "podTemplate", where)
+    twhere = f"{where}.podTemplate"
+    tolerations = tpl.get("tolerations") or ()
+    overrides = PodTemplateOverrides(
+        labels=_str_map(tpl, "labels", twhere),
+        annotations=_str_map(tpl, "annotations", twhere),
+        node_selector=_str_map(tpl, "nodeSelector", twhere),
+        tolerations=tuple(dict(t) for t in tolerations),
+        affinity=dict(_obj(tpl, "affinity", twhere)) or None,
+        security_context=dict(_obj(tpl, "securityContext", twhere)) or None,
+        service_account_name=_opt_str(tpl, "serviceAccountName", twhere),
+        priority_class_name=_opt_str(tpl, "priorityClassName", twhere),
+    )
+    return WorkerSpec(
+        image=str(worker.get("image") or DEFAULT_IMAGE),
+        image_pull_policy=str(worker.get("imagePullPolicy") or "IfNotPresent"),
+        resources=dict(_obj(worker, "resources", where)) or None,
+        metrics_port=int(worker.get("metricsPort") or DEFAULT_METRICS_PORT),
+        pod_template=overrides,
+    )
+
+
+def _parse_snapshot(spec: Mapping[str, Any]) -> SnapshotSpec:
+    snap = _obj(spec, "snapshot", "spec")
+    bf = _obj(snap, "backfill", "spec.snapshot")
+    backfill = (
+        BackfillSpec(
+            engine=_enum(BackfillEngine, bf.get("engine"), "spec.snapshot.backfill.engine", BackfillEngine.LOCAL),
+            spark=dict(_obj(bf, "spark", "spec.snapshot.backfill")),
+        )
+        if bf
+        else None
+    )
+    return SnapshotSpec(mode=str(snap.get("mode") or "initial"), backfill=backfill)
+
+
+def _parse_spec(spec: Mapping[str, Any]) -> ConnectorSpec:
+    tasks = spec.get("tasks", 1)
+    if not isinstance(tasks, int) or isinstance(tasks, bool) or tasks < 1:
+        raise SpecError(f"spec.tasks must be an integer >= 1, got {tasks!r}")
+    backfills = tuple(
+        BackfillRequest(
+            id=_req_str(b, "id", f"spec.backfills[{i}]"),
+            tables=tuple(str(t) for t in b.get("tables") or ()),
+            condition=_opt_str(b, "condition", f"spec.backfills[{i}]"),
+        )
+        for i, b in enumerate(spec.get("backfills") or ())
+    )
+    return ConnectorSpec(
+        source=_parse_source(spec),
+        kafka=_parse_kafka(spec),
+        tasks=tasks,
+        state=_enum(State, spec.get("state"), "spec.state", State.RUNNING),
+        config=_str_map(spec, "config", "spec"),
+        worker=_parse_worker(spec),
+        snapshot=_parse_snapshot(spec),
+        backfills=backfills,
+        deletion_policy=_enum(DeletionPolicy, spec.get("deletionPolicy"), "spec.deletionPolicy", DeletionPolicy.RETAIN),
+    )

@@ -1,0 +1,82 @@
+"""Deterministic names and labels of the objects the operator owns.
+
+Labels are API: users select on them (``kubectl get pods -l shardcdc.io/connector=orders``) and the
+scale subresource's ``status.selector`` is built from them, so changing one is a breaking change.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+__all__ = [
+    "CONFIG_CHECKSUM_ANNOTATION",
+    "FINALIZER",
+    "LABEL_COMPONENT",
+    "LABEL_CONNECTOR",
+    "LABEL_GENERATION",
+    "LABEL_INSTANCE",
+    "LABEL_MANAGED_BY",
+    "LABEL_NAME",
+    "LABEL_TASK",
+    "MANAGED_BY",
+    "MAX_NAME_LENGTH",
+    "RESTART_ANNOTATION",
+    "selector",
+    "selector_labels",
+    "task_labels",
+    "task_object_name",
+]
+
+PREFIX = "shardcdc.io"
+LABEL_CONNECTOR = f"{PREFIX}/connector"
+LABEL_GENERATION = f"{PREFIX}/generation"
+LABEL_TASK = f"{PREFIX}/task"
+LABEL_NAME = "app.kubernetes.io/name"
+LABEL_INSTANCE = "app.kubernetes.io/instance"
+LABEL_COMPONENT = "app.kubernetes.io/component"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+MANAGED_BY = "shardcdc-operator"
+CONFIG_CHECKSUM_ANNOTATION = f"{PREFIX}/config-checksum"
+RESTART_ANNOTATION = f"{PREFIX}/restart"
+FINALIZER = f"{PREFIX}/finalizer"
+
+# A DNS label (pod host names, label values); names longer than this are shortened with a hash.
+MAX_NAME_LENGTH = 63
+
+
+def task_object_name(connector: str, generation: int, task_id: int) -> str:
+    """``<connector>-g<gen>-t<id>``: the Deployment and ConfigMap of one task of one generation.
+
+    The CRD limits connector names so this always fits; a longer name (local mode, no CRD) keeps
+    the suffix and replaces the end of the connector name by a short hash, still deterministic.
+    """
+    suffix = f"-g{generation}-t{task_id}"
+    name = connector + suffix
+    if len(name) <= MAX_NAME_LENGTH:
+        return name
+    digest = hashlib.sha256(connector.encode()).hexdigest()[:8]
+    keep = MAX_NAME_LENGTH - len(suffix) - len(digest) - 1
+    return f"{connector[:keep].rstrip('-.')}-{digest}{suffix}"
+
+
+def selector_labels(connector: str) -> dict[str, str]:
+    """Labels every worker pod of a connector carries, whatever its generation."""
+    return {LABEL_CONNECTOR: connector}
+
+
+def selector(connector: str) -> str:
+    """``status.selector`` (the scale subresource's label selector) in string form."""
+    return ",".join(f"{k}={v}" for k, v in selector_labels(connector).items())
+
+
+def task_labels(connector: str, generation: int, task_id: int) -> dict[str, str]:
+    """The full label set of one task's objects (also the Deployment's pod selector)."""
+    return {
+        LABEL_NAME: "shardcdc-worker",
+        LABEL_INSTANCE: connector,
+        LABEL_COMPONENT: "worker",
+        LABEL_MANAGED_BY: MANAGED_BY,
+        LABEL_CONNECTOR: connector,
+        LABEL_GENERATION: str(generation),
+        LABEL_TASK: str(task_id),
+    }

@@ -1,0 +1,272 @@
+"""Pure builders of the per-task ConfigMap and Deployment: exact structure."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cdcoperator import naming
+from cdcoperator.model import ConnectorResource
+from cdcoperator.objects import build_task_objects, render_properties, worker_properties
+from cdcoperator.planner import TaskPlan
+
+BODY: dict[str, Any] = {
+    "apiVersion": "shardcdc.io/v1alpha1",
+    "kind": "CdcConnector",
+    "metadata": {"name": "orders", "namespace": "shop", "uid": "u-1", "generation": 3},
+    "spec": {
+        "source": {
+            "vitess": {
+                "vtgate": "vtgate.vitess:15991",
+                "keyspace": "commerce",
+                "tabletType": "REPLICA",
+                "tls": {"enabled": True, "caSecretRef": {"name": "vt-ca"}, "serverName": "vtgate.local"},
+                "credentialsSecretRef": {"name": "vt-creds"},
+            }
+        },
+        "kafka": {
+            "bootstrapServers": "k1:9092,k2:9092",
+            "topicPrefix": "shop",
+            "offsetsTopic": "shop-offsets",
+            "securityProtocol": "SASL_SSL",
+            "securitySecretRef": {"name": "kafka-client", "properties": ["sasl.jaas.config"]},
+            "producer": {"linger.ms": "5", "compression.type": "zstd"},
+        },
+        "tasks": 2,
+        "config": {"table.include.list": "commerce\\.orders", "heartbeat.interval.ms": "1000"},
+        "worker": {
+            "image": "registry/shardcdc:1.2.3",
+            "resources": {"requests": {"cpu": "1"}, "limits": {"memory": "2Gi"}},
+            "podTemplate": {
+                "labels": {"team": "data", naming.LABEL_TASK: "evil"},
+                "annotations": {"prometheus.io/scrape": "true"},
+                "nodeSelector": {"pool": "cdc"},
+                "tolerations": [{"key": "cdc", "operator": "Exists", "effect": "NoSchedule"}],
+                "securityContext": {"runAsUser": 1000, "runAsNonRoot": False},
+            },
+        },
+    },
+}
+TASK = TaskPlan(generation=4, task_id=1, task_count=2, previous_tasks=3, shards=("40-80", "c0-"), run=True)
+SELF_LABELS = {
+    "app.kubernetes.io/name": "shardcdc-worker",
+    "app.kubernetes.io/instance": "orders",
+    "app.kubernetes.io/component": "worker",
+    "app.kubernetes.io/managed-by": "shardcdc-operator",
+    "shardcdc.io/connector": "orders",
+    "shardcdc.io/generation": "4",
+    "shardcdc.io/task": "1",
+}
+OWNER = {"apiVersion": "shardcdc.io/v1alpha1", "kind": "CdcConnector", "name": "orders", "uid": "u-1",
+         "controller": True, "blockOwnerDeletion": True}
+
+EXPECTED_PROPERTIES = """\
+# CdcConnector shop/orders: generation 4, task 1 of 2
+# Written by the shardcdc operator; edits are overwritten.
+name=orders
+topic.prefix=shop
+tasks.max=2
+vitess.offset.storage.per.task=true
+vitess.offset.storage.task.key.gen=4
+vitess.prev.num.tasks=3
+shardcdc.task.id=1
+shardcdc.task.count=2
+shardcdc.task.generation=4
+shardcdc.task.prev.count=3
+shardcdc.task.shards=40-80,c0-
+database.hostname=vtgate.vitess
+database.port=15991
+vitess.keyspace=commerce
+vitess.tablet.type=REPLICA
+database.user=${file:/etc/shardcdc/secrets/vitess-credentials/username}
+database.password=${file:/etc/shardcdc/secrets/vitess-credentials/password}
+shardcdc.vitess.tls.enabled=true
+shardcdc.vitess.tls.ca.file=/etc/shardcdc/secrets/vitess-ca/ca.crt
+shardcdc.vitess.tls.server.name=vtgate.local
+bootstrap.servers=k1:9092,k2:9092
+offset.storage.topic=shop-offsets
+security.protocol=SASL_SSL
+sasl.jaas.config=${file:/etc/shardcdc/secrets/kafka/sasl.jaas.config}
+producer.compression.type=zstd
+producer.linger.ms=5
+snapshot.mode=initial
+shardcdc.metrics.port=8080
+heartbeat.interval.ms=1000
+table.include.list=commerce\\\\.orders
+"""
+
+
+def objects() -> tuple[dict[str, Any], dict[str, Any]]:
+    return build_task_objects(ConnectorResource.from_body(BODY), TASK)
+
+
+def test_config_map_exact() -> None:
+    cm, _ = objects()
+    assert cm["data"] == {"worker.properties": EXPECTED_PROPERTIES}
+    checksum = cm["metadata"]["annotations"]["shardcdc.io/config-checksum"]
+    assert checksum.startswith("sha256:") and len(checksum) == 7 + 64
+    assert cm["metadata"] == {
+        "name": "orders-g4-t1",
+        "namespace": "shop",
+        "labels": SELF_LABELS,
+        "ownerReferences": [OWNER],
+        "annotations": {"shardcdc.io/config-checksum": checksum},
+    }
+    assert (cm["apiVersion"], cm["kind"]) == ("v1", "ConfigMap")
+
+
+def test_no_secret_values_in_config_map() -> None:
+    cm, _ = objects()
+    text = cm["data"]["worker.properties"]
+    for line in text.splitlines():
+        if line.startswith(("database.user=", "database.password=", "sasl.jaas.config=")):
+            assert "=${file:/etc/shardcdc/secrets/" in line
+
+
+def test_deployment_exact() -> None:
+    cm, dep = objects()
+    checksum = cm["metadata"]["annotations"]["shardcdc.io/config-checksum"]
+    probe = {"httpGet": {"port": "metrics"}, "timeoutSeconds": 3}
+    assert dep == {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {
+            "name": "orders-g4-t1",
+            "namespace": "shop",
+            "labels": SELF_LABELS,
+            "ownerReferences": [OWNER],
+            "annotations": {"shardcdc.io/config-checksum": checksum},
+        },
+        "spec": {
+            "replicas": 1,
+            "strategy": {"type": "Recreate"},
+            "revisionHistoryLimit": 2,
+            "selector": {"matchLabels": SELF_LABELS},
+            "template": {
+                "metadata": {
+                    "labels": {"team": "data", **SELF_LABELS},
+                    "annotations": {"prometheus.io/scrape": "true", "shardcdc.io/config-checksum": checksum},
+                },
+                "spec": {
+                    "automountServiceAccountToken": False,
+                    "enableServiceLinks": False,
+                    "terminationGracePeriodSeconds": 45,
+                    "securityContext": {
+                        "runAsNonRoot": True,
+                        "runAsUser": 1000,
+                        "runAsGroup": 65532,
+                        "fsGroup": 65532,
+                        "seccompProfile": {"type": "RuntimeDefault"},
+                    },
+                    "containers": [
+                        {
+                            "name": "worker",
+                            "image": "registry/shardcdc:1.2.3",
+                            "imagePullPolicy": "IfNotPresent",
+                            "command": ["shardcdc", "worker", "--config", "/etc/shardcdc/worker.properties"],
+                            "env": [
+                                {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                                {"name": "POD_NAMESPACE",
+                                 "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+                                {"name": "TMPDIR", "value": "/tmp"},
+                            ],
+                            "ports": [{"name": "metrics", "containerPort": 8080, "protocol": "TCP"}],
+                            "resources": {"requests": {"cpu": "1"}, "limits": {"memory": "2Gi"}},
+                            "startupProbe": {**probe, "httpGet": {"path": "/healthz", "port": "metrics"},
+                                             "periodSeconds": 2, "failureThreshold": 60},
+                            "livenessProbe": {**probe, "httpGet": {"path": "/healthz", "port": "metrics"},
+                                              "periodSeconds": 10, "failureThreshold": 3},
+                            "readinessProbe": {**probe, "httpGet": {"path": "/readyz", "port": "metrics"},
+                                               "periodSeconds": 5, "failureThreshold": 2},
+                            "securityContext": {
+                                "allowPrivilegeEscalation": False,
+                                "readOnlyRootFilesystem": True,
+                                "runAsNonRoot": True,
+                                "capabilities": {"drop": ["ALL"]},
+                            },
+                            "volumeMounts": [
+                                {"name": "config", "mountPath": "/etc/shardcdc", "readOnly": True},
+                                {"name": "tmp", "mountPath": "/tmp"},
+                            ],
+                        }
+                    ],
+                    "volumes": [
+                        {
+                            "name": "config",
+                            "projected": {
+                                "defaultMode": 0o440,
+                                "sources": [
+                                    {"configMap": {"name": "orders-g4-t1",
+                                                   "items": [{"key": "worker.properties",
+                                                              "path": "worker.properties"}]}},
+                                    {"secret": {"name": "vt-creds", "items": [
+                                        {"key": "username", "path": "secrets/vitess-credentials/username"},
+                                        {"key": "password", "path": "secrets/vitess-credentials/password"}]}},
+                                    {"secret": {"name": "vt-ca", "items": [
+                                        {"key": "ca.crt", "path": "secrets/vitess-ca/ca.crt"}]}},
+                                    {"secret": {"name": "kafka-client", "items": [
+                                        {"key": "sasl.jaas.config", "path": "secrets/kafka/sasl.jaas.config"}]}},
+                                ],
+                            },
+                        },
+                        {"name": "tmp", "emptyDir": {"sizeLimit": "256Mi"}},
+                    ],
+                    "nodeSelector": {"pool": "cdc"},
+                    "tolerations": [{"key": "cdc", "operator": "Exists", "effect": "NoSchedule"}],
+                },
+            },
+        },
+    }
+
+
+def test_not_running_task_has_zero_replicas_and_same_config() -> None:
+    cr = ConnectorResource.from_body(BODY)
+    cm_run, dep_run = build_task_objects(cr, TASK)
+    cm_stop, dep_stop = build_task_objects(cr, TaskPlan(4, 1, 2, 3, ("40-80", "c0-"), run=False))
+    assert dep_stop["spec"]["replicas"] == 0
+    assert cm_stop == cm_run  # pausing does not roll the config
+    assert {**dep_stop["spec"], "replicas": 1} == dep_run["spec"]
+
+
+def test_checksum_changes_with_config() -> None:
+    cr = ConnectorResource.from_body(BODY)
+    cm_a, _ = build_task_objects(cr, TASK)
+    cm_b, dep_b = build_task_objects(cr, TaskPlan(4, 1, 2, 3, ("40-80",), run=True))
+    key = "shardcdc.io/config-checksum"
+    assert cm_a["metadata"]["annotations"][key] != cm_b["metadata"]["annotations"][key]
+    assert (dep_b["spec"]["template"]["metadata"]["annotations"][key]
+            == cm_b["metadata"]["annotations"][key])
+
+
+def test_minimal_spec_defaults() -> None:
+    body = {"metadata": {"name": "c", "namespace": "ns", "uid": "u"},
+            "spec": {"source": {"vitess": {"vtgate": "[::1]:15991", "keyspace": "ks"}},
+                     "kafka": {"bootstrapServers": "k:9092", "topicPrefix": "p"}}}
+    cr = ConnectorResource.from_body(body)
+    props = worker_properties(cr, TaskPlan(0, 0, 1, -1, ("0",), True))
+    assert props["database.hostname"] == "::1"
+    assert props["vitess.prev.num.tasks"] == "-1"
+    assert props["vitess.tablet.type"] == "PRIMARY"
+    assert "database.user" not in props and "shardcdc.vitess.tls.enabled" not in props
+    _, dep = build_task_objects(cr, TaskPlan(0, 0, 1, -1, ("0",), True))
+    pod = dep["spec"]["template"]["spec"]
+    assert pod["containers"][0]["resources"] == {"requests": {"cpu": "250m", "memory": "256Mi"},
+                                                 "limits": {"memory": "1Gi"}}
+    assert pod["volumes"][0]["projected"]["sources"] == [
+        {"configMap": {"name": "c-g0-t0", "items": [{"key": "worker.properties", "path": "worker.properties"}]}}
+    ]
+    assert "nodeSelector" not in pod and "tolerations" not in pod and "affinity" not in pod
+
+
+def test_render_properties_escaping() -> None:
+    text = render_properties({"a b": " lead", "k:=#!": "x\\y\nz", "plain": "${file:/p:k}"})
+    assert text == "a\\ b=\\ lead\nk\\:\\=\\#\\!=x\\\\y\\nz\nplain=${file:/p:k}\n"
+
+
+def test_names_are_deterministic_and_bounded() -> None:
+    assert naming.task_object_name("orders", 12, 3) == "orders-g12-t3"
+    long = "x" * 60
+    name = naming.task_object_name(long, 123, 45)
+    assert len(name) == 63 and name.endswith("-g123-t45")
+    assert name == naming.task_object_name(long, 123, 45)
+    assert naming.task_object_name(long, 123, 45) != naming.task_object_name("y" * 60, 123, 45)
+    assert naming.selector("orders") == "shardcdc.io/connector=orders"

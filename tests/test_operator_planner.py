@@ -1,0 +1,486 @@
+"""The operator's pure planner, tested like Debezium's VitessConnectorTest matrix, plus conditions and status."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+from cdcoperator import conditions as cond
+from cdcoperator.model import ConnectorSpec
+from cdcoperator.planner import (
+    Action,
+    Generation,
+    GenPhase,
+    Journal,
+    PendingChange,
+    Plan,
+    TaskPhase,
+    TaskPlan,
+    TaskRef,
+    TaskReport,
+    desired_shards,
+    generation_from_status,
+    generation_to_status,
+    plan,
+)
+
+FOUR = ["-40", "40-80", "80-c0", "c0-"]
+
+
+def spec(tasks: int = 2, state: str = "running", shards: Sequence[str] | None = None) -> ConnectorSpec:
+    vitess: dict[str, Any] = {"vtgate": "vtgate:15991", "keyspace": "commerce"}
+    if shards is not None:
+        vitess["shards"] = list(shards)
+    return ConnectorSpec.from_dict(
+        {
+            "source": {"vitess": vitess},
+            "kafka": {"bootstrapServers": "kafka:9092", "topicPrefix": "shop"},
+            "tasks": tasks,
+            "state": state,
+        }
+    )
+
+
+def streaming(g: Generation) -> list[TaskReport]:
+    return [TaskReport(g.generation, t, TaskPhase.STREAMING, pod=f"p{t}") for t in range(g.tasks)]
+
+
+def persist(p: Plan) -> Generation:
+    """What the next reconcile reads back: the record through status.assignment."""
+    assert p.generation is not None
+    back = generation_from_status(generation_to_status(p.generation))
+    assert back == p.generation
+    return back
+
+
+def condition(p: Plan, type_: str) -> cond.ConditionSpec:
+    (found,) = [c for c in p.conditions if c.type == type_]
+    return found
+
+
+def start(tasks: int, shards: Sequence[str]) -> Generation:
+    p = plan(spec(tasks), shards, None)
+    assert p.action is Action.START
+    return persist(p)
+
+
+def migrate(g: Generation, s: ConnectorSpec, serving: Sequence[str]) -> tuple[Plan, Plan]:
+    """Drive one generation change: drain (workers streaming), then start once they have exited."""
+    drain = plan(s, serving, g, streaming(g))
+    assert drain.action is Action.DRAIN
+    assert drain.stop == tuple(TaskRef(g.generation, t) for t in range(g.tasks))
+    assert all(not w.run for w in drain.workers)
+    drained = persist(drain)
+    exited = [TaskReport(g.generation, t, TaskPhase.EXITED) for t in range(g.tasks)]
+    started = plan(s, serving, drained, exited)
+    assert started.action is Action.START
+    return drain, started
+
+
+# --- round-robin over Java-sorted shards --------------------------------------------------------------
+
+
+def test_round_robin_over_java_sorted_shards() -> None:
+    p = plan(spec(2), ["c0-", "80-c0", "-40", "40-80"], None)
+    assert p.action is Action.START
+    assert p.generation == Generation(0, 2, -1, (("-40", "80-c0"), ("40-80", "c0-")))
+    assert p.workers == (
+        TaskPlan(0, 0, 2, -1, ("-40", "80-c0"), True),
+        TaskPlan(0, 1, 2, -1, ("40-80", "c0-"), True),
+    )
+    assert [(e.type, e.reason) for e in p.events] == [("Normal", "GenerationStarted")]
+
+
+def test_round_robin_debezium_example_uneven_shards() -> None:
+    # VitessConnector.taskConfigs: -80,80-90,90- over 2 tasks gives task0 = -80,90- and task1 = 80-90.
+    p = plan(spec(2), ["90-", "-80", "80-90"], None)
+    assert p.generation is not None
+    assert p.generation.assignment == (("-80", "90-"), ("80-90",))
+
+
+def test_java_order_is_code_unit_order_not_key_range_order() -> None:
+    # '-' (0x2d) sorts before digits and digits before letters; upper case before lower case.
+    p = plan(spec(1), ["a0-", "-", "0", "A0-B0", "-10"], None)
+    assert p.generation is not None
+    assert p.generation.assignment == (("-", "-10", "0", "A0-B0", "a0-"),)
+
+
+def test_tasks_capped_at_shard_count() -> None:
+    p = plan(spec(8), ["-80", "80-"], None)
+    assert p.generation == Generation(0, 2, -1, (("-80",), ("80-",)))
+    assert condition(p, cond.READY).status is False
+    assert condition(p, cond.PROGRESSING) == cond.ConditionSpec(
+        cond.PROGRESSING, True, "GenerationStarted", "starting 2 workers of generation 0"
+    )
+
+
+def test_steady_state_ready_and_stable() -> None:
+    g = start(2, FOUR)
+    p = plan(spec(2), FOUR, g, streaming(g))
+    assert p.action is Action.KEEP
+    assert p.generation == g
+    assert p.stop == () and p.remove == ()
+    assert condition(p, cond.READY) == cond.ConditionSpec(
+        cond.READY, True, "AllTasksStreaming", "2 tasks streaming 4 shards in generation 0"
+    )
+    assert condition(p, cond.PROGRESSING).status is False
+    assert condition(p, cond.DEGRADED) == cond.ConditionSpec(cond.DEGRADED, False, "AsExpected", "")
+    assert condition(p, cond.RESHARDING).status is False
+    assert condition(p, cond.PAUSED) == cond.ConditionSpec(cond.PAUSED, False, "Running", "")
+    assert p.events == ()
+
+
+# --- scale up/down and migrations ---------------------------------------------------------------------
+
+
+def test_scale_up_drains_then_starts_next_generation() -> None:
+    g = start(2, FOUR)
+    drain, started = migrate(g, spec(4), FOUR)
+    assert drain.generation is not None
+    assert drain.generation.phase is GenPhase.DRAINING
+    assert drain.generation.pending == PendingChange(tuple(FOUR), 4, "Scale")
+    assert drain.generation.generation == 0  # never two generations at once
+    assert [(e.reason, e.message) for e in drain.events] == [
+        ("Draining", "stopping the 2 workers of generation 0 to start generation 1; tasks 2 -> 4 (Scale)")
+    ]
+    assert condition(drain, cond.READY).reason == "GenerationChange"
+    assert condition(drain, cond.PROGRESSING).reason == "Draining"
+    assert started.generation == Generation(1, 4, 2, (("-40",), ("40-80",), ("80-c0",), ("c0-",)))
+    assert started.remove == (TaskRef(0, 0), TaskRef(0, 1))
+    assert [w.run for w in started.workers] == [True] * 4
+
+
+def test_drain_waits_until_every_worker_exited() -> None:
+    g = start(2, FOUR)
+    drained = persist(plan(spec(4), FOUR, g, streaming(g)))
+    # One worker is gone, the other still running: keep draining, stop only the live one.
+    p = plan(spec(4), FOUR, drained, [TaskReport(0, 0, TaskPhase.EXITED), TaskReport(0, 1, TaskPhase.STREAMING)])
+    assert p.action is Action.DRAIN
+    assert p.stop == (TaskRef(0, 1),)
+    assert p.generation == drained
+    assert p.events == ()  # the drain was already announced
+
+
+def test_scale_down_four_to_one() -> None:
+    g = start(4, FOUR)
+    _, started = migrate(g, spec(1), FOUR)
+    assert started.generation == Generation(1, 1, 4, (tuple(FOUR),))
+
+
+def test_migration_single_task_single_shard_is_no_generation() -> None:
+    # Debezium throws when a generation is bumped without a change; here nothing is bumped.
+    g = start(1, ["0"])
+    p = plan(spec(2), ["0"], g, streaming(g))
+    assert p.action is Action.KEEP
+    assert p.generation == g
+
+
+def test_migration_double() -> None:
+    g = start(1, ["-80", "80-"])
+    _, started = migrate(g, spec(2), ["-80", "80-"])
+    assert started.generation == Generation(1, 2, 1, (("-80",), ("80-",)))
+
+
+def test_migration_quad_and_back() -> None:
+    g = start(1, FOUR)
+    _, up = migrate(g, spec(4), FOUR)
+    g1 = persist(up)
+    assert g1 == Generation(1, 4, 1, (("-40",), ("40-80",), ("80-c0",), ("c0-",)))
+    _, down = migrate(g1, spec(2), FOUR)
+    assert down.generation == Generation(2, 2, 4, (("-40", "80-c0"), ("40-80", "c0-")))
+
+
+def test_previous_tasks_is_the_actual_count_not_spec() -> None:
+    # spec.tasks 8 over 2 shards ran 2 tasks; the next generation's previous count is 2.
+    g = start(8, ["-80", "80-"])
+    assert g.tasks == 2
+    _, started = migrate(g, spec(1), ["-80", "80-"])
+    assert started.generation is not None
+    assert started.generation.previous_tasks == 2
+
+
+def test_spec_tasks_change_above_shard_count_changes_nothing() -> None:
+    g = start(4, FOUR)
+    p = plan(spec(16), FOUR, g, streaming(g))
+    assert p.action is Action.KEEP and p.generation == g
+
+
+# --- resharding ---------------------------------------------------------------------------------------
+
+
+def test_split_followed_through_journal() -> None:
+    g = start(2, ["-80", "80-"])
+    journal = Journal.of(["-80"], {"40-80": "MySQL56/b:1-9", "-40": "MySQL56/a:1-7"})
+    reports = [
+        TaskReport(0, 0, TaskPhase.REASSIGNMENT_NEEDED, journal=journal),
+        TaskReport(0, 1, TaskPhase.STREAMING),
+    ]
+    drain = plan(spec(2), ["-80", "80-"], g, reports)  # discovery has not caught up yet
+    assert drain.action is Action.DRAIN
+    assert drain.stop == (TaskRef(0, 1),)  # task 0 already exited at the journal
+    assert drain.generation is not None
+    assert drain.generation.pending == PendingChange(("-40", "40-80", "80-"), 2, "Reshard", (journal,))
+    assert condition(drain, cond.RESHARDING) == cond.ConditionSpec(
+        cond.RESHARDING, True, "FollowingJournal",
+        "workers reached a reshard journal; the next generation streams -40, 40-80",
+    )
+    drained = persist(drain)
+    # Both workers are gone now (no reports): the journal survives in status and the next generation starts.
+    started = plan(spec(2), ["-40", "40-80", "80-"], drained, [])
+    assert started.action is Action.START
+    assert started.generation == Generation(
+        1, 2, 2, (("-40", "80-"), ("40-80",)),
+        journal_positions=(("-40", "MySQL56/a:1-7"), ("40-80", "MySQL56/b:1-9")),
+    )
+    assert condition(started, cond.RESHARDING).status is True
+    steady = plan(spec(2), ["-40", "40-80", "80-"], persist(started), streaming(persist(started)))
+    assert steady.action is Action.KEEP
+    assert condition(steady, cond.RESHARDING).status is False
+
+
+def test_merge_followed_through_journal() -> None:
+    g = start(2, ["-40", "40-80", "80-"])
+    journal = Journal.of(["-40", "40-80"], {"-80": "MySQL56/m:1-3"})
+    reports = [
+        TaskReport(0, 0, TaskPhase.REASSIGNMENT_NEEDED, journal=journal),
+        TaskReport(0, 1, TaskPhase.REASSIGNMENT_NEEDED, journal=journal),
+    ]
+    p = plan(spec(2), ["-80", "80-"], g, reports)
+    assert p.action is Action.START  # nobody left to drain
+    assert p.generation == Generation(1, 2, 2, (("-80",), ("80-",)), journal_positions=(("-80", "MySQL56/m:1-3"),))
+
+
+def test_serving_split_without_journal_waits_for_it() -> None:
+    g = start(2, ["-80", "80-"])
+    p = plan(spec(2), ["-40", "40-80", "80-"], g, streaming(g))
+    assert p.action is Action.KEEP
+    assert p.generation == g
+    assert condition(p, cond.RESHARDING) == cond.ConditionSpec(
+        cond.RESHARDING, True, "AwaitingJournal",
+        "shards -80 are no longer serving; waiting for their workers to reach the reshard journal",
+    )
+    assert condition(p, cond.DEGRADED).status is False
+
+
+def test_serving_shards_lost_are_refused() -> None:
+    g = start(2, ["-80", "80-"])
+    p = plan(spec(2), ["-80"], g, streaming(g))
+    assert p.action is Action.KEEP
+    assert p.generation == g
+    assert [r.reason for r in p.refusals] == ["ShardsLost"]
+    degraded = condition(p, cond.DEGRADED)
+    assert (degraded.status, degraded.reason) == (True, "ShardsLost")
+    assert degraded.message.startswith("shards 80- of generation 0 are no longer selected and no selected serving")
+    assert [(e.type, e.reason) for e in p.events] == [("Warning", "ShardsLost")]
+
+
+def test_partial_cover_is_lost_shard() -> None:
+    g = start(1, ["-80", "80-"])
+    p = plan(spec(1), ["-80", "80-c0"], g, streaming(g))  # c0- gone: 80- only half covered
+    assert [r.reason for r in p.refusals] == ["ShardsLost"]
+    assert p.refusals[0].message.startswith("shards 80- of generation 0 are no longer selected")
+
+
+def test_explicit_shard_list_narrowed_is_refused_and_grown_starts_generation() -> None:
+    g = start(2, ["-80", "80-"])
+    narrowed = plan(spec(2, shards=["-80"]), ["-80", "80-"], g, streaming(g))
+    assert [r.reason for r in narrowed.refusals] == ["ShardsLost"]
+    g1 = start(2, ["-80"])
+    grown = plan(spec(2, shards=["-80", "80-"]), ["-80", "80-"], g1, streaming(g1))
+    assert grown.action is Action.DRAIN
+    assert grown.generation is not None
+    assert grown.generation.pending == PendingChange(("-80", "80-"), 2, "ShardsAdded")
+
+
+def test_desired_shards_follow_explicit_list_by_key_range() -> None:
+    s = spec(2, shards=["-80"])
+    assert desired_shards(s, ["-40", "40-80", "80-"]) == ("-40", "40-80")
+    assert desired_shards(spec(2), ["80-", "-80"]) == ("-80", "80-")
+
+
+# --- states -------------------------------------------------------------------------------------------
+
+
+def test_pause_stops_workers_and_keeps_generation() -> None:
+    g = start(2, FOUR)
+    p = plan(spec(2, "paused"), FOUR, g, streaming(g))
+    assert p.action is Action.STOP
+    assert p.stop == (TaskRef(0, 0), TaskRef(0, 1))
+    assert [w.run for w in p.workers] == [False, False]
+    assert p.generation == Generation(0, 2, -1, g.assignment, phase=GenPhase.PAUSED)
+    assert condition(p, cond.PAUSED) == cond.ConditionSpec(cond.PAUSED, True, "Paused", "spec.state is paused")
+    assert condition(p, cond.READY).reason == "Paused"
+    assert condition(p, cond.PROGRESSING).reason == "Stopping"
+    paused = persist(p)
+    done = plan(spec(2, "paused"), FOUR, paused, [])
+    assert done.generation is not None and not done.generation.stopped_cleanly
+    assert condition(done, cond.PROGRESSING).status is False
+    assert done.events == ()
+
+
+def test_stop_records_clean_stop_once_workers_exited_then_resume() -> None:
+    g = start(2, FOUR)
+    stopping = persist(plan(spec(2, "stopped"), FOUR, g, streaming(g)))
+    assert stopping.phase is GenPhase.STOPPED and not stopping.stopped_cleanly
+    stopped = plan(spec(2, "stopped"), FOUR, stopping, [])
+    assert stopped.generation is not None and stopped.generation.stopped_cleanly
+    assert [e.reason for e in stopped.events] == ["StoppedCleanly"]
+    resumed = plan(spec(2), FOUR, persist(stopped), [])
+    assert resumed.action is Action.KEEP
+    assert resumed.generation == g
+    assert [w.run for w in resumed.workers] == [True, True]
+    assert [e.reason for e in resumed.events] == ["Resumed"]
+
+
+def test_scale_while_paused_is_pending_then_applied_on_resume() -> None:
+    g = start(2, FOUR)
+    paused = persist(plan(spec(2, "paused"), FOUR, g, []))
+    p = plan(spec(4, "paused"), FOUR, paused, [])
+    assert p.action is Action.STOP
+    assert p.generation is not None and p.generation.pending == PendingChange(tuple(FOUR), 4, "Scale")
+    resumed = plan(spec(4), FOUR, persist(p), [])
+    assert resumed.action is Action.START
+    assert resumed.generation == Generation(1, 4, 2, (("-40",), ("40-80",), ("80-c0",), ("c0-",)))
+
+
+def test_paused_before_first_generation_starts_nothing() -> None:
+    p = plan(spec(2, "paused"), FOUR, None)
+    assert (p.action, p.generation, p.workers) == (Action.STOP, None, ())
+    assert condition(p, cond.PAUSED).status is True
+
+
+# --- health -------------------------------------------------------------------------------------------
+
+
+def test_ready_false_when_any_task_not_streaming() -> None:
+    g = start(2, FOUR)
+    p = plan(spec(2), FOUR, g, [TaskReport(0, 0, TaskPhase.STREAMING), TaskReport(0, 1, TaskPhase.SNAPSHOTTING)])
+    assert condition(p, cond.READY) == cond.ConditionSpec(cond.READY, False, "TasksNotStreaming", "task 1: Snapshotting")
+    assert condition(p, cond.PROGRESSING) == cond.ConditionSpec(
+        cond.PROGRESSING, True, "TasksStarting", "task 1: Snapshotting"
+    )
+    missing = plan(spec(2), FOUR, g, [TaskReport(0, 0, TaskPhase.STREAMING)])
+    assert condition(missing, cond.READY).message == "task 1: Pending"
+
+
+def test_failed_task_degrades() -> None:
+    g = start(2, FOUR)
+    reports = [TaskReport(0, 0, TaskPhase.FAILED, message="UNAVAILABLE: vtgate down"), TaskReport(0, 1, TaskPhase.STREAMING)]
+    p = plan(spec(2), FOUR, g, reports)
+    assert condition(p, cond.READY).message == "task 0: Failed"
+    assert condition(p, cond.DEGRADED) == cond.ConditionSpec(
+        cond.DEGRADED, True, "TasksFailed", "task 0: UNAVAILABLE: vtgate down"
+    )
+
+
+def test_source_unreachable() -> None:
+    first = plan(spec(2), None, None, source_error="connection refused")
+    assert (first.action, first.generation) == (Action.WAIT, None)
+    assert condition(first, cond.DEGRADED) == cond.ConditionSpec(
+        cond.DEGRADED, True, "SourceUnreachable", "cannot list the shards of keyspace commerce: connection refused"
+    )
+    g = start(2, FOUR)
+    later = plan(spec(2), None, g, streaming(g), source_error="timeout")
+    assert later.action is Action.KEEP and later.generation == g
+    assert condition(later, cond.DEGRADED).reason == "SourceUnreachable"
+    assert condition(later, cond.READY).status is True  # the workers still stream
+
+
+def test_no_shards() -> None:
+    p = plan(spec(2), [], None)
+    assert p.action is Action.WAIT
+    assert condition(p, cond.DEGRADED).reason == "NoShards"
+
+
+def test_leftover_objects_of_old_generations_are_removed() -> None:
+    g = Generation(3, 1, 2, (tuple(FOUR),))
+    p = plan(spec(1), FOUR, g, [TaskReport(2, 1, TaskPhase.EXITED), TaskReport(2, 0, TaskPhase.EXITED),
+                                 TaskReport(3, 0, TaskPhase.STREAMING)])
+    assert p.action is Action.KEEP
+    assert p.remove == (TaskRef(2, 0), TaskRef(2, 1))
+
+
+# --- idempotence --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("s", "serving", "phase"),
+    [
+        (spec(2), FOUR, TaskPhase.STREAMING),
+        (spec(4), FOUR, TaskPhase.STREAMING),
+        (spec(2, "paused"), FOUR, TaskPhase.STREAMING),
+        (spec(2), ["-80", "80-"], TaskPhase.STREAMING),
+        (spec(2), ["-40", "40-80", "80-c0"], TaskPhase.STARTING),
+        (spec(4), FOUR, TaskPhase.EXITED),
+    ],
+)
+def test_planning_twice_gives_the_same_plan(s: ConnectorSpec, serving: list[str], phase: TaskPhase) -> None:
+    g = start(2, FOUR)
+    reports = [TaskReport(0, t, phase) for t in range(2)]
+    assert plan(s, serving, g, reports) == plan(s, serving, g, reports)
+
+
+def test_persisted_record_is_a_fixed_point() -> None:
+    g = start(2, FOUR)
+    p = plan(spec(2), FOUR, g, streaming(g))
+    assert persist(p) == g
+    again = plan(spec(2), FOUR, persist(p), streaming(g))
+    assert again == p
+
+
+# --- status and conditions ----------------------------------------------------------------------------
+
+
+def test_generation_status_shape() -> None:
+    j = Journal.of(["-80"], {"-40": "a", "40-80": "b"})
+    g = Generation(2, 2, 1, (("-40", "80-"), ("40-80",)), GenPhase.DRAINING,
+                   PendingChange(("-40", "40-80", "80-"), 2, "Reshard", (j,)), False, (("x", "y"),))
+    assert generation_to_status(g) == {
+        "generation": 2,
+        "tasks": 2,
+        "previousTasks": 1,
+        "phase": "Draining",
+        "shards": ["-40", "40-80", "80-"],
+        "stoppedCleanly": False,
+        "taskStates": [{"id": 0, "shards": ["-40", "80-"]}, {"id": 1, "shards": ["40-80"]}],
+        "journalPositions": [{"shard": "x", "gtid": "y"}],
+        "pending": {
+            "shards": ["-40", "40-80", "80-"],
+            "tasks": 2,
+            "reason": "Reshard",
+            "journals": [{"participants": ["-80"], "positions": [{"shard": "-40", "gtid": "a"},
+                                                                 {"shard": "40-80", "gtid": "b"}]}],
+        },
+    }
+    assert generation_from_status(generation_to_status(g)) == g
+    assert generation_from_status(None) is None
+    assert generation_from_status({}) is None
+
+
+def test_condition_transition_time_kept_unless_status_changes() -> None:
+    t0 = dt.datetime(2024, 5, 1, 12, 0, 0, tzinfo=dt.UTC)
+    t1 = t0 + dt.timedelta(minutes=5)
+    first = cond.merge_conditions(None, [cond.ConditionSpec("Ready", False, "TasksNotStreaming", "task 1: Pending")],
+                                  observed_generation=1, now=t0)
+    assert first == [{"type": "Ready", "status": "False", "observedGeneration": 1,
+                      "lastTransitionTime": "2024-05-01T12:00:00Z", "reason": "TasksNotStreaming",
+                      "message": "task 1: Pending"}]
+    same_status = cond.merge_conditions(first, [cond.ConditionSpec("Ready", False, "GenerationChange", "x")],
+                                        observed_generation=2, now=t1)
+    assert same_status[0]["lastTransitionTime"] == "2024-05-01T12:00:00Z"
+    assert (same_status[0]["reason"], same_status[0]["observedGeneration"]) == ("GenerationChange", 2)
+    flipped = cond.merge_conditions(same_status, [cond.ConditionSpec("Ready", True, "AllTasksStreaming")],
+                                    observed_generation=2, now=t1)
+    assert flipped[0]["lastTransitionTime"] == "2024-05-01T12:05:00Z"
+    assert flipped[0]["status"] == "True"
+    # Other owners' conditions are kept, order is stable, re-applying is a no-op.
+    other = [{"type": "BackfillRunning", "status": "False", "observedGeneration": 1,
+              "lastTransitionTime": "2024-05-01T11:00:00Z", "reason": "Idle", "message": ""}, *flipped]
+    merged = cond.merge_conditions(other, [cond.ConditionSpec("Ready", True, "AllTasksStreaming")],
+                                   observed_generation=2, now=t1 + dt.timedelta(hours=1))
+    assert merged == other
+    assert cond.find(merged, "BackfillRunning") == other[0]
+    assert cond.find(merged, "Paused") is None

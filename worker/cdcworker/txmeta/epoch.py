@@ -1,0 +1,229 @@
+"""Transaction epochs per shard, as Debezium's ``VitessEpochProvider`` / ``ShardEpochMap`` / ``ShardLineage``.
+
+At every BEGIN the whole map is recomputed from the previous transaction's VGTID and this one's:
+
+* a shard present in both VGTIDs keeps its epoch while its GTID moves forward within the same hosts
+  (the new uuid set is a superset of the old one); a shrunk or different host set (reparent to a
+  replica that lacks some history, a restore, ...) adds 1. An override (``current`` or ``""``) that
+  becomes a real GTID adds 1, so a start from ``current`` or a snapshot gives epoch 1. Two overrides
+  keep the epoch; a real GTID followed by an override is an error.
+* a shard absent from the previous VGTID (a reshard target) starts at 0, or with ``inherit`` at the
+  highest epoch among the overlapping key ranges of the old map plus 1 (``vitess.inherit.epoch``).
+* shards missing from the new VGTID are dropped from the map.
+
+The map is stored in the offset as ``transaction_epoch``: a JSON string with sorted keys, e.g.
+``{"-80":0,"80-":1}``, next to ``connector_generation``. A restored map whose generation differs from
+the configured ``vitess.connector.generation`` gets every epoch incremented by 1.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+from cdcworker.keyrange import parse_shard
+from cdcworker.offsets.vgtid import CURRENT_GTID, EMPTY_GTID, Vgtid
+from cdcworker.txmeta.rank import parse_gtid
+
+__all__ = [
+    "CONNECTOR_GENERATION_KEY",
+    "TRANSACTION_EPOCH_KEY",
+    "EpochError",
+    "EpochProvider",
+    "ShardEpochMap",
+    "epoch_for_gtid",
+    "inherited_epoch",
+    "is_override",
+    "next_epoch_map",
+]
+
+TRANSACTION_EPOCH_KEY = "transaction_epoch"
+CONNECTOR_GENERATION_KEY = "connector_generation"
+
+
+class EpochError(ValueError):
+    """An epoch cannot be determined (Debezium throws a ``DebeziumException`` in the same cases)."""
+
+
+class ShardEpochMap(Mapping[str, int]):
+    """An immutable shard → epoch map; iteration and JSON follow Java's ``TreeMap`` (sorted keys)."""
+
+    __slots__ = ("_epochs",)
+
+    def __init__(self, epochs: Mapping[str, int] | Iterable[tuple[str, int]] = ()) -> None:
+        items = epochs.items() if isinstance(epochs, Mapping) else epochs
+        self._epochs: dict[str, int] = dict(sorted((str(k), int(v)) for k, v in items))
+
+    def __getitem__(self, shard: str) -> int:
+        return self._epochs[shard]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._epochs)
+
+    def __len__(self) -> int:
+        return len(self._epochs)
+
+    def __repr__(self) -> str:
+        return f"ShardEpochMap({self.to_json()})"
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, ShardEpochMap):
+            return self._epochs == other._epochs
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(tuple(self._epochs.items()))
+
+    def to_json(self) -> str:
+        """Jackson's ``writeValueAsString`` of the ``TreeMap``: compact, keys sorted."""
+        return json.dumps(self._epochs, separators=(",", ":"), ensure_ascii=False)
+
+    @classmethod
+    def from_json(cls, text: str) -> ShardEpochMap:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise EpochError(f"Cannot read shard epoch map: {text!r}") from exc
+        if not isinstance(data, dict) or not all(
+            isinstance(v, int) and not isinstance(v, bool) for v in data.values()
+        ):
+            raise EpochError(f"Cannot read shard epoch map: {text!r}")
+        return cls(data)
+
+    def incremented(self, by: int = 1) -> ShardEpochMap:
+        """Every epoch plus ``by`` (a connector generation change)."""
+        return ShardEpochMap({k: v + by for k, v in self._epochs.items()})
+
+
+def is_override(gtid: str) -> bool:
+    """``current`` and ``""`` are start requests, not positions."""
+    return gtid in (CURRENT_GTID, EMPTY_GTID)
+
+
+def epoch_for_gtid(previous_epoch: int, previous_gtid: str, gtid: str) -> int:
+    """The epoch of a shard that is in both the previous and the current VGTID."""
+    prev_override, cur_override = is_override(previous_gtid), is_override(gtid)
+    if prev_override and cur_override:
+        return previous_epoch  # still waiting for the first transaction
+    if prev_override:
+        return previous_epoch + 1  # first real position after a start request
+    if cur_override:
+        raise EpochError(
+            f"Current GTID cannot be override value if previous is standard: GTID: {gtid}, "
+            f"previous GTID: {previous_gtid}, previous Epoch: {previous_epoch}"
+        )
+    try:
+        hosts, previous_hosts = parse_gtid(gtid).hosts, parse_gtid(previous_gtid).hosts
+    except ValueError as exc:
+        raise EpochError(str(exc)) from exc
+    return previous_epoch if hosts >= previous_hosts else previous_epoch + 1
+
+
+def inherited_epoch(shard: str, epochs: Mapping[str, int]) -> int:
+    """``ShardLineage``: 1 + the highest epoch among the key ranges overlapping ``shard`` (0 if none)."""
+    try:
+        target = parse_shard(shard)
+        best = -1
+        for name, epoch in epochs.items():
+            if target.overlaps(parse_shard(name)):
+                best = max(best, epoch)
+    except ValueError as exc:
+        raise EpochError(f"Invalid shard range: {exc}") from exc
+    return best + 1
+
+
+def next_epoch_map(
+    epochs: Mapping[str, int], previous: Vgtid, current: Vgtid, inherit: bool
+) -> ShardEpochMap:
+    """The map that replaces ``epochs`` when the stream moves from ``previous`` to ``current``."""
+    out: dict[str, int] = {}
+    for sg in current:
+        prev = previous.get(sg.shard)
+        if prev is not None:
+            previous_epoch = epochs.get(sg.shard)
+            if previous_epoch is None:
+                raise EpochError(
+                    f"Previous epoch cannot be null for shard {sg.shard} when shard present in "
+                    f"previous vgtid {previous}"
+                )
+            out[sg.shard] = epoch_for_gtid(previous_epoch, prev.gtid, sg.gtid)
+        else:
+            # A reshard target seen for the first time.
+            out[sg.shard] = inherited_epoch(sg.shard, epochs) if inherit else 0
+    return ShardEpochMap(out)
+
+
+def _as_vgtid(v: Vgtid | str) -> Vgtid:
+    return v if isinstance(v, Vgtid) else Vgtid.from_json(v)
+
+
+class EpochProvider:
+    """Epoch state of one task: the map plus the VGTID of the previous transaction."""
+
+    __slots__ = ("_previous", "epochs", "inherit")
+
+    def __init__(
+        self, epochs: ShardEpochMap, previous_vgtid: Vgtid | str | None, inherit: bool = False
+    ) -> None:
+        self.epochs = epochs
+        self.inherit = inherit
+        self._previous = None if previous_vgtid is None else _as_vgtid(previous_vgtid)
+
+    @property
+    def previous_vgtid(self) -> Vgtid | None:
+        return self._previous
+
+    def epoch(self, shard: str, vgtid: Vgtid | str) -> int:
+        """At a BEGIN: recompute the map for the transaction's VGTID and return ``shard``'s epoch."""
+        if self._previous is None:
+            raise EpochError(f"Previous vgtid string cannot be null shard {shard} current {vgtid}")
+        current = _as_vgtid(vgtid)
+        self.epochs = next_epoch_map(self.epochs, self._previous, current, self.inherit)
+        self._previous = current
+        try:
+            return self.epochs[shard]
+        except KeyError:
+            raise EpochError(f"shard {shard!r} is not in the transaction VGTID {current}") from None
+
+    @classmethod
+    def restore(
+        cls,
+        stored: Mapping[str, Any] | None,
+        start_vgtid: Vgtid | str,
+        *,
+        connector_generation: int = 0,
+        initial_epochs: Mapping[str, int] | None = None,
+        inherit: bool = False,
+    ) -> EpochProvider:
+        """The provider a task starts with.
+
+        ``stored`` is the task's offset fields (or None); ``start_vgtid`` the VGTID the stream starts
+        from. The previous VGTID is the stored ``transaction_id`` (Debezium's choice) or else the start
+        VGTID. Without a stored map the epochs are ``initial_epochs`` (``vitess.shard.epoch.map``),
+        0 for any other shard of the previous VGTID.
+        """
+        start = _as_vgtid(start_vgtid)
+        previous: Vgtid = start
+        text = stored.get(TRANSACTION_EPOCH_KEY) if stored else None
+        tx_id = stored.get("transaction_id") if stored else None
+        if isinstance(tx_id, str) and tx_id:
+            previous = Vgtid.from_json(tx_id)
+        if isinstance(text, str) and text:
+            epochs = ShardEpochMap.from_json(text)
+            stored_generation = stored.get(CONNECTOR_GENERATION_KEY) if stored else None
+            if isinstance(stored_generation, int) and stored_generation != connector_generation:
+                epochs = epochs.incremented()
+        else:
+            base = dict(initial_epochs or {})
+            for sg in previous:
+                base.setdefault(sg.shard, 0)
+            epochs = ShardEpochMap(base)
+        return cls(epochs, previous, inherit)
+
+    def offset_items(self, connector_generation: int) -> list[tuple[str, Any]]:
+        """The offset fields this state adds (``transaction_epoch``, ``connector_generation``)."""
+        return [
+            (TRANSACTION_EPOCH_KEY, self.epochs.to_json()),
+            (CONNECTOR_GENERATION_KEY, connector_generation),
+        ]

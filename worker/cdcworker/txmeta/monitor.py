@@ -1,0 +1,319 @@
+"""Transaction boundaries and the per-event ``transaction`` block (Debezium's ``TransactionMonitor``).
+
+The streaming loop drives one ``TransactionMonitor`` per task::
+
+    rec = mon.begin(txn_id, ts_ms, shard)       # at BEGIN: BEGIN record, or None
+    block = mon.on_event("-80.ks.t")            # per data record (not tombstones): block or None
+    end = mon.end(ts_ms)                        # at COMMIT: END record + the offset fields it carries
+    mon.offset_fields()                         # the fields to store with any other record
+
+Semantics follow Debezium core's ``TransactionMonitor``/``TransactionContext`` plus the Vitess
+ordered context:
+
+* the transaction id is the transaction's full VGTID JSON; BEGIN/END go to the transaction topic
+  with key ``{id}`` and no explicit partition (the key decides it);
+* ``data_collection`` ids are ``<shard>.<keyspace>.<table>`` (Debezium's ``TableId`` with the shard
+  as catalog); ``total_order`` / ``data_collection_order`` count data records from 1; END lists
+  ``data_collections`` in Java ``HashMap`` iteration order;
+* the ordered factory adds ``transaction_epoch`` (``EpochProvider``) and ``transaction_rank`` (the
+  rank of the transaction shard's GTID);
+* offsets carry ``transaction_id`` and ``transaction_data_collection_order_<id>`` counters while a
+  transaction is open (and in the END record's offset), plus ``transaction_epoch`` and
+  ``connector_generation`` with the ordered factory.
+
+Restart: if the restored ``transaction_id`` equals the first BEGIN (the stream replays the
+transaction whose records were partly delivered), no BEGIN is emitted and the counters continue.
+The restored counters say how many data records of that transaction were already delivered;
+``on_event`` returns ``None`` for those (per data collection, in stream order) so the loop drops
+them and the numbering stays exactly what a consumer saw before the restart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import orjson
+
+from cdcworker.events.encoder import OutRecord
+from cdcworker.events.jsonfmt import dumps
+from cdcworker.offsets.javacompat import java_hashmap_order
+from cdcworker.offsets.value import TRANSACTION_COUNT_PREFIX, TRANSACTION_ID_KEY, OffsetValue
+from cdcworker.offsets.vgtid import Vgtid
+from cdcworker.txmeta.epoch import EpochProvider
+from cdcworker.txmeta.rank import decimal_json, rank
+from cdcworker.txmeta.schemas import transaction_key_schema, transaction_value_schema
+from cdcworker.txmeta.transforms import block_exclusions, remove_fields_payload, remove_fields_schema
+
+if TYPE_CHECKING:
+    from cdcworker.config.model import WorkerConfig
+
+__all__ = [
+    "EndResult",
+    "TransactionMonitor",
+    "TxMetaOptions",
+    "TxOffsetFields",
+    "data_collection_id",
+    "transaction_block_payload",
+]
+
+Headers = list[tuple[str, bytes]]
+
+
+def data_collection_id(shard: str, keyspace: str, table: str) -> str:
+    """Debezium's data collection id for Vitess rows: ``TableId(shard, keyspace, table).toString()``."""
+    return f"{shard}.{keyspace}.{table}"
+
+
+def transaction_block_payload(
+    transaction_id: str,
+    total_order: int,
+    data_collection_order: int,
+    *,
+    epoch: int | None = None,
+    rank_value: str | int | None = None,
+    exclude: Collection[str] = (),
+) -> dict[str, Any]:
+    """The ``transaction`` block as a dict (pass ``epoch`` and ``rank_value`` for the ordered factory;
+    ``rank_value`` already in JsonConverter form, see ``rank.decimal_json``)."""
+    items: list[tuple[str, Any]] = [
+        ("id", transaction_id),
+        ("total_order", total_order),
+        ("data_collection_order", data_collection_order),
+    ]
+    if epoch is not None:
+        items.append(("transaction_epoch", epoch))
+        items.append(("transaction_rank", rank_value))
+    return {k: v for k, v in items if k not in exclude}
+
+
+@dataclass(frozen=True)
+class TxMetaOptions:
+    """What the monitor needs from the configuration."""
+
+    topic: str
+    ordered: bool = False
+    emit_boundaries: bool = True  # False: FilterTransactionTopicRecords
+    remove_fields: frozenset[str] = frozenset()  # RemoveField paths
+    key_schemas_enable: bool = True
+    value_schemas_enable: bool = True
+    decimal_numeric: bool = False  # value.converter.decimal.format=NUMERIC
+    connector_generation: int = 0
+    initial_epochs: Mapping[str, int] = field(default_factory=dict)
+    inherit_epoch: bool = False
+    headers: tuple[tuple[str, bytes], ...] = ()
+
+    @classmethod
+    def from_config(cls, cfg: WorkerConfig, headers: Sequence[tuple[str, bytes]] = ()) -> TxMetaOptions:
+        return cls(
+            topic=cfg.topics.transaction_topic,
+            ordered=cfg.transactions.ordered,
+            emit_boundaries=not cfg.transforms.filter_transaction_topic_records,
+            remove_fields=frozenset(cfg.transforms.remove_fields),
+            key_schemas_enable=cfg.converters.key_schemas_enable,
+            value_schemas_enable=cfg.converters.value_schemas_enable,
+            decimal_numeric=cfg.converters.value_decimal_format.upper() == "NUMERIC",
+            connector_generation=cfg.source.connector_generation,
+            initial_epochs=dict(cfg.source.shard_epoch_map),
+            inherit_epoch=cfg.source.inherit_epoch,
+            headers=tuple(headers),
+        )
+
+
+@dataclass(frozen=True)
+class TxOffsetFields:
+    """The transaction part of an offset value; ``to_offset`` combines it with a VGTID."""
+
+    transaction_id: str | None = None
+    collection_counts: Mapping[str, int] = field(default_factory=dict)
+    extra: tuple[tuple[str, Any], ...] = ()
+
+    def to_offset(self, vgtid: Vgtid) -> OffsetValue:
+        return OffsetValue.build(vgtid, self.transaction_id, self.collection_counts, self.extra)
+
+
+class EndResult(NamedTuple):
+    record: OutRecord | None  # None when filtered or when no transaction was open
+    offset: TxOffsetFields  # what Debezium stores with the END record
+
+
+class TransactionMonitor:
+    """Transaction bookkeeping of one task (not thread-safe; owned by the streaming loop)."""
+
+    def __init__(
+        self,
+        opts: TxMetaOptions,
+        restored: Mapping[str, Any] | None = None,
+        start_vgtid: Vgtid | str | None = None,
+    ) -> None:
+        """``restored``: the task's stored offset fields; ``start_vgtid``: where the stream starts
+        (needed with the ordered factory: the first epoch is computed against it)."""
+        self.opts = opts
+        self._exclude = block_exclusions(opts.remove_fields)
+        self._top_exclude = frozenset(p for p in opts.remove_fields if "." not in p)
+        self.transaction_id: str | None = None
+        self.counts: dict[str, int] = {}
+        self.total = 0
+        self.epoch: int | None = None
+        self.rank: int | None = None
+        self._skip: dict[str, int] = {}
+        self._skip_total = 0
+        self._resume_id: str | None = None
+        self._restored_counts: dict[str, int] = {}
+        self._id_part = b""
+        self._order_parts: list[bytes] = []
+        if restored:
+            tx = restored.get(TRANSACTION_ID_KEY)
+            if isinstance(tx, str):
+                self._resume_id = tx
+                n = len(TRANSACTION_COUNT_PREFIX)
+                self._restored_counts = {
+                    k[n:]: int(v) for k, v in restored.items() if k.startswith(TRANSACTION_COUNT_PREFIX)
+                }
+        self.epochs: EpochProvider | None = None
+        if opts.ordered:
+            if start_vgtid is None:
+                raise ValueError("ordered transaction metadata needs the start VGTID")
+            self.epochs = EpochProvider.restore(
+                restored,
+                start_vgtid,
+                connector_generation=opts.connector_generation,
+                initial_epochs=opts.initial_epochs,
+                inherit=opts.inherit_epoch,
+            )
+        self._key_schema = transaction_key_schema()
+        value_schema = transaction_value_schema()
+        if self._top_exclude:
+            value_schema = remove_fields_schema(value_schema, opts.remove_fields)
+        self._value_schema_orig = transaction_value_schema()
+        self._key_prefix = (
+            b'{"schema":' + dumps(self._key_schema) + b',"payload":' if opts.key_schemas_enable else b""
+        )
+        self._value_prefix = (
+            b'{"schema":' + dumps(value_schema) + b',"payload":' if opts.value_schemas_enable else b""
+        )
+
+    # -- state -------------------------------------------------------------------------------
+
+    @property
+    def in_progress(self) -> bool:
+        return self.transaction_id is not None
+
+    @property
+    def replay_pending(self) -> int:
+        """Data records of a resumed transaction still to be dropped as already delivered."""
+        return self._skip_total
+
+    def offset_fields(self) -> TxOffsetFields:
+        """Transaction fields of the offset as of now (``TransactionContext.store`` + epochs)."""
+        extra: tuple[tuple[str, Any], ...] = ()
+        if self.epochs is not None:
+            extra = tuple(self.epochs.offset_items(self.opts.connector_generation))
+        return TxOffsetFields(self.transaction_id, dict(self.counts), extra)
+
+    # -- events ------------------------------------------------------------------------------
+
+    def begin(
+        self, transaction_id: str, ts_ms: int, shard: str, vgtid: Vgtid | str | None = None
+    ) -> OutRecord | None:
+        """A BEGIN: start counting; the BEGIN record, or None (filtered, or a resumed transaction).
+
+        ``vgtid`` is the transaction's VGTID (defaults to ``transaction_id``, which is its JSON).
+        """
+        resumed = self._resume_id is not None and self._resume_id == transaction_id
+        restored_counts = self._restored_counts if resumed else {}
+        self._restored_counts = {}
+        self._resume_id = None  # only the first BEGIN after a restart can resume
+        self.transaction_id = transaction_id
+        self.counts = dict(restored_counts)
+        self.total = sum(restored_counts.values())
+        self._skip = dict(restored_counts)
+        self._skip_total = self.total
+        self._id_part = b'"id":' + dumps(transaction_id)
+        self._order_parts = []
+        if self.epochs is not None:
+            v = vgtid if vgtid is not None else transaction_id
+            parsed = v if isinstance(v, Vgtid) else Vgtid.from_json(v)
+            self.epoch = self.epochs.epoch(shard, parsed)
+            sg = parsed.get(shard)
+            assert sg is not None  # epoch() checked it
+            self.rank = rank(sg.gtid)
+            rank_value = decimal_json(self.rank, self.opts.decimal_numeric)
+            if "transaction_epoch" not in self._exclude:
+                self._order_parts.append(b'"transaction_epoch":%d' % self.epoch)
+            if "transaction_rank" not in self._exclude:
+                self._order_parts.append(b'"transaction_rank":' + dumps(rank_value))
+        if resumed or not self.opts.emit_boundaries:
+            return None
+        return self._record(
+            {
+                "status": "BEGIN",
+                "id": transaction_id,
+                "event_count": None,
+                "data_collections": None,
+                "ts_ms": ts_ms,
+            }
+        )
+
+    def on_event(self, data_collection: str) -> orjson.Fragment | None:
+        """Count one data record; its ``transaction`` block as pre-serialized JSON, or None when the
+        record was already delivered before a restart (drop it, and its tombstone)."""
+        if self.transaction_id is None:
+            raise ValueError(f"data event for {data_collection} outside a transaction")
+        if self._skip_total:
+            left = self._skip.get(data_collection, 0)
+            if left:
+                self._skip[data_collection] = left - 1
+                self._skip_total -= 1
+                return None
+        self.total += 1
+        order = self.counts.get(data_collection, 0) + 1
+        self.counts[data_collection] = order
+        ex = self._exclude
+        parts = []
+        if "id" not in ex:
+            parts.append(self._id_part)
+        if "total_order" not in ex:
+            parts.append(b'"total_order":%d' % self.total)
+        if "data_collection_order" not in ex:
+            parts.append(b'"data_collection_order":%d' % order)
+        parts.extend(self._order_parts)
+        return orjson.Fragment(b"{" + b",".join(parts) + b"}")
+
+    def end(self, ts_ms: int) -> EndResult:
+        """A COMMIT: the END record (if a transaction was open) and the offset it carries."""
+        offset = self.offset_fields()
+        record = None
+        if self.transaction_id is not None and self.opts.emit_boundaries:
+            collections = [
+                {"data_collection": k, "event_count": self.counts[k]} for k in java_hashmap_order(self.counts)
+            ]
+            record = self._record(
+                {
+                    "status": "END",
+                    "id": self.transaction_id,
+                    "event_count": self.total,
+                    "data_collections": collections,
+                    "ts_ms": ts_ms,
+                }
+            )
+        self.transaction_id = None
+        self.counts = {}
+        self.total = 0
+        self._skip = {}
+        self._skip_total = 0
+        self.epoch = None
+        self.rank = None
+        return EndResult(record, offset)
+
+    # -- records -----------------------------------------------------------------------------
+
+    def _record(self, value: dict[str, Any]) -> OutRecord:
+        if self._top_exclude:
+            value = remove_fields_payload(value, self._value_schema_orig, self.opts.remove_fields)
+        key_body = dumps({"id": self.transaction_id})
+        key = self._key_prefix + key_body + b"}" if self._key_prefix else key_body
+        body = dumps(value)
+        out = self._value_prefix + body + b"}" if self._value_prefix else body
+        return OutRecord(self.opts.topic, key, out, list(self.opts.headers))
