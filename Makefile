@@ -27,7 +27,7 @@ export SHARDCDC_KUBE_HOME := $(KUBE_HOME)
 
 all: test
 
-setup: venv proto kafka
+setup: venv proto kafka kube
 
 ## Python environment: pinned by constraints.txt, rebuilt only when the pins or pyproject change.
 venv: $(STAMPS)/venv
@@ -49,11 +49,13 @@ $(STAMPS)/proto: $(STAMPS)/venv $(PROTOS) scripts/gen-proto.sh
 kafka: $(KAFKA_HOME)/.complete
 $(KAFKA_HOME)/.complete: scripts/fetch-kafka.sh
 	bash scripts/fetch-kafka.sh $(KAFKA_VERSION) $(KAFKA_HOME) $(CACHE)/m2
+	@touch $@
 
 ## kube-apiserver, kubectl and etcd built from pinned sources via the Go module proxy (envtest style).
 kube: $(KUBE_HOME)/.complete
 $(KUBE_HOME)/.complete: scripts/build-kube.sh
 	bash scripts/build-kube.sh $(KUBE_VERSION) $(KUBE_HOME) $(CACHE)/go
+	@touch $@
 
 lint: setup
 	$(VENV)/bin/ruff check .
@@ -85,3 +87,14 @@ clean:
 
 distclean: clean
 	rm -rf $(VENV)
+
+## Kafka Connect + the Debezium Vitess connector from Maven Central (for the conformance test).
+## The Connect version is the Kafka version this Debezium release is built against.
+.PHONY: debezium
+DEBEZIUM_VERSION         := 3.5.0.Final
+DEBEZIUM_CONNECT_VERSION := 4.1.1
+DEBEZIUM_HOME            := $(CACHE)/debezium-$(DEBEZIUM_VERSION)
+export SHARDCDC_DEBEZIUM_HOME := $(DEBEZIUM_HOME)
+debezium: $(DEBEZIUM_HOME)/.complete
+$(DEBEZIUM_HOME)/.complete: scripts/fetch-debezium.sh
+	bash scripts/fetch-debezium.sh $(DEBEZIUM_VERSION) $(DEBEZIUM_CONNECT_VERSION) $(DEBEZIUM_HOME) $(CACHE)/m2

@@ -349,7 +349,7 @@ class _ResponseReader:
             for response in call:
                 put(response)
             put(_END)
-        except BaseException as exc:  # noqa: BLE001 - handed to the processing thread
+        except BaseException as exc:  # handed to the processing thread, which decides
             put(exc)
 
     def next(self, timeout: float) -> Any:
