@@ -111,8 +111,8 @@ def test_exactly_once_commits_records_and_offsets_in_one_transaction(sim: VTGate
         _wait_for(lambda: run.task.processor is not None and run.task.processor.stats.events_seen > 0, what="stream start")
         for i in range(1, 51):
             sim.execute(f"INSERT INTO customer (id, email) VALUES ({i}, 'u{i}@x.io')", "commerce")
-        _wait_for(lambda: run.task.sink is not None and run.task.sink.durable_position() is not None
-                  and {sg.shard: sg.gtid for sg in run.task.sink.durable_position()}
+        _wait_for(lambda: run.task.sink is not None and run.task.sink.durable is not None
+                  and {sg.shard: sg.gtid for sg in run.task.sink.durable}
                   == {s: g for s, g in sim.positions("commerce").items()}, what="all committed")
         run.stop()
     committed = consume_all(kafka_broker.bootstrap, topic, read_committed=True)

@@ -107,6 +107,11 @@ class KafkaSink:
         if segs and segs[0].errors:
             raise SinkError(f"Kafka rejected {len(segs[0].errors)} record(s): {segs[0].errors[0]}")
 
+    @property
+    def durable(self) -> Any:
+        """Read-only view of the last known durable position, safe from other threads."""
+        return self._durable
+
     def durable_position(self) -> Any:
         """The newest commit-point position whose records (and all before) Kafka acknowledged."""
         self.producer.poll(0)

@@ -70,6 +70,7 @@ class StreamProcessor:
         lookahead_rows: int = 8192,
         journal_stops: bool = False,
         on_heartbeat: Callable[[binlogdata_pb2.VEvent], None] | None = None,
+        metrics: Any = None,
     ) -> None:
         self.encoder = encoder
         self.sink = sink
@@ -84,6 +85,10 @@ class StreamProcessor:
         self._deferred: list[tuple[TablePlan, Any]] = []
         self._streaming_txn = False  # this transaction outgrew the lookahead and is streamed
         self._begin_ts = 0
+        self._pending_shard = ""
+        self._txn_records_before = 0
+        self.metrics = metrics  # observability.TaskMetrics or None
+        self._rows_reported = 0
 
     # --- the loop body ----------------------------------------------------------------------
 
@@ -106,6 +111,7 @@ class StreamProcessor:
                     self._stream_out()
             elif t == VGTID:
                 self._pending_vgtid = ev.vgtid
+                self._pending_shard = ev.shard
             elif t == COMMIT:
                 self._commit(ev.timestamp)
             elif t == BEGIN:
@@ -130,7 +136,10 @@ class StreamProcessor:
             elif t == ROLLBACK:
                 deferred.clear()
         stats.events_seen += len(response.events)
-        stats.last_event_time = time.time()
+        stats.last_event_time = now = time.time()
+        if self.metrics is not None:
+            self.metrics.on_response(len(response.events), stats.rows_seen - self._rows_reported, 0, now)
+            self._rows_reported = stats.rows_seen
 
     # --- transaction boundaries -------------------------------------------------------------
 
@@ -174,6 +183,11 @@ class StreamProcessor:
         self.sink.commit_point(vgtid)
         self.stats.transactions += 1
         self.stats.last_commit_ts = timestamp
+        if self.metrics is not None and self._pending_shard and timestamp:
+            sent = self.sink.records_sent
+            now = time.time()
+            self.metrics.on_commit(self._pending_shard, timestamp, now, now, sent - self._txn_records_before)
+            self._txn_records_before = sent
 
     def _journal(self, journal: binlogdata_pb2.Journal) -> None:
         if not self.journal_stops or journal.migration_type != binlogdata_pb2.MigrationType.SHARDS:

@@ -138,6 +138,7 @@ class WorkerTask:
         self.processor: StreamProcessor | None = None
         self.sink: KafkaSink | None = None
         self._last_written: Any = None
+        self.metrics: Any = None
 
     # --- control ----------------------------------------------------------------------------
 
@@ -232,6 +233,24 @@ class WorkerTask:
         )
 
     def run(self) -> TaskResult:
+        from cdcworker.observability import TaskMetrics, serve
+
+        cfg = self.config
+        self.metrics = metrics = TaskMetrics(
+            cfg.name, cfg.task.context_task_id, tags=cfg.behaviour.custom_metric_tags, generation=max(cfg.task.generation, 0)
+        )
+        server = serve(metrics, cfg.behaviour.metrics_port)
+        try:
+            result = self._run(metrics)
+        except Exception as exc:
+            metrics.set_state("failed", str(exc))
+            raise
+        finally:
+            if server is not None:
+                server.stop()
+        return result
+
+    def _run(self, metrics: Any) -> TaskResult:
         cfg = self.config
         settings = channel_settings(cfg)
         metadata = settings.call_metadata()
@@ -246,7 +265,14 @@ class WorkerTask:
             store.ensure_topic()
             store.load()
             position = self._resolve_start(store, channel, metadata)
+            for sg in position:
+                metrics.shard(sg.shard, sg.keyspace)
             self.sink = sink = self._make_sink(store, position)
+            metrics.set_position_sources(
+                read=lambda: self.processor.position if self.processor else position,
+                durable=lambda: sink.durable,
+            )
+            metrics.set_state("snapshotting" if position.copying else "streaming")
             backoff = Backoff(
                 initial_ms=max(50, min(cfg.behaviour.retriable_restart_wait_ms, 1000)),
                 max_ms=cfg.behaviour.retry_backoff_max_ms,
@@ -261,7 +287,13 @@ class WorkerTask:
             result: TaskResult | None = None
             while result is None and not self._stop.is_set():
                 processor = self.processor = StreamProcessor(
-                    encoder_config(cfg), sink, position, lookahead_rows=cfg.behaviour.max_queue_size, journal_stops=journal_stops
+                    encoder_config(cfg),
+                    sink,
+                    position,
+                    lookahead_rows=cfg.behaviour.max_queue_size,
+                    journal_stops=journal_stops,
+                    metrics=metrics,
+                    on_heartbeat=lambda ev: metrics.on_heartbeat(ev.timestamp, durable=sink.pending == 0),
                 )
                 try:
                     self._call = call = stub.VStream(self._request(position, journal_stops), metadata=metadata)
@@ -269,6 +301,7 @@ class WorkerTask:
                     while True:
                         # A timed wait, so offsets are flushed (and EOS batches committed) while idle.
                         item = responses.next(timeout=min(flush_every, 0.2))
+                        metrics.beat()
                         if item is _IDLE:
                             pass
                         elif item is _END:
@@ -278,17 +311,26 @@ class WorkerTask:
                         elif isinstance(item, BaseException):
                             raise item
                         else:
+                            if not metrics.connected:
+                                metrics.set_connected(True)
                             processor.process(item)
                             if processor.stats.transactions:
                                 backoff.reset()
                         if time.monotonic() >= next_flush:
-                            self._write_offset(store, sink.durable_position())
+                            durable = sink.durable_position()
+                            self._write_offset(store, durable)
+                            if durable is processor.position and processor.stats.last_commit_ts:
+                                for sm in metrics.shards:
+                                    if sm.last_commit_ts is not None:
+                                        sm.on_ack(sm.last_commit_ts)
+                            metrics.on_offsets_flushed()
                             next_flush = time.monotonic() + flush_every
                 except ReassignmentNeeded as exc:
                     sink.flush()
                     self._write_offset(store, exc.vgtid)
                     result = TaskResult(exitcodes.REASSIGNMENT_NEEDED, str(exc), exc.vgtid)
                 except (grpc.RpcError, _StreamEnded) as exc:
+                    metrics.set_connected(False)
                     processor.abandon_transaction()
                     position = sink.rewind(processor.position)
                     if self._stop.is_set():
@@ -304,6 +346,8 @@ class WorkerTask:
                     if backoff.exhausted():
                         result = TaskResult(exitcodes.FAILED, f"giving up after {backoff.attempts} retries: {reason}", position)
                         break
+                    metrics.on_reconnect(exc.code().name if isinstance(exc, grpc.RpcError) else "EOF")
+                    metrics.set_state("reconnecting", reason)
                     delay = backoff.next_delay()
                     log.warning("VStream interrupted (%s); reconnecting from %s in %.2fs", reason, position.to_json(), delay)
                     self._stop.wait(delay)
@@ -317,6 +361,8 @@ class WorkerTask:
                 self._write_offset(store, durable)
             if result is None:
                 result = TaskResult(exitcodes.OK, self._stop_reason or "stopped", durable)
+            states = {exitcodes.OK: "stopped", exitcodes.REASSIGNMENT_NEEDED: "reassignment_needed"}
+            metrics.set_state(states.get(result.exit_code, "failed"), result.reason)
             return result
         finally:
             store.close()
