@@ -40,6 +40,7 @@ def worker_config(
         "offset.storage.partitions": "1",
         "offset.flush.interval.ms": "100",
         "snapshot.mode": "never",
+        "shardcdc.metrics.port": "0",  # several tasks share this process
         **(extra or {}),
     }
     return load_config([], env={}, overrides=props)

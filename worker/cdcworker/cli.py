@@ -17,6 +17,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("cdcworker.demo", "Run the demo: local Kafka, the VTGate test server and a connector"),
     "worker": ("cdcworker.run", "Run one connector task: stream its shards into Kafka"),
     "vtgate-sim": ("vtgatesim.cli", "Serve the VTGate test server (vtgate and vtctld gRPC services)"),
+    "operator": ("cdcoperator.cli", "Run the CdcConnector operator (kopf): per-task workers, generations, resharding"),
 }
 
 

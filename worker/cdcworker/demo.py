@@ -65,6 +65,7 @@ def run(args: argparse.Namespace) -> int:
                 "shardcdc.task.count": str(len(assignment)),
                 "shardcdc.task.shards": ",".join(task_shards),
                 "topic.creation.default.partitions": "4",
+                "shardcdc.metrics.port": "0",  # both tasks run in this process
             }
             tasks.append(WorkerTask(load_config([], env={}, overrides=props)))
         threads = [threading.Thread(target=t.run, name=f"task{i}", daemon=True) for i, t in enumerate(tasks)]

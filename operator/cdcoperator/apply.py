@@ -1,0 +1,198 @@
+"""Thin, idempotent adapters between a Plan and the API server.
+
+Objects are plain dicts (what the builders produce and the API returns) and every call goes
+through :class:`KubeApi`, a small JSON client over the ``kubernetes`` package's configured
+transport (kubeconfig or in-cluster). The blocking calls run in worker threads.
+
+Idempotency: children have deterministic names and are created, or patched when the hash of what
+we want (``shardcdc.io/applied-hash``) differs from the live object's, so re-applying an unchanged
+plan sends no writes at all. Status is patched only when it differs from the stored one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import urllib.parse
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from cdcoperator import naming
+from cdcoperator.model import GROUP, VERSION
+
+if TYPE_CHECKING:
+    from kubernetes.client import ApiClient
+
+__all__ = [
+    "APPLIED_HASH_ANNOTATION",
+    "ApiError",
+    "Kind",
+    "KubeApi",
+    "applied_hash",
+    "new_api_client",
+]
+
+APPLIED_HASH_ANNOTATION = f"{naming.PREFIX}/applied-hash"
+PLURAL = "cdcconnectors"
+DEFAULT_REQUEST_TIMEOUT = 30.0
+
+
+class ApiError(RuntimeError):
+    def __init__(self, status: int, method: str, path: str, body: str) -> None:
+        message = body
+        with contextlib.suppress(ValueError, AttributeError):
+            message = json.loads(body).get("message", body)
+        super().__init__(f"{method} {path}: HTTP {status}: {message}")
+        self.status = status
+
+
+@dataclass(frozen=True, slots=True)
+class Kind:
+    """Where a namespaced kind lives in the REST tree."""
+
+    prefix: str  # "/api/v1" or "/apis/<group>/<version>"
+    plural: str
+
+    def path(self, namespace: str, name: str = "", sub: str = "") -> str:
+        out = f"{self.prefix}/namespaces/{namespace}/{self.plural}"
+        if name:
+            out += f"/{name}"
+        if sub:
+            out += f"/{sub}"
+        return out
+
+
+DEPLOYMENTS = Kind("/apis/apps/v1", "deployments")
+CONFIG_MAPS = Kind("/api/v1", "configmaps")
+CONNECTORS = Kind(f"/apis/{GROUP}/{VERSION}", PLURAL)
+KINDS = {"Deployment": DEPLOYMENTS, "ConfigMap": CONFIG_MAPS}
+
+
+def applied_hash(obj: Mapping[str, Any]) -> str:
+    """A digest of everything we set on a child (labels, annotations, owners, spec, data)."""
+    meta = obj.get("metadata") or {}
+    essence = {
+        "labels": meta.get("labels"),
+        "annotations": {k: v for k, v in (meta.get("annotations") or {}).items() if k != APPLIED_HASH_ANNOTATION},
+        "ownerReferences": meta.get("ownerReferences"),
+        "spec": obj.get("spec"),
+        "data": obj.get("data"),
+    }
+    return hashlib.sha256(json.dumps(essence, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def new_api_client(kubeconfig: str | None = None) -> ApiClient:
+    """In-cluster credentials when running in a pod, else the kubeconfig (``KUBECONFIG`` or ``~/.kube/config``)."""
+    from kubernetes import client, config
+
+    cfg = client.Configuration()
+    try:
+        if kubeconfig is not None:
+            raise config.ConfigException("explicit kubeconfig")
+        config.load_incluster_config(client_configuration=cfg)
+    except config.ConfigException:
+        config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
+    return client.ApiClient(cfg)
+
+
+class KubeApi:
+    """JSON-in, JSON-out calls on the API server; async wrappers run the blocking client in threads."""
+
+    def __init__(self, api: ApiClient, request_timeout: float = DEFAULT_REQUEST_TIMEOUT) -> None:
+        self.api = api
+        self.request_timeout = request_timeout
+
+    # --- transport ------------------------------------------------------------------------------------
+
+    def _call(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        query: Mapping[str, str] | None = None,
+        content_type: str = "application/json",
+        allow: Iterable[int] = (),
+    ) -> dict[str, Any] | None:
+        url_path = path + ("?" + urllib.parse.urlencode(query) if query else "")
+        headers = {"Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = content_type
+        method_, url, headers_, body_, post = self.api.param_serialize(
+            method, url_path, header_params=headers, body=body, auth_settings=["BearerToken"]
+        )
+        resp = self.api.call_api(method_, url, headers_, body_, post, _request_timeout=self.request_timeout)
+        raw = resp.read()
+        text = raw.decode() if isinstance(raw, bytes) else str(raw or "")
+        if resp.status in allow:
+            return None
+        if not 200 <= resp.status < 300:
+            raise ApiError(resp.status, method, path, text)
+        return json.loads(text) if text else {}
+
+    async def call(self, method: str, path: str, body: Any = None, **kwargs: Any) -> dict[str, Any] | None:
+        return await asyncio.to_thread(self._call, method, path, body, **kwargs)
+
+    # --- the connector ----------------------------------------------------------------------------------
+
+    async def get_connector(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return await self.call("GET", CONNECTORS.path(namespace, name), allow=(404,))
+
+    async def patch_connector_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
+        await self.call("PATCH", CONNECTORS.path(namespace, name, "status"), {"status": dict(status)},
+                        content_type="application/merge-patch+json")
+
+    async def remove_annotation(self, namespace: str, name: str, key: str, expected: str) -> None:
+        """Remove a one-shot annotation, only if it still has the value we acted on (JSON patch test)."""
+        pointer = "/metadata/annotations/" + key.replace("~", "~0").replace("/", "~1")
+        ops = [{"op": "test", "path": pointer, "value": expected}, {"op": "remove", "path": pointer}]
+        await self.call("PATCH", CONNECTORS.path(namespace, name), ops, content_type="application/json-patch+json",
+                        allow=(404, 409, 422))
+
+    # --- children ---------------------------------------------------------------------------------------
+
+    async def list_children(self, kind: Kind, namespace: str, connector: str) -> list[dict[str, Any]]:
+        selector = ",".join(f"{k}={v}" for k, v in naming.selector_labels(connector).items())
+        out = await self.call("GET", kind.path(namespace), query={"labelSelector": selector})
+        return list((out or {}).get("items") or [])
+
+    async def apply(self, obj: Mapping[str, Any], live: Mapping[str, Any] | None) -> str:
+        """Create ``obj`` or bring ``live`` to it; returns "created", "patched" or "unchanged"."""
+        kind = KINDS[obj["kind"]]
+        meta = obj["metadata"]
+        digest = applied_hash(obj)
+        desired = json.loads(json.dumps(obj))
+        desired["metadata"].setdefault("annotations", {})[APPLIED_HASH_ANNOTATION] = digest
+        if live is None:
+            created = await self.call("POST", kind.path(meta["namespace"]), desired, allow=(409,))
+            if created is not None:
+                return "created"
+            live = await self.call("GET", kind.path(meta["namespace"], meta["name"]))
+            assert live is not None
+        if ((live.get("metadata") or {}).get("annotations") or {}).get(APPLIED_HASH_ANNOTATION) == digest:
+            return "unchanged"
+        # A merge patch of the whole desired object: lists (containers, volumes) are replaced
+        # wholesale; map keys others added (e.g. a restart annotation on the template) are kept.
+        patch = {k: v for k, v in desired.items() if k in ("metadata", "spec", "data")}
+        patch["metadata"] = {k: v for k, v in desired["metadata"].items() if k not in ("name", "namespace")}
+        await self.call("PATCH", kind.path(meta["namespace"], meta["name"]), patch,
+                        content_type="application/merge-patch+json")
+        return "patched"
+
+    async def set_replicas(self, namespace: str, name: str, replicas: int) -> None:
+        await self.call("PATCH", DEPLOYMENTS.path(namespace, name), {"spec": {"replicas": replicas}},
+                        content_type="application/merge-patch+json", allow=(404,))
+
+    async def annotate_pod_template(self, namespace: str, name: str, key: str, value: str) -> None:
+        """``kubectl rollout restart``: a changed template annotation makes the Deployment recreate its pod."""
+        patch = {"spec": {"template": {"metadata": {"annotations": {key: value}}}}}
+        await self.call("PATCH", DEPLOYMENTS.path(namespace, name), patch,
+                        content_type="application/merge-patch+json", allow=(404,))
+
+    async def delete(self, kind: Kind, namespace: str, name: str) -> bool:
+        """Delete (background propagation: the garbage collector removes pods); False if already gone."""
+        out = await self.call("DELETE", kind.path(namespace, name), {"propagationPolicy": "Background"},
+                              allow=(404,))
+        return out is not None

@@ -1,0 +1,136 @@
+"""Serving shards of the source keyspace: from vtctld when configured, otherwise from VTGate.
+
+* vtctld: ``GetSrvKeyspaces`` gives, per cell, the partition of shards that serve the connector's
+  tablet type (what VTGate routes to); ``FindAllShardsInKeyspace`` gives every shard record (also
+  the reshard targets that do not serve yet), reported as ``discovered``. When no cell has a
+  SrvKeyspace (a keyspace never rebuilt) the shard records' ``is_primary_serving`` flag decides.
+* VTGate only: ``SHOW VITESS_SHARDS LIKE '<keyspace>/%'`` (what Debezium's VitessMetadata runs),
+  which lists serving shards only; ``discovered`` then equals ``serving``.
+
+Blocking gRPC; the operator calls :func:`discover` in a worker thread. Every failure becomes a
+:class:`DiscoveryError` whose message names the endpoint and the gRPC status, so the ``Degraded``
+condition tells the user what to fix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import grpc
+
+from cdcoperator.model import VitessSource
+from cdcworker.keyrange import sort_shards
+from vitessapi import topodata_pb2, vtctldata_pb2, vtctlservice_pb2_grpc, vtgate_pb2, vtgateservice_pb2_grpc
+
+__all__ = ["DEFAULT_TIMEOUT", "Discovery", "DiscoveryError", "discover", "discover_via_vtctld", "discover_via_vtgate"]
+
+DEFAULT_TIMEOUT = 10.0
+ChannelFactory = Callable[[str], grpc.Channel]
+Metadata = Sequence[tuple[str, str]]
+
+
+class DiscoveryError(RuntimeError):
+    """The shard list could not be had; the message is user-facing (it lands in a condition)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Discovery:
+    serving: tuple[str, ...]  # shards serving the connector's tablet type, in key range order
+    discovered: tuple[str, ...]  # every shard record known (serving or not), in key range order
+    via: str  # "vtctld" | "vtgate"
+
+
+def _insecure(address: str) -> grpc.Channel:
+    return grpc.insecure_channel(address)
+
+
+def _describe(exc: grpc.RpcError, what: str, address: str) -> str:
+    code = exc.code() if hasattr(exc, "code") else None
+    details = exc.details() if hasattr(exc, "details") else str(exc)
+    name = code.name if code is not None else "ERROR"
+    return f"{what} at {address} failed: {name}: {details}"
+
+
+def _tablet_type(name: str) -> int:
+    upper = name.upper()
+    return int(topodata_pb2.PRIMARY if upper in ("PRIMARY", "MASTER") else topodata_pb2.TabletType.Value(upper))
+
+
+def discover_via_vtctld(
+    address: str,
+    keyspace: str,
+    tablet_type: str = "PRIMARY",
+    *,
+    timeout: float = DEFAULT_TIMEOUT,
+    channel_factory: ChannelFactory = _insecure,
+    metadata: Metadata = (),
+) -> Discovery:
+    wanted = _tablet_type(tablet_type)
+    with channel_factory(address) as channel:
+        stub = vtctlservice_pb2_grpc.VtctldStub(channel)
+        try:
+            found = stub.FindAllShardsInKeyspace(
+                vtctldata_pb2.FindAllShardsInKeyspaceRequest(keyspace=keyspace), timeout=timeout, metadata=metadata
+            )
+            srv = stub.GetSrvKeyspaces(
+                vtctldata_pb2.GetSrvKeyspacesRequest(keyspace=keyspace), timeout=timeout, metadata=metadata
+            )
+        except grpc.RpcError as exc:
+            raise DiscoveryError(_describe(exc, f"vtctld FindAllShardsInKeyspace/GetSrvKeyspaces({keyspace})",
+                                           address)) from None
+    discovered = sort_shards(found.shards.keys())
+    serving: set[str] = set()
+    have_srv = False
+    for srv_keyspace in srv.srv_keyspaces.values():
+        for partition in srv_keyspace.partitions:
+            if int(partition.served_type) == wanted:
+                have_srv = True
+                serving.update(ref.name for ref in partition.shard_references)
+    if not have_srv:
+        # No SrvKeyspace yet: fall back to the shard records (PRIMARY serving flag).
+        serving = {name for name, rec in found.shards.items() if rec.shard.is_primary_serving}
+    return Discovery(tuple(sort_shards(serving)), tuple(discovered), "vtctld")
+
+
+def discover_via_vtgate(
+    address: str,
+    keyspace: str,
+    *,
+    timeout: float = DEFAULT_TIMEOUT,
+    channel_factory: ChannelFactory = _insecure,
+    metadata: Metadata = (),
+) -> Discovery:
+    request = vtgate_pb2.ExecuteRequest(
+        session=vtgate_pb2.Session(autocommit=True),
+        query={"sql": f"/*vt+ WORKLOAD_NAME=shardcdc-operator */ SHOW VITESS_SHARDS LIKE '{keyspace}/%'"},
+    )
+    with channel_factory(address) as channel:
+        try:
+            response = vtgateservice_pb2_grpc.VitessStub(channel).Execute(request, timeout=timeout, metadata=metadata)
+        except grpc.RpcError as exc:
+            raise DiscoveryError(_describe(exc, "vtgate SHOW VITESS_SHARDS", address)) from None
+    if response.HasField("error") and response.error.message:
+        raise DiscoveryError(f"vtgate SHOW VITESS_SHARDS at {address} failed: {response.error.message}")
+    shards = []
+    for row in response.result.rows:
+        ks, _, shard = bytes(row.values).decode().partition("/")
+        if ks == keyspace and shard:
+            shards.append(shard)
+    ordered = tuple(sort_shards(shards))
+    return Discovery(ordered, ordered, "vtgate")
+
+
+def discover(
+    source: VitessSource,
+    *,
+    timeout: float = DEFAULT_TIMEOUT,
+    channel_factory: ChannelFactory = _insecure,
+    metadata: Metadata = (),
+) -> Discovery:
+    """Serving shards of ``source.keyspace`` (vtctld if configured, else VTGate)."""
+    if source.vtctld:
+        return discover_via_vtctld(source.vtctld, source.keyspace, source.tablet_type, timeout=timeout,
+                                   channel_factory=channel_factory, metadata=metadata)
+    return discover_via_vtgate(source.vtgate, source.keyspace, timeout=timeout, channel_factory=channel_factory,
+                               metadata=metadata)

@@ -1,0 +1,179 @@
+"""kopf glue: every handler and the timer call the same idempotent ``reconcile()``.
+
+kopf's create/update/delete handlers are edge-based (``docs/critiques.rst``); the level-based
+remedy (``docs/reconciliation.rst``) is what this module does: create, update and resume only
+trigger an immediate reconcile, and a timer re-runs it every ``SHARDCDC_OPERATOR_RESYNC_SECONDS``
+so that workers exiting, pods appearing and Vitess resharding are picked up without any event on
+the CdcConnector itself. A per-connector lock (in kopf's per-object memo) serialises the timer
+with the handlers. Worker pods are held in a kopf index, so observing tasks costs no API reads.
+
+Settings production needs are set in :func:`configure` (with the reasons next to them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import aiohttp
+import kopf
+
+from cdcoperator import naming
+from cdcoperator.apply import CONFIG_MAPS, DEPLOYMENTS, PLURAL, ApiError, KubeApi, new_api_client
+from cdcoperator.discovery import DEFAULT_TIMEOUT, discover
+from cdcoperator.model import GROUP, VERSION, ConnectorResource, DeletionPolicy, SpecError
+from cdcoperator.reconcile import ReconcileContext, reconcile
+from cdcoperator.taskstatus import PodSummary, summarize_pod
+
+__all__ = ["RESYNC_SECONDS", "STORAGE_PREFIX", "configure"]
+
+log = logging.getLogger("cdcoperator")
+
+# Read at import: kopf's timer interval is fixed when the handler is registered.
+RESYNC_SECONDS = float(os.environ.get("SHARDCDC_OPERATOR_RESYNC_SECONDS", "10"))
+REQUEST_TIMEOUT = float(os.environ.get("SHARDCDC_OPERATOR_REQUEST_TIMEOUT", "30"))
+DISCOVERY_TIMEOUT = float(os.environ.get("SHARDCDC_OPERATOR_DISCOVERY_TIMEOUT", str(DEFAULT_TIMEOUT)))
+RETRY_DELAY = 5.0
+# kopf's own bookkeeping (progress, last-handled configuration) lives under a sub-domain of ours.
+# Not ``shardcdc.io`` itself: kopf drops annotations under its storage prefix from the diff it
+# computes, and then ``shardcdc.io/restart`` would never trigger the update handler.
+STORAGE_PREFIX = f"operator.{naming.PREFIX}"
+RESOURCE = (GROUP, VERSION, PLURAL)
+
+
+@kopf.on.startup()
+async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+    settings.persistence.finalizer = naming.FINALIZER
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=STORAGE_PREFIX)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=STORAGE_PREFIX, key="last-handled-configuration"
+    )
+    # Watch streams can go silent without an error (kopf #585, #698, #810): the server ends each
+    # watch after server_timeout, and the client gives up slightly later if it does not.
+    settings.watching.server_timeout = 270
+    settings.watching.client_timeout = 300
+    settings.watching.connect_timeout = 10
+    settings.networking.request_timeout = REQUEST_TIMEOUT
+    settings.networking.connect_timeout = 10
+    # One active operator, no peering: the chart runs a single replica with strategy Recreate, so
+    # two operators never overlap. kopf's peering is active/passive with a ~60 s failover, freezes
+    # every instance when priorities tie (kopf #51), and needs cluster-wide RBAC on its peering
+    # resources; generations need exactly one writer, which a single Recreate replica already gives.
+    settings.peering.standalone = True
+    # The CRD is installed before the operator; watching CRDs and namespaces for changes would
+    # only need more RBAC (list/watch on cluster-scoped objects) for nothing.
+    settings.scanning.disabled = True
+    # Our own events are explicit; kopf's per-handler "succeeded" log events would drown them.
+    settings.posting.level = logging.WARNING
+    settings.execution.max_workers = 4
+    memo.kube = KubeApi(new_api_client(os.environ.get("SHARDCDC_OPERATOR_KUBECONFIG")), REQUEST_TIMEOUT)
+    memo.http = aiohttp.ClientSession()
+    memo.stats = {"reconciles": 0}  # shared by every per-object memo (they are shallow copies)
+
+
+@kopf.on.cleanup()
+async def close(memo: kopf.Memo, **_: Any) -> None:
+    http = memo.get("http")
+    if http is not None:
+        await http.close()
+    kube = memo.get("kube")
+    if kube is not None:
+        kube.api.close()
+
+
+@kopf.on.probe(id="reconciles")
+def probe(memo: kopf.Memo, **_: Any) -> int:
+    """Liveness detail: reconciles completed since start (the endpoint itself is ``--liveness``)."""
+    return int(memo.stats["reconciles"])
+
+
+@kopf.index("pods", labels={naming.LABEL_CONNECTOR: kopf.PRESENT})
+def worker_pods(body: kopf.Body, namespace: str | None, labels: Mapping[str, str], **_: Any) -> Any:
+    """(namespace, connector) -> PodSummary of each worker pod."""
+    summary = summarize_pod(body)
+    if summary is None:
+        return None
+    return {(namespace, labels[naming.LABEL_CONNECTOR]): summary}
+
+
+def _emit(body: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
+    kopf.event(body, type=type_, reason=reason, message=message[:1024])  # type: ignore[arg-type]
+
+
+def _context(memo: kopf.Memo, pods: kopf.Index[Any, Any]) -> ReconcileContext:
+    def pods_of(namespace: str, connector: str) -> list[PodSummary]:
+        store = pods.get((namespace, connector))
+        return list(store) if store is not None else []
+
+    async def discoverer(cr: ConnectorResource) -> Any:
+        return await asyncio.to_thread(discover, cr.spec.source, timeout=DISCOVERY_TIMEOUT)
+
+    warned = memo.get("warned")
+    if warned is None:
+        warned = memo["warned"] = set()
+    return ReconcileContext(kube=memo.kube, http=memo.http, emit=_emit, pods=pods_of, discover=discoverer,
+                            warned=warned)
+
+
+def _lock(memo: kopf.Memo) -> asyncio.Lock:
+    lock = memo.get("lock")
+    if lock is None:
+        lock = memo["lock"] = asyncio.Lock()
+    return lock
+
+
+async def _run(memo: kopf.Memo, worker_pods: kopf.Index[Any, Any], namespace: str, name: str) -> None:
+    async with _lock(memo):
+        try:
+            await reconcile(_context(memo, worker_pods), namespace, name)
+        except (ApiError, aiohttp.ClientError, OSError) as exc:
+            raise kopf.TemporaryError(f"reconcile failed: {exc}", delay=RETRY_DELAY) from exc
+    memo.stats["reconciles"] += 1
+
+
+@kopf.on.resume(*RESOURCE)
+@kopf.on.create(*RESOURCE)
+@kopf.on.update(*RESOURCE)
+async def changed(memo: Any, namespace: str | None, name: str, **kwargs: Any) -> None:
+    await _run(memo, kwargs["worker_pods"], namespace or "default", name)
+
+
+@kopf.timer(*RESOURCE, interval=RESYNC_SECONDS)
+async def resync(memo: Any, namespace: str | None, name: str, **kwargs: Any) -> None:
+    await _run(memo, kwargs["worker_pods"], namespace or "default", name)
+
+
+@kopf.on.delete(*RESOURCE)
+async def deleted(memo: Any, body: kopf.Body, namespace: str | None, name: str, **kwargs: Any) -> None:
+    """Remove every child explicitly (a cluster without garbage collection still ends clean).
+
+    With ``DeleteOffsets`` the records are tombstoned only once no worker pod is left: a worker
+    still shutting down commits its offsets last and would resurrect them.
+    """
+    kube: KubeApi = memo.kube
+    namespace = namespace or "default"
+    async with _lock(memo):
+        removed: list[str] = []
+        for kind in (DEPLOYMENTS, CONFIG_MAPS):
+            for obj in await kube.list_children(kind, namespace, name):
+                if await kube.delete(kind, namespace, obj["metadata"]["name"]):
+                    removed.append(f"{kind.plural}/{obj['metadata']['name']}")
+        _emit(body, "Normal", "Deleted", f"removed {len(removed)} worker objects: {', '.join(removed) or 'none'}")
+        try:
+            policy = ConnectorResource.from_body(body).spec.deletion_policy
+        except SpecError:
+            policy = DeletionPolicy.RETAIN
+        if policy is DeletionPolicy.DELETE_OFFSETS:
+            from cdcoperator.offsets import delete_offsets
+
+            pods = kwargs["worker_pods"].get((namespace, name))
+            if pods:
+                raise kopf.TemporaryError(f"waiting for {len(list(pods))} worker pods to exit before deleting "
+                                          "offsets", delay=RETRY_DELAY)
+            ok, message = await delete_offsets(body)
+            _emit(body, "Normal" if ok else "Warning", "OffsetsDeleted" if ok else "OffsetsNotDeleted", message)
+        else:
+            _emit(body, "Normal", "OffsetsKept", "offsets are kept (spec.deletionPolicy: Retain)")

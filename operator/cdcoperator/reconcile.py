@@ -1,0 +1,355 @@
+"""One level-based, idempotent reconcile of a CdcConnector: observe, plan, apply, record.
+
+1. read the connector fresh from the API (handlers and the timer may hold stale bodies);
+2. discover the serving shards; list the connector's Deployments; build one TaskReport per task
+   from the pod index and the workers' status documents;
+3. ``planner.plan`` decides; this module only carries the plan out: create/patch the planned
+   workers' ConfigMaps and Deployments (replicas 0 for workers that must stop), delete the objects
+   of exited generations, honour the one-shot ``shardcdc.io/restart`` annotation;
+4. write ``status`` only when it differs, and emit an event for each step.
+
+Calling it again with nothing changed sends no writes: children carry a hash of what we applied,
+and the status comparison is exact. The caller serialises calls per connector (a lock in the
+per-object memo), so the create/update handlers and the timer never interleave.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as _dt
+import logging
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+
+from cdcoperator import conditions as cond
+from cdcoperator import naming
+from cdcoperator.apply import CONFIG_MAPS, DEPLOYMENTS, KubeApi
+from cdcoperator.discovery import Discovery, DiscoveryError, discover
+from cdcoperator.model import ConnectorResource, SpecError, State
+from cdcoperator.objects import build_task_objects
+from cdcoperator.planner import (
+    Action,
+    Generation,
+    Plan,
+    TaskPlan,
+    TaskRef,
+    TaskReport,
+    generation_from_status,
+    generation_to_status,
+    plan,
+)
+from cdcoperator.taskstatus import PodSummary, fetch_status, task_report
+
+__all__ = [
+    "RESTARTED_AT_ANNOTATION",
+    "Discoverer",
+    "Emit",
+    "ReconcileContext",
+    "build_status",
+    "merge_patch",
+    "parse_restart",
+    "reconcile",
+]
+
+log = logging.getLogger("cdcoperator.reconcile")
+
+RESTARTED_AT_ANNOTATION = f"{naming.PREFIX}/restartedAt"
+Emit = Callable[[Mapping[str, Any], str, str, str], None]  # (body, type, reason, message)
+Discoverer = Callable[[ConnectorResource], Awaitable[Discovery]]
+
+
+async def _default_discover(cr: ConnectorResource) -> Discovery:
+    return await asyncio.to_thread(discover, cr.spec.source)
+
+
+@dataclass
+class ReconcileContext:
+    """What one reconcile needs besides the connector's name (shared across calls)."""
+
+    kube: KubeApi
+    http: aiohttp.ClientSession
+    emit: Emit
+    pods: Callable[[str, str], Iterable[PodSummary]]  # (namespace, connector) -> indexed pods
+    discover: Discoverer = field(default=_default_discover)
+    clock: Callable[[], _dt.datetime] = field(default=lambda: _dt.datetime.now(_dt.UTC))
+    # Reasons of warnings already emitted and still standing (kept by the caller across reconciles):
+    # a refusal or an unreachable source is planned again on every resync but reported once, not
+    # every 10 s; the condition's message carries the current details.
+    warned: set[str] = field(default_factory=set)
+
+
+# --- pure helpers -----------------------------------------------------------------------------------
+
+
+def parse_restart(value: str, tasks: int) -> tuple[int, ...] | None:
+    """Task ids a ``shardcdc.io/restart`` value names: "", "true", "all" -> every task; "task=<i>" -> one.
+
+    None when the value is not understood or names a task that does not exist.
+    """
+    v = value.strip().lower()
+    if v in ("", "true", "all", "yes"):
+        return tuple(range(tasks))
+    if v.startswith("task="):
+        try:
+            tid = int(v[5:])
+        except ValueError:
+            return None
+        return (tid,) if 0 <= tid < tasks else None
+    return None
+
+
+def merge_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
+    """A JSON merge patch (RFC 7386) turning ``old`` into ``new`` (keys of ``old`` absent in ``new`` -> null)."""
+    out: dict[str, Any] = {}
+    for k in old:
+        if k not in new:
+            out[k] = None
+    for k, v in new.items():
+        o = old.get(k)
+        if isinstance(v, Mapping) and isinstance(o, Mapping):
+            sub = merge_patch(o, v)
+            if sub:
+                out[k] = sub
+        elif k not in old or o != v:
+            out[k] = v
+    return out
+
+
+def _lag_text(ms: int | None) -> str | None:
+    if ms is None:
+        return None
+    # Whole seconds: finer steps would rewrite status on every resync for no reader's benefit.
+    return f"{ms // 1000}s"
+
+
+def build_status(
+    cr: ConnectorResource,
+    existing: Mapping[str, Any],
+    p: Plan,
+    discovery: Discovery | None,
+    reports: Sequence[TaskReport],
+    now: _dt.datetime,
+) -> dict[str, Any]:
+    """The full ``status`` we want (keys we own only; unknown keys of ``existing`` are left alone)."""
+    status: dict[str, Any] = {
+        "observedGeneration": cr.generation,
+        "conditions": cond.merge_conditions(existing.get("conditions"), p.conditions,
+                                            observed_generation=cr.generation, now=now),
+        "selector": naming.selector(cr.name),
+    }
+    old_shards = existing.get("shards") or {}
+    if discovery is not None:
+        shards: dict[str, Any] = {
+            "discovered": list(discovery.discovered),
+            "serving": list(discovery.serving),
+            "servingCount": len(discovery.serving),
+        }
+        unchanged = old_shards.get("serving") == shards["serving"] and old_shards.get("discovered") == shards[
+            "discovered"]
+        shards["lastDiscoveryTime"] = (old_shards.get("lastDiscoveryTime") if unchanged else None) or cond.format_time(
+            now)
+        status["shards"] = shards
+    elif old_shards:
+        status["shards"] = dict(old_shards)  # keep the last known list while the source is unreachable
+    if p.generation is not None:
+        assignment = generation_to_status(p.generation)
+        by_task = {r.task_id: r for r in reports if r.generation == p.generation.generation}
+        lags: list[int] = []
+        task_states: list[dict[str, Any]] = assignment["taskStates"]  # type: ignore[assignment]
+        for ts in task_states:
+            r = by_task.get(ts["id"])
+            if r is None:
+                ts["phase"] = "Pending" if p.action in (Action.START, Action.KEEP) else "Stopped"
+                continue
+            ts["phase"] = r.phase.value
+            if r.pod:
+                ts["pod"] = r.pod
+            if r.position:
+                ts["position"] = r.position
+            if r.lag_ms is not None:
+                ts["lag"] = _lag_text(r.lag_ms)
+                lags.append(r.lag_ms)
+            if r.message:
+                ts["message"] = r.message
+        status["assignment"] = assignment
+        if lags:
+            status["lag"] = _lag_text(max(lags))
+    elif existing.get("assignment"):
+        status["assignment"] = dict(existing["assignment"])
+    return status
+
+
+def _owned(existing: Mapping[str, Any]) -> dict[str, Any]:
+    """``existing`` restricted to the keys we write, so foreign status keys never show up as a diff."""
+    owned = ("observedGeneration", "conditions", "selector", "shards", "assignment", "lag")
+    return {k: existing[k] for k in owned if k in existing}
+
+
+# --- the reconcile ------------------------------------------------------------------------------------
+
+
+def _gen_task(obj: Mapping[str, Any]) -> tuple[int, int] | None:
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    try:
+        return int(labels[naming.LABEL_GENERATION]), int(labels[naming.LABEL_TASK])
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+async def _observe_tasks(
+    ctx: ReconcileContext, namespace: str, connector: str, deployments: Sequence[Mapping[str, Any]]
+) -> list[TaskReport]:
+    pods = list(ctx.pods(namespace, connector))
+
+    async def one(dep: Mapping[str, Any]) -> TaskReport | None:
+        key = _gen_task(dep)
+        if key is None:
+            return None
+        mine = [p for p in pods if (p.generation, p.task) == key]
+        live = [p for p in mine if p.phase == "Running" and not p.deleting]
+        doc = await fetch_status(ctx.http, live[0]) if live else None
+        replicas = int((dep.get("spec") or {}).get("replicas") or 0)
+        return task_report(key[0], key[1], replicas, mine, doc)
+
+    reports = await asyncio.gather(*(one(d) for d in deployments))
+    return [r for r in reports if r is not None]
+
+
+async def reconcile(ctx: ReconcileContext, namespace: str, name: str) -> Plan | None:
+    """Reconcile one connector; returns the plan carried out (None if the connector is gone or invalid)."""
+    kube = ctx.kube
+    body = await kube.get_connector(namespace, name)
+    if body is None or (body.get("metadata") or {}).get("deletionTimestamp"):
+        return None
+    existing_status: Mapping[str, Any] = body.get("status") or {}
+    now = ctx.clock()
+    try:
+        cr = ConnectorResource.from_body(body)
+    except SpecError as exc:
+        # The CRD rejects most mistakes; this is for what a schema cannot express.
+        bad = (
+            cond.ConditionSpec(cond.READY, False, "InvalidSpec", str(exc)),
+            cond.ConditionSpec(cond.DEGRADED, True, "InvalidSpec", str(exc)),
+        )
+        generation = int((body.get("metadata") or {}).get("generation") or 0)
+        wanted = dict(_owned(existing_status))
+        wanted["conditions"] = cond.merge_conditions(existing_status.get("conditions"), bad,
+                                                     observed_generation=generation, now=now)
+        wanted["observedGeneration"] = generation
+        await _write_status(ctx, body, existing_status, wanted)
+        return None
+
+    discovery: Discovery | None = None
+    source_error = ""
+    try:
+        discovery = await ctx.discover(cr)
+    except DiscoveryError as exc:
+        source_error = str(exc)
+    deployments = await kube.list_children(DEPLOYMENTS, namespace, name)
+    config_maps = await kube.list_children(CONFIG_MAPS, namespace, name)
+    reports = await _observe_tasks(ctx, namespace, name, deployments)
+    current = generation_from_status(existing_status.get("assignment"))
+    p = plan(cr.spec, discovery.serving if discovery is not None else None, current, reports,
+             source_error=source_error)
+
+    standing: set[str] = set()
+    for ev in p.events:
+        if ev.type == "Warning":
+            standing.add(ev.reason)
+            if ev.reason in ctx.warned:
+                continue
+        ctx.emit(body, ev.type, ev.reason, ev.message)
+    ctx.warned.clear()
+    ctx.warned.update(standing)
+    await _apply(ctx, body, cr, p, deployments, config_maps)
+    await _restart(ctx, body, cr, p)
+    wanted = build_status(cr, existing_status, p, discovery, reports, now)
+    await _write_status(ctx, body, existing_status, wanted)
+    return p
+
+
+async def _write_status(
+    ctx: ReconcileContext, body: Mapping[str, Any], existing: Mapping[str, Any], wanted: Mapping[str, Any]
+) -> None:
+    patch = merge_patch(_owned(existing), wanted)
+    if not patch:
+        return
+    meta = body["metadata"]
+    await ctx.kube.patch_connector_status(meta["namespace"], meta["name"], patch)
+
+
+async def _apply(
+    ctx: ReconcileContext,
+    body: Mapping[str, Any],
+    cr: ConnectorResource,
+    p: Plan,
+    deployments: Sequence[Mapping[str, Any]],
+    config_maps: Sequence[Mapping[str, Any]],
+) -> None:
+    kube = ctx.kube
+    live_deps = {d["metadata"]["name"]: d for d in deployments}
+    live_cms = {c["metadata"]["name"]: c for c in config_maps}
+
+    async def worker(task: TaskPlan) -> None:
+        cm, dep = build_task_objects(cr, task)
+        dep_name = dep["metadata"]["name"]
+        if not task.run and dep_name not in live_deps:
+            return  # nothing to stop, and nothing should run
+        for obj, live in ((cm, live_cms.get(cm["metadata"]["name"])), (dep, live_deps.get(dep_name))):
+            outcome = await kube.apply(obj, live)
+            if outcome != "unchanged":
+                what = f"{obj['kind']} {obj['metadata']['name']}"
+                if obj["kind"] == "Deployment" and live is not None:
+                    old = int((live.get("spec") or {}).get("replicas") or 0)
+                    new = int(obj["spec"]["replicas"])
+                    if old != new:
+                        ctx.emit(body, "Normal", "ScaledWorker" if new else "StoppedWorker",
+                                 f"{what}: replicas {old} -> {new}")
+                        continue
+                ctx.emit(body, "Normal", outcome.capitalize(), f"{outcome} {what}")
+
+    await asyncio.gather(*(worker(t) for t in p.workers))
+    planned = {(t.generation, t.task_id) for t in p.workers}
+    for ref in p.stop:
+        if (ref.generation, ref.task_id) not in planned:
+            await kube.set_replicas(cr.namespace, naming.task_object_name(cr.name, ref.generation, ref.task_id), 0)
+
+    async def remove(ref: TaskRef) -> None:
+        obj_name = naming.task_object_name(cr.name, ref.generation, ref.task_id)
+        gone_dep = await kube.delete(DEPLOYMENTS, cr.namespace, obj_name)
+        gone_cm = await kube.delete(CONFIG_MAPS, cr.namespace, obj_name)
+        if gone_dep or gone_cm:
+            ctx.emit(body, "Normal", "Deleted", f"deleted the Deployment and ConfigMap {obj_name} "
+                     f"(generation {ref.generation} has exited)")
+
+    await asyncio.gather(*(remove(r) for r in p.remove))
+
+
+async def _restart(ctx: ReconcileContext, body: Mapping[str, Any], cr: ConnectorResource, p: Plan) -> None:
+    """Honour ``shardcdc.io/restart`` once, then remove it."""
+    annotations = (body.get("metadata") or {}).get("annotations") or {}
+    value = annotations.get(naming.RESTART_ANNOTATION)
+    if value is None:
+        return
+    g: Generation | None = p.generation
+    if p.action is not Action.KEEP or g is None or cr.spec.state is not State.RUNNING:
+        ctx.emit(body, "Warning", "RestartIgnored",
+                 f"{naming.RESTART_ANNOTATION}={value!r} ignored: the connector is not running a stable generation "
+                 f"({p.action.value})")
+    else:
+        tasks = parse_restart(value, g.tasks)
+        if tasks is None:
+            ctx.emit(body, "Warning", "RestartIgnored",
+                     f"{naming.RESTART_ANNOTATION}={value!r} is not 'all' or 'task=<id>' with id < {g.tasks}")
+        else:
+            stamp = cond.format_time(ctx.clock())
+            for tid in tasks:
+                dep = naming.task_object_name(cr.name, g.generation, tid)
+                await ctx.kube.annotate_pod_template(cr.namespace, dep, RESTARTED_AT_ANNOTATION, stamp)
+            ctx.emit(body, "Normal", "Restarted",
+                     f"restarted task{'s' if len(tasks) != 1 else ''} {', '.join(map(str, tasks))} "
+                     f"of generation {g.generation}")
+    await ctx.kube.remove_annotation(cr.namespace, cr.name, naming.RESTART_ANNOTATION, value)

@@ -1,0 +1,248 @@
+"""The reconcile's parts without Kubernetes: shard discovery (against the VTGate test server),
+task observation (pods + status documents -> TaskReport), status building and patches."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from cdcoperator.discovery import (
+    Discovery,
+    DiscoveryError,
+    discover,
+    discover_via_vtctld,
+    discover_via_vtgate,
+)
+from cdcoperator.model import ConnectorResource, VitessSource
+from cdcoperator.planner import Journal, TaskPhase, TaskReport, plan
+from cdcoperator.reconcile import build_status, merge_patch, parse_restart
+from cdcoperator.taskstatus import PodSummary, journal_from, summarize_pod, task_report
+from kubetest.controlplane import free_port
+from vtgatesim import VTGateSim
+
+# --- discovery -------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def sim() -> Iterator[VTGateSim]:
+    with VTGateSim() as s:
+        s.create_keyspace("two", ["-80", "80-"])
+        s.create_keyspace("split", ["-80", "80-"])
+        s.create_keyspace("one", ["0"])
+        s.reshard("split", ["-40", "40-80", "80-c0", "c0-"])
+        yield s
+
+
+def test_vtgate_lists_serving_shards_in_key_range_order(sim: VTGateSim) -> None:
+    assert discover_via_vtgate(sim.address, "two") == Discovery(("-80", "80-"), ("-80", "80-"), "vtgate")
+    assert discover_via_vtgate(sim.address, "one") == Discovery(("0",), ("0",), "vtgate")
+    # After a split only the targets serve; VTGate knows nothing else.
+    assert discover_via_vtgate(sim.address, "split").serving == ("-40", "40-80", "80-c0", "c0-")
+    assert discover_via_vtgate(sim.address, "missing").serving == ()
+
+
+def test_vtctld_separates_serving_from_discovered(sim: VTGateSim) -> None:
+    d = discover_via_vtctld(sim.address, "split", "REPLICA")
+    assert d == Discovery(("-40", "40-80", "80-c0", "c0-"), ("-40", "-80", "40-80", "80-c0", "80-", "c0-"), "vtctld")
+    assert discover_via_vtctld(sim.address, "two", "MASTER").serving == ("-80", "80-")
+
+
+def test_discover_prefers_vtctld(sim: VTGateSim) -> None:
+    closed = f"127.0.0.1:{free_port()}"
+    with_vtctld = VitessSource(vtgate=closed, keyspace="split", vtctld=sim.address)
+    assert discover(with_vtctld).via == "vtctld"
+    assert discover(VitessSource(vtgate=sim.address, keyspace="two")).via == "vtgate"
+
+
+def test_discovery_errors_name_the_endpoint(sim: VTGateSim) -> None:
+    with pytest.raises(DiscoveryError) as err:
+        discover_via_vtctld(sim.address, "missing")
+    assert str(err.value) == (f"vtctld FindAllShardsInKeyspace/GetSrvKeyspaces(missing) at {sim.address} failed: "
+                              "NOT_FOUND: node doesn't exist: keyspaces/missing/Keyspace")
+    closed = f"127.0.0.1:{free_port()}"
+    with pytest.raises(DiscoveryError) as err:
+        discover_via_vtgate(closed, "two", timeout=2)
+    assert str(err.value).startswith(f"vtgate SHOW VITESS_SHARDS at {closed} failed: UNAVAILABLE: ")
+
+
+# --- task observation ---------------------------------------------------------------------------------------
+
+
+def pod_body(phase: str = "Running", ready: bool = True, state: dict[str, Any] | None = None,
+             last: dict[str, Any] | None = None, deleting: bool = False) -> dict[str, Any]:
+    cs: dict[str, Any] = {"name": "worker", "ready": ready, "restartCount": 2 if last else 0,
+                          "state": state or {"running": {}}}
+    if last:
+        cs["lastState"] = {"terminated": last}
+    meta: dict[str, Any] = {"name": "c-g3-t1-abc", "labels": {"shardcdc.io/generation": "3", "shardcdc.io/task": "1"}}
+    if deleting:
+        meta["deletionTimestamp"] = "2024-01-01T00:00:00Z"
+    return {"metadata": meta,
+            "spec": {"containers": [{"name": "worker", "ports": [{"name": "metrics", "containerPort": 8080}]}]},
+            "status": {"phase": phase, "podIP": "10.1.2.3", "containerStatuses": [cs]}}
+
+
+JOURNAL = {"journal": {"participants": ["80-", "-80"], "positions": [{"shard": "c0-", "gtid": "g2"},
+                                                                      {"shard": "-40", "gtid": "g1"}]}}
+
+
+def test_summarize_pod() -> None:
+    s = summarize_pod(pod_body(last={"exitCode": 10, "message": json.dumps(JOURNAL)},
+                               state={"waiting": {"reason": "CrashLoopBackOff"}}, ready=False))
+    assert s == PodSummary(name="c-g3-t1-abc", generation=3, task=1, phase="Running", deleting=False, ip="10.1.2.3",
+                           port=8080, ready=False, waiting_reason="CrashLoopBackOff", exit_code=10,
+                           termination_message=json.dumps(JOURNAL), restarts=2)
+    assert summarize_pod({"metadata": {"name": "x", "labels": {}}}) is None
+
+
+def test_journal_shapes() -> None:
+    expected = Journal(("-80", "80-"), (("-40", "g1"), ("c0-", "g2")))
+    assert journal_from(JOURNAL) == expected
+    assert journal_from({"journal": {"participants": ["-80", "80-"], "positions": {"c0-": "g2", "-40": "g1"}}}) == expected
+    assert journal_from({"journal": {"participants": [], "positions": {}}}) is None
+    assert journal_from(None) is None
+
+
+def _s(**kw: Any) -> PodSummary:
+    summary = summarize_pod(pod_body(**kw))
+    assert summary is not None
+    return summary
+
+
+STREAMING_DOC = {"state": "streaming", "low_watermark_lag_ms": 2500,
+                 "shards": [{"shard": "-80", "gtid": "a", "durable_gtid": "b", "lag_ms": 7},
+                            {"shard": "80-", "gtid": "c", "durable_gtid": None, "lag_ms": None}]}
+
+
+@pytest.mark.parametrize(
+    ("replicas", "pods", "doc", "expected"),
+    [
+        (1, [], None, TaskReport(3, 1, TaskPhase.PENDING)),
+        (0, [], None, TaskReport(3, 1, TaskPhase.EXITED)),
+        (1, [_s()], STREAMING_DOC,
+         TaskReport(3, 1, TaskPhase.STREAMING, pod="c-g3-t1-abc", position="-80@b;80-@c", lag_ms=2500)),
+        (1, [_s()], {"state": "snapshotting"}, TaskReport(3, 1, TaskPhase.SNAPSHOTTING, pod="c-g3-t1-abc")),
+        (1, [_s()], {"state": "reconnecting"}, TaskReport(3, 1, TaskPhase.STARTING, pod="c-g3-t1-abc")),
+        (1, [_s()], {"state": "failed", "reason": "bad password"},
+         TaskReport(3, 1, TaskPhase.FAILED, pod="c-g3-t1-abc", message="bad password")),
+        (0, [_s()], {"state": "stopped"}, TaskReport(3, 1, TaskPhase.EXITED, pod="c-g3-t1-abc")),
+        (1, [_s()], {"state": "reassignment_needed", "reason": "journal", **JOURNAL},
+         TaskReport(3, 1, TaskPhase.REASSIGNMENT_NEEDED, pod="c-g3-t1-abc", message="journal",
+                    journal=Journal(("-80", "80-"), (("-40", "g1"), ("c0-", "g2"))))),
+        # The document is unreachable: the pod decides.
+        (1, [_s(ready=False, state={"waiting": {"reason": "CrashLoopBackOff"}},
+                last={"exitCode": 10, "message": json.dumps(JOURNAL)})], None,
+         TaskReport(3, 1, TaskPhase.REASSIGNMENT_NEEDED, pod="c-g3-t1-abc",
+                    message="worker stopped at a reshard journal",
+                    journal=Journal(("-80", "80-"), (("-40", "g1"), ("c0-", "g2"))))),
+        (1, [_s(ready=False, state={"waiting": {"reason": "CrashLoopBackOff"}}, last={"exitCode": 1})], None,
+         TaskReport(3, 1, TaskPhase.FAILED, pod="c-g3-t1-abc", message="CrashLoopBackOff (exit status 1)")),
+        (1, [_s()], None, TaskReport(3, 1, TaskPhase.STREAMING, pod="c-g3-t1-abc")),
+        (1, [_s(ready=False)], None, TaskReport(3, 1, TaskPhase.STARTING, pod="c-g3-t1-abc")),
+        (1, [_s(phase="Pending", ready=False, state={"waiting": {"reason": "ContainerCreating"}})], None,
+         TaskReport(3, 1, TaskPhase.PENDING, pod="c-g3-t1-abc")),
+        (0, [_s(phase="Succeeded", ready=False, state={"terminated": {"exitCode": 0}})], None,
+         TaskReport(3, 1, TaskPhase.EXITED, pod="c-g3-t1-abc")),
+        (1, [_s(phase="Failed", ready=False, state={"terminated": {"exitCode": 2}})], None,
+         TaskReport(3, 1, TaskPhase.FAILED, pod="c-g3-t1-abc", message="worker exited with status 2")),
+    ],
+    ids=["no-pod", "scaled-to-zero", "streaming", "snapshotting", "reconnecting", "failed", "stopped",
+         "reassignment-doc", "reassignment-exit-code", "crashloop", "ready-no-doc", "starting-no-doc",
+         "pending", "succeeded", "failed-pod"],
+)
+def test_task_report(replicas: int, pods: list[PodSummary], doc: dict[str, Any] | None,
+                     expected: TaskReport) -> None:
+    assert task_report(3, 1, replicas, pods, doc) == expected
+
+
+# --- restart annotation, merge patches, status ---------------------------------------------------------------
+
+
+def test_parse_restart() -> None:
+    assert parse_restart("", 3) == parse_restart("all", 3) == parse_restart("true", 3) == (0, 1, 2)
+    assert parse_restart("task=2", 3) == (2,)
+    assert parse_restart("task=3", 3) is None
+    assert parse_restart("task=x", 3) is None
+    assert parse_restart("later", 3) is None
+
+
+def test_merge_patch() -> None:
+    old = {"a": 1, "b": {"c": 1, "d": 2}, "e": [1, 2], "f": "x"}
+    new = {"a": 1, "b": {"c": 1}, "e": [1], "g": True}
+    assert merge_patch(old, new) == {"b": {"d": None}, "e": [1], "f": None, "g": True}
+    assert merge_patch(new, new) == {}
+
+
+BODY = {
+    "metadata": {"name": "orders", "namespace": "shop", "uid": "u", "generation": 4},
+    "spec": {"source": {"vitess": {"vtgate": "vtgate:15991", "keyspace": "ks"}},
+             "kafka": {"bootstrapServers": "k:9092", "topicPrefix": "shop"}, "tasks": 2},
+}
+
+
+def test_status_is_stable_when_nothing_changes() -> None:
+    cr = ConnectorResource.from_body(BODY)
+    shards = ("-80", "80-")
+    p0 = plan(cr.spec, shards, None)
+    t0 = dt.datetime(2024, 5, 1, 12, 0, tzinfo=dt.UTC)
+    first = build_status(cr, {}, p0, Discovery(shards, shards, "vtgate"), (), t0)
+    assert first["assignment"]["taskStates"] == [{"id": 0, "shards": ["-80"], "phase": "Pending"},
+                                                 {"id": 1, "shards": ["80-"], "phase": "Pending"}]
+    assert first["shards"] == {"discovered": ["-80", "80-"], "serving": ["-80", "80-"], "servingCount": 2,
+                               "lastDiscoveryTime": "2024-05-01T12:00:00Z"}
+    reports = [TaskReport(0, t, TaskPhase.STREAMING, pod=f"p{t}", lag_ms=1200 + t) for t in (0, 1)]
+    p1 = plan(cr.spec, shards, p0.generation, reports)
+    second = build_status(cr, first, p1, Discovery(shards, shards, "vtgate"), reports, t0 + dt.timedelta(minutes=1))
+    assert second["lag"] == "1s"
+    ready = next(c for c in second["conditions"] if c["type"] == "Ready")
+    assert (ready["status"], ready["lastTransitionTime"]) == ("True", "2024-05-01T12:01:00Z")
+    # The same observation later: nothing to write.
+    third = build_status(cr, second, plan(cr.spec, shards, p1.generation, reports),
+                         Discovery(shards, shards, "vtgate"), reports, t0 + dt.timedelta(minutes=5))
+    assert merge_patch(second, third) == {}
+    # The source goes away: the last known shard list stays, Degraded says why.
+    p_err = plan(cr.spec, None, p1.generation, reports, source_error="vtgate down")
+    fourth = build_status(cr, third, p_err, None, reports, t0 + dt.timedelta(minutes=6))
+    patch = merge_patch(third, fourth)
+    assert "shards" not in patch and "assignment" not in patch
+    degraded = next(c for c in fourth["conditions"] if c["type"] == "Degraded")
+    assert (degraded["status"], degraded["reason"]) == ("True", "SourceUnreachable")
+
+
+def test_delete_offsets_keeps_records_it_cannot_reach() -> None:
+    from cdcoperator.offsets import delete_offsets_sync
+
+    body = json.loads(json.dumps(BODY))
+    body["spec"]["kafka"].update(securityProtocol="SASL_SSL",
+                                 securitySecretRef={"name": "kafka", "properties": ["sasl.jaas.config"]})
+    assert delete_offsets_sync(ConnectorResource.from_body(body)) == (
+        "offsets of orders in topic shardcdc-offsets were kept: the cluster needs credentials the operator "
+        "does not read; delete the records with `shardcdc offsets reset`")
+
+
+def test_delete_offsets_tombstones_only_this_connectors_records(kafka_broker: Any) -> None:
+    import uuid
+
+    from cdcoperator.offsets import delete_offsets_sync
+    from cdcworker.offsets import OffsetPartition, OffsetValue, ShardGtid, Vgtid
+    from cdcworker.offsets.store import OffsetStore
+
+    topic = f"offsets-{uuid.uuid4().hex[:8]}"
+    body = json.loads(json.dumps(BODY))
+    body["spec"]["kafka"].update(bootstrapServers=kafka_broker.bootstrap, offsetsTopic=topic)
+    config = {"bootstrap.servers": kafka_broker.bootstrap}
+    value = OffsetValue.build(Vgtid((ShardGtid("ks", "-80", "MySQL56/a:1-5"),)))
+    with OffsetStore(config, topic) as store:
+        store.ensure_topic()
+        for tid in (0, 1):
+            store.write("orders", OffsetPartition.for_task("shop", tid, 2, 0), value)
+        store.write("other", OffsetPartition.for_task("shop", 0, 1, 0), value)
+    assert delete_offsets_sync(ConnectorResource.from_body(body)) == (
+        f"deleted 2 offset records of orders from topic {topic}")
+    with OffsetStore(config, topic) as store:
+        remaining = store.load()
+    assert [json.loads(k)[0] for k in remaining] == ["other"]
