@@ -20,9 +20,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from localkafka import KafkaBroker  # noqa: E402
-from vtgatesim import VTGateSim  # noqa: E402
-from worker_fixtures import worker_config  # noqa: E402
+from worker_fixtures import worker_config
+
+from localkafka import KafkaBroker
+from vtgatesim import VTGateSim
 
 DDL = (
     "CREATE TABLE bench (id BIGINT NOT NULL, a INT, b INT UNSIGNED, c VARCHAR(64), d VARCHAR(255), "

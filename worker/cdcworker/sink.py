@@ -189,6 +189,7 @@ class TransactionalSink(KafkaSink):
         self._txn_records = 0
         self._records_at_point = 0
         self._point: Any = None
+        self._last_commit = self._clock()
         self.commits = 0
         self.producer.init_transactions(timeout)
 
@@ -231,6 +232,7 @@ class TransactionalSink(KafkaSink):
             raise SinkError(f"Kafka transaction commit failed: {err.str()}") from exc
         self._in_txn = False
         self._durable = self._point
+        self._last_commit = self._clock()
         self.commits += 1
         # Everything in the committed transaction is durable; the ack counters are moot.
         self._segments.clear()
@@ -239,8 +241,12 @@ class TransactionalSink(KafkaSink):
 
     def durable_position(self) -> Any:
         self.producer.poll(0)
-        if self._in_txn and self._point is not None and self._clock() - self._txn_started >= self._max_seconds:
-            self.commit()
+        if self._point is not None and self._point is not self._durable:
+            # Also when no record is open: empty transactions, OTHER and DDL move the position,
+            # and an idle shard must not force a long replay after a restart.
+            since = self._txn_started if self._in_txn else self._last_commit
+            if self._clock() - since >= self._max_seconds:
+                self.commit()
         return self._durable
 
     def flush(self, timeout: float = 30.0) -> Any:

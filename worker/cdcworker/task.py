@@ -328,6 +328,7 @@ class WorkerTask:
                 except ReassignmentNeeded as exc:
                     sink.flush()
                     self._write_offset(store, exc.vgtid)
+                    _report_journal(metrics, exc)
                     result = TaskResult(exitcodes.REASSIGNMENT_NEEDED, str(exc), exc.vgtid)
                 except (grpc.RpcError, _StreamEnded) as exc:
                     metrics.set_connected(False)
@@ -367,6 +368,24 @@ class WorkerTask:
         finally:
             store.close()
             channel.close()
+
+
+def _report_journal(metrics: Any, exc: ReassignmentNeeded) -> None:
+    """Tell the operator where the reshard leads: in /status and in the pod's termination message."""
+    import json
+    import os
+
+    journal = {
+        "participants": sorted(p.shard for p in exc.journal.participants),
+        "positions": [{"shard": g.shard, "gtid": g.gtid} for g in exc.journal.shard_gtids],
+    }
+    metrics.journal = journal
+    path = os.environ.get("SHARDCDC_TERMINATION_LOG", "/dev/termination-log")
+    try:
+        with open(path, "w") as fh:
+            json.dump({"journal": journal}, fh)
+    except OSError:
+        log.debug("no termination log at %s", path)
 
 
 _IDLE = object()

@@ -17,8 +17,11 @@ import orjson
 
 
 class RecordLike(Protocol):
-    key: bytes | None
-    value: bytes | None
+    @property
+    def key(self) -> bytes | None: ...
+
+    @property
+    def value(self) -> bytes | None: ...
 
 
 def _payload(data: bytes) -> Any:
@@ -78,6 +81,10 @@ def as_text(value: Any) -> str | None:
     return str(value)
 
 
+def _text(value: bytes | None) -> str | None:
+    return None if value is None else value.decode()
+
+
 def _same_value(source: str | None, event: str | None) -> bool:
     """Equal as text, or as numbers: released Vitess renders binlog DECIMALs like ``.12`` for 0.12
     (copy and SELECT say ``0.12``), and Debezium passes the string through unchanged."""
@@ -119,17 +126,15 @@ def compare(
 ) -> Difference:
     """Compare materialised rows with the source's rows (MySQL text values) by ``key_column``."""
     got = {as_text(row[key_column]): row for row in state.rows.values()}
-    want = {
-        (v.decode() if isinstance(v := row[key_column], bytes) else as_text(v)): row for row in truth
-    }
-    missing = {k: dict(want[k]) for k in want.keys() - got.keys()}
-    unexpected = {k: dict(got[k]) for k in got.keys() - want.keys()}  # type: ignore[arg-type]
+    want = {_text(row[key_column]): row for row in truth}
+    missing = {str(k): dict(want[k]) for k in want.keys() - got.keys()}
+    unexpected = {str(k): dict(got[k]) for k in got.keys() - want.keys()}
     changed: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
     for k in want.keys() & got.keys():
         src, out = want[k], got[k]
         cols = columns or list(src)
-        src_text = {c: (src[c].decode() if isinstance(src[c], bytes) else src[c]) for c in cols}
+        src_text = {c: _text(src[c]) for c in cols}
         out_text = {c: as_text(out.get(c)) for c in cols}
         if any(not _same_value(src_text[c], out_text[c]) for c in cols):
-            changed[k] = (src_text, out_text)  # type: ignore[index]
-    return Difference(missing, unexpected, changed)  # type: ignore[arg-type]
+            changed[str(k)] = (src_text, out_text)
+    return Difference(missing, unexpected, changed)

@@ -298,6 +298,7 @@ class TaskMetrics:
         self.started_ts = now
         self.state = "starting"
         self.reason = ""
+        self.journal: dict[str, Any] | None = None  # set when a reshard journal needs a reassignment
         self.state_since = now
         self.read_position: PositionSource | None = None
         self.durable_position: PositionSource | None = None

@@ -78,7 +78,7 @@ def build_status(tm: TaskMetrics) -> dict[str, Any]:
         )
     lw = tm.low_watermark()
     last = tm.last_event_ts
-    return {
+    doc: dict[str, Any] = {
         "connector": tm.connector,
         "task": tm.task,
         "generation": tm.generation,
@@ -105,3 +105,6 @@ def build_status(tm: TaskMetrics) -> dict[str, Any]:
         },
         "shards": shards,
     }
+    if getattr(tm, "journal", None) is not None:
+        doc["journal"] = tm.journal
+    return doc
