@@ -27,7 +27,7 @@ export SHARDCDC_KUBE_HOME := $(KUBE_HOME)
 
 all: test
 
-setup: venv proto kafka kube
+setup: venv proto kafka kube debezium
 
 ## Python environment: pinned by constraints.txt, rebuilt only when the pins or pyproject change.
 venv: $(STAMPS)/venv
@@ -98,3 +98,4 @@ export SHARDCDC_DEBEZIUM_HOME := $(DEBEZIUM_HOME)
 debezium: $(DEBEZIUM_HOME)/.complete
 $(DEBEZIUM_HOME)/.complete: scripts/fetch-debezium.sh
 	bash scripts/fetch-debezium.sh $(DEBEZIUM_VERSION) $(DEBEZIUM_CONNECT_VERSION) $(DEBEZIUM_HOME) $(CACHE)/m2
+	@touch $@

@@ -37,7 +37,7 @@ def test_empty_keyspace_requires_current(sim: VTGateSim, stub: Any) -> None:
     with pytest.raises(grpc.RpcError) as ei:
         list(stub.VStream(request(("", "", "MySQL56/x"))))
     assert ei.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert ei.value.details().startswith("for an empty keyspace, the Gtid value must be 'current'")
+    assert str(ei.value.details()).startswith("for an empty keyspace, the Gtid value must be 'current'")
 
 
 def test_current_then_transaction(sim: VTGateSim, stub: Any) -> None:
@@ -109,7 +109,7 @@ def test_position_not_contained_is_gtidset_mismatch(sim: VTGateSim, stub: Any) -
     with pytest.raises(grpc.RpcError) as ei:
         list(stub.VStream(request(("commerce", "0", f"MySQL56/{uuid}:1-99"))))
     assert ei.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert "GTIDSet Mismatch" in ei.value.details()
+    assert "GTIDSet Mismatch" in str(ei.value.details())
 
 
 def test_sharded_current_vgtid_carries_all_shards(sim: VTGateSim, stub: Any) -> None:

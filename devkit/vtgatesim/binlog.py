@@ -45,6 +45,7 @@ class Entry:
     database: str = ""  # schema of the statement (ks db, or `_vt` for sidecar rows)
     journal: Any = None  # binlogdata_pb2.Journal
     encoded_position: bytes = b""
+    cache: dict[Any, Any] = field(default_factory=dict)  # rendered transaction per stream configuration
 
 
 def make_rows_events(schema: TableSchema, changes: list[tuple[Image | None, Image | None]]) -> list[RowsEvent]:

@@ -107,7 +107,7 @@ class ShardTxn:
             return None
         rows: list[bl.RowsEvent] = []
         for schema, changes in stmts:
-            text = [(image_text(schema, b), image_text(schema, a)) for b, a in changes]
+            text = [(binlog_image(schema, b), binlog_image(schema, a)) for b, a in changes]
             rows.extend(bl.make_rows_events(schema, text))
         return self.shard.binlog.append(bl.TXN, now or int(time.time()), rows=rows,
                                         database=database or self.shard.database)
@@ -117,10 +117,29 @@ class ShardTxn:
 
 
 def image_text(schema: TableSchema, row: tuple[Any, ...] | None) -> tuple[bytes | None, ...] | None:
+    """A row as MySQL's text protocol returns it: copy phase ROWs, Execute results, source truth."""
     if row is None:
         return None
     cols = schema.columns
     return tuple(None if v is None else mysqltypes.to_text(cols[i].ct, v) for i, v in enumerate(row))
+
+
+def binlog_image(schema: TableSchema, row: tuple[Any, ...] | None) -> tuple[bytes | None, ...] | None:
+    """A row image as the vstreamer renders it from the binlog (streaming-phase ROW events).
+
+    Vitess decodes binlog rows itself (rbr.go), so FLOAT/DOUBLE come out in Go 'E' format, ZEROFILL is
+    dropped and DECIMAL has the released-Vitess quirks (see mysqltypes.to_binlog_text).
+    """
+    if row is None:
+        return None
+    cols = schema.columns
+    legacy = BINLOG_LEGACY_DECIMAL
+    return tuple(None if v is None else mysqltypes.to_binlog_text(cols[i].ct, v, legacy_decimal=legacy)
+                 for i, v in enumerate(row))
+
+
+# Released Vitess (<= v24) renders binlog DECIMALs with the quirks fixed by vitessio/vitess#20228/#20232.
+BINLOG_LEGACY_DECIMAL = True
 
 
 def now_text(fsp: int = 0) -> str:
@@ -292,17 +311,73 @@ class Executor:
         self.on_commit = on_commit
 
     # -- entry point
-    def execute(self, sql: str, target: str = "", binds: dict[str, Any] | None = None) -> Result:
-        tgt = Target.parse(target)
+    @staticmethod
+    def parse(sql: str) -> sqlp.Statement:
+        """Parse one statement, with vtgate's errors for what the parser rejects."""
         try:
-            stmt = sqlp.parse(sql)
+            return sqlp.parse(sql)
         except sqlp.SQLSyntaxError as e:
             raise VTError(INVALID_ARGUMENT, f"{e} (errno 1149) (sqlstate 42000)") from None
         except sqlp.SQLUnsupported as e:
             raise VTError(UNIMPLEMENTED, str(e)) from None
+
+    def execute_batch(self, statements: Sequence[tuple[str, str, dict[str, Any]]], commit: bool
+                      ) -> tuple[Result, list[tuple[str, Shard]]]:
+        """Run SELECT/DML statements (sql, target, binds) as one transaction under the cluster lock.
+
+        Every shard touched gets one binlog transaction at commit, with the row changes of all the
+        statements in order; with commit=False everything is rolled back (used to run the statements of
+        an open Execute session so far plus the new one). Returns the last statement's result and the
+        (keyspace, shard) pairs written to.
+        """
+        res = Result()
+        txns: dict[int, ShardTxn] = {}
+        touched: list[tuple[str, Shard]] = []
+        with self.topo.lock:
+            # a replay that is rolled back must not consume auto-increment values (same ids on the next replay)
+            sequences = {name: dict(ks.sequences) for name, ks in self.topo.keyspaces.items()}
+
+            def undo() -> None:
+                for t in txns.values():
+                    t.rollback()
+                for name, seqs in sequences.items():
+                    self.topo.keyspaces[name].sequences = seqs
+
+            try:
+                for sql, target, binds in statements:
+                    tgt = Target.parse(target)
+                    stmt = self.parse(sql)
+                    ks = self.resolve_keyspace(stmt, tgt)
+                    shards = self.target_shards(ks, tgt)
+                    tname = f"{ks.name}.{tgt.shard or '0'}.{tgt.tablet_type}"
+                    before = set(txns)
+                    try:
+                        if isinstance(stmt, sqlp.Select):
+                            res = self.select(ks, shards, stmt, binds)
+                        elif isinstance(stmt, sqlp.Insert | sqlp.Update | sqlp.Delete):
+                            res = self.dml(ks, shards, stmt, binds, bool(tgt.shard), txns)
+                        else:
+                            raise MySQLError(1105, "HY000", "VT12001: unsupported: statement in a transaction")
+                    except MySQLError as e:
+                        raise mysql_error_to_vt(e, tname) from None
+                    touched += [(ks.name, txns[k].shard) for k in txns if k not in before]
+            except BaseException:
+                undo()
+                raise
+            if not commit:
+                undo()
+                return res, touched
+            now = int(time.time())
+            for t in txns.values():
+                self._commit_entry(t.shard, t.commit(now))
+        return res, touched
+
+    def execute(self, sql: str, target: str = "", binds: dict[str, Any] | None = None) -> Result:
+        tgt = Target.parse(target)
+        stmt = self.parse(sql)
         binds = binds or {}
         if isinstance(stmt, sqlp.Show):
-            return self.show(stmt)
+            return self.show(stmt, tgt)
         if isinstance(stmt, sqlp.TxControl | sqlp.SetStmt):
             return Result()
         with self.topo.lock:
@@ -347,7 +422,7 @@ class Executor:
         return ks.serving_shards()
 
     # -- SHOW
-    def show(self, stmt: sqlp.Show) -> Result:
+    def show(self, stmt: sqlp.Show, tgt: Target | None = None) -> Result:
         rx = sqlp.like_to_regex(stmt.like) if stmt.like is not None else None
         res = Result()
         if stmt.what == "VITESS_SHARDS":
@@ -366,15 +441,20 @@ class Executor:
                            "localhost", "2024-01-01T00:00:00Z"]
                     res.rows.append([v.encode() for v in row])
         else:
-            ks_list = sorted(self.topo.keyspaces.values(), key=lambda k: k.name)
+            # vtgate routes SHOW TABLES to the session's keyspace (the only keyspace if there is just one)
+            # and renames the column after the keyspace, not the vt_<ks> MySQL database.
+            name = tgt.keyspace if tgt is not None and tgt.keyspace else ""
+            if not name:
+                if len(self.topo.keyspaces) != 1:
+                    raise VTError(FAILED_PRECONDITION, "VT09005: No database selected: use keyspace<:shard><@type> "
+                                                       "or keyspace<[range]><@type> (<> are optional)")
+                name = next(iter(self.topo.keyspaces))
+            if name not in self.topo.keyspaces:
+                raise VTError(INVALID_ARGUMENT, f"VT05003: unknown database '{name}' in vschema")
             tables: set[str] = set()
-            for ks in ks_list:
-                for s in ks.serving_shards():
-                    tables.update(t.name for t in s.store.tables.values())
-            col = "Tables_in_vt"  # vtgate names the column after the keyspace database
-            if len(ks_list) == 1:
-                col = f"Tables_in_{ks_list[0].name}"
-            res.fields = [{"name": col, "type": VARCHAR}]
+            for s in self.topo.keyspaces[name].serving_shards():
+                tables.update(t.name for t in s.store.tables.values())
+            res.fields = [{"name": f"Tables_in_{name}", "type": VARCHAR}]
             if stmt.what == "FULL_TABLES":
                 res.fields.append({"name": "Table_type", "type": VARCHAR})
             for t in sorted(tables):
@@ -507,13 +587,16 @@ class Executor:
 
     # -- DML
     def dml(self, ks: Keyspace, shards: list[Shard], stmt: sqlp.Statement, binds: dict[str, Any],
-            shard_targeted: bool) -> Result:
-        txns: dict[str, ShardTxn] = {}
+            shard_targeted: bool, open_txns: dict[int, ShardTxn] | None = None) -> Result:
+        """One DML statement; autocommit, or into `open_txns` (the caller commits or rolls back)."""
+        txns: dict[int, ShardTxn] = {} if open_txns is None else open_txns
+        for t0 in txns.values():
+            t0.new_statement()  # MySQL writes each statement's rows as their own Rows_events
 
         def txn(s: Shard) -> ShardTxn:
-            t = txns.get(s.name)
+            t = txns.get(id(s))
             if t is None:
-                t = txns[s.name] = ShardTxn(s)
+                t = txns[id(s)] = ShardTxn(s)
             return t
 
         res = Result()
@@ -527,9 +610,12 @@ class Executor:
             else:
                 raise MySQLError(1105, "HY000", "VT12001: unsupported statement")
         except BaseException:
-            for t in txns.values():
-                t.rollback()
+            if open_txns is None:
+                for t in txns.values():
+                    t.rollback()
             raise
+        if open_txns is not None:
+            return res
         now = int(time.time())
         for t in txns.values():
             self._commit_entry(t.shard, t.commit(now))

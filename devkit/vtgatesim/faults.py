@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -20,10 +21,12 @@ class FaultPlan:
     fail_code: int = 14  # UNAVAILABLE
     fail_message: str = "vttablet: rpc error: code = Unavailable desc = injected fault"
     drop_after_events: int | None = None  # end the call as a broken transport would
-    stall_after_events: int | None = None  # stop sending until release() (or the client cancels)
+    stall_after_events: int | None = None  # stop sending until release(), stall_timeout or the client cancels
+    stall_timeout: float | None = None  # seconds; a stall ends by itself after this long
     delay_per_response: float = 0.0  # seconds, slows the stream down
     anonymise_columns: bool = False  # FIELD names @1, @2, ... (the vstreamer BEST_EFFORT bug)
     released: threading.Event = field(default_factory=threading.Event)
+    stalled: threading.Event = field(default_factory=threading.Event)  # set when a stream starts stalling
 
     def release(self) -> None:
         self.released.set()
@@ -35,10 +38,15 @@ class FaultPlan:
             raise VTError(self.fail_code, self.fail_message)
         if self.drop_after_events is not None and sent >= self.drop_after_events:
             raise VTError(UNAVAILABLE, "Socket closed")
-        if self.stall_after_events is not None and sent >= self.stall_after_events:
-            while not self.released.wait(0.2):
+        if self.stall_after_events is not None and sent >= self.stall_after_events and not self.released.is_set():
+            self.stalled.set()
+            deadline = None if self.stall_timeout is None else time.monotonic() + self.stall_timeout
+            while not self.released.wait(0.05):
                 if vs.cancelled.is_set():
                     return []
+                if deadline is not None and time.monotonic() >= deadline:
+                    self.released.set()  # the stall is over for good
+                    break
         if self.delay_per_response > 0:
             vs.cancelled.wait(self.delay_per_response * len(responses))
         return responses

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
+import threading
+import uuid
 from collections.abc import Iterator
 from concurrent import futures
 from typing import TYPE_CHECKING, Any
@@ -17,7 +20,8 @@ from vitessapi import (
     vtrpc_pb2,
 )
 
-from .executor import Result, VTError, bind_value
+from . import sql as sqlp
+from .executor import Executor, Result, VTError, bind_value
 from .topology import CELL, Keyspace, Shard
 from .vstream import VStream
 
@@ -55,12 +59,13 @@ class VitessService:
 
     def __init__(self, sim: VTGateSim) -> None:
         self.sim = sim
+        self.txns = SessionTransactions(sim)
 
     def handler(self) -> grpc.GenericRpcHandler:
         return grpc.method_handlers_generic_handler("vtgateservice.Vitess", {
             "VStream": grpc.unary_stream_rpc_method_handler(
                 self.vstream, request_deserializer=vtgate_pb2.VStreamRequest.FromString,
-                response_serializer=bytes),
+                response_serializer=None),  # responses are already-serialized VStreamResponse bytes
             "Execute": grpc.unary_unary_rpc_method_handler(
                 self.execute, request_deserializer=vtgate_pb2.ExecuteRequest.FromString,
                 response_serializer=vtgate_pb2.ExecuteResponse.SerializeToString),
@@ -96,8 +101,11 @@ class VitessService:
     def execute(self, req: vtgate_pb2.ExecuteRequest, ctx: grpc.ServicerContext) -> vtgate_pb2.ExecuteResponse:
         session = vtgate_pb2.Session()
         session.CopyFrom(req.session)
+        if not session.SessionUUID:
+            session.SessionUUID = str(uuid.uuid4())
         try:
-            res = self._run(req.session, req.query)
+            binds = {k: bind_value(v) for k, v in req.query.bind_variables.items()}
+            res = self.txns.execute(session, req.query.sql, binds)
         except VTError as e:
             rpc_error = vtrpc_pb2.RPCError(code=e.code, message=e.message)  # type: ignore[arg-type]
             return vtgate_pb2.ExecuteResponse(error=rpc_error, session=session)
@@ -119,6 +127,72 @@ class VitessService:
         if not res.rows and (res.rows_affected or res.insert_id):
             yield vtgate_pb2.StreamExecuteResponse(
                 result=query_pb2.QueryResult(rows_affected=res.rows_affected, insert_id=res.insert_id))
+
+
+class SessionTransactions:
+    """Multi-statement transactions over Execute (BEGIN; DML/SELECT...; COMMIT in one session).
+
+    The client echoes the Session back on every call, as with vtgate; the open transaction is found by
+    `SessionUUID`. Statements run for real but are rolled back after each call (so the caller gets their
+    results and sees its own writes); COMMIT replays them as one transaction, giving one binlog
+    transaction per shard written. DDL commits implicitly, as in MySQL.
+    """
+
+    def __init__(self, sim: VTGateSim) -> None:
+        self.sim = sim
+        self.lock = threading.Lock()
+        self.open: dict[str, list[tuple[str, str, dict[str, Any]]]] = {}
+        self.ids = itertools.count(1_700_000_000_000_000_001)
+
+    def execute(self, session: vtgate_pb2.Session, sql: str, binds: dict[str, Any]) -> Result:
+        stmt = Executor.parse(sql)
+        key = session.SessionUUID
+        if isinstance(stmt, sqlp.TxControl):
+            if stmt.what == "BEGIN":
+                if session.in_transaction:
+                    self.commit(session)  # BEGIN inside a transaction commits it first (MySQL)
+                with self.lock:
+                    self.open[key] = []
+                session.in_transaction = True
+            elif stmt.what == "COMMIT":
+                self.commit(session)
+            else:
+                with self.lock:
+                    self.open.pop(key, None)
+                self._close(session)
+            return Result()
+        if session.in_transaction:
+            if isinstance(stmt, sqlp.Select | sqlp.Insert | sqlp.Update | sqlp.Delete):
+                with self.lock:
+                    pending = list(self.open.get(key, []))
+                res, touched = self.sim.executor.execute_batch([*pending, (sql, session.target_string, binds)],
+                                                               commit=False)
+                with self.lock:
+                    self.open.setdefault(key, []).append((sql, session.target_string, binds))
+                have = {(s.target.keyspace, s.target.shard) for s in session.shard_sessions}
+                for ks, shard in touched:
+                    if (ks, shard.name) not in have:
+                        have.add((ks, shard.name))
+                        session.shard_sessions.add(
+                            target=query_pb2.Target(keyspace=ks, shard=shard.name, tablet_type=topodata_pb2.PRIMARY),
+                            transaction_id=next(self.ids),
+                            tablet_alias=topodata_pb2.TabletAlias(cell=CELL, uid=shard.tablet_uid))
+                return res
+            if isinstance(stmt, sqlp.CreateTable | sqlp.AlterAddColumns):
+                self.commit(session)  # DDL causes an implicit commit
+        return self.sim.execute(sql, session.target_string, binds)
+
+    def commit(self, session: vtgate_pb2.Session) -> None:
+        with self.lock:
+            stmts = self.open.pop(session.SessionUUID, [])
+        self._close(session)
+        if stmts:
+            self.sim.executor.execute_batch(stmts, commit=True)
+
+    @staticmethod
+    def _close(session: vtgate_pb2.Session) -> None:
+        session.in_transaction = False
+        del session.shard_sessions[:]
 
 
 def _key_range(shard: Shard) -> topodata_pb2.KeyRange | None:
@@ -219,7 +293,9 @@ def build_server(sim: VTGateSim, port: int, tls: tuple[bytes, bytes] | None) -> 
                          options=[("grpc.max_send_message_length", 16 * 1024 * 1024),
                                   ("grpc.max_receive_message_length", 16 * 1024 * 1024),
                                   ("grpc.so_reuseport", 0)])
-    server.add_generic_rpc_handlers((VitessService(sim).handler(),))
+    from .control import handler as control_handler
+
+    server.add_generic_rpc_handlers((VitessService(sim).handler(), control_handler(sim)))
     vtctlservice_pb2_grpc.add_VtctldServicer_to_server(VtctldService(sim), server)
     addr = f"127.0.0.1:{port}"
     if tls is not None:

@@ -8,7 +8,7 @@ from typing import Any
 
 from . import binlog as bl
 from . import reshard as rs
-from .executor import Executor, Result
+from .executor import UNAVAILABLE, Executor, Result, VTError
 from .faults import FaultPlan, Faults
 from .topology import Keyspace, Topology
 from .vstream import DEFAULT_PACKET_SIZE, VStream
@@ -56,12 +56,14 @@ class VTGateSim:
             self._server = None
 
     def restart(self) -> None:
-        """Stop the gRPC server (all calls fail with UNAVAILABLE) and start it again on the same port."""
+        """Stop the gRPC server (open calls fail with UNAVAILABLE) and start it again on the same port.
+
+        Data, binlogs and positions are kept; clients reconnect (a channel does so by itself)."""
         port = self.port
         with self.streams_lock:
             streams = list(self.streams)
-        for vs in streams:
-            vs.cancel()
+        for vs in streams:  # as if the process died: the transport breaks under every open stream
+            vs.fail(VTError(UNAVAILABLE, "Socket closed"))
         if self._server is not None:
             self._server.stop(0).wait()
         self.start(port)
@@ -83,6 +85,14 @@ class VTGateSim:
 
     def execute(self, sql: str, target: str = "", binds: dict[str, Any] | None = None) -> Result:
         return self.executor.execute(sql, target, binds)
+
+    def execute_transaction(self, statements: list[str], target: str = "",
+                            binds: dict[str, Any] | None = None) -> Result:
+        """Several DML statements as one transaction: one binlog transaction per shard written.
+
+        Returns the last statement's result (as `BEGIN; ...; COMMIT` over Execute would)."""
+        res, _ = self.executor.execute_batch([(s, target, binds or {}) for s in statements], commit=True)
+        return res
 
     def source_truth(self, keyspace: str, table: str) -> list[dict[str, bytes | None]]:
         """All rows of a table across the serving shards, as MySQL text, ordered by primary key."""

@@ -20,7 +20,7 @@ def q(name: str) -> str:
 class ShardStore:
     def __init__(self) -> None:
         self.conn = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
-        self.conn.execute("PRAGMA journal_mode=OFF")
+        self.conn.execute("PRAGMA journal_mode=MEMORY")  # OFF would make ROLLBACK a no-op
         self.conn.execute("PRAGMA synchronous=OFF")
         self.tables: dict[str, TableSchema] = {}  # lower-case name -> schema
         self.sidecar: dict[str, TableSchema] = {}  # _vt tables (heartbeat), invisible to SQL

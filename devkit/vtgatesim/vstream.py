@@ -3,24 +3,31 @@ rewrite positions into whole-stream VGTIDs, follow reshard journals, and hand fi
 `VStreamResponse` bytes to the gRPC layer.
 
 Responses are built from pre-encoded pieces (see wire.py); a transaction's responses are queued
-contiguously under the stream lock, as vtgate's sendAll does.
+contiguously under the stream lock, as vtgate's sendAll does. Like vtgate, each shard transaction
+(or each tablet packet of a large one) is its own `VStreamResponse`: vtgate calls sendAll at every
+COMMIT/DDL/OTHER even when the tablet delivered several transactions in one batch, so transactions
+are never merged into one response.
+
+Hot path: a streaming transaction is rendered from a per-entry template cached per stream
+configuration (`TxnTemplate`): the ROW/BEGIN/COMMIT bytes with slots for `current_time` (a fixed
+11-byte field, so `ct.join(parts)` renders a response in one call) and for the stream VGTID.
 """
 
 from __future__ import annotations
 
-import contextlib
-import queue
 import re
 import threading
 import time
+from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from vitessapi import binlogdata_pb2, query_pb2
 
 from . import binlog as bl
-from . import wire
+from . import mysqltypes, wire
 from .executor import INTERNAL, INVALID_ARGUMENT, UNAVAILABLE, VTError
 from .filters import FilterError, Rules, TablePlan, project, row_matches
 from .gtid import GtidParseError, GtidSet
@@ -33,7 +40,9 @@ if TYPE_CHECKING:
 
 DEFAULT_PACKET_SIZE = 250_000
 STOP_ON_RESHARD_DELAY = 0.5
+OUTBOX_MAX = 256  # responses buffered between the shard streams and the gRPC sender
 _END = object()
+CT_LEN = len(wire.ct_field(time.time_ns()))  # 11 bytes for any time between 1972 and 2262
 
 
 @dataclass
@@ -51,17 +60,95 @@ class Flags:
 class SGtid:
     """One entry of the stream's VGtid (mutated under the stream lock)."""
 
-    __slots__ = ("enc", "gtid", "keyspace", "shard", "table_pks")
+    __slots__ = ("_head", "enc", "gtid", "keyspace", "shard", "table_pks")
 
     def __init__(self, keyspace: str, shard: str, gtid: str, table_pks: list[binlogdata_pb2.TableLastPK]) -> None:
         self.keyspace, self.shard, self.gtid = keyspace, shard, gtid
         self.table_pks = table_pks
+        self._head = wire.f_str(1, keyspace) + wire.f_str(2, shard)
         self.enc = b""
         self.encode()
 
     def encode(self) -> None:
-        self.enc = wire.f_msg(1, wire.encode_shard_gtid(
-            self.keyspace, self.shard, self.gtid, [pk.SerializeToString() for pk in self.table_pks]))
+        body = self._head + wire.f_str(3, self.gtid)
+        if self.table_pks:
+            body += b"".join(wire.f_msg(4, pk.SerializeToString()) for pk in self.table_pks)
+        self.enc = wire.f_msg(1, body)
+
+    def set_gtid(self, gtid: str, encoded: bytes) -> None:
+        """Fast path for a streaming position update (no table_p_ks): `encoded` is gtid.encode()."""
+        self.gtid = gtid
+        if self.table_pks:
+            self.encode()
+            return
+        body = self._head + (wire.tag(3, 2) + wire.uvarint(len(encoded)) + encoded if encoded else b"")
+        self.enc = b"\x0a" + wire.uvarint(len(body)) + body
+
+
+class Outbox:
+    """Bounded hand-off from shard threads to the gRPC sender; the sender drains whole batches."""
+
+    def __init__(self, maxlen: int = OUTBOX_MAX) -> None:
+        self.items: deque[Any] = deque()
+        self.cond = threading.Condition(threading.Lock())
+        self.maxlen = maxlen
+
+    def put_many(self, items: list[Any], cancelled: threading.Event) -> bool:
+        with self.cond:
+            while len(self.items) >= self.maxlen:
+                if cancelled.is_set():
+                    return False
+                self.cond.wait(0.5)
+            if cancelled.is_set():
+                return False
+            self.items.extend(items)
+            self.cond.notify_all()
+            return True
+
+    def put_end(self) -> None:
+        """Always accepted (cancel/finish must never block)."""
+        with self.cond:
+            self.items.append(_END)
+            self.cond.notify_all()
+
+    def take(self, timeout: float | None) -> list[Any]:
+        """All queued items ([] after `timeout` seconds with nothing queued)."""
+        with self.cond:
+            if not self.items:
+                self.cond.wait(timeout)
+                if not self.items:
+                    return []
+            out = list(self.items)
+            self.items.clear()
+            self.cond.notify_all()
+            return out
+
+
+class TxnTemplate:
+    """A streaming transaction pre-rendered for one stream configuration.
+
+    `packets[:-1]` are complete responses as `current_time` join parts; the last response is
+    `ct.join(pre) + VGTID + ct.join(post)`. `schemas` lists the tables with ROWs (FIELD check),
+    `sizes` the encoded size of each packet (transaction_chunk_size accounting).
+    """
+
+    __slots__ = ("events", "packets", "post", "pre", "schemas", "sizes")
+
+    def __init__(self, packets: list[list[bytes]], pre: list[bytes], post: list[bytes], schemas: list[TableSchema],
+                 sizes: list[int], events: list[int]) -> None:
+        self.packets, self.pre, self.post = packets, pre, post
+        self.schemas, self.sizes, self.events = schemas, sizes, events
+
+
+def ct_parts(prefixes: list[bytes], suffix: bytes) -> list[bytes]:
+    """Join parts for events `prefix + current_time + suffix`: render with `ct.join(parts)`."""
+    parts: list[bytes] = []
+    cur = b""
+    for p in prefixes:
+        parts.append(cur + b"\x0a" + wire.uvarint(len(p) + CT_LEN + len(suffix)) + p)
+        cur = suffix
+    parts.append(cur)
+    return parts
 
 
 def resolve(sim: VTGateSim, vgtid: binlogdata_pb2.VGtid) -> list[SGtid]:
@@ -132,7 +219,7 @@ class VStream:
                            f.exclude_keyspace_from_table_name, f.transaction_chunk_size, f.minimize_skew)
         self.sgtids = resolve(sim, req.vgtid)
         self.lock = threading.Lock()
-        self.out: queue.Queue[Any] = queue.Queue(maxsize=256)
+        self.out = Outbox()
         self.error: VTError | None = None
         self.cancelled = threading.Event()
         self.threads: list[threading.Thread] = []
@@ -162,8 +249,7 @@ class VStream:
                 sh.binlog.wake()
         for jw in self.journals.values():
             jw.done.set()
-        with contextlib.suppress(queue.Full):
-            self.out.put_nowait(_END)
+        self.out.put_end()
 
     def fail(self, err: VTError) -> None:
         with self.lock:
@@ -183,36 +269,30 @@ class VStream:
                 self.active -= 1
                 last = self.active == 0
             if last and not self.cancelled.is_set():
-                self._put(_END)
-
-    def _put(self, item: Any) -> bool:
-        while not self.cancelled.is_set():
-            try:
-                self.out.put(item, timeout=0.5)
-                return True
-            except queue.Full:
-                continue
-        return False
+                self.out.put_end()
 
     def send_group(self, responses: list[bytes]) -> bool:
         """Queue a transaction's responses contiguously (the caller holds self.lock)."""
-        return all(self._put(r) for r in responses)
+        return self.out.put_many(responses, self.cancelled) if responses else True
 
     def responses(self) -> Iterator[bytes]:
         """What the gRPC handler yields; raises VTError at the end on failure."""
         hb = self.flags.heartbeat_interval
+        take = self.out.take
         while True:
-            try:
-                item = self.out.get(timeout=hb if hb > 0 else None)
-            except queue.Empty:
+            batch = take(hb if hb > 0 else None)
+            if not batch:
+                if hb <= 0:
+                    continue
                 now = time.time_ns()
                 yield wire.event(wire.event_prefix(wire.HEARTBEAT, now // 1_000_000_000), wire.ct_field(now), b"")
                 continue
-            if item is _END:
-                break
-            yield item
-        if self.error is not None:
-            raise self.error
+            for item in batch:
+                if item is _END:
+                    if self.error is not None:
+                        raise self.error
+                    return
+                yield item
 
     # -- VGTID
     def vgtid_event(self, sg: SGtid, suffix: bytes) -> bytes:
@@ -265,15 +345,23 @@ class VStream:
 
 
 def _pk_tuple(schema: TableSchema, img: bl.Image) -> tuple[Any, ...]:
+    """Comparable primary key of a row image (text or binlog rendering: `0.50` == `.50`)."""
+    cols = schema.columns
+    return _pk_key([cols[i].ct for i in schema.pk_indexes], [img[i] for i in schema.pk_indexes])
+
+
+def _pk_key(cts: list[Any], vals: list[bytes | None]) -> tuple[Any, ...]:
     out: list[Any] = []
-    for i in schema.pk_indexes:
-        v = img[i]
+    for ct, v in zip(cts, vals, strict=True):
         if v is None:
             out.append(None)
-            continue
-        try:
+        elif ct.kind in ("int", "year"):
             out.append(int(v))
-        except ValueError:
+        elif ct.kind == "bit":
+            out.append(int.from_bytes(v, "big"))
+        elif ct.kind in ("decimal", "float", "double"):
+            out.append(Decimal(v.decode()))
+        else:
             out.append(v)
     return tuple(out)
 
@@ -299,6 +387,10 @@ class ShardStream:
         self.plans: dict[int, TablePlan | None] = {}
         self.packet_size = self.sim.packet_size
         self.anonymise = bool(vs.fault and vs.fault.anonymise_columns)
+        f = vs.flags
+        # What a cached TxnTemplate depends on (the entry fixes keyspace, shard and schemas).
+        self.tkey = (tuple(vs.rules.rules), self.qualify, f.stream_keyspace_heartbeats, self.packet_size, ks.sharded)
+        self.chunk_size = f.transaction_chunk_size if not f.minimize_skew else 0
 
     # -- helpers
     def tname(self, table: str) -> str:
@@ -316,18 +408,24 @@ class ShardStream:
     def simple(self, etype: int, ts: int, ct: bytes, body: bytes = b"") -> bytes:
         return wire.event(wire.event_prefix(etype, ts, body), ct, self.suffix)
 
-    def field_event(self, schema: TableSchema, plan: TablePlan, ts: int, ct: bytes, internal: bool = False) -> bytes:
-        key = ("field", self.qualify, self.anonymise, id(plan) if plan.columns is not None else None)
+    def field_prefix(self, schema: TableSchema, plan: TablePlan, ts: int, internal: bool = False) -> bytes:
         fields = schema.fields(self.shard.database, self.anonymise)
         if plan.columns is not None:
             fields = [fields[i] for i in plan.columns]
         fe = binlogdata_pb2.FieldEvent(table_name=self.tname(schema.name), fields=fields, keyspace=self.sg.keyspace,
                                        shard=self.sg.shard, enum_set_string_values=True, is_internal_table=internal)
-        del key
-        return self.simple(wire.FIELD, ts, ct, wire.f_msg(6, fe.SerializeToString()))
+        return wire.event_prefix(wire.FIELD, ts, wire.f_msg(6, fe.SerializeToString()))
+
+    def field_event(self, schema: TableSchema, plan: TablePlan, ts: int, ct: bytes, internal: bool = False) -> bytes:
+        return wire.event(self.field_prefix(schema, plan, ts, internal), ct, self.suffix)
 
     def row_event(self, rows: bl.RowsEvent, plan: TablePlan, ts: int, ct: bytes, internal: bool) -> bytes | None:
         """Encoded ROW event for this stream (None if the filter drops every row)."""
+        prefix = self.row_prefix(rows, plan, ts, internal)
+        return None if prefix is None else wire.event(prefix, ct, self.suffix)
+
+    def row_prefix(self, rows: bl.RowsEvent, plan: TablePlan, ts: int, internal: bool) -> bytes | None:
+        """ROW event fields before current_time (None if the filter drops every row)."""
         if plan.passthrough:
             key = self.qualify
             prefix = rows.cache.get(key)
@@ -335,7 +433,7 @@ class ShardStream:
                 re_ = (wire.f_str(1, self.tname(rows.schema.name)) + rows.encoded_changes
                        + wire.f_str(3, self.sg.keyspace) + wire.f_str(4, self.sg.shard) + wire.f_varint(6, internal))
                 prefix = rows.cache[key] = wire.f_varint(1, wire.ROW) + wire.f_varint(2, ts) + wire.f_msg(5, re_)
-            return wire.event(prefix, ct, self.suffix)
+            return prefix
         parts = []
         schema = rows.schema
         for before, after in rows.changes:
@@ -353,7 +451,7 @@ class ShardStream:
             return None
         re_ = (wire.f_str(1, self.tname(schema.name)) + b"".join(parts) + wire.f_str(3, self.sg.keyspace)
                + wire.f_str(4, self.sg.shard) + wire.f_varint(6, internal))
-        return self.simple(wire.ROW, ts, ct, wire.f_msg(5, re_))
+        return wire.event_prefix(wire.ROW, ts, wire.f_msg(5, re_))
 
     def emit(self, responses: list[list[bytes]], set_gtid: str | None = None,
              vgtid_at: tuple[int, int] | None = None) -> None:
@@ -446,19 +544,27 @@ class ShardStream:
         return index
 
     def send_txn(self, e: bl.Entry, copied: dict[str, Any] | None) -> None:
-        now = time.time_ns()
-        ct = wire.ct_field(now)
-        ts = e.timestamp
+        if copied is not None:
+            self.send_catchup_txn(e, copied)
+            return
+        tpl = e.cache.get(self.tkey)
+        if tpl is None:
+            tpl = e.cache[self.tkey] = self.txn_template(e)
+        sent = self.fields_sent
+        if all(id(sc) in sent for sc in tpl.schemas):
+            self.emit_template(e, tpl)
+            return
+        # First use of a table in this vstreamer session: FIELD before its first ROW (rare; built directly).
+        self.emit_txn_items(e, self.txn_items(e, None))
+
+    def txn_items(self, e: bl.Entry, copied: dict[str, Any] | None) -> list[tuple[TableSchema, TablePlan, bytes, int]]:
+        """(schema, plan, ROW prefix, row data size) for each Rows_event this stream sends."""
         internal = e.database == "_vt"
         if internal and not self.vs.flags.stream_keyspace_heartbeats:
-            rows_list: list[bl.RowsEvent] = []
-        else:
-            rows_list = e.rows
-        responses: list[list[bytes]] = []
-        cur = [self.simple(wire.BEGIN, ts, ct)]
-        size = 0
-        psize = self.packet_size
-        for rows in rows_list:
+            return []
+        items = []
+        ts = e.timestamp
+        for rows in e.rows:
             schema = rows.schema
             plan = TablePlan() if internal else self.plan(schema)
             if plan is None:
@@ -472,23 +578,116 @@ class ShardStream:
                             if _pk_tuple(schema, a if a is not None else b) <= lastpk]  # type: ignore[arg-type]
                     if not keep:
                         continue
-                    rows = bl.make_rows_events(schema, keep)[0] if len(keep) != len(rows.changes) else rows
-            ev = self.row_event(rows, plan, ts, ct, internal)
-            if ev is None:
-                continue
-            if id(schema) not in self.fields_sent:
-                self.fields_sent.add(id(schema))
-                cur.append(self.field_event(schema, plan, ts, ct, internal))
-            # vstreamer bufferAndTransmit: flush the packet before a ROW that would overflow it
-            if size + rows.data_size > psize and size > 0:
-                responses.append(cur)
+                    if len(keep) != len(rows.changes):
+                        rows = bl.make_rows_events(schema, keep)[0]
+            prefix = self.row_prefix(rows, plan, ts, internal)
+            if prefix is not None:
+                items.append((schema, plan, prefix, rows.data_size))
+        return items
+
+    def packets(self, e: bl.Entry, items: list[tuple[TableSchema, TablePlan, bytes, int]],
+                fields: bool) -> list[list[bytes]]:
+        """vstreamer bufferAndTransmit: event prefixes per tablet packet (flush before an overflowing ROW)."""
+        ts = e.timestamp
+        internal = e.database == "_vt"
+        out: list[list[bytes]] = []
+        cur = [wire.event_prefix(wire.BEGIN, ts)]
+        size = 0
+        psize = self.packet_size
+        sent = self.fields_sent
+        for schema, plan, prefix, dsize in items:
+            if fields and id(schema) not in sent:
+                sent.add(id(schema))
+                cur.append(self.field_prefix(schema, plan, ts, internal))
+            if size + dsize > psize and size > 0:
+                out.append(cur)
                 cur = []
                 size = 0
-            size += rows.data_size
-            cur.append(ev)
-        cur.append(self.simple(wire.COMMIT, ts, ct))
-        responses.append(cur)
-        self.emit(responses, set_gtid=e.position, vgtid_at=(len(responses) - 1, len(cur) - 1))
+            size += dsize
+            cur.append(prefix)
+        out.append(cur)
+        return out
+
+    def txn_template(self, e: bl.Entry) -> TxnTemplate:
+        items = self.txn_items(e, None)
+        pk = self.packets(e, items, fields=False)
+        sfx = self.suffix
+        packets = [ct_parts(p, sfx) for p in pk[:-1]]
+        pre = ct_parts(pk[-1], sfx)
+        post = ct_parts([wire.event_prefix(wire.COMMIT, e.timestamp)], sfx)
+        sizes = [sum(len(x) for x in p) + CT_LEN * (len(p) - 1) for p in packets]
+        sizes.append(sum(len(x) for x in pre) + sum(len(x) for x in post) + CT_LEN * (len(pre) + len(post) - 2))
+        events = [len(p) for p in pk]
+        events[-1] += 2  # VGTID, COMMIT
+        schemas: list[TableSchema] = []
+        for schema, _plan, _prefix, _size in items:
+            if schema not in schemas:
+                schemas.append(schema)
+        return TxnTemplate(packets, pre, post, schemas, sizes, events)
+
+    def emit_template(self, e: bl.Entry, tpl: TxnTemplate) -> None:
+        """Send a cached transaction: render current_time and the stream VGTID into it."""
+        vs = self.vs
+        ct = wire.ct_field(time.time_ns())
+        join = ct.join
+        with vs.lock:
+            self.sg.set_gtid(e.position, e.encoded_position)
+            last = join(tpl.pre) + vs.vgtid_event(self.sg, self.suffix) + join(tpl.post)
+            if len(tpl.packets) == 0:
+                out = [last]
+            else:
+                out = [join(p) for p in tpl.packets]
+                out.append(last)
+            self._send_txn_locked(out, tpl.sizes, tpl.events)
+
+    def emit_txn_items(self, e: bl.Entry, items: list[tuple[TableSchema, TablePlan, bytes, int]]) -> None:
+        pk = self.packets(e, items, fields=True)
+        sfx = self.suffix
+        vs = self.vs
+        ct = wire.ct_field(time.time_ns())
+        with vs.lock:
+            self.sg.set_gtid(e.position, e.encoded_position)
+            out = [ct.join(ct_parts(p, sfx)) for p in pk[:-1]]
+            out.append(ct.join(ct_parts(pk[-1], sfx)) + vs.vgtid_event(self.sg, sfx)
+                       + ct.join(ct_parts([wire.event_prefix(wire.COMMIT, e.timestamp)], sfx)))
+            events = [len(p) for p in pk]
+            events[-1] += 2
+            self._send_txn_locked(out, [len(r) for r in out], events)
+
+    def _send_txn_locked(self, out: list[bytes], sizes: list[int], events: list[int]) -> None:
+        """Queue one transaction's responses (caller holds vs.lock, so shards never interleave).
+
+        With `transaction_chunk_size` (v24) vtgate sends the packets buffered so far as soon as the
+        transaction exceeds that size and then forwards each later packet as it arrives, holding the
+        stream lock until COMMIT; otherwise it buffers the whole transaction and sends it at COMMIT.
+        Faults therefore see one group per transaction, or one per packet once chunking has kicked in.
+        """
+        vs = self.vs
+        fault = vs.fault
+        chunk = self.chunk_size
+        if chunk > 0 and len(out) > 1:
+            acc = 0
+            for i, n in enumerate(sizes):
+                acc += n
+                if acc > chunk and i < len(out) - 1:
+                    # packets 0..i went out together when the threshold was crossed, then one by one
+                    groups = [(out[:i + 1], sum(events[:i + 1]))]
+                    groups += [([r], k) for r, k in zip(out[i + 1:], events[i + 1:], strict=True)]
+                    for rs, k in groups:
+                        if fault is not None:
+                            rs = fault.apply(vs, rs, [])
+                        vs.events_sent += k
+                        if not vs.send_group(rs):
+                            return
+                    return
+        if fault is not None:
+            out = fault.apply(vs, out, events)
+        vs.events_sent += sum(events)
+        vs.send_group(out)
+
+    def send_catchup_txn(self, e: bl.Entry, copied: dict[str, Any]) -> None:
+        """Catch-up during the copy phase: only rows of tables (partly) copied, up to their lastpk."""
+        self.emit_txn_items(e, self.txn_items(e, copied))
 
     def send_ddl(self, e: bl.Entry) -> None:
         now = time.time_ns()
@@ -547,9 +746,12 @@ class ShardStream:
             self.check_cancel()
             lastpk: tuple[Any, ...] | None = None
             if t0.name in inpks:
-                qr = inpks[t0.name].lastpk
-                lastpk = tuple(_decode_lastpk(qr))
-                copied[t0.name] = lastpk
+                raw = _lastpk_values(inpks[t0.name].lastpk)
+                cts = [t0.column(c).ct for c in t0.pk]
+                if len(raw) != len(cts):
+                    raise VTError(INVALID_ARGUMENT, f"lastpk for table {t0.name} does not match its primary key")
+                lastpk = tuple(_stored(ct, v) for ct, v in zip(cts, raw, strict=True))
+                copied[t0.name] = _pk_key(cts, raw)
             with topo.lock:
                 schema = store.table(t0.name)
                 if schema is None:
@@ -644,21 +846,28 @@ class ShardStream:
                   vgtid_at=(0, 1))
 
 
-def _decode_lastpk(qr: query_pb2.QueryResult) -> list[Any]:
+def _lastpk_values(qr: query_pb2.QueryResult) -> list[bytes | None]:
     row = qr.rows[0]
-    out: list[Any] = []
+    out: list[bytes | None] = []
     off = 0
     for n in row.lengths:
         if n < 0:
             out.append(None)
             continue
-        v = row.values[off:off + n]
+        out.append(row.values[off:off + n])
         off += n
-        try:
-            out.append(int(v))
-        except ValueError:
-            out.append(v)
     return out
+
+
+def _stored(ct: Any, v: bytes | None) -> Any:
+    """A lastpk value (MySQL text) as the SQLite store keeps it, for the `WHERE pk > ?` snapshot read."""
+    if v is None:
+        return None
+    if ct.kind in ("binary", "varbinary", "blob"):
+        return mysqltypes.normalize(ct, v)
+    if ct.kind == "bit":
+        return int.from_bytes(v, "big")
+    return mysqltypes.normalize(ct, v.decode(ct.codec if ct.codec != "binary" else "latin-1"))
 
 
 class _Stop(Exception):
