@@ -81,10 +81,7 @@ class OffsetStore:
         except KafkaException as exc:
             if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                 raise OffsetStoreError(f"cannot create offsets topic {self.topic!r}: {exc}") from exc
-        resource = ConfigResource(ConfigResource.Type.TOPIC, self.topic)
-        entries = admin.describe_configs([resource], request_timeout=self._timeout)[resource].result(
-            self._timeout
-        )
+        entries = self._describe_when_visible(admin)
         policy = entries["cleanup.policy"].value if "cleanup.policy" in entries else None
         if policy != "compact":
             raise OffsetStoreError(
@@ -92,6 +89,25 @@ class OffsetStore:
                 "or old offsets are deleted and connectors restart from their configured start"
             )
         return self.num_partitions(admin)
+
+    def _describe_when_visible(self, admin: AdminClient) -> dict[str, Any]:
+        """Topic configs; a topic created a moment ago may not be in every broker's metadata yet."""
+        import time
+
+        resource = ConfigResource(ConfigResource.Type.TOPIC, self.topic)
+        deadline = time.monotonic() + self._timeout
+        delay = 0.05
+        while True:
+            try:
+                result: dict[str, Any] = admin.describe_configs([resource], request_timeout=self._timeout)[
+                    resource
+                ].result(self._timeout)
+                return result
+            except KafkaException as exc:
+                if exc.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART or time.monotonic() > deadline:
+                    raise OffsetStoreError(f"cannot describe offsets topic {self.topic!r}: {exc}") from exc
+            time.sleep(delay)  # metadata propagation: retry with backoff until the deadline
+            delay = min(delay * 2, 1.0)
 
     def num_partitions(self, admin: AdminClient | None = None) -> int:
         """The topic's partition count (cached after the first lookup)."""
