@@ -741,3 +741,19 @@ def test_load_config_or_exit(capsys: pytest.CaptureFixture[str]) -> None:
         "  - database.password: set without database.user; static credentials need both\n"
     )
     assert load_config_or_exit(env={}, overrides=BASE).name == "inventory-connector"
+
+
+def test_tooling_environment_variables_are_not_read_as_properties() -> None:
+    from cdcworker.config.loader import RawConfig, read_env
+
+    raw = RawConfig()
+    read_env(
+        {
+            "SHARDCDC_KAFKA_HOME": "/cache/kafka",
+            "SHARDCDC_CACHE": "/cache",
+            "SHARDCDC_OPERATOR_RESYNC_SECONDS": "5",
+            "SHARDCDC_TOPIC_PREFIX": "fromenv",
+        },
+        raw,
+    )
+    assert dict(raw.values) == {"topic.prefix": "fromenv"}

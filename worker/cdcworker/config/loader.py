@@ -228,6 +228,18 @@ def read_file(path: str | Path, raw: RawConfig) -> None:
 # --- environment ------------------------------------------------------------------------------------------------------
 
 
+# Variables of shardcdc's own tooling (caches, test harness, operator), never worker properties.
+RESERVED_ENV_PREFIXES = ("SHARDCDC_OPERATOR_",)
+RESERVED_ENV_TOOLING = frozenset(
+    {"SHARDCDC_CACHE", "SHARDCDC_KAFKA_HOME", "SHARDCDC_KUBE_HOME", "SHARDCDC_DEBEZIUM_HOME", "SHARDCDC_TERMINATION_LOG"}
+)
+
+
+def is_reserved_env(name: str) -> bool:
+    """True for SHARDCDC_* variables that configure the process or tooling rather than the connector."""
+    return name in RESERVED_ENV or name in RESERVED_ENV_TOOLING or name.startswith(RESERVED_ENV_PREFIXES)
+
+
 def env_to_property(name: str, prefix: str = ENV_PREFIX) -> str:
     rest = name[len(prefix) :].lower()
     return rest.replace("___", "\0").replace("__", "-").replace("_", ".").replace("\0", "_")
@@ -239,7 +251,7 @@ def property_to_env(key: str, prefix: str = ENV_PREFIX) -> str:
 
 def read_env(env: Mapping[str, str], raw: RawConfig, prefix: str = ENV_PREFIX) -> None:
     for name in sorted(env):
-        if name.startswith(prefix) and name not in RESERVED_ENV and len(name) > len(prefix):
+        if name.startswith(prefix) and not is_reserved_env(name) and len(name) > len(prefix):
             raw.set(env_to_property(name, prefix), env[name], f"environment variable {name}")
 
 
