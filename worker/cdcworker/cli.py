@@ -26,7 +26,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="store_true", help="print the version and exit")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module, help_text) in SUBCOMMANDS.items():
-        sub = subparsers.add_parser(name, help=help_text, description=help_text)
+        # add_help=False: `shardcdc <cmd> --help` reaches the subcommand's own parser.
+        sub = subparsers.add_parser(name, help=help_text, description=help_text, add_help=False)
         sub.set_defaults(_module=module)
     return parser
 
