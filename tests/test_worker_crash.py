@@ -19,7 +19,7 @@ import pytest
 
 from cdcworker.verify import compare, materialise
 from localkafka import KafkaBroker, consume_all
-from localkafka.broker import _die_with_parent
+from localkafka.children import bound_preexec
 from vtgatesim import VTGateSim
 from vtgatesim.workload import Workload
 
@@ -62,7 +62,7 @@ def _start(config: Path, log: Path) -> subprocess.Popen[bytes]:
             stdout=out,
             stderr=subprocess.STDOUT,
             env=env,
-            preexec_fn=_die_with_parent,
+            preexec_fn=bound_preexec(),
         )
 
 

@@ -9,10 +9,8 @@ group), so a crashed test run never leaves an orphaned Connect worker behind.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
 import os
-import signal
 import subprocess
 import tempfile
 import time
@@ -24,10 +22,10 @@ from types import TracebackType
 from typing import Any
 
 from localkafka.broker import free_port
+from localkafka.children import bound_preexec, stop_group
 
 DEBEZIUM_VERSION = "3.5.0.Final"
 VITESS_CONNECTOR_CLASS = "io.debezium.connector.vitess.VitessConnector"
-_PR_SET_PDEATHSIG = 1
 
 _LOG4J2 = """\
 status = warn
@@ -78,13 +76,6 @@ def vitess_connector_config(
         "vitess.tablet.type": "MASTER",
         **(extra or {}),
     }
-
-
-def _die_with_parent() -> None:
-    """Runs in the child before exec: SIGKILL it when the parent dies, and give it its own group."""
-    libc = ctypes.CDLL("libc.so.6", use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    os.setsid()
 
 
 class ConnectStandalone:
@@ -190,7 +181,7 @@ class ConnectStandalone:
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            preexec_fn=_die_with_parent,
+            preexec_fn=bound_preexec(),
         )
         log.close()
         try:
@@ -239,15 +230,7 @@ class ConnectStandalone:
         proc = self._proc
         if proc is None:
             return
-        if proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL if kill else signal.SIGTERM)
-            try:
-                proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+        stop_group(proc, timeout, kill)
         self._proc = None
 
     def close(self) -> None:

@@ -12,13 +12,10 @@ Both processes run in their own session and get SIGKILL when the thread that sta
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import functools
 import json
 import os
 import secrets
 import shutil
-import signal
 import socket
 import ssl
 import subprocess
@@ -36,6 +33,7 @@ import yaml
 
 from kubetest import pki
 from kubetest.binaries import KubeBinaries, find_binaries, kube_home
+from localkafka.children import bound_preexec, stop_group
 
 if TYPE_CHECKING:
     import kopf
@@ -48,18 +46,6 @@ RESTRICTED_USER = "operator-user"
 ADVERTISE_ADDRESS = "192.0.2.1"
 SERVICE_CIDR = "10.0.0.0/24"
 
-_PR_SET_PDEATHSIG = 1
-# Loaded once in the parent: dlopen between fork and exec can deadlock in a threaded process.
-_LIBC = ctypes.CDLL("libc.so.6", use_errno=True)
-
-
-def _die_with_parent(parent_pid: int) -> None:
-    """Runs in the child before exec: own session (so killpg reaches it all), SIGKILL on parent death."""
-    _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    if os.getppid() != parent_pid:
-        # The parent died between fork and prctl: the signal will never come, so do not exec at all.
-        os._exit(1)
-    os.setsid()
 
 
 def free_port() -> int:
@@ -414,7 +400,7 @@ class KubeControlPlane:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 cwd=self.workdir,
-                preexec_fn=functools.partial(_die_with_parent, os.getpid()),
+                preexec_fn=bound_preexec(),
             )
 
     def _wait_ready(self, deadline: float) -> None:
@@ -469,15 +455,4 @@ def _token_file(tokens: Mapping[str, str], users: Mapping[str, Sequence[str]]) -
 
 
 def _terminate_group(proc: subprocess.Popen[bytes], timeout: float) -> None:
-    """SIGTERM the process group, SIGKILL it after ``timeout``; a reaped leader is left alone
-    (its pid, and so the group id, may already belong to someone else)."""
-    if proc.poll() is not None:
-        return
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+    stop_group(proc, timeout)

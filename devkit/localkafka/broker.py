@@ -8,9 +8,7 @@ run never leaves an orphaned broker behind.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
-import signal
 import socket
 import subprocess
 import tempfile
@@ -19,8 +17,9 @@ import uuid
 from pathlib import Path
 from types import TracebackType
 
+from localkafka.children import bound_preexec, stop_group
+
 DEFAULT_VERSION = "3.9.1"
-_PR_SET_PDEATHSIG = 1
 
 _LOG4J = """\
 log4j.rootLogger=WARN, stdout
@@ -44,13 +43,6 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-def _die_with_parent() -> None:
-    """Runs in the child before exec: deliver SIGKILL to it when the parent dies."""
-    libc = ctypes.CDLL("libc.so.6", use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    os.setsid()
 
 
 class KafkaBroker:
@@ -157,7 +149,7 @@ class KafkaBroker:
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            preexec_fn=_die_with_parent,
+            preexec_fn=bound_preexec(),
         )
         log.close()
         self._wait_ready(timeout)
@@ -192,15 +184,7 @@ class KafkaBroker:
         proc = self._proc
         if proc is None:
             return
-        if proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL if kill else signal.SIGTERM)
-            try:
-                proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+        stop_group(proc, timeout, kill)
         self._proc = None
 
     def restart(self, kill: bool = False) -> None:
