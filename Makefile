@@ -23,7 +23,7 @@ export SHARDCDC_CACHE := $(CACHE)
 export SHARDCDC_KAFKA_HOME := $(KAFKA_HOME)
 export SHARDCDC_KUBE_HOME := $(KUBE_HOME)
 
-.PHONY: all setup venv proto kafka kube test pytest lint demo lock clean distclean
+.PHONY: all setup venv proto kafka kube test pytest lint docs demo lock clean distclean
 
 all: test
 
@@ -69,6 +69,10 @@ test: setup
 	$(VENV)/bin/ruff check . && $(VENV)/bin/mypy && \
 	echo "lint+typecheck: $$(( $$(date +%s) - start ))s" && \
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
+
+## Generated reference pages (docs/configuration.md from the property catalogue and the CRD).
+docs: setup
+	$(PY) -m cdcworker.config.reference
 
 demo: setup
 	$(PY) -m cdcworker.cli demo
