@@ -11,6 +11,11 @@ inserted row). Prints one line per run and the median.
 
 `--floor` serves the same number of responses from a bare gRPC handler that yields one pre-serialized
 response of the same shape over and over: the transport + client ceiling no server can beat.
+
+`--go-client` runs bench/vstreamclient (Go, standard library only: gRPC over h2c, protobuf wire
+walked to the row changes) instead of the Python client, built with the Go toolchain on first use
+into ~/.cache/shardcdc/bin. It shows what the server serves when the client is not the bottleneck.
+`--clients N` runs N such client processes at once, each on its own VStream.
 """
 
 from __future__ import annotations
@@ -22,6 +27,29 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
+
+GO_CLIENT_SRC = Path(__file__).resolve().parent / "vstreamclient"
+
+
+def go_client() -> str:
+    """Build (once per source change) and return the Go client binary."""
+    cache = Path(os.environ.get("SHARDCDC_CACHE", Path.home() / ".cache" / "shardcdc"))
+    out = cache / "bin" / "vstreamclient"
+    sources = [*GO_CLIENT_SRC.glob("*.go"), GO_CLIENT_SRC / "go.mod"]
+    if not out.exists() or out.stat().st_mtime < max(p.stat().st_mtime for p in sources):
+        out.parent.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, "GOCACHE": str(cache / "go" / "build"), "GOTOOLCHAIN": "local", "CGO_ENABLED": "0"}
+        subprocess.run(["go", "build", "-o", str(out), "."], cwd=GO_CLIENT_SRC, env=env, check=True)
+    return str(out)
+
+
+def request_hex(pos: str) -> str:
+    from vitessapi import binlogdata_pb2, vtgate_pb2
+
+    req = vtgate_pb2.VStreamRequest(vgtid=binlogdata_pb2.VGtid(
+        shard_gtids=[binlogdata_pb2.ShardGtid(keyspace="bench", shard="0", gtid=pos)]))
+    return req.SerializeToString().hex()
 
 
 def client(addr: str, pos: str, rows: int) -> None:
@@ -108,13 +136,19 @@ def floor(args: argparse.Namespace) -> None:
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
     rates = []
+    addr = f"127.0.0.1:{port}"
+    cmd = ([go_client(), addr, request_hex("x"), str(args.rows)] if args.go_client
+           else [sys.executable, __file__, "--client", addr, "x", str(args.rows)])
     for run in range(args.runs):
-        out = subprocess.run([sys.executable, __file__, "--client", f"127.0.0.1:{port}", "x", str(args.rows)],
-                             check=True, capture_output=True, text=True).stdout
+        s0 = os.times()
+        out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+        s1 = os.times()
         r = json.loads(out)
         rates.append(r["rows"] / r["seconds"])
+        server_cpu = (s1.user - s0.user) + (s1.system - s0.system)
         print(f"floor run {run + 1}: {r['responses'] / r['seconds']:,.0f} responses/s, "
-              f"{rates[-1]:,.0f} row events/s", flush=True)
+              f"{rates[-1]:,.0f} row events/s (server cpu {server_cpu:.2f}s, client cpu {r['client_cpu']:.2f}s)",
+              flush=True)
     server.stop(0)
     print(f"floor median of {len(rates)}: {statistics.median(rates):,.0f} row events/s ({k} rows/response)")
 
@@ -125,6 +159,8 @@ def main() -> None:
     ap.add_argument("--rows-per-txn", type=int, default=20)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--floor", action="store_true", help="bare gRPC handler yielding one fixed response")
+    ap.add_argument("--go-client", action="store_true", help="use the Go client (bench/vstreamclient)")
+    ap.add_argument("--clients", type=int, default=1, help="concurrent client processes, one VStream each")
     ap.add_argument("--client", nargs=3, metavar=("ADDR", "POS", "ROWS"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.client:
@@ -145,21 +181,32 @@ def main() -> None:
           f"{time.perf_counter() - t0:.1f}s", flush=True)
     rates = []
     env = dict(os.environ)
+    if args.go_client:
+        cmd = [go_client(), sim.address, request_hex(pos), str(args.rows)]
+    else:
+        cmd = [sys.executable, __file__, "--client", sim.address, pos, str(args.rows)]
     for run in range(args.runs):
         s0 = os.times()
-        out = subprocess.run([sys.executable, __file__, "--client", sim.address, pos, str(args.rows)],
-                             check=True, capture_output=True, text=True, env=env).stdout
+        procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env) for _ in range(args.clients)]
+        outs = [p.communicate()[0] for p in procs]
         s1 = os.times()
-        r = json.loads(out)
-        rate = r["rows"] / r["seconds"]
+        if any(p.returncode for p in procs):
+            raise SystemExit(f"client failed: {[p.returncode for p in procs]}")
+        results = [json.loads(o) for o in outs]
+        # Aggregate rate: all row changes delivered, over the slowest client's time.
+        rows = sum(r["rows"] for r in results)
+        seconds = max(r["seconds"] for r in results)
+        responses = sum(r["responses"] for r in results)
+        rate = rows / seconds
         rates.append(rate)
         server_cpu = (s1.user - s0.user) + (s1.system - s0.system)
-        print(f"run {run + 1}: {r['rows']} row changes, {r['events']} events, {r['responses']} responses in "
-              f"{r['seconds']:.2f}s: {rate:,.0f} row events/s ({r['responses'] / r['seconds']:,.0f} responses/s; "
-              f"server cpu {server_cpu:.2f}s, client cpu {r['client_cpu']:.2f}s)", flush=True)
+        print(f"run {run + 1}: {rows} row changes, {sum(r['events'] for r in results)} events, {responses} "
+              f"responses in {seconds:.2f}s: {rate:,.0f} row events/s ({responses / seconds:,.0f} responses/s; "
+              f"server cpu {server_cpu:.2f}s, client cpu {sum(r['client_cpu'] for r in results):.2f}s)", flush=True)
     sim.stop()
+    kind = "Go" if args.go_client else "Python"
     print(f"median of {len(rates)}: {statistics.median(rates):,.0f} row events/s "
-          f"({args.rows_per_txn} rows/txn, one client process)")
+          f"({args.rows_per_txn} rows/txn, {args.clients} {kind} client process(es))")
 
 
 if __name__ == "__main__":

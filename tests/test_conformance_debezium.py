@@ -8,7 +8,7 @@ unsharded one, the non-default type modes, and transaction metadata.
 
 Every record is compared byte for byte per topic and partition, in order: topic, partition, key,
 value and headers, after masking only what docs/conformance.md lists and justifies (envelope
-processing timestamps, ``source.version``, the per-run ``__debezium.context.runId`` value).
+processing timestamps and the per-run ``__debezium.context.runId`` value).
 Known shardcdc bugs are ``xfail(strict=True)`` with the reason; docs/conformance.md has the details.
 
 Determinism: the workload runs one statement at a time and waits until every VStream the test
@@ -41,7 +41,7 @@ from vtgatesim import VTGateSim
 
 PARTITIONS = 3  # > 1 so the key -> partition mapping (murmur2) is compared too
 
-TABLES = ["bit_types", "num_types", "orders", "str_types", "time_types"]
+TABLES = ["bit_types", "num_types", "orders", "str_types", "time_types", "uk_only"]
 DDL = [
     "CREATE TABLE num_types (id BIGINT NOT NULL, ti TINYINT, tb TINYINT(1), si SMALLINT, mi MEDIUMINT, i INT,"
     " bi BIGINT, tiu TINYINT UNSIGNED, siu SMALLINT UNSIGNED, miu MEDIUMINT UNSIGNED, iu INT UNSIGNED,"
@@ -56,6 +56,8 @@ DDL = [
     " PRIMARY KEY (id, line))",
     "CREATE TABLE bit_types (id BIGINT NOT NULL, b1 BIT(1), b12 BIT(12), b64 BIT(64), note VARCHAR(8),"
     " PRIMARY KEY (id))",
+    # no primary key: the key is the first unique key (reference §6)
+    "CREATE TABLE uk_only (id BIGINT NOT NULL, code VARCHAR(8) NOT NULL, note VARCHAR(8), UNIQUE KEY uk_code (code))",
 ]
 BIT_COLUMNS = ("b1", "b12", "b64")
 
@@ -76,6 +78,7 @@ SEED = [
     " '12:34:56.789012')",
     "INSERT INTO orders VALUES (1, 1, 'x', 9.99), (1, 2, 'y', 19.99), (2, 1, 'z', 0.01)",
     "INSERT INTO bit_types VALUES (1, b'1', b'101010101010', x'8000000000000001', 'one')",
+    "INSERT INTO uk_only VALUES (1, 'one', NULL), (2, 'two', 'x')",
 ]
 
 # Run while all four connectors stream, one statement at a time: SEED then CHANGES in `commerce`,
@@ -104,6 +107,10 @@ CHANGES = [
     "DELETE FROM num_types WHERE id IN (12, 14, 18)",  # multi-row delete
     "DELETE FROM str_types WHERE id = 2",
     "DELETE FROM bit_types WHERE id = 6",
+    "INSERT INTO uk_only VALUES (3, 'three', 'y')",
+    "UPDATE uk_only SET note = 'z' WHERE id = 1",
+    "UPDATE uk_only SET code = 'deux' WHERE id = 2",  # unique-key (= record key) update
+    "DELETE FROM uk_only WHERE id = 3",
 ]
 
 
@@ -296,7 +303,6 @@ def run(kafka_broker: KafkaBroker) -> Iterator[Run]:
 # ---------------------------------------------------------------------------------------------
 # normalisation: the only masks applied (each justified in docs/conformance.md)
 _ENVELOPE_TS = re.compile(rb',"op":"([cud])","ts_ms":(\d+),"ts_us":(\d+),"ts_ns":(\d+)\}\}\Z')
-_SOURCE_VERSION = re.compile(rb'(,"payload":\{"before":.*?"source":\{"version":")([^"]*)(")', re.DOTALL)
 _UUID = re.compile(r"\A[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\Z")
 
 
@@ -323,7 +329,6 @@ def normalise(rec: ConsumedRecord) -> Norm:
             # one processing instant at three precisions
             assert ts_us // 1000 == ts_ms and ts_ns // 1000 == ts_us, m.group(0)
             value = value[: m.start()] + b',"op":"' + m.group(1) + b'","ts_ms":0,"ts_us":0,"ts_ns":0}}'
-        value = _SOURCE_VERSION.sub(rb"\1<version>\3", value, count=1)
         shard = json.loads(value)["payload"]["source"]["shard"]
     headers = []
     for hk, hv in rec.headers:
@@ -425,18 +430,7 @@ VALUE_TABLES = [t for t in TABLES if t != "bit_types"]
 
 
 # Differences that are bugs in shardcdc (docs/conformance.md has the bytes and Debezium's source).
-KNOWN_DIFFERENCES: dict[tuple[str, str], str] = {
-    ("modes1", "num_types"): (
-        "shardcdc bug: bigint.unsigned.handling.mode=long and a BIGINT UNSIGNED value >= 2^63: Debezium's "
-        "convertBigInt fails (Long.valueOf NumberFormatException) and TableSchemaBuilder leaves the field null; "
-        "shardcdc wraps it to a negative int64 (18446744073709551615 -> -1)"
-    ),
-    ("modes1", "time_types"): (
-        "shardcdc bug: time.precision.mode=connect and a TIME outside [00:00:00, 24:00:00): Debezium's "
-        "JdbcValueConverters rejects it (IllegalArgumentException) and TableSchemaBuilder leaves the field null; "
-        "shardcdc emits the signed millisecond count (-838:59:59 -> -3020399000)"
-    ),
-}
+KNOWN_DIFFERENCES: dict[tuple[str, str], str] = {}
 
 
 TX_METADATA_REASON = (
@@ -527,25 +521,29 @@ def test_bit_columns_are_the_only_difference(run: Run, pair: str) -> None:
     assert {c: created[4][c] for c in BIT_COLUMNS} == {"b1": False, "b12": "AAE=", "b64": "//////////8="}
 
 
-CONTEXT_HEADERS_REASON = (
-    "shardcdc bug: __debezium.context.connectorName must be the connector plugin name 'vitess' "
-    "(DebeziumHeaderProducer uses CdcSourceTaskContext.getConnectorPluginName()), not the connector "
-    "name; and the __debezium.context.runId header (a UUID per task run) is missing"
-)
-
-
-@pytest.mark.xfail(strict=True, reason=CONTEXT_HEADERS_REASON)
 @pytest.mark.parametrize("pair", [p.name for p in PAIRS])
 def test_context_headers_match_debezium(run: Run, pair: str) -> None:
-    """``__debezium.context.*`` headers on every record, runId masked (a fresh UUID per task run)."""
+    """``__debezium.context.*`` headers on every record, runId masked (a fresh UUID per task run).
+
+    The run id itself: a version-7 UUID on both sides (Debezium's ``UUIDUtils.generateNewUUID``),
+    one value for every record of a task run.
+    """
     problems = []
+    run_ids: dict[str, set[str]] = {"dbz": set(), "ours": set()}
     for table in TABLES:
         dbz = _records(run, "dbz", pair, table)
         ours = _records(run, "ours", pair, table)
         for i, (d, o) in enumerate(zip(dbz, ours, strict=True)):
             if d.headers != o.headers:
                 problems.append(f"{d.describe()} #{i}:\n  debezium={d.headers}\n  shardcdc={o.headers}")
+        for side in run_ids:
+            for r in run.records[(side, pair)]:
+                if r.topic.endswith(f".{table}"):
+                    run_ids[side].update(v.decode() for k, v in r.headers if k == "__debezium.context.runId" and v)
     assert not problems, f"{len(problems)} record(s) with different headers, e.g.:\n" + "\n".join(problems[:3])
+    for side, ids in run_ids.items():
+        assert len(ids) == 1, f"{side}: run ids {ids}"
+        assert uuid.UUID(next(iter(ids))).version == 7, f"{side}: {ids}"
 
 
 def test_both_connectors_wrote_every_change(run: Run) -> None:

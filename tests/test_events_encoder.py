@@ -47,7 +47,7 @@ CUSTOMERS_ENVELOPE_SCHEMA = (
     b'"optional":false,"name":"Vitess_server.commerce.customers.Envelope","version":2}'
 )
 SOURCE = (
-    b'{"version":"3.3.1.Final","connector":"vitess","name":"Vitess_server","ts_ms":1559033904000,"snapshot":"false",'
+    b'{"version":"3.5.0.Final","connector":"vitess","name":"Vitess_server","ts_ms":1559033904000,"snapshot":"false",'
     b'"db":"","sequence":null,"ts_us":1559033904000000,"ts_ns":1559033904000000000,"keyspace":"commerce",'
     b'"table":"customers","shard":"-80","vgtid":"[{\\"keyspace\\":\\"commerce\\",\\"shard\\":\\"80-\\",'
     b'\\"gtid\\":\\"MariaDB/0-54610504-47\\"},{\\"keyspace\\":\\"commerce\\",\\"shard\\":\\"-80\\",'
@@ -239,7 +239,7 @@ def test_source_block_follows_context_per_transaction() -> None:
     [rec] = plan.encode_change(insert(*ANNE_ROW), later, NOW_NS)
     assert rec.value is not None
     assert (
-        b'"source":{"version":"3.3.1.Final","connector":"vitess","name":"Vitess_server","ts_ms":1559033999000,'
+        b'"source":{"version":"3.5.0.Final","connector":"vitess","name":"Vitess_server","ts_ms":1559033999000,'
         b'"snapshot":"false","db":"","sequence":null,"ts_us":1559033999000000,"ts_ns":1559033999000000000,'
         b'"keyspace":"commerce","table":"customers","shard":"80-","vgtid":"[]"}'
     ) in rec.value

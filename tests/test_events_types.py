@@ -14,12 +14,13 @@ from events_fixtures import NOT_NULL, PRI_KEY, field, field_event, insert
 
 from cdcworker.events import EncoderConfig, SourceContext, TablePlan, TypeOptions
 from cdcworker.events.jsonfmt import java_double
+from cdcworker.events.types import ValueConversionError
 
 NOW_NS = 1559033904863497147
 CTX = dict(keyspace="ks", shard="0", commit_seconds=1559033904, vgtid='[{"keyspace":"ks","shard":"0","gtid":"MySQL56/u:1-5"}]')
 
 SOURCE_PAYLOAD = (
-    '{"version":"3.3.1.Final","connector":"vitess","name":"srv","ts_ms":1559033904000,"snapshot":"false","db":"",'
+    '{"version":"3.5.0.Final","connector":"vitess","name":"srv","ts_ms":1559033904000,"snapshot":"false","db":"",'
     '"sequence":null,"ts_us":1559033904000000,"ts_ns":1559033904000000000,"keyspace":"ks","table":"t","shard":"0",'
     '"vgtid":"[{\\"keyspace\\":\\"ks\\",\\"shard\\":\\"0\\",\\"gtid\\":\\"MySQL56/u:1-5\\"}]"}'
 )
@@ -95,8 +96,13 @@ CASES: list[tuple[str, Any, bytes | None, dict[str, Any], str, str]] = [
     ("bigint", field("c", "INT64", "bigint"), b"-9223372036854775808", {}, '{"type":"int64","optional":true,"field":"c"}', "-9223372036854775808"),
     ("bigint unsigned default string", field("c", "UINT64", "bigint unsigned"), b"18446744073709551615", {},
      '{"type":"string","optional":true,"field":"c"}', '"18446744073709551615"'),
+    # >= 2^63 has no Java long: Debezium's convertBigInt fails and the field is left null
     ("bigint unsigned long", field("c", "UINT64", "bigint unsigned"), b"18446744073709551615", {"bigint_unsigned_handling_mode": "long"},
-     '{"type":"int64","optional":true,"field":"c"}', "-1"),
+     '{"type":"int64","optional":true,"field":"c"}', "null"),
+    ("bigint unsigned long 2^63", field("c", "UINT64", "bigint unsigned"), b"9223372036854775808", {"bigint_unsigned_handling_mode": "long"},
+     '{"type":"int64","optional":true,"field":"c"}', "null"),
+    ("bigint unsigned long 2^63-1", field("c", "UINT64", "bigint unsigned"), b"9223372036854775807", {"bigint_unsigned_handling_mode": "long"},
+     '{"type":"int64","optional":true,"field":"c"}', "9223372036854775807"),
     ("bigint unsigned long small", field("c", "UINT64", "bigint unsigned"), b"12345", {"bigint_unsigned_handling_mode": "long"},
      '{"type":"int64","optional":true,"field":"c"}', "12345"),
     ("bigint unsigned precise", field("c", "UINT64", "bigint unsigned"), b"18446744073709551615", {"bigint_unsigned_handling_mode": "precise"},
@@ -174,6 +180,15 @@ CASES: list[tuple[str, Any, bytes | None, dict[str, Any], str, str]] = [
      '{"type":"int64","optional":true,"name":"io.debezium.time.MicroTime","version":1,"field":"c"}', "-3020399000000"),
     ("time connect", field("c", "TIME", "time(4)", decimals=4), b"01:02:03.1234", {"time_precision_mode": "connect"},
      '{"type":"int32","optional":true,"name":"org.apache.kafka.connect.data.Time","version":1,"field":"c"}', "3723123"),
+    # connect: a Connect Time holds [00:00:00, 24:00:00] only (Debezium's Time.toMilliOfDay); else null
+    ("time connect 24h", field("c", "TIME", "time"), b"24:00:00", {"time_precision_mode": "connect"},
+     '{"type":"int32","optional":true,"name":"org.apache.kafka.connect.data.Time","version":1,"field":"c"}', "86400000"),
+    ("time connect over 24h", field("c", "TIME", "time"), b"24:00:01", {"time_precision_mode": "connect"},
+     '{"type":"int32","optional":true,"name":"org.apache.kafka.connect.data.Time","version":1,"field":"c"}', "null"),
+    ("time connect max", field("c", "TIME", "time"), b"838:59:59", {"time_precision_mode": "connect"},
+     '{"type":"int32","optional":true,"name":"org.apache.kafka.connect.data.Time","version":1,"field":"c"}', "null"),
+    ("time connect negative", field("c", "TIME", "time(6)", decimals=6), b"-00:00:00.000001", {"time_precision_mode": "connect"},
+     '{"type":"int32","optional":true,"name":"org.apache.kafka.connect.data.Time","version":1,"field":"c"}', "null"),
     ("time isostring", field("c", "TIME", "time(4)", decimals=4), b"00:00:00.0000", {"time_precision_mode": "isostring"},
      '{"type":"string","optional":true,"field":"c"}', '"00:00:00.0000"'),
     ("datetime", field("c", "DATETIME", "datetime"), b"2020-02-12 01:02:03", {},
@@ -234,6 +249,20 @@ def test_unknown_type_dropped_unless_included() -> None:
     ).encode()
     _, value = encode(geo, b"\x01\x02", schemas=False, include_unknown_datatypes=True)  # type: ignore[arg-type]
     assert value == value_payload('"AQI="').encode()
+
+
+@pytest.mark.parametrize(
+    ("col", "raw", "opts"),
+    [
+        (field("c", "UINT64", "bigint unsigned", NOT_NULL), b"9223372036854775808", {"bigint_unsigned_handling_mode": "long"}),
+        (field("c", "TIME", "time", NOT_NULL), b"-00:00:01", {"time_precision_mode": "connect"}),
+    ],
+    ids=["bigint-unsigned-long", "time-connect"],
+)
+def test_unrepresentable_value_in_not_null_column_fails(col: Any, raw: bytes, opts: dict[str, str]) -> None:
+    """Debezium leaves the field unset and JsonConverter then fails on the required null: so do we, clearly."""
+    with pytest.raises(ValueConversionError, match=r"column 'c': .* the column is NOT NULL"):
+        encode(col, raw, schemas=True, **opts)
 
 
 def test_adaptive_time_precision_is_rejected() -> None:

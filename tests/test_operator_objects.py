@@ -244,7 +244,8 @@ def test_minimal_spec_defaults() -> None:
     cr = ConnectorResource.from_body(body)
     props = worker_properties(cr, TaskPlan(0, 0, 1, -1, ("0",), True))
     assert props["database.hostname"] == "::1"
-    assert props["vitess.prev.num.tasks"] == "-1"
+    # No previous generation, yet the worker (like Debezium) requires >= 1 with per-task offsets.
+    assert props["vitess.prev.num.tasks"] == props["shardcdc.task.prev.count"] == "1"
     assert props["vitess.tablet.type"] == "PRIMARY"
     assert "database.user" not in props and "shardcdc.vitess.tls.enabled" not in props
     _, dep = build_task_objects(cr, TaskPlan(0, 0, 1, -1, ("0",), True))

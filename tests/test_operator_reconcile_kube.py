@@ -204,7 +204,7 @@ def test_create_starts_generation_zero(env: Env) -> None:
         assert dep["spec"]["replicas"] == 1 and dep["spec"]["strategy"] == {"type": "Recreate"}
         text = cm["data"]["worker.properties"]
         for line in (f"shardcdc.task.id={tid}", "shardcdc.task.count=2", "shardcdc.task.generation=0",
-                     "vitess.prev.num.tasks=-1", f"shardcdc.task.shards={['-80', '80-'][tid]}",
+                     "vitess.prev.num.tasks=1", f"shardcdc.task.shards={['-80', '80-'][tid]}",
                      "vitess.keyspace=orders", f"database.port={env.sim.port}"):
             assert line in text.splitlines(), (line, text)
 

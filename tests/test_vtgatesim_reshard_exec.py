@@ -60,7 +60,12 @@ def test_not_all_participants_and_deleted_shard(sim: VTGateSim, stub: Any) -> No
     sim.delete_shards("commerce", ["-80", "80-"])
     with pytest.raises(grpc.RpcError) as ei:
         list(stub.VStream(request(("commerce", "-80", pos))))
-    assert ei.value.code() == grpc.StatusCode.UNAVAILABLE
+    # vstream_manager.keyspaceHasBeenResharded: the VGTID names a shard the topology no longer has
+    assert ei.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert ei.value.details() == (
+        f'error starting stream from shard GTID keyspace:"commerce" shard:"-80" gtid:"{pos}": failed to determine '
+        "if keyspace commerce has been resharded: shard provided in VGTID, -80, not found in the commerce keyspace"
+    )
 
 
 def test_execute_show_and_errors(sim: VTGateSim, stub: Any) -> None:

@@ -309,6 +309,8 @@ class Executor:
     def __init__(self, topo: Topology, on_commit: Callable[[Shard, bl.Entry], None] | None = None) -> None:
         self.topo = topo
         self.on_commit = on_commit
+        # Commit timestamps (binlog event seconds); tests replace it to write history "in the past".
+        self.clock: Callable[[], float] = time.time
 
     # -- entry point
     @staticmethod
@@ -367,7 +369,7 @@ class Executor:
             if not commit:
                 undo()
                 return res, touched
-            now = int(time.time())
+            now = int(self.clock())
             for t in txns.values():
                 self._commit_entry(t.shard, t.commit(now))
         return res, touched
@@ -474,7 +476,7 @@ class Executor:
                 raise MySQLError(1050, "42S01", f"Table '{stmt.table}' already exists")
             schema = table_from_create(stmt)
             s.store.create_table(schema)
-            self._commit_entry(s, s.binlog.append(bl.DDL, int(time.time()), statement=_strip_comments(text),
+            self._commit_entry(s, s.binlog.append(bl.DDL, int(self.clock()), statement=_strip_comments(text),
                                                   ddl_table=schema.name, database=s.database))
         return Result()
 
@@ -494,7 +496,7 @@ class Executor:
                                  version=schema.version + 1)
             s.store.tables[schema.name.lower()] = schema
             s.store.add_columns(schema, start)
-            self._commit_entry(s, s.binlog.append(bl.DDL, int(time.time()), statement=_strip_comments(text),
+            self._commit_entry(s, s.binlog.append(bl.DDL, int(self.clock()), statement=_strip_comments(text),
                                                   ddl_table=schema.name, database=s.database))
         return Result()
 
@@ -616,7 +618,7 @@ class Executor:
             raise
         if open_txns is not None:
             return res
-        now = int(time.time())
+        now = int(self.clock())
         for t in txns.values():
             self._commit_entry(t.shard, t.commit(now))
         return res
@@ -748,7 +750,7 @@ class Executor:
         w = WhereSQL(schema, binds)
         if where is not None:
             sql += " WHERE " + w.sql(where)
-        sql += " ORDER BY " + ", ".join(q(c) for c in schema.pk)
+        sql += " ORDER BY " + ", ".join(q(c) for c in schema.copy_key)
         if limit is not None:
             sql += f" LIMIT {limit}"
         return [tuple(r) for r in shard.store.select_sql(sql, w.params)]
@@ -800,9 +802,12 @@ class Executor:
         for schema, new in moves:
             dest = self.route(ks, schema, new, shards, False)
             dschema = self.table_of(dest, schema.name)
-            if dest.store.find_unique(dschema, new) is not None:
-                shown = "-".join(_dup_text(dschema, new, c) for c in dschema.pk)
-                raise MySQLError(1062, "23000", f"Duplicate entry '{shown}' for key 'PRIMARY'")
+            hit = dest.store.find_unique(dschema, new)
+            if hit is not None:
+                kname = hit[0]
+                kcols = dschema.pk if kname == "PRIMARY" else next(c for k, c in dschema.unique_keys if k == kname)
+                shown = "-".join(_dup_text(dschema, new, c) for c in kcols)
+                raise MySQLError(1062, "23000", f"Duplicate entry '{shown}' for key '{kname}'")
             dest.store.insert(dschema, new)
             txn(dest).record(dschema, None, tuple(new))
 

@@ -25,6 +25,14 @@ class FaultPlan:
     stall_timeout: float | None = None  # seconds; a stall ends by itself after this long
     delay_per_response: float = 0.0  # seconds, slows the stream down
     anonymise_columns: bool = False  # FIELD names @1, @2, ... (the vstreamer BEST_EFFORT bug)
+    # Tablet-side faults, absorbed by vtgate's retry loop: in each shard of the stream, the first
+    # `tablet_failures` tablet connections end with `tablet_fail_code` after `tablet_fail_after_events`
+    # events of that connection. UNAVAILABLE / FAILED_PRECONDITION are retried from the last position
+    # vtgate sent (three consecutive failures end the VStream); other codes end it at once.
+    tablet_fail_after_events: int | None = None
+    tablet_fail_code: int = 14  # UNAVAILABLE
+    tablet_fail_message: str = "vttablet: rpc error: code = Unavailable desc = injected tablet fault"
+    tablet_failures: int = 1
     released: threading.Event = field(default_factory=threading.Event)
     stalled: threading.Event = field(default_factory=threading.Event)  # set when a stream starts stalling
 

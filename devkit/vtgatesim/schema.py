@@ -95,6 +95,22 @@ class TableSchema:
     def pk_indexes(self) -> list[int]:
         return [self.index(c) for c in self.pk]
 
+    @property
+    def copy_key(self) -> list[str]:
+        """What the vstreamer orders a copy by and reports as lastpk (rowstreamer.buildPKColumns):
+        the primary key; else a PK equivalent, the unique key with the fewest columns that are all
+        NOT NULL (first declared on a tie); else every column of the table."""
+        if self.pk:
+            return self.pk
+        candidates = [cols for _n, cols in self.unique_keys if all(not self.column(c).nullable for c in cols)]
+        if candidates:
+            return [self.column(c).name for c in min(candidates, key=len)]
+        return [c.name for c in self.columns]
+
+    @property
+    def copy_key_indexes(self) -> list[int]:
+        return [self.index(c) for c in self.copy_key]
+
     def fields(self, database: str, anonymise: bool = False) -> list[query_pb2.Field]:
         """query.Field list as the vstreamer / tablet reports it (full metadata)."""
         key = (database, "anon" if anonymise else "")
@@ -116,9 +132,9 @@ class TableSchema:
         return cached
 
     def pk_fields(self, database: str) -> list[query_pb2.Field]:
-        """The lastpk QueryResult fields: name and type only, as vstreamer sends them."""
+        """The lastpk QueryResult fields (copy key columns): name and type only, as vstreamer sends them."""
         out = []
-        for cn in self.pk:
+        for cn in self.copy_key:
             c = self.column(cn)
             out.append(query_pb2.Field(name=c.name, type=c.ct.vitess_type))  # type: ignore[arg-type]
         return out
@@ -160,6 +176,6 @@ def table_from_create(stmt: CreateTable) -> TableSchema:
             uniques.append((kd.name, kd.columns))
         else:
             keys.append((kd.name, kd.columns))
-    if not pk:
-        raise mysqltypes.MySQLError(1173, "42000", "This table type requires a primary key")
+    # No primary key is fine, as in MySQL/InnoDB: rows are identified by their whole image, and the
+    # vstreamer copies by a PK equivalent or all columns (TableSchema.copy_key).
     return TableSchema(name=stmt.table, columns=cols, pk=pk, unique_keys=uniques, keys=keys)

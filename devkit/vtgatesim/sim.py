@@ -27,6 +27,10 @@ class VTGateSim:
         self.packet_size = packet_size
         self.streams_lock = threading.Lock()
         self.streams: list[VStream] = []
+        self.tablet_restarts = 0  # tablet streams vtgate restarted after a retryable error
+        self.skew_pauses = 0  # times minimize_skew held a shard stream back
+        self.skew_timeout = 600.0  # seconds a paused stream waits before its tablet stream is restarted (10 min)
+        self.tablet_heartbeat_interval = 0.9  # an idle tablet's HEARTBEAT period (what minimize_skew aligns on)
         self.tls = tls  # (private key PEM, certificate chain PEM)
         self.port = 0
         self._server: Any = None
@@ -95,7 +99,8 @@ class VTGateSim:
         return res
 
     def source_truth(self, keyspace: str, table: str) -> list[dict[str, bytes | None]]:
-        """All rows of a table across the serving shards, as MySQL text, ordered by primary key."""
+        """All rows of a table across the serving shards, as MySQL text, ordered by primary key
+        (by the copy key for a table without one: PK equivalent or all columns)."""
         from .executor import image_text
 
         out: list[tuple[Any, dict[str, bytes | None]]] = []
@@ -107,7 +112,7 @@ class VTGateSim:
                 for r in s.store.all_rows(schema):
                     img = image_text(schema, r)
                     assert img is not None
-                    key = tuple(r[i] for i in schema.pk_indexes)
+                    key = tuple((0,) if r[i] is None else (1, r[i]) for i in schema.copy_key_indexes)
                     out.append((key, {c.name: v for c, v in zip(schema.columns, img, strict=True)}))
         out.sort(key=lambda kv: kv[0])
         return [d for _, d in out]

@@ -37,8 +37,8 @@ class ShardStore:
 
     def create_table(self, schema: TableSchema) -> None:
         cols = ", ".join(self._coldef(schema, i) for i in range(len(schema.columns)))
-        pk = ", ".join(q(c) for c in schema.pk)
-        self.conn.execute(f"CREATE TABLE {q(schema.name)} ({cols}, PRIMARY KEY ({pk}))")
+        pk = f", PRIMARY KEY ({', '.join(q(c) for c in schema.pk)})" if schema.pk else ""  # else: SQLite rowid
+        self.conn.execute(f"CREATE TABLE {q(schema.name)} ({cols}{pk})")
         for kname, kcols in schema.unique_keys:
             self.conn.execute(
                 f"CREATE UNIQUE INDEX {q(schema.name + '__' + kname)} ON {q(schema.name)} "
@@ -69,7 +69,8 @@ class ShardStore:
 
     def find_unique(self, schema: TableSchema, row: Sequence[Any]) -> tuple[str, tuple[Any, ...]] | None:
         """The first existing row that conflicts with `row` on the PK or a unique key: (key, row)."""
-        keys = [("PRIMARY", schema.pk), *schema.unique_keys]
+        keys = [("PRIMARY", schema.pk)] if schema.pk else []
+        keys += schema.unique_keys
         cols = ", ".join(q(c.name) for c in schema.columns)
         for kname, kcols in keys:
             vals = [row[schema.index(c)] for c in kcols]
@@ -91,29 +92,35 @@ class ShardStore:
         marks = ", ".join("?" * len(schema.columns))
         self.conn.executemany(f"INSERT INTO {q(schema.name)} ({cols}) VALUES ({marks})", [list(r) for r in rows])
 
+    def _identify(self, schema: TableSchema, old: Sequence[Any]) -> tuple[str, list[Any]]:
+        """WHERE clause for exactly the row `old`: by primary key, else one row with that whole image."""
+        if schema.pk:
+            return " AND ".join(f"{q(c)} = ?" for c in schema.pk), [old[i] for i in schema.pk_indexes]
+        same = " AND ".join(f"{q(c.name)} IS ?" for c in schema.columns)
+        return f"rowid = (SELECT rowid FROM {q(schema.name)} WHERE {same} LIMIT 1)", list(old)
+
     def update(self, schema: TableSchema, old: Sequence[Any], new: Sequence[Any]) -> None:
         sets = ", ".join(f"{q(c.name)} = ?" for c in schema.columns)
-        where = " AND ".join(f"{q(c)} = ?" for c in schema.pk)
-        pk_old = [old[i] for i in schema.pk_indexes]
-        self.conn.execute(f"UPDATE {q(schema.name)} SET {sets} WHERE {where}", [*new, *pk_old])
+        where, params = self._identify(schema, old)
+        self.conn.execute(f"UPDATE {q(schema.name)} SET {sets} WHERE {where}", [*new, *params])
 
     def delete(self, schema: TableSchema, old: Sequence[Any]) -> None:
-        where = " AND ".join(f"{q(c)} = ?" for c in schema.pk)
-        self.conn.execute(f"DELETE FROM {q(schema.name)} WHERE {where}", [old[i] for i in schema.pk_indexes])
+        where, params = self._identify(schema, old)
+        self.conn.execute(f"DELETE FROM {q(schema.name)} WHERE {where}", params)
 
     def all_rows(self, schema: TableSchema) -> list[tuple[Any, ...]]:
         cols = ", ".join(q(c.name) for c in schema.columns)
-        order = ", ".join(q(c) for c in schema.pk)
+        order = ", ".join(q(c) for c in schema.copy_key)
         return [tuple(r) for r in self.conn.execute(f"SELECT {cols} FROM {q(schema.name)} ORDER BY {order}")]
 
     def rows_after(self, schema: TableSchema, lastpk: Sequence[Any] | None) -> list[tuple[Any, ...]]:
-        """Rows in PK order with PK > lastpk (the copy-phase snapshot read)."""
+        """Rows in copy-key order with key > lastpk (the copy-phase snapshot read)."""
         cols = ", ".join(q(c.name) for c in schema.columns)
-        order = ", ".join(q(c) for c in schema.pk)
+        order = ", ".join(q(c) for c in schema.copy_key)
         sql = f"SELECT {cols} FROM {q(schema.name)}"
         params: list[Any] = []
         if lastpk is not None:
-            sql += f" WHERE ({order}) > ({', '.join('?' * len(schema.pk))})"
+            sql += f" WHERE ({order}) > ({', '.join('?' * len(schema.copy_key))})"
             params = list(lastpk)
         return [tuple(r) for r in self.conn.execute(sql + f" ORDER BY {order}", params)]
 

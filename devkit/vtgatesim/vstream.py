@@ -28,7 +28,7 @@ from vitessapi import binlogdata_pb2, query_pb2
 
 from . import binlog as bl
 from . import mysqltypes, wire
-from .executor import INTERNAL, INVALID_ARGUMENT, UNAVAILABLE, VTError
+from .executor import FAILED_PRECONDITION, INTERNAL, INVALID_ARGUMENT, UNAVAILABLE, VTError
 from .filters import FilterError, Rules, TablePlan, project, row_matches
 from .gtid import GtidParseError, GtidSet
 from .schema import TableSchema
@@ -43,6 +43,10 @@ STOP_ON_RESHARD_DELAY = 0.5
 OUTBOX_MAX = 256  # responses buffered between the shard streams and the gRPC sender
 _END = object()
 CT_LEN = len(wire.ct_field(time.time_ns()))  # 11 bytes for any time between 1972 and 2262
+
+
+MAX_SKEW = 2  # seconds (vstream_manager.go MaxSkew)
+CANCELED = 1  # vtrpc.Code
 
 
 @dataclass
@@ -227,6 +231,11 @@ class VStream:
         self.journals: dict[int, JournalWait] = {}
         self.copy_completed: set[tuple[str, str]] = set()
         self.events_sent = 0
+        # minimize_skew (vstream_manager computeSkew/mustPause): latest event time per shard stream
+        self.skew_lock = threading.Lock()
+        self.timestamps: dict[str, int] = {}
+        self.laggard = ""
+        self.skew_fixed: threading.Event | None = None
 
     # -- lifecycle
     def start(self) -> None:
@@ -294,6 +303,34 @@ class VStream:
                     return
                 yield item
 
+    # -- minimize_skew
+    def compute_skew(self, stream_id: str, ts: int) -> bool:
+        """Record `stream_id`'s event time; True when that stream must pause (vtgate's MaxSkew = 2 s).
+
+        The faster streams wait while a laggard more than 2 s behind catches up; the laggard clears
+        the skew. As in Vitess, ``mustPause`` compares against a ``lowestTS`` that is never set (0),
+        so every non-laggard stream pauses while a skew lasts.
+        """
+        with self.skew_lock:
+            now = int(time.time())
+            self.timestamps[stream_id] = now - (now - ts)  # vtgate: now - (current_time - timestamp)
+            if len(self.timestamps) <= 1:
+                return False
+            laggard = min(self.timestamps, key=lambda k: self.timestamps[k])
+            spread = max(self.timestamps.values()) - self.timestamps[laggard]
+            if self.laggard:
+                if spread <= MAX_SKEW:
+                    self.laggard = ""
+                    assert self.skew_fixed is not None
+                    self.skew_fixed.set()
+            elif spread > MAX_SKEW:
+                self.laggard = laggard
+                self.skew_fixed = threading.Event()
+            if not self.laggard or self.laggard == stream_id or self.timestamps[stream_id] <= MAX_SKEW:
+                return False
+            self.sim.skew_pauses += 1
+            return True
+
     # -- VGTID
     def vgtid_event(self, sg: SGtid, suffix: bytes) -> bytes:
         """A VGTID event with the whole stream vgtid (call under self.lock)."""
@@ -347,22 +384,24 @@ class VStream:
 def _pk_tuple(schema: TableSchema, img: bl.Image) -> tuple[Any, ...]:
     """Comparable primary key of a row image (text or binlog rendering: `0.50` == `.50`)."""
     cols = schema.columns
-    return _pk_key([cols[i].ct for i in schema.pk_indexes], [img[i] for i in schema.pk_indexes])
+    idx = schema.copy_key_indexes
+    return _pk_key([cols[i].ct for i in idx], [img[i] for i in idx])
 
 
 def _pk_key(cts: list[Any], vals: list[bytes | None]) -> tuple[Any, ...]:
+    # NULL sorts first, as in MySQL (a copy key of a table without PK may hold NULLs).
     out: list[Any] = []
     for ct, v in zip(cts, vals, strict=True):
         if v is None:
-            out.append(None)
+            out.append((0,))
         elif ct.kind in ("int", "year"):
-            out.append(int(v))
+            out.append((1, int(v)))
         elif ct.kind == "bit":
-            out.append(int.from_bytes(v, "big"))
+            out.append((1, int.from_bytes(v, "big")))
         elif ct.kind in ("decimal", "float", "double"):
-            out.append(Decimal(v.decode()))
+            out.append((1, Decimal(v.decode())))
         else:
-            out.append(v)
+            out.append((1, v))
     return tuple(out)
 
 
@@ -375,15 +414,28 @@ class ShardStream:
         self.sim = vs.sim
         ks = self.sim.topo.keyspaces.get(sg.keyspace)
         shard = ks.shards.get(sg.shard) if ks is not None else None
+        if ks is not None and any(not s.deleted for s in ks.shards.values()):
+            # vstream_manager.keyspaceHasBeenResharded runs before every tablet stream and
+            # checks every shard of this keyspace in the VGTID against the topology.
+            with vs.lock:
+                names = [s.shard for s in vs.sgtids if s.keyspace == sg.keyspace]
+            gone = next((n for n in names if n not in ks.shards or ks.shards[n].deleted), None)
+            if gone is not None:
+                raise VTError(FAILED_PRECONDITION, f"{self.start_error_prefix()}: failed to determine if keyspace "
+                                                   f"{sg.keyspace} has been resharded: shard provided in VGTID, "
+                                                   f"{gone}, not found in the {sg.keyspace} keyspace")
         if ks is None or shard is None or shard.deleted:
-            raise VTError(UNAVAILABLE, f"error starting stream from shard GTID keyspace:\"{sg.keyspace}\" "
-                                       f"shard:\"{sg.shard}\" gtid:\"{sg.gtid}\": failed to find a PRIMARY tablet for "
+            raise VTError(UNAVAILABLE, f"{self.start_error_prefix()}: failed to find a PRIMARY tablet for "
                                        f"VStream in {sg.keyspace}/{sg.shard} within the {CELL} cell(s)")
         self.ks = ks
         self.shard: Shard = shard
         self.suffix = wire.ks_shard_fields(sg.keyspace, sg.shard)
         self.qualify = not vs.flags.exclude_keyspace_from_table_name
         self.fields_sent: set[int] = set()  # id(schema) with a FIELD in this vstreamer session
+        self.tablet_events = 0  # events of the current tablet connection
+        self.stream_id = f"{sg.keyspace}/{sg.shard}"
+        fault = vs.fault
+        self.tablet_failures_left = fault.tablet_failures if fault is not None else 0
         self.plans: dict[int, TablePlan | None] = {}
         self.packet_size = self.sim.packet_size
         self.anonymise = bool(vs.fault and vs.fault.anonymise_columns)
@@ -393,6 +445,11 @@ class ShardStream:
         self.chunk_size = f.transaction_chunk_size if not f.minimize_skew else 0
 
     # -- helpers
+    def start_error_prefix(self) -> str:
+        """How vtgate's startOneStream wraps a shard stream's error (``%+v`` of the ShardGtid)."""
+        sg = self.sg
+        return f"error starting stream from shard GTID keyspace:\"{sg.keyspace}\" shard:\"{sg.shard}\" gtid:\"{sg.gtid}\""
+
     def tname(self, table: str) -> str:
         return f"{self.sg.keyspace}.{table}" if self.qualify else table
 
@@ -454,9 +511,15 @@ class ShardStream:
         return wire.event_prefix(wire.ROW, ts, wire.f_msg(5, re_))
 
     def emit(self, responses: list[list[bytes]], set_gtid: str | None = None,
-             vgtid_at: tuple[int, int] | None = None) -> None:
-        """Send a group of responses; a VGTID is built at `vgtid_at` (response, index) after updating the gtid."""
+             vgtid_at: tuple[int, int] | None = None, align_ts: int = 0) -> None:
+        """Send a group of responses; a VGTID is built at `vgtid_at` (response, index) after updating the gtid.
+
+        `align_ts` is the timestamp of the group's COMMIT/DDL/OTHER for minimize_skew (0: none).
+        """
         vs = self.vs
+        self.tablet_check()
+        self.tablet_events += sum(len(r) for r in responses)
+        self.align(align_ts)
         with vs.lock:
             if set_gtid is not None:
                 self.sg.gtid = set_gtid
@@ -475,12 +538,73 @@ class ShardStream:
         if self.vs.cancelled.is_set():
             raise _Stop()
 
+    # -- tablet faults and vtgate's retry loop (vstream_manager.streamFromTablet / shouldRetry)
+    def tablet_check(self) -> None:
+        """Fail this tablet connection if the stream's FaultPlan says so (before sending more)."""
+        fault = self.vs.fault
+        if (fault is None or fault.tablet_fail_after_events is None or self.tablet_failures_left <= 0
+                or self.tablet_events < fault.tablet_fail_after_events):
+            return
+        self.tablet_failures_left -= 1
+        raise _TabletError(fault.tablet_fail_code, fault.tablet_fail_message)
+
+    def align(self, ts: int) -> None:
+        """vtgate's alignStreams before sending a COMMIT/DDL/OTHER group (minimize_skew)."""
+        vs = self.vs
+        if not vs.flags.minimize_skew or ts == 0:
+            return
+        deadline = time.monotonic() + self.sim.skew_timeout
+        while vs.compute_skew(self.stream_id, ts):
+            while True:
+                fixed = vs.skew_fixed
+                if fixed is None or fixed.wait(0.05):
+                    break
+                self.check_cancel()
+                if time.monotonic() >= deadline:
+                    ks, sh = self.sg.keyspace, self.sg.shard
+                    raise _TabletError(CANCELED, f"error aligning streams across {ks}/{sh}: timed out while waiting "
+                                                 f"for skew to reduce for stream {self.stream_id} from {ks}/{sh}")
+
+    def tablet_alias(self) -> str:
+        return f"{CELL}-{self.shard.tablet_uid:010d}"
+
+    @staticmethod
+    def _retry_verdict(e: _TabletError) -> bool:
+        """vstream_manager.shouldRetry: INTERNAL and INVALID_ARGUMENT (but a GTIDSet Mismatch) end the
+        VStream; FAILED_PRECONDITION, UNAVAILABLE and every other code (non-SQL errors count as
+        ephemeral, sqlerror.IsEphemeralError) are retried."""
+        if e.code == INTERNAL:
+            return False
+        if e.code == INVALID_ARGUMENT:
+            return "GTIDSet Mismatch" in e.message
+        return True
+
     # -- main
     def run(self) -> None:
-        try:
-            self._run()
-        except _Stop:
-            return
+        """vtgate's per-shard loop: retryable tablet errors restart the tablet stream from the last
+        position vtgate sent; three consecutive failures (no event in between) end the VStream."""
+        err_count = 0
+        while True:
+            self.tablet_events = 0
+            try:
+                self.tablet_check()
+                self._run()
+                return
+            except _Stop:
+                return
+            except _TabletError as e:
+                ks, sh = self.sg.keyspace, self.sg.shard
+                if not self._retry_verdict(e):
+                    raise VTError(e.code, f"{self.start_error_prefix()}: error in vstream for {ks}/{sh} on tablet "
+                                          f"{self.tablet_alias()}: {e.message}") from None
+                if self.tablet_events:
+                    err_count = 0  # "We received a valid event. Reset error count."
+                err_count += 1
+                if err_count >= 3:
+                    raise VTError(e.code, f"{self.start_error_prefix()}: persistent error in vstream for {ks}/{sh} "
+                                          f"on tablet {self.tablet_alias()}; giving up: {e.message}") from None
+                self.sim.tablet_restarts += 1
+                self.fields_sent.clear()  # a new tablet vstreamer sends FIELD events again
 
     def _run(self) -> None:
         sg = self.sg
@@ -491,7 +615,8 @@ class ShardStream:
                 index = len(binlog.entries)
             now = time.time_ns()
             ct = wire.ct_field(now)
-            self.emit([[self.simple(wire.OTHER, now // 1_000_000_000, ct)]], set_gtid=pos, vgtid_at=(0, 0))
+            self.emit([[self.simple(wire.OTHER, now // 1_000_000_000, ct)]], set_gtid=pos, vgtid_at=(0, 0),
+                      align_ts=now // 1_000_000_000)
         elif sg.gtid == "" or sg.table_pks:
             index = self.copy()
         else:
@@ -522,7 +647,9 @@ class ShardStream:
                 if self.shard.deleted:
                     raise VTError(UNAVAILABLE, f"vttablet: rpc error: code = Unavailable desc = shard "
                                                f"{self.sg.keyspace}/{self.sg.shard} was deleted")
-                binlog.wait_for(index, 1.0)
+                if not binlog.wait_for(index, self.sim.tablet_heartbeat_interval) and self.vs.flags.minimize_skew:
+                    # An idle tablet sends a HEARTBEAT every 0.9 s; vtgate aligns on it (never pauses).
+                    self.vs.compute_skew(self.stream_id, int(time.time()))
                 continue
             e = entries[index]
             index += 1
@@ -536,7 +663,7 @@ class ShardStream:
                 if copied is None:
                     now = time.time_ns()
                     self.emit([[self.simple(wire.OTHER, e.timestamp, wire.ct_field(now))]], set_gtid=e.position,
-                              vgtid_at=(0, 0))
+                              vgtid_at=(0, 0), align_ts=e.timestamp)
             elif e.kind == bl.JOURNAL:
                 if copied is not None:
                     continue
@@ -628,6 +755,9 @@ class ShardStream:
     def emit_template(self, e: bl.Entry, tpl: TxnTemplate) -> None:
         """Send a cached transaction: render current_time and the stream VGTID into it."""
         vs = self.vs
+        self.tablet_check()
+        self.tablet_events += sum(tpl.events)
+        self.align(e.timestamp)
         ct = wire.ct_field(time.time_ns())
         join = ct.join
         with vs.lock:
@@ -644,6 +774,9 @@ class ShardStream:
         pk = self.packets(e, items, fields=True)
         sfx = self.suffix
         vs = self.vs
+        self.tablet_check()
+        self.tablet_events += sum(len(p) for p in pk) + 2
+        self.align(e.timestamp)
         ct = wire.ct_field(time.time_ns())
         with vs.lock:
             self.sg.set_gtid(e.position, e.encoded_position)
@@ -697,7 +830,7 @@ class ShardStream:
             ev = self.simple(wire.DDL, e.timestamp, ct, wire.f_str(4, e.statement))
         else:
             ev = self.simple(wire.OTHER, e.timestamp, ct)
-        self.emit([[ev]], set_gtid=e.position, vgtid_at=(0, 0))
+        self.emit([[ev]], set_gtid=e.position, vgtid_at=(0, 0), align_ts=e.timestamp)
 
     def handle_journal(self, e: bl.Entry) -> None:
         vs = self.vs
@@ -747,7 +880,7 @@ class ShardStream:
             lastpk: tuple[Any, ...] | None = None
             if t0.name in inpks:
                 raw = _lastpk_values(inpks[t0.name].lastpk)
-                cts = [t0.column(c).ct for c in t0.pk]
+                cts = [t0.column(c).ct for c in t0.copy_key]
                 if len(raw) != len(cts):
                     raise VTError(INVALID_ARGUMENT, f"lastpk for table {t0.name} does not match its primary key")
                 lastpk = tuple(_stored(ct, v) for ct, v in zip(cts, raw, strict=True))
@@ -803,7 +936,7 @@ class ShardStream:
                 return
             assert last_img is not None
             pk_row = query_pb2.Row()
-            vals = [last_img[i] for i in schema.pk_indexes]
+            vals = [last_img[i] for i in schema.copy_key_indexes]
             pk_row.lengths.extend(-1 if v is None else len(v) for v in vals)
             pk_row.values = b"".join(v for v in vals if v is not None)
             tpk = binlogdata_pb2.TableLastPK(table_name=schema.name,
@@ -868,6 +1001,15 @@ def _stored(ct: Any, v: bytes | None) -> Any:
     if ct.kind == "bit":
         return int.from_bytes(v, "big")
     return mysqltypes.normalize(ct, v.decode(ct.codec if ct.codec != "binary" else "latin-1"))
+
+
+class _TabletError(Exception):
+    """A tablet VStream ended with an error; vtgate decides whether to retry."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
 
 
 class _Stop(Exception):

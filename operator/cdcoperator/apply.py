@@ -18,7 +18,7 @@ import json
 import urllib.parse
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from cdcoperator import naming
 from cdcoperator.model import GROUP, VERSION
@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 __all__ = [
     "APPLIED_HASH_ANNOTATION",
     "ApiError",
+    "ClusterApi",
     "Kind",
     "KubeApi",
     "applied_hash",
@@ -82,6 +83,26 @@ def applied_hash(obj: Mapping[str, Any]) -> str:
         "data": obj.get("data"),
     }
     return hashlib.sha256(json.dumps(essence, sort_keys=True).encode()).hexdigest()[:32]
+
+
+class ClusterApi(Protocol):
+    """The API-server calls ``reconcile()`` makes: :class:`KubeApi` in a cluster, ``LocalCluster`` in local mode."""
+
+    async def get_connector(self, namespace: str, name: str) -> dict[str, Any] | None: ...
+
+    async def patch_connector_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None: ...
+
+    async def remove_annotation(self, namespace: str, name: str, key: str, expected: str) -> None: ...
+
+    async def list_children(self, kind: Kind, namespace: str, connector: str) -> list[dict[str, Any]]: ...
+
+    async def apply(self, obj: Mapping[str, Any], live: Mapping[str, Any] | None) -> str: ...
+
+    async def set_replicas(self, namespace: str, name: str, replicas: int) -> None: ...
+
+    async def annotate_pod_template(self, namespace: str, name: str, key: str, value: str) -> None: ...
+
+    async def delete(self, kind: Kind, namespace: str, name: str) -> bool: ...
 
 
 def new_api_client(kubeconfig: str | None = None) -> ApiClient:

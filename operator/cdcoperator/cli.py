@@ -20,6 +20,8 @@ def register(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], 
                         help="liveness endpoint URL (empty to disable)")
     parser.add_argument("--resync-seconds", type=float, default=None,
                         help="interval of the level-based resync (env SHARDCDC_OPERATOR_RESYNC_SECONDS; default 10)")
+    parser.add_argument("--metrics-port", type=int, default=8082,
+                        help="port of the Prometheus /metrics endpoint (0 disables; default 8082)")
     parser.add_argument("--verbose", action="store_true", help="debug logging")
     return run
 
@@ -41,6 +43,11 @@ def run(args: argparse.Namespace) -> int:
     import kopf
 
     import cdcoperator.handlers  # noqa: F401  (registers the handlers)
+
+    if args.metrics_port:
+        from cdcoperator.metrics import start_metrics_server
+
+        start_metrics_server(args.metrics_port)
 
     namespaces = list(args.namespace)
     if not args.all_namespaces and not namespaces:

@@ -177,3 +177,9 @@ async def deleted(memo: Any, body: kopf.Body, namespace: str | None, name: str, 
             _emit(body, "Normal" if ok else "Warning", "OffsetsDeleted" if ok else "OffsetsNotDeleted", message)
         else:
             _emit(body, "Normal", "OffsetsKept", "offsets are kept (spec.deletionPolicy: Retain)")
+
+
+# The one-shot shardcdc.io/offsets annotation (list/reset/alter) and the metrics' watch-event
+# handler register themselves.
+from cdcoperator import metrics as _metrics  # noqa: E402, F401
+from cdcoperator import offsets as _offsets  # noqa: E402, F401

@@ -77,6 +77,9 @@ def worker_properties(cr: ConnectorResource, task: TaskPlan) -> dict[str, str]:
     """The worker's configuration for one task, in write order (operator-owned keys first)."""
     spec = cr.spec
     vt = spec.source
+    # Generation 0 has no previous generation (previous_tasks -1 in status), but the worker, like
+    # Debezium, insists on at least 1 once per-task offsets are on; it never reads generation -1.
+    prev = str(max(task.previous_tasks, 1))
     props: dict[str, str] = {
         # identity and generation bookkeeping (Debezium's names, then shardcdc's task identity)
         "name": cr.name,
@@ -84,11 +87,11 @@ def worker_properties(cr: ConnectorResource, task: TaskPlan) -> dict[str, str]:
         "tasks.max": str(task.task_count),
         "vitess.offset.storage.per.task": "true",
         "vitess.offset.storage.task.key.gen": str(task.generation),
-        "vitess.prev.num.tasks": str(task.previous_tasks),
+        "vitess.prev.num.tasks": prev,
         "shardcdc.task.id": str(task.task_id),
         "shardcdc.task.count": str(task.task_count),
         "shardcdc.task.generation": str(task.generation),
-        "shardcdc.task.prev.count": str(task.previous_tasks),
+        "shardcdc.task.prev.count": prev,
         "shardcdc.task.shards": ",".join(task.shards),
         # source
         "database.hostname": vt.vtgate_host,

@@ -1,47 +1,88 @@
-"""``spec.deletionPolicy: DeleteOffsets``: tombstone every offset record of a deleted connector.
+"""The connector's offsets from the operator's side: ``DeleteOffsets`` on deletion, and the one-shot
+``shardcdc.io/offsets`` annotation (Strimzi's ``strimzi.io/connector-offsets``) for day-2 changes.
 
-Runs once from the delete handler, after the workers' objects are gone. Only clusters the
-operator can reach with ``bootstrap.servers`` and the producer overrides are handled: SASL/TLS
-credentials live in Secrets the operator deliberately cannot read (least privilege), so for a
-secured cluster the records are kept and the returned message says how to remove them.
+``spec.deletionPolicy: DeleteOffsets`` runs once from the delete handler, after the workers' objects
+are gone: every offset record of the connector is tombstoned.
+
+``shardcdc.io/offsets: list | reset | alter`` on a CdcConnector:
+
+* ``list``: the connector's offsets are written to the ConfigMap ``<name>-offsets`` (key
+  ``offsets.json``, Kafka Connect's offsets document; the same format as ``shardcdc offsets list
+  --json``), any state;
+* ``reset``: every offset record is tombstoned; needs ``spec.state: stopped`` with every worker
+  exited (``status.assignment.phase: Stopped``), like Strimzi's reset;
+* ``alter``: the document in ``<name>-offsets`` ``offsets.json`` (edit a listed one) is written;
+  same precondition. ``offset: null`` deletes a partition's record.
+
+The result (what was done, or why not) is an event on the connector and the ConfigMap's ``result``
+key; the annotation is removed afterwards, whatever the outcome. The ConfigMap is owned by the
+connector (garbage-collected with it).
+
+Only clusters the operator can reach with ``bootstrap.servers`` are handled: SASL/TLS credentials
+live in Secrets the operator deliberately cannot read (least privilege); for a secured cluster the
+message points to ``shardcdc offsets``, which takes the credentials from the user.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Mapping
 from typing import Any
 
-from cdcoperator.model import ConnectorResource
+import kopf
 
-__all__ = ["delete_offsets", "delete_offsets_sync"]
+from cdcoperator import naming
+from cdcoperator.apply import CONFIG_MAPS, PLURAL, KubeApi
+from cdcoperator.model import GROUP, VERSION, ConnectorResource, SpecError
+
+__all__ = [
+    "OFFSETS_ACTIONS",
+    "OFFSETS_ANNOTATION",
+    "OFFSETS_KEY",
+    "delete_offsets",
+    "delete_offsets_sync",
+    "offsets_config_map_name",
+    "offsets_stopped_problem",
+    "run_offsets_action",
+]
+
+OFFSETS_ANNOTATION = f"{naming.PREFIX}/offsets"
+OFFSETS_ACTIONS = ("list", "reset", "alter")
+OFFSETS_KEY = "offsets.json"
+RESULT_KEY = "result"
+LABEL_OFFSETS_OF = f"{naming.PREFIX}/offsets-of"
+KAFKA_TIMEOUT = 30.0
+REASONS = {"list": "OffsetsListed", "reset": "OffsetsReset", "alter": "OffsetsAltered"}
 
 
-def delete_offsets_sync(cr: ConnectorResource, timeout: float = 30.0) -> str:
-    from cdcworker.offsets.keys import parse_offset_record_key
+def _unreachable(cr: ConnectorResource) -> str | None:
+    kafka = cr.spec.kafka
+    if kafka.security is not None or kafka.security_protocol != "PLAINTEXT":
+        return (f"the Kafka cluster of {cr.name} needs credentials the operator does not read; use "
+                f"`shardcdc offsets` with --command-config instead")
+    return None
+
+
+def _client_config(cr: ConnectorResource) -> dict[str, Any]:
+    return {"bootstrap.servers": cr.spec.kafka.bootstrap_servers}
+
+
+# --- DeleteOffsets -------------------------------------------------------------------------------------
+
+
+def delete_offsets_sync(cr: ConnectorResource, timeout: float = KAFKA_TIMEOUT) -> str:
+    from cdcworker.admin.offsetsops import apply_changes, plan_reset
     from cdcworker.offsets.store import OffsetStore
 
     kafka = cr.spec.kafka
-    if kafka.security is not None or kafka.security_protocol != "PLAINTEXT":
+    if _unreachable(cr) is not None:
         return (f"offsets of {cr.name} in topic {kafka.offsets_topic} were kept: the cluster needs credentials "
                 "the operator does not read; delete the records with `shardcdc offsets reset`")
-    config: dict[str, Any] = {"bootstrap.servers": kafka.bootstrap_servers}
-    with OffsetStore(config, kafka.offsets_topic, timeout=timeout) as store:
-        records = store.load()
-        mine = []
-        for key in records:
-            try:
-                name, _partition = parse_offset_record_key(key)
-            except ValueError:
-                continue
-            if name == cr.name:
-                mine.append(key)
-        producer = store._own_producer()
-        for key in mine:
-            producer.produce(store.topic, key=key, value=None, partition=store.partition_for(key))
-        if producer.flush(timeout):
-            return f"deleting offsets of {cr.name}: {len(mine)} tombstones not acknowledged within {timeout}s"
-    return f"deleted {len(mine)} offset records of {cr.name} from topic {kafka.offsets_topic}"
+    with OffsetStore(_client_config(cr), kafka.offsets_topic, timeout=timeout) as store:
+        changes = plan_reset(store.load(), cr.name)
+        apply_changes(store, changes, timeout=timeout)
+    return f"deleted {len(changes)} offset records of {cr.name} from topic {kafka.offsets_topic}"
 
 
 async def delete_offsets(body: Mapping[str, Any]) -> tuple[bool, str]:
@@ -52,3 +93,128 @@ async def delete_offsets(body: Mapping[str, Any]) -> tuple[bool, str]:
     except Exception as exc:  # the connector is being deleted either way; say what happened
         return False, f"offsets of {cr.name} were not deleted: {exc}"
     return message.startswith("deleted "), message
+
+
+# --- the shardcdc.io/offsets annotation ---------------------------------------------------------------
+
+
+def offsets_config_map_name(connector: str) -> str:
+    name = f"{connector}-offsets"
+    return name if len(name) <= 253 else f"{connector[:240]}-offsets"
+
+
+def offsets_stopped_problem(body: Mapping[str, Any], live_pods: int) -> str | None:
+    """Why offsets of this connector may not be changed now (None: stopped and every worker exited)."""
+    from cdcworker.admin.offsets import stopped_problem
+
+    problem = stopped_problem(body)
+    if problem is None and live_pods:
+        problem = f"{live_pods} worker pods still exist; wait until they are gone"
+    return problem
+
+
+def run_offsets_action(cr: ConnectorResource, action: str, document: Mapping[str, Any] | None,
+                       timeout: float = KAFKA_TIMEOUT) -> tuple[str, dict[str, Any]]:
+    """Carry out one action against Kafka: (result message, the offsets document after it)."""
+    from cdcworker.admin.offsetsops import apply_changes, connect_document, entries, plan_alter, plan_reset
+    from cdcworker.offsets.store import OffsetStore
+
+    topic = cr.spec.kafka.offsets_topic
+    with OffsetStore(_client_config(cr), topic, timeout=timeout) as store:
+        records = store.load()
+        if action == "list":
+            listed = entries(records, cr.name)
+            return f"listed {len(listed)} offset records of {cr.name} from topic {topic}", connect_document(listed)
+        if action == "reset":
+            changes = plan_reset(records, cr.name)
+            verb = "deleted"
+        else:
+            if document is None:
+                raise ValueError(f"ConfigMap {offsets_config_map_name(cr.name)} has no {OFFSETS_KEY} to alter from")
+            changes = plan_alter(records, cr.name, document)
+            verb = "wrote"
+        apply_changes(store, changes, timeout=timeout)
+        after = entries(store.records, cr.name)
+        return f"{verb} {len(changes)} offset records of {cr.name} in topic {topic}", connect_document(after)
+
+
+def _config_map(body: Mapping[str, Any], data: Mapping[str, str]) -> dict[str, Any]:
+    from cdcoperator.objects import owner_reference
+
+    cr_meta = body["metadata"]
+    owner = owner_reference(ConnectorResource.from_body(body))
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": offsets_config_map_name(cr_meta["name"]),
+            "namespace": cr_meta["namespace"],
+            "labels": {LABEL_OFFSETS_OF: cr_meta["name"], naming.LABEL_MANAGED_BY: naming.MANAGED_BY},
+            "ownerReferences": [owner],
+        },
+        "data": dict(data),
+    }
+
+
+async def handle_offsets_annotation(kube: KubeApi, body: Mapping[str, Any], live_pods: int,
+                                    emit: Any) -> str:
+    """Act on ``shardcdc.io/offsets`` once and remove it; returns the outcome ("done", "refused", ...)."""
+    meta = body.get("metadata") or {}
+    value = str((meta.get("annotations") or {}).get(OFFSETS_ANNOTATION, ""))
+    action = value.strip().lower()
+    namespace, name = str(meta.get("namespace") or "default"), str(meta["name"])
+    cm_name = offsets_config_map_name(name)
+    outcome = "done"
+    cr: ConnectorResource | None = None
+    problem: str | None = None
+    try:
+        cr = ConnectorResource.from_body(body)
+    except SpecError as exc:
+        problem = f"invalid spec: {exc}"
+    if action not in OFFSETS_ACTIONS:
+        problem = f"{OFFSETS_ANNOTATION}={value!r} is not one of {', '.join(OFFSETS_ACTIONS)}"
+    elif cr is not None and (problem := _unreachable(cr)) is None and action != "list":
+        problem = offsets_stopped_problem(body, live_pods)
+    live_cm = await kube.call("GET", CONFIG_MAPS.path(namespace, cm_name), allow=(404,))
+    data = dict((live_cm or {}).get("data") or {})
+    if problem is not None or cr is None:
+        outcome = "refused"
+        emit(body, "Warning", "OffsetsRefused", f"{OFFSETS_ANNOTATION}={value}: {problem}")
+    else:
+        document: dict[str, Any] | None = None
+        if action == "alter" and data.get(OFFSETS_KEY):
+            try:
+                document = json.loads(data[OFFSETS_KEY])
+            except ValueError as exc:
+                problem = f"{cm_name} {OFFSETS_KEY} is not JSON: {exc}"
+        try:
+            if problem is not None:
+                raise ValueError(problem)
+            message, after = await asyncio.to_thread(run_offsets_action, cr, action, document)
+        except Exception as exc:  # Kafka, a bad document: report it on the connector, do not retry forever
+            outcome = "failed"
+            message = f"{OFFSETS_ANNOTATION}={action} failed: {exc}"
+            emit(body, "Warning", "OffsetsFailed", message)
+        else:
+            data[OFFSETS_KEY] = json.dumps(after, indent=2) + "\n"
+            emit(body, "Normal", REASONS[action], message)
+        data[RESULT_KEY] = message
+        await kube.apply(_config_map(body, data), live_cm)
+    await kube.remove_annotation(namespace, name, OFFSETS_ANNOTATION, value)
+    return outcome
+
+
+# kopf: act when the annotation appears (update), or is found at operator start (resume).
+@kopf.on.resume(GROUP, VERSION, PLURAL, annotations={OFFSETS_ANNOTATION: kopf.PRESENT})
+@kopf.on.create(GROUP, VERSION, PLURAL, annotations={OFFSETS_ANNOTATION: kopf.PRESENT})
+@kopf.on.update(GROUP, VERSION, PLURAL, annotations={OFFSETS_ANNOTATION: kopf.PRESENT})
+async def offsets_annotation(memo: Any, body: kopf.Body, namespace: str | None, name: str, **kwargs: Any) -> None:
+    from cdcoperator.handlers import _emit, _lock
+
+    pods = kwargs["worker_pods"].get((namespace or "default", name))
+    live = len(list(pods)) if pods else 0  # a pod shutting down still flushes offsets
+    async with _lock(memo):
+        fresh = await memo.kube.get_connector(namespace or "default", name)
+        if fresh is None or OFFSETS_ANNOTATION not in ((fresh.get("metadata") or {}).get("annotations") or {}):
+            return
+        await handle_offsets_annotation(memo.kube, fresh, live, _emit)

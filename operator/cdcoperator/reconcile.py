@@ -26,12 +26,13 @@ import aiohttp
 
 from cdcoperator import conditions as cond
 from cdcoperator import naming
-from cdcoperator.apply import CONFIG_MAPS, DEPLOYMENTS, KubeApi
+from cdcoperator.apply import CONFIG_MAPS, DEPLOYMENTS, ClusterApi
 from cdcoperator.discovery import Discovery, DiscoveryError, discover
 from cdcoperator.model import ConnectorResource, SpecError, State
 from cdcoperator.objects import build_task_objects
 from cdcoperator.planner import (
     Action,
+    Event,
     Generation,
     Plan,
     TaskPlan,
@@ -52,6 +53,7 @@ __all__ = [
     "merge_patch",
     "parse_restart",
     "reconcile",
+    "reshard_events",
 ]
 
 log = logging.getLogger("cdcoperator.reconcile")
@@ -69,7 +71,7 @@ async def _default_discover(cr: ConnectorResource) -> Discovery:
 class ReconcileContext:
     """What one reconcile needs besides the connector's name (shared across calls)."""
 
-    kube: KubeApi
+    kube: ClusterApi  # KubeApi, or LocalCluster in local mode
     http: aiohttp.ClientSession
     emit: Emit
     pods: Callable[[str, str], Iterable[PodSummary]]  # (namespace, connector) -> indexed pods
@@ -182,6 +184,27 @@ def build_status(
     return status
 
 
+def reshard_events(existing: Sequence[Mapping[str, Any]] | None, p: Plan) -> tuple[Event, ...]:
+    """An event for each step of following a reshard: the ``Resharding`` condition's transitions.
+
+    The planner has no memory of "awaiting the journal" (the generation record does not change
+    while it waits), so the steps are read off the stored condition: becoming True or changing
+    reason (detected, journal reached, new generation started), and returning to False.
+    """
+    new = next((c for c in p.conditions if c.type == cond.RESHARDING), None)
+    if new is None:
+        return ()
+    old = cond.find(existing, cond.RESHARDING) or {}
+    was = old.get("status") == "True"
+    if new.status and (not was or old.get("reason") != new.reason):
+        return (Event("Normal", "Resharding", new.message),)
+    if was and not new.status and p.generation is not None:
+        g = p.generation
+        return (Event("Normal", "ReshardCompleted", f"generation {g.generation} streams {len(g.shards)} shards: "
+                      f"{', '.join(g.shards)}"),)
+    return ()
+
+
 def _owned(existing: Mapping[str, Any]) -> dict[str, Any]:
     """``existing`` restricted to the keys we write, so foreign status keys never show up as a diff."""
     owned = ("observedGeneration", "conditions", "selector", "shards", "assignment", "lag")
@@ -256,7 +279,7 @@ async def reconcile(ctx: ReconcileContext, namespace: str, name: str) -> Plan | 
              source_error=source_error)
 
     standing: set[str] = set()
-    for ev in p.events:
+    for ev in (*p.events, *reshard_events(existing_status.get("conditions"), p)):
         if ev.type == "Warning":
             standing.add(ev.reason)
             if ev.reason in ctx.warned:

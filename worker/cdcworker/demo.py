@@ -1,127 +1,308 @@
-"""``shardcdc demo``: the main job on embedded defaults, on one machine.
+"""``shardcdc demo``: the whole product on one machine, through local mode.
 
-Starts a real Kafka broker, the VTGate test server with a 4-shard ``commerce`` keyspace and a
-live workload, and a connector with 2 tasks (per-task offsets, shards dealt round-robin as the
-operator does). A live view shows each task's shards, position and throughput; at the end the
-topics are materialised and compared with the source tables.
+A real Kafka broker, the VTGate test server with a 4-shard ``commerce`` keyspace and a live
+workload, and a CdcConnector with 2 tasks run by ``shardcdc run``'s code (the operator's planner
+and reconcile, worker processes instead of pods). A live view shows tasks, shards, positions,
+lag and events per second while the demo scales the connector to 4 tasks (as ``shardcdc scale``
+does), splits the keyspace into 8 shards, then stops the workload, lets every task catch up,
+stops the connector and checks that the topic, materialised, equals the source table.
+
+``--quick`` runs each step for a few seconds (tests and CI); without a terminal (or with
+``--plain``) the view is printed as lines instead of redrawn.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import tempfile
 import threading
 import time
-from collections.abc import Callable
+import urllib.request
+from collections import deque
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+NAME = "demo"
+KEYSPACE = "commerce"
+TABLE = "items"
+SHARDS = ["-40", "40-80", "80-c0", "c0-"]
 
 
 def register(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], int]:
-    parser.add_argument("--seconds", type=float, default=15.0, help="how long the workload runs")
-    parser.add_argument("--rate", type=float, default=200.0, help="workload transactions per second")
-    parser.add_argument("--tasks", type=int, default=2, help="connector tasks")
+    parser.add_argument("--quick", action="store_true", help="short steps (about a minute in all)")
+    parser.add_argument("--duration", type=float, default=None,
+                        help="seconds of workload per step (default 10, --quick 2)")
+    parser.add_argument("--rate", type=float, default=None, help="workload transactions per second (default 100)")
+    parser.add_argument("--tasks", type=int, default=2, help="tasks at the start")
+    parser.add_argument("--scale-to", type=int, default=4, help="tasks after the scale step")
+    parser.add_argument("--split-to", type=int, default=8, help="shards after the reshard step")
+    parser.add_argument("--bootstrap", default=None, help="use this Kafka cluster instead of starting a broker")
+    parser.add_argument("--prefix", default=NAME, help="topic prefix (and offsets topic prefix)")
+    parser.add_argument("--state-dir", type=Path, default=None, help="local-mode state (default: a temporary one)")
+    parser.add_argument("--plain", action="store_true", help="print lines instead of a live view")
+    parser.add_argument("--step-timeout", type=float, default=180.0, help="give up when a step takes longer")
     return run
 
 
+def manifest(vtgate: str, bootstrap: str, prefix: str, tasks: int) -> dict[str, Any]:
+    """The CdcConnector the demo runs: what you would ``kubectl apply`` or ``shardcdc run -f``."""
+    return {
+        "apiVersion": "shardcdc.io/v1alpha1",
+        "kind": "CdcConnector",
+        "metadata": {"name": NAME},
+        "spec": {
+            "source": {"vitess": {"vtgate": vtgate, "keyspace": KEYSPACE}},
+            "kafka": {"bootstrapServers": bootstrap, "topicPrefix": prefix, "offsetsTopic": f"{prefix}-offsets"},
+            "tasks": tasks,
+            "config": {
+                "offset.storage.replication.factor": "1",
+                "offset.flush.interval.ms": "200",
+                "topic.creation.default.partitions": "4",
+            },
+        },
+    }
+
+
+class DemoError(RuntimeError):
+    pass
+
+
+class Observer:
+    """Polls the running connector (control endpoint) and its workers' ``/status`` documents."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        self.body: dict[str, Any] = {}
+        self.docs: dict[str, dict[str, Any]] = {}
+        self.rates: dict[str, float] = {}
+        self._last: dict[str, tuple[float, int]] = {}
+
+    def poll(self) -> None:
+        self.body = self.client.get()
+        docs: dict[str, dict[str, Any]] = {}
+        for pod in self.client.pods():
+            name = pod["metadata"]["name"]
+            ports = pod["spec"]["containers"][0].get("ports") or []
+            if pod["status"].get("phase") != "Running" or not ports:
+                continue
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{ports[0]['containerPort']}/status",
+                                            timeout=1) as resp:
+                    docs[name] = json.load(resp)
+            except (OSError, ValueError):
+                continue
+        now = time.monotonic()
+        for name, doc in docs.items():
+            sent = int(doc.get("records_sent") or 0)
+            t0, s0 = self._last.get(name, (now, sent))
+            if now - t0 >= 0.5:
+                self.rates[name] = (sent - s0) / (now - t0)
+                self._last[name] = (now, sent)
+            elif name not in self._last:
+                self._last[name] = (now, sent)
+        self.docs = docs
+
+    @property
+    def status(self) -> Mapping[str, Any]:
+        return self.body.get("status") or {}
+
+    def condition(self, type_: str) -> str:
+        return next((c["status"] for c in self.status.get("conditions") or () if c["type"] == type_), "Unknown")
+
+    def assignment(self) -> Mapping[str, Any]:
+        return self.status.get("assignment") or {}
+
+    def positions(self) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for task in self.assignment().get("taskStates") or ():
+            for part in (task.get("position") or "").split(";"):
+                if "@" in part:
+                    shard, gtid = part.split("@", 1)
+                    out[shard] = gtid
+        return out
+
+
+def _short_gtid(gtid: str) -> str:
+    return "…" + gtid.rsplit(":", 1)[-1] if ":" in gtid else gtid
+
+
+def render(obs: Observer, step: str, events: deque[str], workload: Any) -> Any:
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    a = obs.assignment()
+    head = Text.assemble(
+        ("shardcdc demo", "bold"), f"  connector {NAME}  keyspace {KEYSPACE}  ",
+        ("Ready=" + obs.condition("Ready"), "green" if obs.condition("Ready") == "True" else "yellow"),
+        f"  generation {a.get('generation', '-')}  tasks {a.get('tasks', '-')} (previous {a.get('previousTasks', '-')})"
+        f"  shards {len(a.get('shards') or ())}  phase {a.get('phase', '-')}",
+    )
+    table = Table(expand=False)
+    for col in ("task", "pod", "phase", "shards @ position", "lag", "events/s"):
+        table.add_column(col)
+    for task in a.get("taskStates") or ():
+        positions = dict(p.split("@", 1) for p in (task.get("position") or "").split(";") if "@" in p)
+        shards = "\n".join(f"{s} @ {_short_gtid(positions[s]) if s in positions else '-'}" for s in task["shards"])
+        pod = task.get("pod") or "-"
+        table.add_row(str(task["id"]), pod, task.get("phase", "-"), shards, task.get("lag", "-"),
+                      f"{obs.rates.get(pod, 0.0):,.0f}")
+    stats = workload.stats
+    foot = Text(f"workload: {stats.transactions} transactions, {stats.rows} rows    step: {step}")
+    return Group(head, table, Text("events:", style="bold"), *(Text(e) for e in events), foot)
+
+
 def run(args: argparse.Namespace) -> int:
+    # The VTGate test server runs in this process and the workers are forked from it: gRPC's fork
+    # handlers would log a line per fork.
+    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+    import contextlib
+
     from rich.console import Console
     from rich.live import Live
-    from rich.table import Table
 
-    from cdcworker.config import load_config
-    from cdcworker.offsets.migration import assign_shards
-    from cdcworker.task import WorkerTask
+    from cdcoperator.local.control import ControlClient
+    from cdcoperator.local.runner import LocalRunner, RunnerThread
     from cdcworker.verify import compare, materialise
     from localkafka import KafkaBroker, consume_all
     from vtgatesim import VTGateSim
     from vtgatesim.workload import Workload
 
+    duration = args.duration if args.duration is not None else (2.0 if args.quick else 10.0)
+    rate = args.rate if args.rate is not None else (60.0 if args.quick else 100.0)
     console = Console()
-    shards = ["-40", "40-80", "80-c0", "c0-"]
-    with KafkaBroker() as broker, VTGateSim() as sim:
-        console.print(f"[bold]Kafka[/] {broker.bootstrap}   [bold]VTGate test server[/] {sim.address}")
-        sim.create_keyspace("commerce", shards)
-        workload = Workload(sim, "commerce", table="items", seed=42, large_every=200, large_rows=2000)
+    plain = args.plain or not console.is_terminal
+    events: deque[str] = deque(maxlen=8)
+    step = "starting"
+    t0 = time.monotonic()
+
+    def say(text: str) -> None:
+        if plain:
+            # soft_wrap: lines stay whole in logs (rich wraps at 80 columns without a terminal).
+            console.print(f"[{time.monotonic() - t0:6.1f}s] {text}", highlight=False, soft_wrap=True, markup=False)
+
+    def on_event(event: Mapping[str, Any]) -> None:
+        line = f"{event['type']:<7} {event['reason']:<17} {event['message']}"
+        events.append(line)
+        say(line)
+
+    with contextlib.ExitStack() as stack:
+        if args.bootstrap:
+            bootstrap = args.bootstrap
+        else:
+            say("starting a Kafka broker")
+            bootstrap = stack.enter_context(KafkaBroker()).bootstrap
+        sim = stack.enter_context(VTGateSim())
+        sim.create_keyspace(KEYSPACE, SHARDS)
+        workload = Workload(sim, KEYSPACE, table=TABLE, seed=42, large_every=250, large_rows=500)
         workload.ensure_table()
-        host, port = sim.address.rsplit(":", 1)
-        assignment = assign_shards(shards, args.tasks)
-        tasks: list[WorkerTask] = []
-        for i, task_shards in enumerate(assignment):
-            props = {
-                "name": "demo",
-                "topic.prefix": "demo",
-                "database.hostname": host,
-                "database.port": port,
-                "vitess.keyspace": "commerce",
-                "vitess.tablet.type": "PRIMARY",
-                "bootstrap.servers": broker.bootstrap,
-                "offset.storage.topic": "demo-offsets",
-                "offset.storage.replication.factor": "1",
-                "offset.flush.interval.ms": "200",
-                "snapshot.mode": "initial",
-                "tasks.max": str(len(assignment)),
-                "vitess.offset.storage.per.task": "true",
-                "vitess.offset.storage.task.key.gen": "0",
-                "vitess.prev.num.tasks": "1",
-                "shardcdc.task.id": str(i),
-                "shardcdc.task.count": str(len(assignment)),
-                "shardcdc.task.shards": ",".join(task_shards),
-                "topic.creation.default.partitions": "4",
-                "shardcdc.metrics.port": "0",  # both tasks run in this process
-            }
-            tasks.append(WorkerTask(load_config([], env={}, overrides=props)))
-        threads = [threading.Thread(target=t.run, name=f"task{i}", daemon=True) for i, t in enumerate(tasks)]
-        for t in threads:
-            t.start()
-        writer = threading.Thread(target=workload.run, kwargs={"duration": args.seconds, "rate": args.rate}, daemon=True)
+        workload.run(transactions=100)  # history for the initial snapshot (VStream copy)
+        state_dir = args.state_dir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="shardcdc-demo-")))
+        body = manifest(sim.address, bootstrap, args.prefix, args.tasks)
+        (state_dir / "connector.yaml").write_text(json.dumps(body, indent=2) + "\n")
+        say(f"Kafka {bootstrap}, VTGate test server {sim.address}, keyspace {KEYSPACE} ({len(SHARDS)} shards); "
+            f"connector manifest {state_dir / 'connector.yaml'}")
+        runner = LocalRunner(body, state_dir, resync=1.0, restart_backoff=2.0, on_event=on_event)
+        runner_thread = RunnerThread(runner).start()
+        stack.callback(runner_thread.stop)
+        client = ControlClient.find(NAME, state_dir=state_dir)
+        obs = Observer(client)
+        writer = threading.Thread(target=workload.run, kwargs={"rate": rate}, name="workload", daemon=True)
         writer.start()
+        stack.callback(writer.join, 60)
+        stack.callback(workload.stop)
 
-        def view(rates: dict[int, float]) -> Table:
-            table = Table(title="shardcdc demo: connector 'demo', keyspace 'commerce'")
-            for col in ("task", "shards", "position (per shard)", "records", "events/s"):
-                table.add_column(col)
-            for i, task in enumerate(tasks):
-                proc = task.processor
-                pos = "\n".join(f"{sg.shard}: …{sg.gtid[-12:]}" for sg in proc.position) if proc else "starting"
-                sent = task.sink.records_sent if task.sink else 0
-                table.add_row(f"task{i}", ",".join(assignment[i]), pos, str(sent), f"{rates.get(i, 0.0):,.0f}")
-            table.caption = f"workload: {workload.stats.transactions} transactions, {workload.stats.rows} rows"
-            return table
+        live = None if plain else stack.enter_context(
+            Live(render(obs, step, events, workload), console=console, refresh_per_second=4))
 
-        last = {i: 0 for i in range(len(tasks))}
-        rates: dict[int, float] = {}
-        with Live(view(rates), console=console, refresh_per_second=4) as live:
-            while writer.is_alive():
-                writer.join(0.5)
-                for i, task in enumerate(tasks):
-                    sent = task.sink.records_sent if task.sink else 0
-                    rates[i] = (sent - last[i]) / 0.5
-                    last[i] = sent
-                live.update(view(rates))
-            # Let every task reach the source's final positions, then stop them cleanly.
-            final = sim.positions("commerce")
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline:
-                done = all(
-                    t.processor is not None
-                    and all(final[sg.shard] == sg.gtid for sg in t.processor.position)
-                    for t in tasks
-                )
-                live.update(view(rates))
-                if done:
-                    break
-                time.sleep(0.2)
-        for task in tasks:
-            task.stop("demo finished")
-        for t in threads:
-            t.join(60)
-        records = consume_all(broker.bootstrap, "demo.commerce.items")
+        def refresh() -> None:
+            obs.poll()
+            if live is not None:
+                live.update(render(obs, step, events, workload))
+
+        def wait(what: str, done: Callable[[], bool]) -> None:
+            deadline = time.monotonic() + args.step_timeout
+            while True:
+                refresh()
+                if done():
+                    return
+                if time.monotonic() > deadline:
+                    raise DemoError(f"timed out after {args.step_timeout:.0f}s waiting for {what}")
+                time.sleep(0.5)  # the view's refresh period
+
+        def ready(generation: int, tasks: int, shards: int) -> Callable[[], bool]:
+            def check() -> bool:
+                a = obs.assignment()
+                return (obs.condition("Ready") == "True" and a.get("generation") == generation
+                        and a.get("tasks") == tasks and len(a.get("shards") or ()) == shards)
+            return check
+
+        def hold() -> None:
+            end = time.monotonic() + duration
+            wait(f"{duration:.0f}s of workload", lambda: time.monotonic() >= end)
+            say(table_text(obs))
+
+        try:
+            tasks0 = min(args.tasks, len(SHARDS))
+            step = f"1/4 start: {tasks0} tasks over {len(SHARDS)} shards"
+            say(step)
+            wait("generation 0 to stream", ready(0, tasks0, len(SHARDS)))
+            hold()
+            tasks1 = min(args.scale_to, len(SHARDS))
+            step = f"2/4 scale: shardcdc scale {NAME} --tasks {args.scale_to}"
+            say(step)
+            client.scale(args.scale_to)
+            wait("generation 1 to stream", ready(1, tasks1, len(SHARDS)))
+            hold()
+            step = f"3/4 reshard: split {KEYSPACE} into {args.split_to} shards"
+            say(step)
+            sim.reshard(KEYSPACE, args.split_to)
+            wait("generation 2 to stream the new shards", ready(2, min(args.scale_to, args.split_to), args.split_to))
+            hold()
+            step = "4/4 stop the workload and let every task catch up"
+            say(step)
+            workload.stop()
+            writer.join(60)
+            final = sim.positions(KEYSPACE)
+            wait("every task to reach the source's final positions", lambda: obs.positions() == final)
+            say(table_text(obs))
+        except DemoError as exc:
+            console.print(f"[bold red]demo failed:[/] {exc}")
+            console.print(f"worker logs: {runner.dir / 'pods'}")
+            return 1
+        finally:
+            if live is not None:
+                live.stop()
+        step = "stopping the connector"
+        say("stopping the connector (every worker flushes and commits its offsets)")
+        runner_thread.stop()
+        records = consume_all(bootstrap, f"{args.prefix}.{KEYSPACE}.{TABLE}")
         state = materialise(records)
-        diff = compare(state, sim.source_truth("commerce", "items"), "id", ["id", "name", "qty", "price"])
+        diff = compare(state, sim.source_truth(KEYSPACE, TABLE), "id", ["id", "name", "qty", "price"])
         console.print(
-            f"consumed {len(records)} records; materialised {len(state.rows)} rows; "
-            f"{state.duplicates} duplicate deliveries"
+            f"consumed {len(records)} records from {args.prefix}.{KEYSPACE}.{TABLE}; materialised {len(state.rows)} "
+            f"rows; {state.duplicates} duplicate deliveries; workload: {workload.stats.transactions} transactions",
+            soft_wrap=True,
         )
         if diff.empty:
             console.print("[bold green]verified: the topic equals the source table[/]")
             return 0
         console.print(f"[bold red]mismatch[/]\n{diff.summary()}")
         return 1
+
+
+def table_text(obs: Observer) -> str:
+    """The view as plain lines (for logs and non-terminal output)."""
+    a = obs.assignment()
+    lines = [f"generation {a.get('generation')} ({a.get('phase')}): {a.get('tasks')} tasks, previous "
+             f"{a.get('previousTasks')}, Ready={obs.condition('Ready')}, lag {obs.status.get('lag', '-')}"]
+    for task in a.get("taskStates") or ():
+        pod = task.get("pod") or "-"
+        positions = dict(p.split("@", 1) for p in (task.get("position") or "").split(";") if "@" in p)
+        shards = ", ".join(f"{s}@{_short_gtid(positions[s]) if s in positions else '-'}" for s in task["shards"])
+        lines.append(f"  task {task['id']} {pod:<14} {task.get('phase', '-'):<10} lag {task.get('lag', '-'):<4} "
+                     f"{obs.rates.get(pod, 0.0):7,.0f} ev/s  {shards}")
+    return "\n".join(lines)

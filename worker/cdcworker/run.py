@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
 from collections.abc import Callable
 
@@ -26,6 +27,11 @@ def register(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], 
 
 
 def run(args: argparse.Namespace) -> int:
+    # A stop request can arrive while the heavy imports and the config load run: remember it instead of
+    # dying on the default SIGTERM action, and hand it to the task once it exists.
+    early_stops: list[int] = []
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda received, _frame: early_stops.append(received))
     from cdcworker.config import load_config_or_exit
 
     logging.basicConfig(
@@ -42,6 +48,8 @@ def run(args: argparse.Namespace) -> int:
 
     task = WorkerTask(config)
     task.install_signal_handlers()
+    if early_stops:
+        task.stop(f"signal {signal.Signals(early_stops[0]).name} received during start-up")
     log.info("worker %s task %s starting", config.name, config.task.context_task_id)
     result = task.run()
     level = logging.INFO if result.exit_code == 0 else logging.ERROR

@@ -53,9 +53,12 @@ class KafkaSink:
 
     def __init__(self, producer_config: dict[str, Any], poll_every: int = 512) -> None:
         self.producer = Producer(producer_config)
+        self._produce = self.producer.produce
         self._segments: collections.deque[Segment] = collections.deque()
-        self._open = Segment()
-        self._segments.append(self._open)
+        # The open segment's bound delivery callback, made once per segment (not per record);
+        # None: no per-record delivery reports (exactly-once learns durability from the commit).
+        self._dr: Callable[[KafkaError | None, object], None] | None = None
+        self._open = self._new_segment()
         self._durable: Any = None
         self._since_poll = 0
         self._poll_every = poll_every
@@ -63,25 +66,62 @@ class KafkaSink:
 
     # --- hot path -------------------------------------------------------------------------
 
+    def _new_segment(self) -> Segment:
+        seg = Segment()
+        self._segments.append(seg)
+        self._dr = seg.on_delivery if self._tracks_acks else None
+        return seg
+
+    _tracks_acks = True
+
     def send(self, topic: str, key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes]] | None) -> None:
-        seg = self._open
-        produce = self.producer.produce
-        while True:
-            try:
-                produce(topic, value, key, headers=headers, on_delivery=seg.on_delivery)  # type: ignore[arg-type]
-                break
-            except BufferError:
-                # librdkafka's queue is full: this is the back-pressure point. Serving callbacks
-                # frees room; meanwhile we do not read from VStream, so gRPC flow control holds
-                # the source.
-                self.producer.poll(0.05)
-                self._advance()
-        seg.produced += 1
+        dr = self._dr
+        try:
+            if dr is None:
+                self._produce(topic, value, key, headers=headers)  # type: ignore[arg-type]
+            else:
+                self._produce(topic, value, key, headers=headers, on_delivery=dr)  # type: ignore[arg-type]
+        except BufferError:
+            self._send_when_room(topic, key, value, headers)
+        self._open.produced += 1
         self.records_sent += 1
         self._since_poll += 1
         if self._since_poll >= self._poll_every:
             self._since_poll = 0
             self.producer.poll(0)
+
+    def _send_when_room(self, topic: str, key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes]] | None) -> None:
+        # librdkafka's queue is full: this is the back-pressure point. Serving callbacks frees
+        # room; meanwhile we do not read from VStream, so gRPC flow control holds the source.
+        kwargs: dict[str, Any] = {"headers": headers}
+        if self._dr is not None:
+            kwargs["on_delivery"] = self._dr
+        while True:
+            self.producer.poll(0.05)
+            self._advance()
+            try:
+                self._produce(topic, value, key, **kwargs)
+                return
+            except BufferError:
+                continue
+
+    def send_to_partition(
+        self, topic: str, partition: int, key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes]] | None
+    ) -> None:
+        """``send`` to an explicit partition (Debezium sends heartbeats and schema changes to 0)."""
+        seg = self._open
+        kwargs: dict[str, Any] = {"partition": partition, "headers": headers}
+        if self._dr is not None:
+            kwargs["on_delivery"] = self._dr
+        while True:
+            try:
+                self.producer.produce(topic, value, key, **kwargs)
+                break
+            except BufferError:
+                self.producer.poll(0.05)
+                self._advance()
+        seg.produced += 1
+        self.records_sent += 1
 
     def send_many(self, records: Iterable[tuple[str, bytes | None, bytes | None, list[tuple[str, bytes]]]]) -> None:
         for topic, key, value, headers in records:
@@ -92,8 +132,10 @@ class KafkaSink:
         seg = self._open
         seg.position = position
         seg.sealed = True
-        self._open = Segment()
-        self._segments.append(self._open)
+        self._open = self._new_segment()
+        # Serve delivery reports at every commit point: durability (and its latency) then
+        # follows Kafka's acks instead of waiting for the next few hundred records.
+        self.producer.poll(0)
 
     # --- durability -----------------------------------------------------------------------
 
@@ -167,6 +209,10 @@ class TransactionalSink(KafkaSink):
     committed position.
     """
 
+    # No per-record delivery reports: a record that fails makes its Kafka transaction's commit
+    # fail, and only a committed transaction moves the durable position.
+    _tracks_acks = False
+
     def __init__(
         self,
         producer_config: dict[str, Any],
@@ -206,6 +252,14 @@ class TransactionalSink(KafkaSink):
         super().send(topic, key, value, headers)
         self._txn_records += 1
 
+    def send_to_partition(
+        self, topic: str, partition: int, key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes]] | None
+    ) -> None:
+        if not self._in_txn:
+            self._begin()
+        super().send_to_partition(topic, partition, key, value, headers)
+        self._txn_records += 1
+
     def commit_point(self, position: Any) -> None:
         self._point = position
         self._records_at_point = self._txn_records
@@ -236,8 +290,7 @@ class TransactionalSink(KafkaSink):
         self.commits += 1
         # Everything in the committed transaction is durable; the ack counters are moot.
         self._segments.clear()
-        self._open = Segment()
-        self._segments.append(self._open)
+        self._open = self._new_segment()
 
     def durable_position(self) -> Any:
         self.producer.poll(0)
@@ -269,6 +322,11 @@ class TransactionalSink(KafkaSink):
             self._point = self._durable
             return self._durable
         return handed_over
+
+    @property
+    def pending(self) -> int:
+        """Records in the open Kafka transaction (durable only once it commits)."""
+        return self._txn_records if self._in_txn else 0
 
     def close(self, timeout: float = 30.0) -> None:
         self.flush(timeout)

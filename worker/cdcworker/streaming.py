@@ -10,19 +10,45 @@ rows are encoded with the position and timestamp known at that point, a document
 
 Positions: the VGTID that precedes COMMIT (or DDL / OTHER) is a *commit point*; the sink makes it
 durable once Kafka has acknowledged everything before it. Nothing else moves the position.
+
+Optional outputs (``Features``) ride on the same boundaries: transaction metadata (BEGIN, the
+``transaction`` block, END, and the offset fields stored with the commit point, see
+``offsets.Checkpoint``), schema-change records at DDL, and throttled heartbeat records after
+commits, on VTGate heartbeats and while idle (``tick``). Everything per transaction is prepared
+once (the block template, the source context); per row only the counters move.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from confluent_kafka import KafkaException
+
 from cdcworker.events import EncoderConfig, SourceContext, TablePlan
+from cdcworker.events.encoder import _strip_keyspace
+from cdcworker.filters.failure import (
+    AnonymisedColumns,
+    EventConversionError,
+    EventLocation,
+    FailureHandler,
+    is_oversized,
+)
 from cdcworker.offsets import Vgtid
-from cdcworker.sink import KafkaSink
+from cdcworker.offsets.value import Checkpoint
+from cdcworker.records import (
+    HEARTBEAT_PARTITION,
+    SCHEMA_CHANGE_PARTITION,
+    HeartbeatEmitter,
+    SchemaChangeEmitter,
+)
+from cdcworker.sink import KafkaSink, TransactionalSink
+from cdcworker.txmeta import TransactionMonitor
+from cdcworker.txmeta.transforms import local_vgtid_json
 from vitessapi import binlogdata_pb2
 
 log = logging.getLogger(__name__)
@@ -49,6 +75,27 @@ class ReassignmentNeeded(Exception):
 
 
 @dataclass(slots=True)
+class Features:
+    """What a stream emits besides row changes; the defaults are the core stream.
+
+    ``txmeta`` and ``heartbeats`` keep state across reconnects: the task builds them once and
+    hands the same objects to every ``StreamProcessor``.
+    """
+
+    txmeta: TransactionMonitor | None = None
+    heartbeats: HeartbeatEmitter | None = None
+    schema_changes: SchemaChangeEmitter | None = None
+    local_vgtid: bool = False  # UseLocalVgtid: source.vgtid holds the event's shard only
+    internal_tables: bool = False  # vitess.stream.keyspace.heartbeats: publish _vt.heartbeat rows
+    low_watermark: Callable[[], float | None] | None = None  # seconds; on heartbeat records when set
+    # Table filter + NumberOfEventsFiltered (cdcworker.filters.FilterPolicy), failure handling
+    # mode (filters.FailureHandler; None = fail), the signal table tap (signals.SignalTap).
+    policy: Any = None
+    failures: Any = None
+    signals: Any = None
+
+
+@dataclass(slots=True)
 class StreamStats:
     events_seen: int = 0
     rows_seen: int = 0
@@ -71,6 +118,7 @@ class StreamProcessor:
         journal_stops: bool = False,
         on_heartbeat: Callable[[binlogdata_pb2.VEvent], None] | None = None,
         metrics: Any = None,
+        features: Features | None = None,
     ) -> None:
         self.encoder = encoder
         self.sink = sink
@@ -89,6 +137,20 @@ class StreamProcessor:
         self._txn_records_before = 0
         self.metrics = metrics  # observability.TaskMetrics or None
         self._rows_reported = 0
+        f = self.features = features or Features()
+        self._txmeta = f.txmeta
+        self._tx_blocks = f.txmeta.on_event if f.txmeta is not None else None
+        self._in_txn = False  # between BEGIN and COMMIT
+        self._begin_shard = ""
+        self._keeps_partial = not isinstance(sink, TransactionalSink)
+        if metrics is not None:
+            metrics.queue(lookahead_rows, lookahead_rows)  # the rows a transaction may buffer
+        self._policy = f.policy
+        self._failures = f.failures if f.failures is not None else FailureHandler("fail", metrics)
+        self._signals = f.signals
+        # Tables whose FIELD was filtered out ("filtered") or could not be planned ("failed").
+        self._unplanned: dict[tuple[str, str], str] = {}
+        self._filtered_reported = f.policy.stats.filtered if f.policy is not None else 0
 
     # --- the loop body ----------------------------------------------------------------------
 
@@ -100,9 +162,13 @@ class StreamProcessor:
             if t == ROW:
                 re = ev.row_event
                 plan = self.plans.get((re.shard or ev.shard, re.table_name))
+                if self._signals is not None and re.table_name in self._signals.tables:
+                    self._signals.row((re.shard or ev.shard, re.table_name), re)
                 if plan is None:
                     if re.is_internal_table:
                         continue  # _vt sidecar rows we did not ask to publish (DBZ-4667)
+                    if self._skip_unplanned(re, ev.shard):
+                        continue
                     raise ProtocolError(f"ROW for {re.keyspace}/{re.shard} {re.table_name} before its FIELD event")
                 for rc in re.row_changes:
                     deferred.append((plan, rc))
@@ -116,18 +182,24 @@ class StreamProcessor:
                 self._commit(ev.timestamp)
             elif t == BEGIN:
                 self._begin_ts = ev.timestamp
+                self._begin_shard = ev.shard
+                self._in_txn = True
                 self._streaming_txn = False
             elif t == FIELD:
                 fe = ev.field_event
-                if fe.is_internal_table:
+                if fe.is_internal_table and not self.features.internal_tables:
                     continue
-                self.plans[(fe.shard or ev.shard, fe.table_name)] = TablePlan.compile(fe, self.encoder)
-            elif t in (DDL, OTHER):
-                # The VGTID in front of them moved the position even though no row changed.
+                self._plan(fe, ev.shard)
+            elif t == DDL:
+                # The VGTID in front of it moved the position even though no row changed.
+                self._commit(ev.timestamp, ev)
+            elif t == OTHER:
                 self._commit(ev.timestamp)
             elif t == HEARTBEAT:
                 if self.on_heartbeat is not None:
                     self.on_heartbeat(ev)
+                if self.features.heartbeats is not None:
+                    self.tick()
             elif t == JOURNAL:
                 self._journal(ev.journal)
             elif t == COPY_COMPLETED:
@@ -135,15 +207,76 @@ class StreamProcessor:
                     stats.copy_completed_shards.add(ev.shard)
             elif t == ROLLBACK:
                 deferred.clear()
+                if self._signals is not None:
+                    self._signals.rollback()
+                self._in_txn = False
         stats.events_seen += len(response.events)
         stats.last_event_time = now = time.time()
         if self.metrics is not None:
-            self.metrics.on_response(len(response.events), stats.rows_seen - self._rows_reported, 0, now)
+            filtered = 0
+            if self._policy is not None:
+                filtered = self._policy.stats.filtered - self._filtered_reported
+                self._filtered_reported += filtered
+            self.metrics.queue_remaining = self.lookahead_rows - len(deferred)
+            self.metrics.on_response(len(response.events), stats.rows_seen - self._rows_reported, filtered, now)
             self._rows_reported = stats.rows_seen
+
+    @property
+    def between_transactions(self) -> bool:
+        """No transaction is partly received: side streams (ad-hoc snapshots) may add records now."""
+        return not self._deferred and not self._in_txn
+
+    # --- planning, filtering, failure handling ----------------------------------------------
+
+    def _plan(self, fe: Any, ev_shard: str) -> None:
+        """Plan a FIELD event, unless its table is filtered out or (warn/skip) cannot be planned."""
+        key = (fe.shard or ev_shard, fe.table_name)
+        if self._signals is not None and fe.table_name in self._signals.tables:
+            self._signals.field(key, fe)
+        if self._policy is not None and not self._policy.captures(fe.keyspace, _strip_keyspace(fe.table_name, fe.keyspace)):
+            self.plans.pop(key, None)
+            self._unplanned[key] = "filtered"
+            return
+        try:
+            self.plans[key] = TablePlan.compile(fe, self.encoder)
+        except Exception as exc:
+            self.plans.pop(key, None)
+            self._unplanned[key] = "failed"
+            where = EventLocation(fe.keyspace, key[0], _strip_keyspace(fe.table_name, fe.keyspace), self.position.to_json())
+            anonymised = any(f.name.startswith("@") for f in fe.fields)
+            self._failures.handle("FIELD event cannot be planned", where, exc, AnonymisedColumns if anonymised else EventConversionError)
+            return
+        self._unplanned.pop(key, None)
+
+    def _skip_unplanned(self, re: Any, ev_shard: str) -> bool:
+        """ROWs of a filtered table (counted) or of one whose FIELD failed (already reported)."""
+        why = self._unplanned.get((re.shard or ev_shard, re.table_name))
+        if why is None:
+            return False
+        if why == "filtered":
+            assert self._policy is not None
+            self._policy.stats.filtered += len(re.row_changes)
+        elif self.metrics is not None:
+            self.metrics.on_erroneous(len(re.row_changes))
+        return True
+
+    def _bad_row(self, plan: TablePlan, exc: Exception, vgtid_json: str) -> list[Any]:
+        where = EventLocation(plan.keyspace, plan.shard, plan.table, vgtid_json)
+        self._failures.handle("ROW value cannot be converted", where, exc)
+        return []
+
+    def _bad_record(self, plan: TablePlan, rec: Any, exc: Exception, vgtid_json: str) -> None:
+        if not is_oversized(exc):
+            raise exc
+        where = EventLocation(plan.keyspace, plan.shard, plan.table, vgtid_json)
+        size = len(rec.value or b"") + len(rec.key or b"")
+        self._failures.handle(f"record of {size} bytes for {rec.topic} exceeds the producer's max.request.size", where, exc)
 
     # --- transaction boundaries -------------------------------------------------------------
 
     def _context(self, plan: TablePlan, commit_seconds: int, vgtid_json: str) -> SourceContext:
+        if self.features.local_vgtid:
+            vgtid_json = local_vgtid_json(vgtid_json, plan.shard)
         return SourceContext(plan.keyspace, plan.shard, commit_seconds, vgtid_json)
 
     def _emit(self, commit_seconds: int, vgtid_json: str) -> None:
@@ -152,25 +285,44 @@ class StreamProcessor:
             return
         send = self.sink.send
         now = time.time_ns()
+        tx = self._tx_blocks
         ctx: SourceContext | None = None
         ctx_shard = None
         for plan, rc in deferred:
             if ctx is None or plan.shard != ctx_shard:
                 ctx = self._context(plan, commit_seconds, vgtid_json)
                 ctx_shard = plan.shard
-            for rec in plan.encode_change(rc, ctx, now):
-                send(rec.topic, rec.key, rec.value, rec.headers)
+            try:
+                recs = plan.encode_change(rc, ctx, now, "c", tx)
+            except Exception as exc:  # zero-cost until raised; the mode decides
+                recs = self._bad_row(plan, exc, vgtid_json)
+            for rec in recs:
+                try:
+                    send(rec.topic, rec.key, rec.value, rec.headers)
+                except KafkaException as exc:
+                    self._bad_record(plan, rec, exc, vgtid_json)
         self.stats.records_sent = self.sink.records_sent
         deferred.clear()
 
     def _stream_out(self) -> None:
         """A transaction too large to hold: encode what we have with the context known now."""
+        vgtid_json = self.position.to_json()
         if not self._streaming_txn:
             log.info("transaction exceeds %d buffered rows; streaming it without waiting for COMMIT", self.lookahead_rows)
             self._streaming_txn = True
-        self._emit(self._begin_ts, self.position.to_json())
+            if self._txmeta is not None and self._in_txn:
+                # Its ending VGTID is not known yet: the transaction is identified (and ranked)
+                # by the position before it, a documented difference from Debezium.
+                self._tx_begin(vgtid_json, Vgtid(self.position.shard_gtids))
+        self._emit(self._begin_ts, vgtid_json)
 
-    def _commit(self, timestamp: int) -> None:
+    def _tx_begin(self, txn_id: str, vgtid: Vgtid) -> None:
+        assert self._txmeta is not None
+        rec = self._txmeta.begin(txn_id, self._begin_ts * 1000, self._begin_shard, vgtid)
+        if rec is not None:
+            self.sink.send(rec.topic, rec.key, rec.value, rec.headers)
+
+    def _commit(self, timestamp: int, ddl: binlogdata_pb2.VEvent | None = None) -> None:
         pending = self._pending_vgtid
         if pending is None:
             # Debezium uses the previous VGTID when a response carries none; so do we.
@@ -178,9 +330,36 @@ class StreamProcessor:
         else:
             vgtid = Vgtid.from_proto(pending)
             self._pending_vgtid = None
-        self._emit(timestamp, vgtid.to_json())
-        self.position = vgtid
-        self.sink.commit_point(vgtid)
+        vgtid_json = vgtid.to_json()
+        txmeta = self._txmeta
+        if txmeta is None:
+            self._emit(timestamp, vgtid_json)
+            position: Vgtid = vgtid
+        elif self._in_txn:
+            if not self._streaming_txn:
+                self._tx_begin(vgtid_json, vgtid)
+            self._emit(timestamp, vgtid_json)
+            end = txmeta.end(timestamp * 1000)
+            if end.record is not None:
+                rec = end.record
+                self.sink.send(rec.topic, rec.key, rec.value, rec.headers)
+            # Debezium's offset after END still names the transaction and its counters.
+            o = end.offset
+            position = Checkpoint(vgtid.shard_gtids, o.transaction_id, tuple(o.collection_counts.items()), o.extra)
+        else:
+            self._emit(timestamp, vgtid_json)
+            o = txmeta.offset_fields()
+            position = Checkpoint(vgtid.shard_gtids, o.transaction_id, tuple(o.collection_counts.items()), o.extra)
+        self._in_txn = False
+        if ddl is not None and self.features.schema_changes is not None:
+            shard = ddl.shard
+            source_vgtid = local_vgtid_json(vgtid_json, shard) if self.features.local_vgtid else vgtid_json
+            rec = self.features.schema_changes.record(shard, ddl.statement, ddl.timestamp, source_vgtid, time.time_ns() // 1_000_000)
+            self.sink.send_to_partition(rec.topic, SCHEMA_CHANGE_PARTITION, rec.key, rec.value, rec.headers)
+        self.position = position
+        self.sink.commit_point(position)
+        if self._signals is not None:
+            self._signals.commit(vgtid_json)
         self.stats.transactions += 1
         self.stats.last_commit_ts = timestamp
         if self.metrics is not None and self._pending_shard and timestamp:
@@ -188,6 +367,31 @@ class StreamProcessor:
             now = time.time()
             self.metrics.on_commit(self._pending_shard, timestamp, now, now, sent - self._txn_records_before)
             self._txn_records_before = sent
+            self.metrics.records_sent = sent
+        if self.features.heartbeats is not None:
+            self.tick()
+
+    def tick(self) -> None:
+        """A heartbeat record if one is due (after commits, on VTGate heartbeats, while idle).
+
+        It carries the current position's VGTID and seals a commit point of its own at the same
+        position, so the sink commits it (and the offset) while the source is idle.
+        """
+        hb = self.features.heartbeats
+        if hb is None or not hb.due() or self._in_txn:
+            return
+        lw_ms = None
+        if hb.low_watermark and self.features.low_watermark is not None:
+            lw = self.features.low_watermark()
+            lw_ms = None if lw is None else int(lw * 1000)
+        rec = hb.maybe_emit(self.position.to_json(), True, lw_ms)
+        if rec is None:
+            return
+        self.sink.send_to_partition(rec.topic, HEARTBEAT_PARTITION, rec.key, rec.value, rec.headers)
+        # A fresh object for the same position: the sink seals (and, exactly-once, commits) it.
+        position = dataclasses.replace(self.position)
+        self.position = position
+        self.sink.commit_point(position)
 
     def _journal(self, journal: binlogdata_pb2.Journal) -> None:
         if not self.journal_stops or journal.migration_type != binlogdata_pb2.MigrationType.SHARDS:
@@ -201,3 +405,10 @@ class StreamProcessor:
         """Forget a partly received transaction (the stream broke); it is replayed on reconnect."""
         self._deferred.clear()
         self._pending_vgtid = None
+        if self._signals is not None:
+            self._signals.rollback()
+        if self._txmeta is not None:
+            # Only a streamed (oversized) transaction has records out already; an exactly-once
+            # sink aborts them, an at-least-once one keeps them and the replay skips them.
+            self._txmeta.interrupt(delivered=self._streaming_txn and self._keeps_partial)
+        self._in_txn = False

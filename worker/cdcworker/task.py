@@ -19,10 +19,14 @@ import grpc
 from cdcworker import exitcodes
 from cdcworker.config import WorkerConfig
 from cdcworker.events import EncoderConfig, TopicNaming, TypeOptions, producer_partitioner_config
-from cdcworker.events.encoder import context_headers
-from cdcworker.offsets import OffsetPartition, OffsetValue, Vgtid
+from cdcworker.events.encoder import context_headers, new_run_id
+from cdcworker.features import build_features, tx_block_schema
+from cdcworker.filters import AnonymisedColumns, EventConversionError
+from cdcworker.offsets import OffsetPartition, Vgtid
 from cdcworker.offsets.migration import resolve_task_start
 from cdcworker.offsets.store import OffsetStore
+from cdcworker.offsets.value import offset_value_at
+from cdcworker.signals.runtime import TaskExtras
 from cdcworker.sink import KafkaSink, SinkError, TransactionalSink
 from cdcworker.source.channel import ChannelSettings, TlsSettings, open_channel
 from cdcworker.source.retry import Backoff, classify
@@ -62,7 +66,7 @@ def channel_settings(config: WorkerConfig) -> ChannelSettings:
     )
 
 
-def encoder_config(config: WorkerConfig) -> EncoderConfig:
+def encoder_config(config: WorkerConfig, run_id: str | None = None) -> EncoderConfig:
     b = config.behaviour
     naming = TopicNaming.from_strategy(
         config.topic_prefix,
@@ -72,7 +76,7 @@ def encoder_config(config: WorkerConfig) -> EncoderConfig:
     )
     headers: tuple[tuple[str, bytes], ...] = ()
     if b.extended_headers_enabled:
-        headers = tuple(context_headers(config.topic_prefix, config.task.context_task_id, config.name))
+        headers = tuple(context_headers(config.topic_prefix, config.task.context_task_id, run_id=run_id or new_run_id()))
     return EncoderConfig(
         logical_name=config.topic_prefix,
         naming=naming,
@@ -87,6 +91,7 @@ def encoder_config(config: WorkerConfig) -> EncoderConfig:
         value_schemas_enable=config.converters.value_schemas_enable,
         tombstones_on_delete=b.tombstones_on_delete,
         headers=headers,
+        tx_block_schema=tx_block_schema(config),
     )
 
 
@@ -95,8 +100,12 @@ def producer_config(config: WorkerConfig) -> dict[str, Any]:
     conf: dict[str, Any] = {
         "enable.idempotence": True,
         "acks": "all",
+        # Throughput without hurting latency: 5 ms of linger, large batches, and no compression
+        # (on loopback or a LAN, lz4 costs CPU the worker's own threads need more than bytes).
         "linger.ms": 5,
-        "compression.type": "lz4",
+        "batch.size": 1_000_000,
+        "batch.num.messages": 10_000,
+        "compression.type": "none",
         "queue.buffering.max.messages": max(config.behaviour.max_queue_size * 4, 10_000),
         "queue.buffering.max.kbytes": 65536,
         **producer_partitioner_config(),
@@ -138,7 +147,11 @@ class WorkerTask:
         self.processor: StreamProcessor | None = None
         self.sink: KafkaSink | None = None
         self._last_written: Any = None
+        self._restored: Any = None  # the task's own stored OffsetValue, if any
         self.metrics: Any = None
+        self.run_id = new_run_id()
+        self._rules: tuple[tuple[str, str], ...] = (("/.*", ""),)  # VStream filter rules (filters.vstream_rules)
+        self.extras: Any = None  # signals.runtime.TaskExtras: filters, failure mode, signals, snapshots  # __debezium.context.runId: one per task run, kept across reconnects
 
     # --- control ----------------------------------------------------------------------------
 
@@ -167,9 +180,12 @@ class WorkerTask:
     def _write_offset(self, store: OffsetStore, position: Vgtid) -> None:
         if isinstance(self.sink, TransactionalSink):
             return  # offsets are committed inside the Kafka transactions
-        if position is None or position == self._last_written:
+        if position is None or (
+            # Equal VGTIDs may still differ in offset fields (an ad-hoc snapshot's progress).
+            position == self._last_written and offset_value_at(position) == offset_value_at(self._last_written)
+        ):
             return
-        store.write(self.config.name, self._partition(), OffsetValue.build(position))
+        store.write(self.config.name, self._partition(), offset_value_at(position))
         self._last_written = position
 
     def _resolve_start(self, store: OffsetStore, channel: grpc.Channel, metadata: tuple[tuple[str, str], ...]) -> Vgtid:
@@ -188,6 +204,7 @@ class WorkerTask:
             vgtid_setting=cfg.source.start_gtid,
         )
         log.info("starting from %s (%s)", start.vgtid.to_json(), start.sources)
+        self._restored = start.stored  # transaction metadata resumes from the task's own offset
         return start.vgtid
 
     def _make_sink(self, store: OffsetStore, start: Vgtid) -> KafkaSink:
@@ -200,7 +217,7 @@ class WorkerTask:
             partition = self._partition()
 
             def write(producer: Any, position: Vgtid) -> None:
-                store.produce(producer, cfg.name, partition, OffsetValue.build(position))
+                store.produce(producer, cfg.name, partition, offset_value_at(position))
 
             sink = TransactionalSink(
                 conf,
@@ -228,7 +245,7 @@ class WorkerTask:
         return vtgate_pb2.VStreamRequest(
             tablet_type="PRIMARY" if tablet_type == "MASTER" else tablet_type,
             vgtid=position.to_proto(),
-            filter=binlogdata_pb2.Filter(rules=[binlogdata_pb2.Rule(match="/.*")]),
+            filter=binlogdata_pb2.Filter(rules=[binlogdata_pb2.Rule(match=m, filter=f) for m, f in self._rules]),
             flags=flags,
         )
 
@@ -285,25 +302,44 @@ class WorkerTask:
             flush_every = cfg.kafka.offset_flush_interval_ms / 1000.0
             next_flush = time.monotonic() + flush_every
             result: TaskResult | None = None
+            encoder = encoder_config(cfg, self.run_id)
+            # Transaction metadata, heartbeats, schema changes: built once, kept across reconnects.
+            features = build_features(
+                cfg, position, self._restored.fields if self._restored else None, metrics.low_watermark
+            )
+            self.extras = extras = TaskExtras.build(
+                cfg,
+                encoder,
+                lambda req: stub.VStream(req, metadata=metadata),
+                lambda: [sg.shard for sg in (self.processor.position if self.processor else position)],
+                metrics,
+            )
+            encoder = extras.encoder
+            extras.install(features)
+            extras.restore(self._restored.fields if self._restored else None)  # an interrupted ad-hoc snapshot
+            self._rules = extras.rules()
             while result is None and not self._stop.is_set():
                 processor = self.processor = StreamProcessor(
-                    encoder_config(cfg),
+                    encoder,
                     sink,
                     position,
                     lookahead_rows=cfg.behaviour.max_queue_size,
                     journal_stops=journal_stops,
                     metrics=metrics,
                     on_heartbeat=lambda ev: metrics.on_heartbeat(ev.timestamp, durable=sink.pending == 0),
+                    features=features,
                 )
                 try:
                     self._call = call = stub.VStream(self._request(position, journal_stops), metadata=metadata)
                     responses = _ResponseReader(call)
                     while True:
                         # A timed wait, so offsets are flushed (and EOS batches committed) while idle.
-                        item = responses.next(timeout=min(flush_every, 0.2))
+                        item = responses.next(timeout=0.005 if extras.busy else min(flush_every, 0.2))
                         metrics.beat()
+                        extras.poll(processor)
                         if item is _IDLE:
-                            pass
+                            if features.heartbeats is not None:
+                                processor.tick()  # idle: heartbeats still go out
                         elif item is _END:
                             if not self._stop.is_set():
                                 raise _StreamEnded()
@@ -316,6 +352,9 @@ class WorkerTask:
                             processor.process(item)
                             if processor.stats.transactions:
                                 backoff.reset()
+                            if metrics.state != "streaming" and not processor.position.copying:
+                                # Copy finished or reconnected: the operator's Ready waits for this.
+                                metrics.set_state("streaming")
                         if time.monotonic() >= next_flush:
                             durable = sink.durable_position()
                             self._write_offset(store, durable)
@@ -330,7 +369,7 @@ class WorkerTask:
                     self._write_offset(store, exc.vgtid)
                     _report_journal(metrics, exc)
                     result = TaskResult(exitcodes.REASSIGNMENT_NEEDED, str(exc), exc.vgtid)
-                except (grpc.RpcError, _StreamEnded) as exc:
+                except (grpc.RpcError, _StreamEnded, AnonymisedColumns) as exc:
                     metrics.set_connected(False)
                     processor.abandon_transaction()
                     position = sink.rewind(processor.position)
@@ -343,7 +382,7 @@ class WorkerTask:
                             break
                         reason = verdict.reason
                     else:
-                        reason = "VTGate ended the stream"
+                        reason = str(exc) if isinstance(exc, AnonymisedColumns) else "VTGate ended the stream"
                     if backoff.exhausted():
                         result = TaskResult(exitcodes.FAILED, f"giving up after {backoff.attempts} retries: {reason}", position)
                         break
@@ -352,7 +391,7 @@ class WorkerTask:
                     delay = backoff.next_delay()
                     log.warning("VStream interrupted (%s); reconnecting from %s in %.2fs", reason, position.to_json(), delay)
                     self._stop.wait(delay)
-                except (ProtocolError, SinkError) as exc:
+                except (ProtocolError, SinkError, EventConversionError) as exc:
                     result = TaskResult(exitcodes.FAILED, str(exc), processor.position)
                 finally:
                     self._call = None
@@ -366,6 +405,8 @@ class WorkerTask:
             metrics.set_state(states.get(result.exit_code, "failed"), result.reason)
             return result
         finally:
+            if self.extras is not None:
+                self.extras.close()
             store.close()
             channel.close()
 
@@ -403,15 +444,19 @@ class _ResponseReader:
     def __init__(self, call: Any, depth: int = 16) -> None:
         import queue
 
-        self._queue: queue.Queue[Any] = queue.Queue(maxsize=depth)
+        # A C SimpleQueue bounded by a semaphore: a fraction of queue.Queue's per-item locking.
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._room = threading.BoundedSemaphore(depth)
         self._empty = queue.Empty
         self._thread = threading.Thread(target=self._run, args=(call,), name="vstream-reader", daemon=True)
         self._thread.start()
 
     def _run(self, call: Any) -> None:
         put = self._queue.put
+        room = self._room.acquire
         try:
             for response in call:
+                room()
                 put(response)
             put(_END)
         except BaseException as exc:  # handed to the processing thread, which decides
@@ -419,9 +464,12 @@ class _ResponseReader:
 
     def next(self, timeout: float) -> Any:
         try:
-            return self._queue.get(timeout=timeout)
+            item = self._queue.get(timeout=timeout)
         except self._empty:
             return _IDLE
+        if item is not _END and not isinstance(item, BaseException):
+            self._room.release()
+        return item
 
 
 class _StreamEnded(Exception):

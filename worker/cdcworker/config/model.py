@@ -147,7 +147,11 @@ class KafkaConfig:
     def client_config(self, kind: str) -> dict[str, str]:
         """Settings for one client ("producer", "consumer" or "admin"): bootstrap + common + its overrides."""
         specific: Mapping[str, str] = getattr(self, kind)
-        return {"bootstrap.servers": ",".join(self.bootstrap_servers), **self.common, **specific}
+        conf = {"bootstrap.servers": ",".join(self.bootstrap_servers), **self.common, **specific}
+        if "max.request.size" in conf:
+            # The Java producer's record limit is librdkafka's message.max.bytes.
+            conf["message.max.bytes"] = conf.pop("max.request.size")
+        return conf
 
 
 @dataclass(frozen=True, slots=True)

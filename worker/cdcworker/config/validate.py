@@ -116,6 +116,13 @@ def parse_value(prop: Property, text: str, shown: str) -> tuple[object, str | No
     raise AssertionError(t)  # pragma: no cover
 
 
+
+# RemoveField paths shardcdc applies (the "efficient transaction metadata" use of the SMT).
+_REMOVABLE_FIELDS = frozenset(
+    f"transaction.{f}"
+    for f in ("id", "total_order", "data_collection_order", "transaction_epoch", "transaction_rank")
+)
+
 class _Validator:
     def __init__(self, raw: RawConfig) -> None:
         self.raw = raw
@@ -503,6 +510,19 @@ class _Validator:
                 self.problem(f"transforms.{alias}.{param}", f"not a setting of {type_.rsplit('.', 1)[1]}")
             if type_ == SMT_REMOVE_FIELD and not params.get("field_names", "").strip():
                 self.problem(f"transforms.{alias}.field_names", "required for RemoveField")
+            elif type_ == SMT_REMOVE_FIELD:
+                # Applied natively where the records are built: only the transaction block's fields.
+                bad = [
+                    f.strip()
+                    for f in params["field_names"].split(",")
+                    if f.strip() and f.strip() not in _REMOVABLE_FIELDS
+                ]
+                if bad:
+                    self.problem(
+                        f"transforms.{alias}.field_names",
+                        f"{', '.join(bad)}: shardcdc's RemoveField removes only "
+                        f"{', '.join(sorted(_REMOVABLE_FIELDS))}",
+                    )
 
     def transactional(self) -> bool:
         support = self.get("exactly.once.support")

@@ -8,7 +8,9 @@ them with the schema JSON spliced in as a fragment.
 
 from __future__ import annotations
 
+import secrets
 import time
+import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
@@ -21,7 +23,11 @@ from cdcworker.events.source import SourceContext
 from cdcworker.events.topics import TopicNaming
 from cdcworker.events.types import ColumnCodec, Converter, FieldLike, TypeOptions, plan_column
 
-DEBEZIUM_VERSION = "3.3.1.Final"
+# source.version: the Debezium release whose records ours are byte-identical to
+# (tests/test_conformance_debezium.py; docs/conformance.md says why this value).
+DEBEZIUM_VERSION = "3.5.0.Final"
+# Module.name() of the Vitess connector: Debezium's __debezium.context.connectorName header.
+CONNECTOR_PLUGIN_NAME = "vitess"
 PK_UPDATE_NEWKEY = "__debezium.newkey"
 PK_UPDATE_OLDKEY = "__debezium.oldkey"
 CONTEXT_HEADER_PREFIX = "__debezium.context."
@@ -61,12 +67,34 @@ class FieldEventLike(Protocol):
     def fields(self) -> Sequence[FieldLike]: ...
 
 
+# Transaction metadata hook: data collection id -> the record's ``transaction`` block (None: drop it).
+TxBlocks = Callable[[str], "orjson.Fragment | None"]
+
+
 class ColumnCountMismatch(ValueError):
     """A ROW does not have as many columns as the table's last FIELD event."""
 
 
-def context_headers(logical_name: str, task_id: str, connector_name: str, run_id: str | None = None) -> Headers:
-    """``__debezium.context.*`` headers, values as Connect's SimpleHeaderConverter writes strings."""
+def new_run_id(now_ms: int | None = None) -> str:
+    """A task run's id, made as Debezium's ``UUIDUtils.generateNewUUID``: a version-7 UUID.
+
+    48 bits of Unix milliseconds, version 7, 12 random bits, the RFC 4122 variant, 62 random
+    bits; one per task run (``CdcSourceTaskContext.runId``), rendered by ``UUID.toString``.
+    """
+    ms = time.time_ns() // 1_000_000 if now_ms is None else now_ms
+    msb = ((ms << 16) & 0xFFFF_FFFF_FFFF_0000) | 0x7000 | (secrets.randbits(12))
+    lsb = (1 << 63) | secrets.randbits(62)
+    return str(uuid.UUID(int=(msb << 64) | lsb))
+
+
+def context_headers(
+    logical_name: str, task_id: str, connector_name: str = CONNECTOR_PLUGIN_NAME, run_id: str | None = None
+) -> Headers:
+    """``__debezium.context.*`` headers, values as Connect's SimpleHeaderConverter writes strings.
+
+    Order and sources as ``DebeziumHeaderProducer.contextHeaders``: ``topic.prefix``, the task
+    id, the connector *plugin* name (``vitess``, not the ``name`` property) and the run id.
+    """
     items = [
         ("connectorLogicalName", logical_name),
         ("taskId", task_id),
@@ -89,6 +117,12 @@ class EncoderConfig:
     tombstones_on_delete: bool = True
     headers: tuple[tuple[str, bytes], ...] = ()  # e.g. context_headers(...)
     version: str = DEBEZIUM_VERSION
+    # The envelope's ``transaction`` block schema when transaction metadata changes it
+    # (ordered factory, RemoveField); None = Debezium's default block.
+    tx_block_schema: dict[str, Any] | None = None
+    # cdcworker.filters.FilterPolicy when column options / skipped operations / name adjustment
+    # are configured: it plans the table instead (once per FIELD; None = no per-row cost at all).
+    policy: Any = None
 
     def topic_naming(self) -> TopicNaming:
         return self.naming or TopicNaming(self.logical_name)
@@ -137,6 +171,23 @@ def _compile_decoder(names: Sequence[str | None], convs: Sequence[Converter | No
     return namespace["decode"]
 
 
+def _compile_key(names: Sequence[str]) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """The key payload builder (literal keys: no comprehension frame per row)."""
+    if not names:
+        return lambda data: {}
+    body = ", ".join(f"{n!r}: data[{n!r}]" for n in names)
+    fn: Callable[[dict[str, Any]], dict[str, Any]] = eval(f"lambda data: {{{body}}}", {})
+    return fn
+
+
+def _envelope_tail(source: orjson.Fragment, transaction: bytes, op: str, now_ns: int) -> bytes:
+    """``,"source":…,"transaction":…,"op":…,"ts_ms":…,"ts_us":…,"ts_ns":…}`` of an envelope."""
+    return fix_escapes(b"".join((
+        b',"source":', orjson.dumps(source), b',"transaction":', transaction,
+        b',"op":"', op.encode(), b'","ts_ms":%d,"ts_us":%d,"ts_ns":%d}' % (now_ns // 1_000_000, now_ns // 1000, now_ns),
+    )))
+
+
 class TablePlan:
     """Everything needed to encode rows of one (keyspace, shard, table) FIELD definition."""
 
@@ -145,11 +196,15 @@ class TablePlan:
         "_decode",
         "_headers",
         "_key_names",
+        "_key_of",
         "_key_prefix",
         "_names",
+        "_tail",
+        "_tail_key",
         "_tombstones",
         "_value_prefix",
         "codecs",
+        "data_collection",
         "keyspace",
         "logical_name",
         "ncols",
@@ -183,7 +238,9 @@ class TablePlan:
         kept = [c for c in self.codecs if c is not None]
         key_cols = [c for i in key_indexes if (c := self.codecs[i]) is not None]
         self._key_names = tuple(c.name for c in key_cols)
-        self.schemas: TableSchemas = build_schemas(topic, kept, key_cols)
+        self.schemas: TableSchemas = build_schemas(topic, kept, key_cols, cfg.tx_block_schema)
+        # Debezium's data collection id of Vitess rows (TableId with the shard as catalog).
+        self.data_collection = f"{shard}.{keyspace}.{table}"
         self._key_prefix = (
             b'{"schema":' + dumps(self.schemas.key) + b',"payload":'
             if cfg.key_schemas_enable and self.schemas.key is not None
@@ -193,6 +250,9 @@ class TablePlan:
             b'{"schema":' + dumps(self.schemas.envelope) + b',"payload":' if cfg.value_schemas_enable else b""
         )
         self._decode = _compile_decoder(self._names, self._convs)
+        self._key_of = _compile_key(self._key_names)
+        self._tail_key: tuple[Any, str, int] | None = None  # (source, op, now_ns) of _tail
+        self._tail = b""
         self._tombstones = cfg.tombstones_on_delete
         self._headers: Headers = list(cfg.headers)
 
@@ -208,6 +268,8 @@ class TablePlan:
         codecs = [plan_column(f, bool(fe.enum_set_string_values), cfg.types) for f in fields]
         keys = select_key_columns([int(f.flags) for f in fields])
         topic = cfg.topic_naming().data_topic(fe.keyspace, table)
+        if cfg.policy is not None:
+            return cfg.policy.plan(fe.keyspace, fe.shard, table, topic, fields, codecs, keys, cfg)
         return cls(fe.keyspace, fe.shard, table, topic, codecs, keys, cfg)
 
     # --- hot path --------------------------------------------------------------------------
@@ -224,7 +286,7 @@ class TablePlan:
     def _key(self, data: dict[str, Any]) -> tuple[dict[str, Any] | None, bytes | None]:
         if not self._key_names:
             return None, None
-        kp = {n: data[n] for n in self._key_names}
+        kp = self._key_of(data)
         body = orjson.dumps(kp)
         if b"\\u00" in body:
             body = fix_escapes(body)
@@ -237,23 +299,37 @@ class TablePlan:
         op: str,
         source: orjson.Fragment,
         now_ns: int,
+        transaction: orjson.Fragment | None = None,
     ) -> bytes:
-        body = orjson.dumps(
-            {
-                "before": before,
-                "after": after,
-                "source": source,
-                "transaction": None,
-                "op": op,
-                "ts_ms": now_ns // 1_000_000,
-                "ts_us": now_ns // 1000,
-                "ts_ns": now_ns,
-            }
-        )
-        if b"\\u00" in body:
-            body = fix_escapes(body)
+        # Written as parts: only the row images are serialized per record; the rest of the
+        # envelope (source block, op, processing timestamps) is the same for a whole batch and
+        # cached. Byte-identical to dumping the envelope dict (orjson writes nested values the
+        # same standalone; the source fragment already went through fix_escapes).
+        if transaction is None:
+            k = self._tail_key
+            if k is None or k[0] is not source or k[1] != op or k[2] != now_ns:
+                self._tail = _envelope_tail(source, b"null", op, now_ns)
+                self._tail_key = (source, op, now_ns)
+            tail = self._tail
+        else:
+            tail = _envelope_tail(source, orjson.dumps(transaction), op, now_ns)
+        if before is None:
+            b = b"null"
+        else:
+            b = orjson.dumps(before)
+            if b"\\u00" in b:
+                b = fix_escapes(b)
+        if after is None:
+            a = b"null"
+        else:
+            a = orjson.dumps(after)
+            if b"\\u00" in a:
+                a = fix_escapes(a)
         # The schema JSON was serialized once per table; only the payload is written per row.
-        return self._value_prefix + body + b"}" if self._value_prefix else body
+        prefix = self._value_prefix
+        if prefix:
+            return b"".join((prefix, b'{"before":', b, b',"after":', a, tail, b"}"))
+        return b"".join((b'{"before":', b, b',"after":', a, tail))
 
     def encode_change(
         self,
@@ -261,11 +337,15 @@ class TablePlan:
         ctx: SourceContext,
         now_ns: int | None = None,
         insert_op: str = "c",
+        tx: TxBlocks | None = None,
     ) -> list[OutRecord]:
         """Records for one RowChange: c / u / d (+ tombstone), or d + tombstone + c on a key change.
 
         ``insert_op`` is "c" (Debezium's Vitess connector emits copy rows as creates too)
-        or "r" for callers that want snapshot reads marked.
+        or "r" for callers that want snapshot reads marked. ``tx`` (transaction metadata) is
+        called once per data record, in order, with ``data_collection``: its result is the
+        record's ``transaction`` block, or None to drop the record (and its tombstone) as one
+        already delivered before a restart.
         """
         if now_ns is None:
             now_ns = time.time_ns()
@@ -274,14 +354,19 @@ class TablePlan:
         has_after = rc.HasField("after")
         topic = self.topic
         headers = self._headers
+        block = None
         if has_after and not has_before:
             after = self.decode(rc.after)
             _, key = self._key(after)
-            return [OutRecord(topic, key, self._value(None, after, insert_op, source, now_ns), headers)]
+            if tx is not None and (block := tx(self.data_collection)) is None:
+                return []
+            return [OutRecord(topic, key, self._value(None, after, insert_op, source, now_ns, block), headers)]
         if has_before and not has_after:
             before = self.decode(rc.before)
             _, key = self._key(before)
-            out = [OutRecord(topic, key, self._value(before, None, "d", source, now_ns), headers)]
+            if tx is not None and (block := tx(self.data_collection)) is None:
+                return []
+            out = [OutRecord(topic, key, self._value(before, None, "d", source, now_ns, block), headers)]
             if self._tombstones:
                 out.append(OutRecord(topic, key, None, headers))
             return out
@@ -292,14 +377,20 @@ class TablePlan:
         old_kp, old_key = self._key(before)
         new_kp, new_key = self._key(after)
         if old_kp == new_kp:
-            return [OutRecord(topic, new_key, self._value(before, after, "u", source, now_ns), headers)]
+            if tx is not None and (block := tx(self.data_collection)) is None:
+                return []
+            return [OutRecord(topic, new_key, self._value(before, after, "u", source, now_ns, block), headers)]
         # Primary-key change: delete (+ tombstone) under the old key, create under the new one.
         del_headers = [(PK_UPDATE_NEWKEY, self._header_key(new_kp)), *headers]
         create_headers = [(PK_UPDATE_OLDKEY, self._header_key(old_kp)), *headers]
-        out = [OutRecord(topic, old_key, self._value(before, None, "d", source, now_ns), del_headers)]
-        if self._tombstones:
-            out.append(OutRecord(topic, old_key, None, del_headers))
-        out.append(OutRecord(topic, new_key, self._value(None, after, "c", source, now_ns), create_headers))
+        out = []
+        if tx is None or (block := tx(self.data_collection)) is not None:
+            out.append(OutRecord(topic, old_key, self._value(before, None, "d", source, now_ns, block), del_headers))
+            if self._tombstones:
+                out.append(OutRecord(topic, old_key, None, del_headers))
+        if tx is not None and (block := tx(self.data_collection)) is None:
+            return out
+        out.append(OutRecord(topic, new_key, self._value(None, after, "c", source, now_ns, block), create_headers))
         return out
 
     @staticmethod

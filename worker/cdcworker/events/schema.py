@@ -54,8 +54,15 @@ class TableSchemas:
     envelope: dict[str, Any]
 
 
-def build_schemas(schema_base: str, columns: Sequence[ColumnCodec], key_columns: Sequence[ColumnCodec]) -> TableSchemas:
-    """Schemas named ``<base>.Key``, ``<base>.Value`` and ``<base>.Envelope``."""
+def build_schemas(
+    schema_base: str,
+    columns: Sequence[ColumnCodec],
+    key_columns: Sequence[ColumnCodec],
+    tx_block: dict[str, Any] | None = None,
+) -> TableSchemas:
+    """Schemas named ``<base>.Key``, ``<base>.Value`` and ``<base>.Envelope``.
+
+    ``tx_block`` replaces the ``transaction`` block schema (ordered metadata, ``RemoveField``)."""
     key = _struct(key_columns, False, f"{schema_base}.Key") if key_columns else None
     value = _struct(columns, True, f"{schema_base}.Value")
     before = dict(value)
@@ -64,7 +71,7 @@ def build_schemas(schema_base: str, columns: Sequence[ColumnCodec], key_columns:
     after["field"] = "after"
     source = source_schema()
     source["field"] = "source"
-    tx = transaction_block_schema()
+    tx = dict(tx_block) if tx_block is not None else transaction_block_schema()
     tx["field"] = "transaction"
     envelope = {
         "type": "struct",

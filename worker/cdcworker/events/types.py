@@ -137,9 +137,56 @@ def _float64(raw: bytes) -> Any:
     return _double(float(raw))
 
 
-def _to_signed64(raw: bytes) -> int:
-    v = int(raw)
-    return v - (1 << 64) if v >= (1 << 63) else v
+class ValueConversionError(ValueError):
+    """A NOT NULL column's value has no representation in its Connect type.
+
+    Debezium leaves such a field unset (``TableSchemaBuilder`` catches the converter's
+    exception) and the JsonConverter then fails the task on the null required field.
+    """
+
+
+_INT64_MAX = (1 << 63) - 1
+_MAX_CONNECT_TIME_MICROS = 86_400_000_000  # Debezium's Time.ONE_DAY, inclusive
+
+
+def _unrepresentable(column: str, what: str, optional: bool) -> Converter:
+    """What Debezium writes when the value converter rejects a value: null, or a task failure."""
+
+    def fail(raw: bytes) -> Any:
+        if optional:
+            return None
+        raise ValueConversionError(
+            f"column {column!r}: {raw.decode(errors='replace')!r} {what}; the column is NOT NULL, so the record "
+            "cannot be written (Debezium fails its task the same way)"
+        )
+
+    return fail
+
+
+def _uint64_as_long(column: str, optional: bool) -> Converter:
+    # bigint.unsigned.handling.mode=long: JdbcValueConverters.convertBigInt does Long.valueOf(text),
+    # which throws for values >= 2^63; TableSchemaBuilder then leaves the field null (WARN).
+    out_of_range = _unrepresentable(column, "does not fit a signed 64-bit long (bigint.unsigned.handling.mode=long)", optional)
+
+    def conv(raw: bytes) -> Any:
+        v = int(raw)
+        return v if v <= _INT64_MAX else out_of_range(raw)
+
+    return conv
+
+
+def _time_as_connect_millis(column: str, optional: bool) -> Converter:
+    # time.precision.mode=connect: Debezium's Time.toMilliOfDay accepts a Duration only in
+    # [00:00:00, 24:00:00]; outside it handleUnknownData writes null (WARN) for nullable columns.
+    out_of_range = _unrepresentable(column, "is outside 00:00:00..24:00:00 (time.precision.mode=connect)", optional)
+
+    def conv(raw: bytes) -> Any:
+        us = _parse_time_micros(raw)
+        if 0 <= us <= _MAX_CONNECT_TIME_MICROS:
+            return us // 1000  # Duration.toMillis truncates
+        return out_of_range(raw)
+
+    return conv
 
 
 def _b64(raw: bytes) -> str:
@@ -297,7 +344,7 @@ def plan_column(field: FieldLike, enum_set_string_values: bool, opts: TypeOption
         if mode == "string":
             schema, conv = _string(optional)
         elif mode == "long":
-            schema, conv = connect_schema("int64", optional), _to_signed64
+            schema, conv = connect_schema("int64", optional), _uint64_as_long(field.name, optional)
         else:
             schema = connect_schema(
                 "bytes", optional, "org.apache.kafka.connect.data.Decimal", 1, {"scale": "0"}
@@ -342,7 +389,7 @@ def plan_column(field: FieldLike, enum_set_string_values: bool, opts: TypeOption
     elif t == TIME:
         if tp == "connect":
             schema = connect_schema("int32", optional, "org.apache.kafka.connect.data.Time", 1)
-            conv = lambda raw: _parse_time_micros(raw) // 1000  # noqa: E731
+            conv = _time_as_connect_millis(field.name, optional)
         else:
             schema, conv = connect_schema("int64", optional, "io.debezium.time.MicroTime", 1), _parse_time_micros
     elif t == DATETIME:

@@ -34,6 +34,10 @@ __all__ = ["CONNECT_DEFAULT_PARTITIONS", "OffsetStore", "OffsetStoreError"]
 CONNECT_DEFAULT_PARTITIONS = 25
 
 
+# Errors a consumer reports while a just-created topic propagates; the read retries until its deadline.
+_TRANSIENT_READ_ERRORS = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION, KafkaError.LEADER_NOT_AVAILABLE})
+
+
 class OffsetStoreError(RuntimeError):
     """The offsets topic cannot be used (wrong configuration, delivery failure, timeout)."""
 
@@ -156,6 +160,8 @@ class OffsetStore:
                         if err.code() == KafkaError._PARTITION_EOF:
                             pending.discard(msg.partition())
                             continue
+                        if err.code() in _TRANSIENT_READ_ERRORS:
+                            continue  # a topic created a moment ago is not in the consumer's metadata yet
                         raise OffsetStoreError(f"reading offsets topic {self.topic!r}: {err}")
                     key = msg.key()
                     if key is None:

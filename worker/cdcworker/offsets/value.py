@@ -27,7 +27,9 @@ __all__ = [
     "TRANSACTION_EPOCH_KEY",
     "TRANSACTION_ID_KEY",
     "VGTID_KEY",
+    "Checkpoint",
     "OffsetValue",
+    "offset_value_at",
 ]
 
 VGTID_KEY = "vgtid"
@@ -117,3 +119,27 @@ class OffsetValue:
 
     def to_bytes(self) -> bytes:
         return jackson_bytes(self.fields)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Checkpoint(Vgtid):
+    """A commit point that carries more than its VGTID: the transaction-metadata fields Debezium
+    stores in the same offset (``transaction_id`` and counters of the transaction that ended
+    there, ``transaction_epoch`` / ``connector_generation`` with the ordered factory).
+
+    It is a ``Vgtid`` everywhere else (resume position, ``/status``), so the sink and the task
+    handle it as any position; only ``offset_value_at`` looks at the extra fields.
+    """
+
+    transaction_id: str | None = None
+    collection_counts: tuple[tuple[str, int], ...] = ()
+    extra: tuple[tuple[str, Any], ...] = ()
+
+
+def offset_value_at(position: Vgtid) -> OffsetValue:
+    """The offset value to store for a durable position (a plain ``Vgtid`` or a ``Checkpoint``)."""
+    if isinstance(position, Checkpoint):
+        return OffsetValue.build(
+            Vgtid(position.shard_gtids), position.transaction_id, dict(position.collection_counts), position.extra
+        )
+    return OffsetValue.build(position)

@@ -3,6 +3,7 @@
 from cdcworker.records.heartbeat import HEARTBEAT_PARTITION, HeartbeatEmitter, heartbeat_record
 from cdcworker.records.schema_change import (
     SCHEMA_CHANGE_PARTITION,
+    SchemaChangeEmitter,
     ddl_operation_and_table,
     schema_change_record,
 )
@@ -11,6 +12,7 @@ __all__ = [
     "HEARTBEAT_PARTITION",
     "SCHEMA_CHANGE_PARTITION",
     "HeartbeatEmitter",
+    "SchemaChangeEmitter",
     "ddl_operation_and_table",
     "heartbeat_record",
     "schema_change_record",

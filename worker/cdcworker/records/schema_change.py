@@ -31,6 +31,7 @@ from cdcworker.events.types import connect_schema
 __all__ = [
     "SCHEMA_CHANGE_PARTITION",
     "UNKNOWN_TABLE",
+    "SchemaChangeEmitter",
     "ddl_operation_and_table",
     "schema_change_key_schema",
     "schema_change_record",
@@ -213,3 +214,44 @@ def schema_change_record(
     key = _key_prefix() + key_body + b"}" if key_schemas_enable else key_body
     value = _value_prefix() + value_body + b"}" if value_schemas_enable else value_body
     return OutRecord(topic, key, value, list(headers))
+
+
+class SchemaChangeEmitter:
+    """``include.schema.changes`` for one task: the settings of ``schema_change_record`` bound once."""
+
+    __slots__ = ("_headers", "key_schemas_enable", "keyspace", "logical_name", "topic", "value_schemas_enable", "version")
+
+    def __init__(
+        self,
+        topic: str,
+        logical_name: str,
+        keyspace: str,
+        *,
+        key_schemas_enable: bool = True,
+        value_schemas_enable: bool = True,
+        version: str = DEBEZIUM_VERSION,
+        headers: Sequence[tuple[str, bytes]] = (),
+    ) -> None:
+        self.topic = topic
+        self.logical_name = logical_name
+        self.keyspace = keyspace
+        self.key_schemas_enable = key_schemas_enable
+        self.value_schemas_enable = value_schemas_enable
+        self.version = version
+        self._headers = tuple(headers)
+
+    def record(self, shard: str, statement: str, event_seconds: int, vgtid: str, now_ms: int) -> OutRecord:
+        return schema_change_record(
+            self.topic,
+            self.logical_name,
+            self.keyspace,
+            shard,
+            statement,
+            event_seconds,
+            vgtid,
+            now_ms,
+            key_schemas_enable=self.key_schemas_enable,
+            value_schemas_enable=self.value_schemas_enable,
+            version=self.version,
+            headers=self._headers,
+        )

@@ -8,11 +8,14 @@ only transient statuses are retried; the rest stop the worker with a message tha
 from __future__ import annotations
 
 import random
+import re
 from dataclasses import dataclass
 
 import grpc
 
 JOURNAL_PARTICIPANTS_MESSAGE = "not all journaling participants are in the stream"
+# vstream_manager.keyspaceHasBeenResharded when a VGTID shard is gone from the topology.
+_SHARD_GONE = re.compile(r"shard provided in VGTID, (\S+), not found in the (\S+) keyspace")
 
 _RETRIABLE = frozenset(
     {
@@ -40,6 +43,18 @@ def classify(error: grpc.RpcError) -> Verdict:
         return Verdict(False, f"reshard journal spans shards outside this task ({details}); reassignment needed")
     if code == grpc.StatusCode.RESOURCE_EXHAUSTED and "message larger than max" in details.lower():
         return Verdict(False, f"a VStream response exceeded vitess.grpc.max_inbound_message_size ({details}); raise it")
+    gone = _SHARD_GONE.search(details)
+    if gone is not None:
+        shard, keyspace = gone.groups()
+        return Verdict(
+            False,
+            f"the stored position names shard {keyspace}/{shard}, which no longer exists: the keyspace was "
+            "resharded while this worker was not streaming and the old shards were deleted before it could read "
+            "them up to the reshard, so the changes between the stored position and the reshard cannot be read "
+            "any more. To continue, take a new snapshot (snapshot.mode=initial with this connector's offsets "
+            "removed, or a new topic.prefix), or accept the gap by starting from the current shards "
+            f"(vitess.vgtid=current with the offsets removed). VTGate said: {details}",
+        )
     if "GTIDSet Mismatch" in details or "gtidset mismatch" in details.lower():
         return Verdict(False, f"the stored position is no longer available on the source ({details})")
     if code in _RETRIABLE:

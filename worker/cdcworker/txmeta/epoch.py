@@ -114,10 +114,20 @@ def epoch_for_gtid(previous_epoch: int, previous_gtid: str, gtid: str) -> int:
             f"previous GTID: {previous_gtid}, previous Epoch: {previous_epoch}"
         )
     try:
-        hosts, previous_hosts = parse_gtid(gtid).hosts, parse_gtid(previous_gtid).hosts
+        hosts, previous_hosts = _hosts(gtid), _hosts(previous_gtid)
     except ValueError as exc:
         raise EpochError(str(exc)) from exc
     return previous_epoch if hosts >= previous_hosts else previous_epoch + 1
+
+
+def _hosts(gtid: str) -> frozenset[str]:
+    """The uuid set of a GTID set; an empty set (``MySQL56/``: a shard that has executed nothing,
+    e.g. a fresh reshard target) has no hosts. Debezium's parser fails on it and stops the task;
+    we read it as the empty history it is, so the shard's first transaction keeps its epoch."""
+    flavor_end = gtid.find("/")
+    if gtid[flavor_end + 1 :] == "":
+        return frozenset()
+    return parse_gtid(gtid).hosts
 
 
 def inherited_epoch(shard: str, epochs: Mapping[str, int]) -> int:
@@ -126,6 +136,8 @@ def inherited_epoch(shard: str, epochs: Mapping[str, int]) -> int:
         target = parse_shard(shard)
         best = -1
         for name, epoch in epochs.items():
+            if name == "":
+                continue  # the unnamed shard of a start from "current" (see features.epoch_start)
             if target.overlaps(parse_shard(name)):
                 best = max(best, epoch)
     except ValueError as exc:

@@ -163,6 +163,9 @@ class TransactionMonitor:
         self._restored_counts: dict[str, int] = {}
         self._id_part = b""
         self._order_parts: list[bytes] = []
+        # Per transaction: the block as a %-template for (total_order, data_collection_order).
+        self._template = b""
+        self._numbers = 2  # how many of the two counters the template holds (RemoveField)
         if restored:
             tx = restored.get(TRANSACTION_ID_KEY)
             if isinstance(tx, str):
@@ -244,6 +247,7 @@ class TransactionMonitor:
                 self._order_parts.append(b'"transaction_epoch":%d' % self.epoch)
             if "transaction_rank" not in self._exclude:
                 self._order_parts.append(b'"transaction_rank":' + dumps(rank_value))
+        self._compile_template()
         if resumed or not self.opts.emit_boundaries:
             return None
         return self._record(
@@ -267,19 +271,31 @@ class TransactionMonitor:
                 self._skip[data_collection] = left - 1
                 self._skip_total -= 1
                 return None
-        self.total += 1
-        order = self.counts.get(data_collection, 0) + 1
-        self.counts[data_collection] = order
+        self.total = total = self.total + 1
+        counts = self.counts
+        order = counts[data_collection] = counts.get(data_collection, 0) + 1
+        if self._numbers == 2:
+            return orjson.Fragment(self._template % (total, order))
+        ex = self._exclude
+        if self._numbers == 0:
+            return orjson.Fragment(self._template)
+        return orjson.Fragment(self._template % (order if "total_order" in ex else total))
+
+    def _compile_template(self) -> None:
+        """The block of this transaction with ``%d`` where the counters go (built once per BEGIN)."""
         ex = self._exclude
         parts = []
         if "id" not in ex:
-            parts.append(self._id_part)
-        if "total_order" not in ex:
-            parts.append(b'"total_order":%d' % self.total)
-        if "data_collection_order" not in ex:
-            parts.append(b'"data_collection_order":%d' % order)
-        parts.extend(self._order_parts)
-        return orjson.Fragment(b"{" + b",".join(parts) + b"}")
+            parts.append(self._id_part.replace(b"%", b"%%"))
+        numbers = 0
+        for name in ("total_order", "data_collection_order"):
+            if name not in ex:
+                parts.append(b'"' + name.encode() + b'":%d')
+                numbers += 1
+        parts.extend(p.replace(b"%", b"%%") for p in self._order_parts)
+        template = b"{" + b",".join(parts) + b"}"
+        self._template = template % () if numbers == 0 else template
+        self._numbers = numbers
 
     def end(self, ts_ms: int) -> EndResult:
         """A COMMIT: the END record (if a transaction was open) and the offset it carries."""
@@ -306,6 +322,28 @@ class TransactionMonitor:
         self.epoch = None
         self.rank = None
         return EndResult(record, offset)
+
+    def interrupt(self, delivered: bool) -> None:
+        """The stream broke inside the open transaction; VTGate will replay it from its start.
+
+        ``delivered``: the records counted so far stay in Kafka (at-least-once producer), so the
+        replay must not repeat BEGIN and must skip them, continuing the numbering (as after a
+        restart from an offset stored mid-transaction). Otherwise they were discarded (an aborted
+        Kafka transaction) and the transaction starts over.
+        """
+        if self.transaction_id is None:
+            return
+        if delivered:
+            self._resume_id = self.transaction_id
+            self._restored_counts = dict(self.counts)
+        else:
+            self._resume_id = None
+            self._restored_counts = {}
+        self.transaction_id = None
+        self.counts = {}
+        self.total = 0
+        self._skip = {}
+        self._skip_total = 0
 
     # -- records -----------------------------------------------------------------------------
 

@@ -1,0 +1,328 @@
+"""Backfill benchmark: rows/s of a 4-shard snapshot with Spark local[1] and local[2], against one
+VStream copy in the streaming worker (the Debezium way), and the test server's own read rates.
+
+Processes, as in production: the Kafka broker (JVM), the VTGate test server (its own Python
+process holding the table in its SQLite shard stores), Spark (driver JVM + Python workers, which
+read chunks over gRPC and produce to Kafka themselves), or one worker process running
+``WorkerTask`` with ``snapshot.mode=initial``. 10-column rows, Debezium JSON with schemas.
+
+    .venv/bin/python bench/backfill.py all --rows 2000000 --runs 3
+    .venv/bin/python bench/backfill.py spark --rows 200000 --cores 2 --runs 1
+    .venv/bin/python bench/backfill.py server --rows 2000000       # the server's own read rates
+
+spark: rows/s from the call of ``run_backfill`` (plan + all chunks, every record acknowledged and
+every chunk marked done) to its return; the SparkSession is created and warmed up before (JVM
+start-up is not counted). vstream: from the worker's first VStream response until all rows were
+seen and the final copy position is durable (every record acknowledged).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+KEYSPACE = "bench"
+SHARDS = "-40,40-80,80-c0,c0-"
+DDL = (
+    "CREATE TABLE bench (id BIGINT NOT NULL, a INT, b INT UNSIGNED, c VARCHAR(64), d VARCHAR(255), "
+    "e DECIMAL(10,2), f DOUBLE, g DATETIME(3), h BIGINT, i TINYINT, PRIMARY KEY (id))"
+)
+
+
+def row_values(i: int) -> tuple[Any, ...]:
+    return (i, i % 1000, i * 7, f"name-{i}", f"a somewhat longer description of row {i}",
+            f"{i % 10000}.25", i / 3, "2024-05-06 07:08:09.123", i * 1000003, i % 100)
+
+
+# --- the VTGate test server process ---------------------------------------------------------------
+
+
+def sim_main(args: argparse.Namespace) -> None:
+    """Serve a 4-shard keyspace whose table holds `rows` rows (loaded into the shard stores
+    directly: a snapshot reads tables, not binlogs)."""
+    from vtgatesim import VTGateSim, mysqltypes
+
+    sim = VTGateSim().start()
+    sim.create_keyspace(KEYSPACE, SHARDS.split(","), ddl=[DDL])
+    ks = sim.topo.keyspace(KEYSPACE)
+    t = time.monotonic()
+    buckets: dict[str, list[tuple[Any, ...]]] = {}
+    with sim.topo.lock:
+        schema0 = ks.serving_shards()[0].store.table("bench")
+        assert schema0 is not None
+        cts = [c.ct for c in schema0.columns]
+
+        def flush(name: str) -> None:
+            shard = ks.shards[name]
+            schema = shard.store.table("bench")
+            shard.store.begin()
+            shard.store.insert_many(schema, buckets.pop(name))  # type: ignore[arg-type]
+            shard.store.commit()
+
+        for i in range(1, args.rows + 1):
+            name = ks.shard_for_value(i).name
+            b = buckets.setdefault(name, [])
+            b.append(tuple(mysqltypes.normalize(ct, v) for ct, v in zip(cts, row_values(i), strict=True)))
+            if len(b) >= 20_000:
+                flush(name)
+        for name in list(buckets):
+            flush(name)
+    info = {"address": sim.address, "positions": sim.positions(KEYSPACE), "load_seconds": time.monotonic() - t}
+    print(json.dumps(info), flush=True)
+    for _line in sys.stdin:  # EOF ends the server
+        pass
+    sim.stop()
+
+
+class SimProcess:
+    def __init__(self, rows: int) -> None:
+        from localkafka.children import bound_preexec
+
+        self.proc = subprocess.Popen([sys.executable, __file__, "_sim", "--rows", str(rows)], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True, preexec_fn=bound_preexec())
+        assert self.proc.stdout is not None
+        self.info = json.loads(self.proc.stdout.readline())
+        self.address: str = self.info["address"]
+
+    def close(self) -> None:
+        from localkafka.children import stop_group
+
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            stop_group(self.proc, kill=True)
+
+
+def props_for(broker: Any, sim: SimProcess, prefix: str) -> dict[str, str]:
+    host, port = sim.address.rsplit(":", 1)
+    return {
+        "name": f"conn-{prefix}", "topic.prefix": prefix, "database.hostname": host, "database.port": port,
+        "vitess.keyspace": KEYSPACE, "vitess.tablet.type": "PRIMARY", "bootstrap.servers": broker.bootstrap,
+        "offset.storage.topic": f"offsets-{prefix}", "offset.storage.replication.factor": "1",
+        "offset.storage.partitions": "1", "offset.flush.interval.ms": "100", "snapshot.mode": "never",
+        "shardcdc.metrics.port": "0",
+    }
+
+
+def new_prefix(tag: str) -> str:
+    return f"bf{tag}{uuid.uuid4().hex[:6]}"
+
+
+# --- the server's own read rates --------------------------------------------------------------------
+
+
+def server_rates(sim: SimProcess, rows: int) -> dict[str, float]:
+    """StreamExecute of whole shard tables (1 and 2 concurrent readers) and one VStream copy of all
+    shards, counting rows without decoding them: what the server can deliver."""
+    import grpc
+
+    from vitessapi import binlogdata_pb2, query_pb2, vtgate_pb2, vtgateservice_pb2_grpc
+
+    shards = SHARDS.split(",")
+    opts = [("grpc.max_receive_message_length", 64 << 20)]
+
+    def read_shards(names: list[str]) -> int:
+        stub = vtgateservice_pb2_grpc.VitessStub(grpc.insecure_channel(sim.address, options=opts))
+        n = 0
+        for s in names:
+            req = vtgate_pb2.StreamExecuteRequest(
+                session=vtgate_pb2.Session(target_string=f"{KEYSPACE}:{s}@primary"),
+                query=query_pb2.BoundQuery(sql="SELECT * FROM bench"))
+            for resp in stub.StreamExecute(req):
+                n += len(resp.result.rows)
+        return n
+
+    out: dict[str, float] = {}
+    t = time.monotonic()
+    n = read_shards(shards)
+    out["stream_execute_1"] = n / (time.monotonic() - t)
+    got: list[int] = []
+    t = time.monotonic()
+    threads = [threading.Thread(target=lambda names=names: got.append(read_shards(names)))
+               for names in (shards[:2], shards[2:])]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    out["stream_execute_2"] = sum(got) / (time.monotonic() - t)
+    stub = vtgateservice_pb2_grpc.VitessStub(grpc.insecure_channel(sim.address, options=opts))
+    req = vtgate_pb2.VStreamRequest(
+        tablet_type=1,  # PRIMARY
+        vgtid=binlogdata_pb2.VGtid(shard_gtids=[binlogdata_pb2.ShardGtid(keyspace=KEYSPACE, gtid="")]),
+        filter=binlogdata_pb2.Filter(rules=[binlogdata_pb2.Rule(match="/.*")]))
+    n = 0
+    t = time.monotonic()
+    call = stub.VStream(req)
+    for resp in call:
+        for ev in resp.events:
+            if ev.type == binlogdata_pb2.VEventType.ROW:
+                n += len(ev.row_event.row_changes)
+            elif ev.type == binlogdata_pb2.VEventType.COPY_COMPLETED and not ev.shard:
+                call.cancel()
+                break
+        if n >= rows and call.done():
+            break
+    out["vstream_copy"] = n / (time.monotonic() - t)
+    assert n == rows, (n, rows)
+    return out
+
+
+# --- Spark -----------------------------------------------------------------------------------------------
+
+
+def spark_main(args: argparse.Namespace) -> None:
+    """One process per core count: a SparkSession (warmed up), then `runs` backfills."""
+    from cdcworker.backfill.job import run_backfill, spark_session
+    from cdcworker.backfill.spec import BackfillSpec
+
+    props = json.loads(args.props)
+    spark = spark_session(f"local[{args.cores}]", **{"spark.driver.memory": "1g"})
+    spark.sparkContext.parallelize(range(args.cores * 2), args.cores * 2).map(lambda x: x).collect()  # warm-up
+    out = []
+    for i in range(args.runs):
+        prefix = new_prefix(f"s{args.cores}")
+        p = {**props, "topic.prefix": prefix, "name": f"conn-{prefix}"}
+        spec = BackfillSpec(f"bench-{i}", ("bench",), p, chunk_size=args.chunk_size,
+                            max_concurrent_chunks_per_shard=args.lanes_per_shard)
+        res = run_backfill(spec, engine="spark", spark=spark)
+        out.append({"rows": res.rows, "seconds": res.seconds, "chunks": res.chunks_total})
+    spark.stop()
+    print(json.dumps(out), flush=True)
+
+
+def run_spark(broker: Any, sim: SimProcess, cores: int, runs: int, chunk_size: int, lanes: int) -> list[dict[str, Any]]:
+    props = props_for(broker, sim, "unused")
+    cmd = [sys.executable, __file__, "_spark", "--cores", str(cores), "--runs", str(runs), "--props", json.dumps(props),
+           "--chunk-size", str(chunk_size), "--lanes-per-shard", str(lanes)]
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, check=True)
+    return json.loads(proc.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+# --- one VStream copy in the streaming worker -------------------------------------------------------------
+
+
+def worker_main(args: argparse.Namespace) -> None:
+    """WorkerTask with snapshot.mode=initial until every row was seen and the copy's end is durable."""
+    from cdcworker.config import load_config
+    from cdcworker.task import WorkerTask
+
+    props = json.loads(args.props)
+    task = WorkerTask(load_config([], env={}, overrides=props))
+    marks: dict[str, float] = {}
+
+    def monitor() -> None:
+        while "done" not in marks:
+            p, s = task.processor, task.sink
+            if "first" not in marks and p is not None and p.stats.events_seen:
+                marks["first"] = time.monotonic()
+            if (p is not None and s is not None and p.stats.rows_seen >= args.rows and s.durable is not None
+                    and not s.durable.copying and s.pending == 0):
+                marks["done"] = time.monotonic()
+                task.stop("bench done")
+                return
+            time.sleep(0.01)  # a sampling interval, not synchronisation
+
+    threading.Thread(target=monitor, daemon=True).start()
+    task.run()
+    p = task.processor
+    print(json.dumps({"rows": p.stats.rows_seen if p else 0, "seconds": marks.get("done", 0) - marks.get("first", 0)}),
+          flush=True)
+
+
+def run_vstream(broker: Any, sim: SimProcess, rows: int) -> dict[str, Any]:
+    prefix = new_prefix("v")
+    props = {**props_for(broker, sim, prefix), "snapshot.mode": "initial"}
+    cmd = [sys.executable, __file__, "_worker", "--rows", str(rows), "--props", json.dumps(props)]
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, check=True)
+    return json.loads(proc.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+# --- driver ----------------------------------------------------------------------------------------------
+
+
+def rate(r: dict[str, Any]) -> float:
+    return float(r["rows"] / r["seconds"]) if r["seconds"] > 0 else 0.0
+
+
+def main_all(args: argparse.Namespace) -> None:
+    from localkafka import KafkaBroker
+
+    sim = SimProcess(args.rows)
+    print(f"# server loaded {args.rows:,} rows in {sim.info['load_seconds']:.1f} s; load {os.getloadavg()[0]:.1f}", flush=True)
+    report: dict[str, Any] = {"rows": args.rows, "shards": SHARDS, "cpus": os.cpu_count()}
+    try:
+        with KafkaBroker() as broker:
+            if "server" in args.what:
+                report["server"] = server_rates(sim, args.rows)
+                print("server", json.dumps(report["server"]), flush=True)
+            for cores in (1, 2):
+                if f"spark{cores}" in args.what:
+                    runs = run_spark(broker, sim, cores, args.runs, args.chunk_size, args.lanes_per_shard)
+                    report[f"spark{cores}"] = runs
+                    print(f"spark local[{cores}]", [f"{rate(r):,.0f}" for r in runs], flush=True)
+            if "vstream" in args.what:
+                runs = [run_vstream(broker, sim, args.rows) for _ in range(args.runs)]
+                report["vstream"] = runs
+                print("vstream copy", [f"{rate(r):,.0f}" for r in runs], flush=True)
+    finally:
+        sim.close()
+    med = {k: statistics.median(rate(r) for r in report[k]) for k in ("spark1", "spark2", "vstream") if k in report}
+    report["median_rows_per_s"] = med
+    if "spark1" in med and "spark2" in med:
+        report["spark2_over_spark1"] = med["spark2"] / med["spark1"]
+    if "vstream" in med and "spark2" in med:
+        report["spark2_over_vstream"] = med["spark2"] / med["vstream"]
+    report["load_after"] = os.getloadavg()[0]
+    print(json.dumps({k: v for k, v in report.items() if k not in ("spark1", "spark2", "vstream")}, indent=1))
+    if args.out:
+        Path(args.out).write_text(json.dumps(report, indent=1))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    for name, what in (("all", "server,spark1,spark2,vstream"), ("spark", ""), ("server", "server"), ("vstream", "vstream")):
+        p = sub.add_parser(name)
+        p.add_argument("--rows", type=int, default=2_000_000)
+        p.add_argument("--runs", type=int, default=3)
+        p.add_argument("--chunk-size", type=int, default=50_000)
+        p.add_argument("--lanes-per-shard", type=int, default=2)
+        p.add_argument("--cores", type=int, default=0, help="spark: only this core count")
+        p.add_argument("--out", default="")
+        p.set_defaults(what=what)
+    p = sub.add_parser("_sim")
+    p.add_argument("--rows", type=int, default=0)
+    p = sub.add_parser("_spark")
+    for a in ("--cores", "--runs", "--chunk-size", "--lanes-per-shard"):
+        p.add_argument(a, type=int)
+    p.add_argument("--props")
+    p = sub.add_parser("_worker")
+    p.add_argument("--rows", type=int)
+    p.add_argument("--props")
+    args = ap.parse_args()
+    if args.cmd == "spark":
+        args.what = f"spark{args.cores}" if args.cores else "spark1,spark2"
+    if args.cmd == "_sim":
+        sim_main(args)
+    elif args.cmd == "_spark":
+        spark_main(args)
+    elif args.cmd == "_worker":
+        worker_main(args)
+    else:
+        main_all(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,3 @@
+module shardcdc/bench/vstreamclient
+
+go 1.24

@@ -1,0 +1,101 @@
+{{/* Chart name, truncated to the 63 characters of a DNS label. */}}
+{{- define "shardcdc.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Full name of the release's objects: <release>-<chart> unless the release name contains the chart's. */}}
+{{- define "shardcdc.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The operator's objects (the Deployment, its pods, RBAC) share these selector labels. */}}
+{{- define "shardcdc.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "shardcdc.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: operator
+{{- end -}}
+
+{{- define "shardcdc.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "shardcdc.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/part-of: shardcdc
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end -}}
+
+{{- define "shardcdc.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "shardcdc.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "shardcdc.image" -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+Exactly what the operator uses (cdcoperator: handlers, reconcile, apply); tests/test_operator_rbac.py
+runs the operator with nothing more:
+  cdcconnectors            list/watch: kopf's watch; get: reconcile reads the object fresh;
+                           patch: kopf's finalizer and progress annotations, removing the one-shot
+                           shardcdc.io/restart annotation
+  cdcconnectors/status     patch: conditions, assignment, shards (the status subresource)
+  deployments, configmaps  each task's children: list (by label), get (after a create conflict),
+                           create, patch (scale, config roll-out, restart), delete (old generations)
+  pods                     list/watch: kopf's index of worker pods (task phases, exit codes)
+  events                   create: an event for each step
+Nothing else: no Secrets (workers mount them; the operator never reads them), no pod writes, no
+CRDs or namespaces (settings.scanning.disabled), no leases or kopf peering objects (standalone:
+one replica with strategy Recreate).
+*/}}
+{{- define "shardcdc.rules" -}}
+- apiGroups: ["shardcdc.io"]
+  resources: ["cdcconnectors"]
+  verbs: ["get", "list", "watch", "patch"]
+- apiGroups: ["shardcdc.io"]
+  resources: ["cdcconnectors/status"]
+  verbs: ["patch"]
+- apiGroups: ["apps"]
+  resources: ["deployments"]
+  verbs: ["get", "list", "create", "patch", "delete"]
+- apiGroups: [""]
+  resources: ["configmaps"]
+  verbs: ["get", "list", "create", "patch", "delete"]
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["list", "watch"]
+- apiGroups: [""]
+  resources: ["events"]
+  verbs: ["create"]
+{{- if .Values.rbac.backfills.sparkOperator }}
+- apiGroups: ["sparkoperator.k8s.io"]
+  resources: ["sparkapplications"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+{{- end }}
+{{- if .Values.rbac.backfills.sparkSubmit }}
+- apiGroups: ["batch"]
+  resources: ["jobs"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+{{- end }}
+{{- end -}}
+
+{{/* Worker pods carry these labels (cdcoperator.naming.task_labels). */}}
+{{- define "shardcdc.workerSelector" -}}
+app.kubernetes.io/name: shardcdc-worker
+app.kubernetes.io/component: worker
+{{- end -}}

@@ -1,0 +1,232 @@
+"""The API server of local mode: connectors, Deployments and ConfigMaps in memory, status on disk.
+
+``LocalCluster`` offers the calls ``reconcile()`` makes on the API server (:class:`ClusterApi`),
+with the same semantics where reconcile depends on them: ``metadata.generation`` counts spec
+changes, children are created or merge-patched by their applied hash (so an unchanged plan
+writes nothing), status is a merge patch, a one-shot annotation is removed only if it still has
+the value acted on. ConfigMaps and Deployments live in memory only: a restarted ``shardcdc run``
+recreates them from ``status.assignment``, which is saved after every change (with the rest of
+the connector) to ``<state dir>/<namespace>/<name>/connector.json``.
+
+Secrets come from a directory laid out as Kubernetes mounts them: ``<secrets dir>/<secret>/<key>``.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import threading
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from cdcoperator import naming
+from cdcoperator.apply import APPLIED_HASH_ANNOTATION, CONFIG_MAPS, DEPLOYMENTS, KINDS, Kind, applied_hash
+from cdcoperator.model import API_VERSION, KIND, ConnectorResource, SpecError
+
+__all__ = ["LocalCluster", "apply_merge_patch", "connector_dir"]
+
+STATE_FILE = "connector.json"
+
+
+def apply_merge_patch(target: dict[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
+    """Apply a JSON merge patch (RFC 7386) to ``target`` in place; returns it."""
+    for key, value in patch.items():
+        if value is None:
+            target.pop(key, None)
+        elif isinstance(value, Mapping) and isinstance(target.get(key), dict):
+            apply_merge_patch(target[key], value)
+        else:
+            target[key] = copy.deepcopy(value)
+    return target
+
+
+def connector_dir(state_dir: Path, namespace: str, name: str) -> Path:
+    return Path(state_dir) / namespace / name
+
+
+def _write_json(path: Path, doc: Mapping[str, Any], mode: int = 0o644) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    tmp.chmod(mode)
+    os.replace(tmp, path)
+
+
+class LocalCluster:
+    """In-memory objects of one local-mode instance; thread-safe (the kubelet reads Deployments)."""
+
+    def __init__(self, state_dir: Path, secrets_dir: Path | None = None) -> None:
+        self.state_dir = Path(state_dir)
+        self.secrets_dir = Path(secrets_dir) if secrets_dir is not None else None
+        self._lock = threading.Lock()
+        self._connectors: dict[tuple[str, str], dict[str, Any]] = {}
+        self._objects: dict[tuple[str, str, str], dict[str, Any]] = {}  # (plural, namespace, name)
+        self._version = 0
+
+    # --- connectors (local operations: what kubectl apply/patch do) ------------------------------------
+
+    def put_connector(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        """Create the connector, or replace its spec, labels and annotations (``kubectl apply``).
+
+        A saved connector of the same name keeps its uid, generation and status, so a restarted
+        ``shardcdc run`` continues the generation it left.
+        """
+        if body.get("kind", KIND) != KIND:
+            raise SpecError(f"expected kind {KIND}, got {body.get('kind')!r}")
+        meta = body.get("metadata") or {}
+        name = str(meta.get("name") or "")
+        namespace = str(meta.get("namespace") or "default")
+        if not name:
+            raise SpecError("metadata.name is required")
+        ConnectorResource.from_body({**body, "metadata": {**meta, "namespace": namespace}})
+        with self._lock:
+            current = self._connectors.get((namespace, name)) or self._load(namespace, name)
+            if current is None:
+                current = {
+                    "apiVersion": API_VERSION,
+                    "kind": KIND,
+                    "metadata": {"name": name, "namespace": namespace, "uid": str(uuid.uuid4()), "generation": 0},
+                    "spec": {},
+                    "status": {},
+                }
+            new = copy.deepcopy(current)
+            new["metadata"]["labels"] = dict(meta.get("labels") or {})
+            new["metadata"]["annotations"] = dict(meta.get("annotations") or {})
+            new["spec"] = copy.deepcopy(dict(body.get("spec") or {}))
+            self._store(current, new)
+            return copy.deepcopy(new)
+
+    def patch_connector(self, namespace: str, name: str, patch: Mapping[str, Any]) -> dict[str, Any]:
+        """Merge-patch ``spec`` and ``metadata.labels/annotations`` (``kubectl patch --type=merge``)."""
+        unknown = set(patch) - {"spec", "metadata"}
+        unknown |= {f"metadata.{k}" for k in (patch.get("metadata") or {}) if k not in ("labels", "annotations")}
+        if unknown:
+            raise SpecError(f"only spec and metadata.labels/annotations can be patched, not {', '.join(sorted(unknown))}")
+        with self._lock:
+            current = self._connectors.get((namespace, name))
+            if current is None:
+                raise KeyError(f"cdcconnector {namespace}/{name} not found")
+            new = apply_merge_patch(copy.deepcopy(current), patch)
+            ConnectorResource.from_body(new)
+            self._store(current, new)
+            return copy.deepcopy(new)
+
+    def connector(self, namespace: str, name: str) -> dict[str, Any] | None:
+        with self._lock:
+            body = self._connectors.get((namespace, name))
+            return copy.deepcopy(body) if body is not None else None
+
+    def _store(self, current: Mapping[str, Any], new: dict[str, Any]) -> None:
+        meta = new["metadata"]
+        if new.get("spec") != current.get("spec"):
+            meta["generation"] = int(current["metadata"].get("generation") or 0) + 1
+        self._version += 1
+        meta["resourceVersion"] = str(self._version)
+        self._connectors[(meta["namespace"], meta["name"])] = new
+        _write_json(connector_dir(self.state_dir, meta["namespace"], meta["name"]) / STATE_FILE, new)
+
+    def _load(self, namespace: str, name: str) -> dict[str, Any] | None:
+        path = connector_dir(self.state_dir, namespace, name) / STATE_FILE
+        try:
+            doc = json.loads(path.read_text())
+        except FileNotFoundError:
+            return None
+        return doc if isinstance(doc, dict) else None
+
+    # --- what reconcile() calls (the API server's part of ClusterApi) -------------------------------
+
+    async def get_connector(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.connector(namespace, name)
+
+    async def patch_connector_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
+        with self._lock:
+            current = self._connectors.get((namespace, name))
+            if current is None:
+                return
+            new = copy.deepcopy(current)
+            new["status"] = apply_merge_patch(new.get("status") or {}, status)
+            self._store(current, new)
+
+    async def remove_annotation(self, namespace: str, name: str, key: str, expected: str) -> None:
+        with self._lock:
+            current = self._connectors.get((namespace, name))
+            if current is None or (current["metadata"].get("annotations") or {}).get(key) != expected:
+                return
+            new = copy.deepcopy(current)
+            del new["metadata"]["annotations"][key]
+            self._store(current, new)
+
+    async def list_children(self, kind: Kind, namespace: str, connector: str) -> list[dict[str, Any]]:
+        return self.children(kind, namespace, connector)
+
+    def children(self, kind: Kind, namespace: str | None = None, connector: str | None = None) -> list[dict[str, Any]]:
+        with self._lock:
+            out = []
+            for (plural, ns, _), obj in sorted(self._objects.items()):
+                labels = obj["metadata"].get("labels") or {}
+                if plural == kind.plural and namespace in (None, ns) and (
+                        connector is None or labels.get(naming.LABEL_CONNECTOR) == connector):
+                    out.append(copy.deepcopy(obj))
+            return out
+
+    async def apply(self, obj: Mapping[str, Any], live: Mapping[str, Any] | None) -> str:
+        kind = KINDS[obj["kind"]]
+        meta = obj["metadata"]
+        key = (kind.plural, meta["namespace"], meta["name"])
+        digest = applied_hash(obj)
+        desired = copy.deepcopy(dict(obj))
+        desired["metadata"].setdefault("annotations", {})[APPLIED_HASH_ANNOTATION] = digest
+        with self._lock:
+            current = self._objects.get(key)
+            if current is None:
+                self._version += 1
+                desired["metadata"]["resourceVersion"] = str(self._version)
+                self._objects[key] = desired
+                return "created"
+            if (current["metadata"].get("annotations") or {}).get(APPLIED_HASH_ANNOTATION) == digest:
+                return "unchanged"
+            patch = {k: v for k, v in desired.items() if k in ("spec", "data")}
+            patch["metadata"] = {k: v for k, v in desired["metadata"].items() if k not in ("name", "namespace")}
+            apply_merge_patch(current, patch)
+            self._version += 1
+            current["metadata"]["resourceVersion"] = str(self._version)
+            return "patched"
+
+    async def set_replicas(self, namespace: str, name: str, replicas: int) -> None:
+        with self._lock:
+            dep = self._objects.get((DEPLOYMENTS.plural, namespace, name))
+            if dep is not None:
+                dep["spec"]["replicas"] = replicas
+
+    async def annotate_pod_template(self, namespace: str, name: str, key: str, value: str) -> None:
+        with self._lock:
+            dep = self._objects.get((DEPLOYMENTS.plural, namespace, name))
+            if dep is not None:
+                dep["spec"]["template"].setdefault("metadata", {}).setdefault("annotations", {})[key] = value
+
+    async def delete(self, kind: Kind, namespace: str, name: str) -> bool:
+        with self._lock:
+            return self._objects.pop((kind.plural, namespace, name), None) is not None
+
+    # --- for the kubelet ------------------------------------------------------------------------------
+
+    def deployments(self) -> list[dict[str, Any]]:
+        return self.children(DEPLOYMENTS)
+
+    def resolve(self, kind: str, namespace: str, name: str) -> dict[str, bytes] | None:
+        """Data of a ConfigMap (from memory) or a Secret (files under the secrets directory)."""
+        if kind == "ConfigMap":
+            with self._lock:
+                cm = self._objects.get((CONFIG_MAPS.plural, namespace, name))
+                if cm is None:
+                    return None
+                return {k: str(v).encode() for k, v in (cm.get("data") or {}).items()}
+        if kind == "Secret" and self.secrets_dir is not None:
+            folder = self.secrets_dir / name
+            if not folder.is_dir():
+                return None
+            return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file()}
+        return None

@@ -1,0 +1,231 @@
+"""Backfill planning, reconciliation, progress and hand-off rules (pure, no I/O)."""
+
+from __future__ import annotations
+
+import pytest
+
+from cdcworker.backfill import chunking
+from cdcworker.backfill.gtid import GtidError, covers, parse
+from cdcworker.backfill.handoff import CATCHUP, HELD, JOINED, ChunkMark, ShardHandoff, TableMarks, smallest
+from cdcworker.backfill.lanes import make_lanes
+from cdcworker.backfill.progress import (
+    ChunkDone,
+    PlanRecord,
+    ProgressTracker,
+    load_run,
+    parse_record,
+)
+from cdcworker.backfill.reconcile import KeyReader, reconcile
+from cdcworker.backfill.spec import BackfillSpec, Chunk
+from cdcworker.backfill.throttle import RowThrottle
+
+U1 = "MySQL56/6a00c132-972b-564a-9ad8-0d01b1878746"
+U2 = "0b5ad1a0-0000-4000-8000-000000000002"
+
+
+def pos(n: int) -> str:
+    return f"{U1}:1-{n}"
+
+
+# --- gtid ----------------------------------------------------------------------------------------
+
+
+def test_covers_compares_executed_sets_including_reparents() -> None:
+    assert covers(pos(5), pos(5)) and covers(pos(5), pos(3))
+    assert not covers(pos(3), pos(4))
+    after_reparent = f"{pos(7)},{U2}:1-2"
+    assert covers(after_reparent, pos(7)) and not covers(pos(7), after_reparent)
+    assert covers(f"{U1}:1-3:5-9", f"{U1}:6-8") and not covers(f"{U1}:1-3:5-9", f"{U1}:3-5")
+    assert parse(f"{U1}:1-3:4-6") == parse(f"{U1}:1-6")  # adjacent intervals merge
+    with pytest.raises(GtidError):
+        parse("MariaDB/0-1-2")
+
+
+# --- chunking ------------------------------------------------------------------------------------
+
+
+def test_even_split_for_dense_integer_keys_covers_the_key_space() -> None:
+    stats = chunking.TableStats(rows=1000, min_value=1, max_value=1000)
+    assert chunking.is_dense(stats, True)
+    points = chunking.even_points(stats, chunk_size=300, max_chunks=100)
+    assert points == [(301,), (601,), (901,)]
+    assert chunking.bounds_from_points(points) == [(None, (301,)), ((301,), (601,)), ((601,), (901,)), ((901,), None)]
+
+
+def test_sparse_or_composite_keys_use_split_points_and_chunk_count_is_bounded() -> None:
+    sparse = chunking.TableStats(rows=10, min_value=1, max_value=10**9)
+    assert not chunking.is_dense(sparse, True)
+    assert not chunking.is_dense(chunking.TableStats(10, 1, 10), False)
+    keys = [(i, j) for i in range(10) for j in range(3)]  # 30 composite keys
+
+    def next_point(start: tuple | None) -> tuple | None:  # type: ignore[type-arg]
+        i = 0 if start is None else keys.index(start)
+        j = i + 7
+        return keys[j] if j < len(keys) else None
+
+    assert chunking.query_points(next_point, max_chunks=100) == [keys[7], keys[14], keys[21], keys[28]]
+    assert len(chunking.query_points(next_point, max_chunks=3)) == 2  # 3 chunks at most
+    assert chunking.effective_chunk_size(1_000_000, 8096, 10) == 100_000
+    dense = chunking.TableStats(rows=1_000_000, min_value=1, max_value=1_000_000)
+    assert len(chunking.bounds_from_points(chunking.even_points(dense, 10, 50))) <= 50
+
+
+def test_chunk_sql_uses_row_constructors_and_binds() -> None:
+    c = Chunk("r1", "ks", "-80", "lines", 2, ("order_id", "line"), (5, 1), (9, 0), "qty > 3")
+    sql, binds = chunking.chunk_select(c)
+    assert sql.endswith(
+        "SELECT * FROM `lines` WHERE (`order_id`, `line`) >= (:lo0, :lo1) AND (`order_id`, `line`) < (:hi0, :hi1)"
+        " AND (qty > 3)"
+    )
+    assert binds == {"lo0": 5, "lo1": 1, "hi0": 9, "hi1": 0}
+    sql, binds = chunking.split_select("t", ("id",), (10,), 100, None)
+    assert sql.endswith("SELECT `id` FROM `t` WHERE `id` >= :lo0 ORDER BY `id` LIMIT 1 OFFSET 100")
+    first = Chunk("r1", "ks", "-80", "t", 0, ("id",), None, (10,))
+    assert chunking.chunk_select(first)[0].endswith("SELECT * FROM `t` WHERE `id` < :hi0")
+    assert first.contains((9,)) and not first.contains((10,))
+
+
+# --- reconcile -----------------------------------------------------------------------------------
+
+
+class Row:
+    def __init__(self, *vals: str | None) -> None:
+        self.lengths = [-1 if v is None else len(v) for v in vals]
+        self.values = b"".join(v.encode() for v in vals if v is not None)
+
+    def __repr__(self) -> str:
+        return f"Row({self.values!r})"
+
+
+KEY = KeyReader([0], [True])
+
+
+def test_key_reader_handles_nulls_before_the_key_and_composite_keys() -> None:
+    assert KeyReader([1, 2], [True, False])(Row(None, "17", "ab")) == (17, "ab")
+
+
+def test_reconcile_applies_window_changes_so_the_chunk_is_the_state_at_the_high_watermark() -> None:
+    read = [Row("1", "a"), Row("2", "b"), Row("3", "c"), Row("4", "d")]
+    in_range = Chunk("r", "ks", "-", "t", 0, ("id",), (1,), (10,)).contains
+    window = [
+        (Row("2", "b"), Row("2", "b2")),  # update
+        (Row("3", "c"), None),  # delete
+        (None, Row("5", "e")),  # insert in range
+        (None, Row("50", "x")),  # insert out of range: another chunk's
+        (Row("4", "d"), Row("40", "d")),  # PK change moving the row out of the range
+        (None, Row("6", "f")),
+        (Row("6", "f"), None),  # inserted and deleted within the window
+        (Row("2", "b2"), Row("2", "b3")),  # last change wins
+    ]
+    merged = reconcile(read, window, KEY, in_range)
+    assert [r.values for r in merged.kept] == [b"1a"]
+    assert sorted(r.values for r in merged.changed) == [b"2b3", b"5e"]
+    assert merged.removed == 2  # 3 deleted, 4 moved away
+    no_window = reconcile(read, [], KEY, in_range)
+    assert no_window.kept == read and no_window.changed == []
+
+
+# --- lanes, throttle, progress ------------------------------------------------------------------
+
+
+def _chunks(shard: str, n: int, table: str = "t") -> list[Chunk]:
+    return [Chunk("r", "ks", shard, table, i, ("id",), None, None) for i in range(n)]
+
+
+def test_lanes_bound_concurrency_per_shard_and_spread_over_shards() -> None:
+    lanes = make_lanes(_chunks("-80", 5) + _chunks("80-", 1), per_shard=2)
+    assert [[c.shard for c in lane] for lane in lanes] == [["-80"] * 3, ["80-"], ["-80"] * 2]
+    assert sorted(c.index for lane in lanes for c in lane if c.shard == "-80") == [0, 1, 2, 3, 4]
+
+
+def test_throttle_paces_rows_per_second() -> None:
+    now = [0.0]
+    t = RowThrottle(100.0, burst_seconds=1.0, clock=lambda: now[0])
+    assert t.acquire(100) == 0.0
+    assert t.acquire(50) == pytest.approx(0.5)
+    now[0] = 1.5
+    assert t.acquire(100) == 0.0  # 1.5 s refilled 150 tokens after a 50 debt
+    assert RowThrottle(0).acquire(10**9) == 0.0
+
+
+def test_progress_records_round_trip_and_fold_into_run_state() -> None:
+    plan = PlanRecord("r1", "ks", "-80", "t", ("id",), 2, 20, "even", ((11,),), None)
+    c0 = Chunk("r1", "ks", "-80", "t", 0, ("id",), None, (11,), None, 10)
+    c1 = Chunk("r1", "ks", "-80", "t", 1, ("id",), (11,), None, None, 10)
+    d0 = ChunkDone(c0, 10, pos(3), pos(4), 1, 123)
+    assert parse_record(plan.value()) == plan and parse_record(d0.value()) == d0
+    other_run = ChunkDone(Chunk("r0", "ks", "-80", "t", 1, ("id",), (11,), None), 1, pos(1), pos(1))
+    state = load_run([(plan.key(), plan.value()), (d0.key(), d0.value()), (b"x", None),
+                      (other_run.key(), other_run.value())], "r1")
+    assert state.is_done(c0) and not state.is_done(c1)
+    assert not state.table_complete("-80", "t") and not state.complete
+    state.apply(ChunkDone(c1, 12, pos(4), pos(6)))
+    assert state.complete and state.shard_complete("-80")
+    assert state.watermarks("-80", "t") == [(None, (11,), pos(4)), ((11,), None, pos(6))]
+    assert c0.progress_key() == b'["r1","ks","-80","t",0]'
+
+
+def test_tracker_reports_rate_and_eta() -> None:
+    now = [0.0]
+    tr = ProgressTracker(window_seconds=10, clock=lambda: now[0])
+    tr.plan([PlanRecord("r", "ks", "-80", "t", ("id",), 4, 400, "even")])
+    c = _chunks("-80", 4)
+    now[0] = 2.0
+    tr.done(ChunkDone(c[0], 100, pos(1), pos(1)))
+    tr.done(ChunkDone(c[0], 100, pos(1), pos(1)))  # a duplicate record counts once
+    now[0] = 4.0
+    tr.done(ChunkDone(c[1], 100, pos(1), pos(1)))
+    assert (tr.chunks_done, tr.chunks_total, tr.rows_done, tr.rows_total) == (2, 4, 200, 400)
+    assert tr.rate() == pytest.approx(50.0)
+    assert tr.eta_seconds() == pytest.approx(4.0)
+
+
+def test_spec_round_trips_and_matches_tables() -> None:
+    spec = BackfillSpec("run-1", ("items", r"ks\.ord.*"), {"topic.prefix": "p"}, conditions={"items": "qty > 1"},
+                        shards=("-80",), chunk_size=10)
+    assert BackfillSpec.from_json(spec.to_json()) == spec
+    assert spec.matches("ks", "items") and spec.matches("ks", "orders") and not spec.matches("ks", "lines")
+    assert spec.condition_for("ks", "items") == "qty > 1" and spec.condition_for("ks", "orders") is None
+    with pytest.raises(ValueError):
+        BackfillSpec("bad run", ("t",))
+    c = Chunk("r", "ks", "-80", "t", 3, ("a", "b"), (1, "x"), None, "a > 0", 5)
+    assert Chunk.from_json(c.to_json()) == c
+
+
+# --- hand-off ------------------------------------------------------------------------------------
+
+
+def _marks() -> TableMarks:
+    return TableMarks.of([ChunkMark((10,), None, pos(8)), ChunkMark(None, (10,), pos(5))])
+
+
+def test_handoff_holds_then_emits_only_changes_after_each_keys_chunk() -> None:
+    held = ShardHandoff("-80", "r1", ("t",))
+    assert not held.emit("t", (1,), pos(100))
+    assert held.emit("other", None, pos(100))
+    h = held.to_catchup({"t": _marks()}, rejoin_at=pos(12))
+    assert h.catchup_start() == pos(5)
+    assert not h.emit("t", (3,), pos(5)) and h.emit("t", (3,), pos(6))  # chunk 0: high 5
+    assert not h.emit("t", (10,), pos(8)) and h.emit("t", (10,), pos(9))  # chunk 1: high 8
+    assert not h.emit("other", None, pos(12)) and h.emit("other", None, pos(13))
+    # A PK change from chunk 0 into chunk 1 at position 7: the delete is new, the create is in the read.
+    assert h.emit_change("t", (3,), (11,), pos(7)) == (True, False)
+    assert h.emit_change("t", None, (4,), pos(6)) == (False, True)
+    assert not h.finished(pos(11)) and h.finished(pos(12))
+    assert ShardHandoff("-80", "r1", ("t",), JOINED).emit("t", (1,), pos(1))
+
+
+def test_handoff_state_round_trips_through_the_offset_field() -> None:
+    h = ShardHandoff("-80", "r1", ("t",), CATCHUP, pos(12), {"t": _marks()})
+    d = h.to_offset_field()
+    assert d == {"run": "r1", "tables": ["t"], "phase": "catchup", "rejoin_at": pos(12)}
+    assert ShardHandoff.from_offset_field("-80", d, {"t": _marks()}) == h
+    assert ShardHandoff.from_offset_field("-80", {"run": "r", "tables": ["t"]}).phase == HELD
+
+
+def test_marks_must_partition_the_key_space() -> None:
+    with pytest.raises(ValueError):
+        TableMarks.of([ChunkMark(None, (10,), pos(1))])
+    with pytest.raises(ValueError):
+        TableMarks.of([ChunkMark(None, (10,), pos(1)), ChunkMark((11,), None, pos(1))])
+    assert smallest([pos(7), pos(3), pos(9)]) == pos(3)

@@ -1,0 +1,202 @@
+"""``shardcdc offsets list|reset|set`` against a real broker, and the pure planning under it.
+
+Offsets are written with ``OffsetStore`` exactly as workers (and Kafka Connect) write them; after each
+command the topic is read back and compared byte for byte. Another connector's records in the same
+topic must never change.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cdcworker import cli
+from cdcworker.admin.offsets import stopped_problem
+from cdcworker.admin.offsetsops import (
+    OffsetsError,
+    connect_document,
+    entries,
+    plan_alter,
+    plan_reset,
+    plan_set_shards,
+)
+from cdcworker.offsets import OffsetPartition, OffsetValue, Vgtid, offset_record_key
+from cdcworker.offsets.store import OffsetStore
+from localkafka import KafkaBroker
+
+G1 = "MySQL56/aaaaaaaa-0000-0000-0000-000000000001:1-10"
+G2 = "MySQL56/bbbbbbbb-0000-0000-0000-000000000002:1-20"
+G3 = "MySQL56/cccccccc-0000-0000-0000-000000000003:1-30"
+
+
+def value(gtids: dict[str, str], **extra: Any) -> OffsetValue:
+    return OffsetValue.build(Vgtid.of("commerce", gtids), extra=list(extra.items()))
+
+
+def seed_records() -> dict[bytes, bytes]:
+    """Generation 0 (1 task) superseded by generation 1 (2 tasks), plus another connector's record."""
+    out: dict[bytes, bytes] = {}
+    for name, part, val in (
+        ("orders", OffsetPartition.for_task("orders", 0, 1, 0), value({"-80": G1, "80-": G1})),
+        ("orders", OffsetPartition.for_task("orders", 0, 2, 1), value({"-80": G2})),
+        ("orders", OffsetPartition.for_task("orders", 1, 2, 1), value({"80-": G3}, transaction_epoch=3)),
+        ("billing", OffsetPartition.for_task("billing", 0, 1, 0), value({"-": G1})),
+    ):
+        out[offset_record_key(name, part)] = val.to_bytes()
+    return out
+
+
+# --- pure planning --------------------------------------------------------------------------------------
+
+
+def test_entries_are_this_connectors_in_generation_order() -> None:
+    records = seed_records()
+    listed = entries(records, "orders")
+    assert [e.partition.task_key for e in listed] == ["task0_1_0", "task0_2_1", "task1_2_1"]
+    doc = connect_document(listed)
+    assert doc["offsets"][2] == {
+        "partition": {"server": "orders", "task_key": "task1_2_1"},
+        "offset": {"vgtid": Vgtid.of("commerce", {"80-": G3}).to_json(), "transaction_epoch": 3},
+    }
+    assert entries(records, "nobody") == []
+
+
+def test_reset_tombstones_every_record_of_the_connector_only() -> None:
+    records = seed_records()
+    changes = plan_reset(records, "orders")
+    assert [(c.partition.task_key, c.new) for c in changes] == [("task0_1_0", None), ("task0_2_1", None),
+                                                                 ("task1_2_1", None)]
+    assert all(c.old == records[c.key] for c in changes)
+    assert changes[0].describe() == f"delete  server=orders task0_1_0: -80@{G1}, 80-@{G1}"
+
+
+def test_set_moves_a_shard_in_the_newest_generation_and_keeps_other_fields() -> None:
+    records = seed_records()
+    (change,) = plan_set_shards(records, "orders", {"80-": G1})
+    assert change.partition.task_key == "task1_2_1"
+    assert change.new == OffsetValue({"vgtid": Vgtid.of("commerce", {"80-": G1}).to_json(),
+                                      "transaction_epoch": 3}).to_bytes()
+    assert change.new == (b'{"vgtid":"[{\\"keyspace\\":\\"commerce\\",\\"shard\\":\\"80-\\",\\"gtid\\":\\"'
+                          + G1.encode() + b'\\",\\"table_p_ks\\":[]}]","transaction_epoch":3}')
+    with pytest.raises(OffsetsError, match=r"shards c0- are not in the offsets of generation 1 \(it holds -80, 80-\)"):
+        plan_set_shards(records, "orders", {"c0-": G1})
+    assert plan_set_shards(records, "orders", {"-80": G2}) == []  # already there: nothing to write
+
+
+def test_alter_follows_connects_patch_semantics() -> None:
+    records = seed_records()
+    doc = {"offsets": [
+        {"partition": {"server": "orders", "task_key": "task0_1_0"}, "offset": None},
+        {"partition": {"server": "orders", "task_key": "task0_2_1"},
+         "offset": {"vgtid": Vgtid.of("commerce", {"-80": G3}).to_json()}},
+        {"partition": {"server": "orders", "task_key": "task1_2_1"},
+         "offset": json.loads(records[offset_record_key("orders", OffsetPartition.for_task("orders", 1, 2, 1))])},
+    ]}
+    changes = plan_alter(records, "orders", doc)
+    assert [(c.partition.task_key, c.new is None) for c in changes] == [("task0_1_0", True), ("task0_2_1", False)]
+    with pytest.raises(OffsetsError, match="not a Vitess partition"):
+        plan_alter(records, "orders", {"offsets": [{"partition": {"file": "x"}, "offset": None}]})
+    with pytest.raises(OffsetsError, match="offset has no 'vgtid' string"):
+        plan_alter(records, "orders", {"offsets": [{"partition": {"server": "orders"}, "offset": {"pos": 1}}]})
+
+
+def test_stopped_problem_needs_stopped_state_observed_and_exited_workers() -> None:
+    body: dict[str, Any] = {"metadata": {"generation": 2}, "spec": {"state": "running"},
+                            "status": {"observedGeneration": 2, "assignment": {"generation": 1, "phase": "Running"}}}
+    assert "spec.state is 'running'" in (stopped_problem(body) or "")
+    body["spec"]["state"], body["metadata"]["generation"] = "stopped", 3
+    assert "not yet observed" in (stopped_problem(body) or "")
+    body["status"]["observedGeneration"] = 3
+    assert "have not all exited" in (stopped_problem(body) or "")
+    body["status"]["assignment"]["phase"] = "Stopped"
+    assert stopped_problem(body) is None
+
+
+# --- the command against a real broker -------------------------------------------------------------------
+
+
+@pytest.fixture
+def topic(kafka_broker: KafkaBroker) -> str:
+    name = f"offsets-{uuid.uuid4().hex[:8]}"
+    with OffsetStore({"bootstrap.servers": kafka_broker.bootstrap}, name, partitions=5, replication_factor=1) as s:
+        s.ensure_topic()
+        for key, val in seed_records().items():
+            s._own_producer().produce(name, key=key, value=val, partition=s.partition_for(key))
+        assert s._own_producer().flush(30) == 0
+    return name
+
+
+def read(broker: KafkaBroker, topic: str) -> dict[bytes, bytes]:
+    with OffsetStore({"bootstrap.servers": broker.bootstrap}, topic) as s:
+        return s.load()
+
+
+def shardcdc(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    rc = cli.main(list(args))
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+def test_list_prints_connects_document(kafka_broker: KafkaBroker, topic: str, capsys: Any,
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "200")
+    common = ("--local", "--bootstrap-servers", kafka_broker.bootstrap, "--offsets-topic", topic)
+    rc, out, _ = shardcdc(capsys, "offsets", "list", "orders", *common, "--json")
+    assert rc == 0
+    assert json.loads(out) == connect_document(entries(seed_records(), "orders"))
+    rc, out, _ = shardcdc(capsys, "offsets", "list", "orders", *common)
+    assert rc == 0
+    rows = [line for line in out.splitlines() if "task" in line and "orders" in line]
+    assert len(rows) == 4  # one row per shard position: 2 + 1 + 1
+    assert G3 in out and "task1_2_1" in out
+
+
+def test_set_and_reset_write_exact_records(kafka_broker: KafkaBroker, topic: str, capsys: Any,
+                                           tmp_path: Path) -> None:
+    common = ("--local", "--bootstrap-servers", kafka_broker.bootstrap, "--offsets-topic", topic)
+    before = read(kafka_broker, topic)
+
+    # Without --yes and without a terminal nothing is written.
+    rc, out, err = shardcdc(capsys, "offsets", "reset", "orders", *common)
+    assert rc == 0 and "nothing changed" in out
+    assert "not checking that connector 'orders' is stopped" in err
+    assert read(kafka_broker, topic) == before
+
+    rc, out, _ = shardcdc(capsys, "offsets", "set", "orders", *common, f"--shard=-80={G1}", "--yes")
+    assert rc == 0, out
+    assert f"change  server=orders task0_2_1: -80@{G2} -> -80@{G1}" in out
+    after = read(kafka_broker, topic)
+    key = offset_record_key("orders", OffsetPartition.for_task("orders", 0, 2, 1))
+    assert after == {**before, key: value({"-80": G1}).to_bytes()}
+
+    # An offsets document (list --json output, edited) round-trips through --offsets-file.
+    doc = connect_document(entries(after, "orders"))
+    doc["offsets"][0]["offset"] = None
+    (tmp_path / "doc.json").write_text(json.dumps(doc))
+    rc, out, _ = shardcdc(capsys, "offsets", "set", "orders", *common, "--offsets-file",
+                          str(tmp_path / "doc.json"), "--yes")
+    assert rc == 0 and "wrote 1 records" in out
+    gen0 = offset_record_key("orders", OffsetPartition.for_task("orders", 0, 1, 0))
+    assert read(kafka_broker, topic) == {k: v for k, v in after.items() if k != gen0}
+
+    rc, out, _ = shardcdc(capsys, "offsets", "reset", "orders", *common, "--yes")
+    assert rc == 0 and "wrote 2 records" in out
+    billing = offset_record_key("billing", OffsetPartition.for_task("billing", 0, 1, 0))
+    assert read(kafka_broker, topic) == {billing: before[billing]}
+    rc, out, _ = shardcdc(capsys, "offsets", "reset", "orders", *common, "--yes")
+    assert rc == 0 and "nothing to change" in out
+
+
+def test_errors_are_one_line_messages(kafka_broker: KafkaBroker, topic: str, capsys: Any) -> None:
+    common = ("--local", "--bootstrap-servers", kafka_broker.bootstrap)
+    rc, _, err = shardcdc(capsys, "offsets", "list", "orders", *common, "--offsets-topic", "no-such-topic",
+                          "--timeout", "5")
+    assert rc == 1 and "offsets topic 'no-such-topic' not found" in err
+    rc, _, err = shardcdc(capsys, "offsets", "set", "orders", *common, "--offsets-topic", topic, "--yes")
+    assert rc == 1 and "give --shard SHARD=GTID (repeatable) or --offsets-file FILE" in err
+    rc, _, err = shardcdc(capsys, "offsets", "list", "--local", "--offsets-topic", topic)
+    assert rc == 1 and "give the connector NAME" in err

@@ -1,0 +1,207 @@
+"""The operator runs with exactly the Helm chart's permissions, and they suffice.
+
+The chart's ServiceAccount and RBAC objects (``helm template``, both modes: ClusterRole for every
+namespace, a Role per namespace with ``watchNamespaces``) are created in a real kube-apiserver, a
+bound token is minted for the ServiceAccount (TokenRequest API), and ``shardcdc operator`` runs as a
+subprocess with a kubeconfig holding only that token, with the arguments the chart's Deployment
+gives it. A CdcConnector must then be reconciled end to end (children, finalizer, status, events,
+deletion) with no 403 in the operator's log.
+
+A private control plane: the operator here serves every namespace (``--all-namespaces``), which on
+the process-wide shared plane would also adopt other test modules' connectors. ``FakeNodes``
+(tests/operator_kube_fixtures.py) stands in for the Deployment controller and kubelet.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from helm_fixtures import by_kind, render
+from operator_kube_fixtures import FakeNodes, wait_for
+
+from cdcoperator.apply import KubeApi
+from kubetest import KubeControlPlane
+from kubetest.controlplane import free_port
+from localkafka.children import bound_preexec, stop_group
+from vtgatesim import VTGateSim
+
+ROOT = Path(__file__).resolve().parent.parent
+CRD_PATH = ROOT / "crds" / "shardcdc.io_cdcconnectors.yaml"
+RELEASE_NS = "shardcdc-system"
+
+
+class Plane:
+    def __init__(self, kube: KubeControlPlane, sim: VTGateSim, tmp: Path) -> None:
+        self.kube, self.sim, self.tmp = kube, sim, tmp
+
+    def kubectl(self, *args: str, input: str | None = None, kubeconfig: Path | None = None) -> str:
+        r = self.kube.kubectl(*args, input=input, kubeconfig=kubeconfig)
+        assert r.returncode == 0, r.stderr
+        return r.stdout
+
+    def get(self, namespace: str, kind: str, name: str = "", selector: str = "") -> Any:
+        args = ["-n", namespace, "get", kind, *([name] if name else []), "-o", "json"]
+        if selector:
+            args += ["-l", selector]
+        r = self.kube.kubectl(*args)
+        if r.returncode != 0 and "NotFound" in r.stderr:
+            return None
+        assert r.returncode == 0, r.stderr
+        return json.loads(r.stdout)
+
+    def install_chart_identity(self, release: str, values: dict[str, Any]) -> tuple[str, Path]:
+        """Apply the chart's ServiceAccount + RBAC; return (operator args, the SA's kubeconfig)."""
+        objs = render(values, self.tmp, release=release, namespace=RELEASE_NS)
+        identity = [o for o in objs if o["kind"] in
+                    ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")]
+        assert {o["kind"] for o in identity} >= {"ServiceAccount"}
+        self.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(identity))
+        (sa,) = by_kind(objs, "ServiceAccount")
+        token = self.kube.service_account_token(RELEASE_NS, sa["metadata"]["name"])
+        kubeconfig = self.kube.write_kubeconfig(self.tmp / f"{release}.kubeconfig", user=f"{release}-operator",
+                                                token=token, namespace=RELEASE_NS)
+        (dep,) = by_kind(objs, "Deployment")
+        (container,) = dep["spec"]["template"]["spec"]["containers"]
+        return json.dumps(container["args"]), kubeconfig
+
+
+@pytest.fixture(scope="module")
+def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Plane]:
+    with VTGateSim() as sim, KubeControlPlane() as kube:
+        for ns in (RELEASE_NS, "shop-a", "shop-b", "team-x", "team-y"):
+            kube.kubectl("create", "namespace", ns, check=True)
+        kube.kubectl("apply", "-f", str(CRD_PATH), check=True)
+        kube.kubectl("wait", "--for=condition=Established", "crd/cdcconnectors.shardcdc.io", "--timeout=60s",
+                     check=True)
+        yield Plane(kube, sim, tmp_path_factory.mktemp("rbac"))
+
+
+@contextlib.contextmanager
+def operator(plane: Plane, chart_args: list[str], kubeconfig: Path, log: Path) -> Iterator[str]:
+    """``shardcdc operator`` as the chart's Deployment runs it."""
+    # The chart's arguments, with the liveness and metrics ports moved to free loopback ports.
+    args = [a for a in chart_args if not a.startswith(("--liveness=", "--metrics-port="))]
+    assert len(args) == len(chart_args) - 2
+    liveness = f"http://127.0.0.1:{free_port()}/healthz"
+    cmd = [str(Path(sys.executable).parent / "shardcdc"), "operator", *args, f"--liveness={liveness}",
+           f"--metrics-port={free_port()}", "--resync-seconds=0.5"]
+    env = plane.kube.env(kubeconfig)
+    env.pop("SHARDCDC_OPERATOR_KUBECONFIG", None)
+    with log.open("wb") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                                preexec_fn=bound_preexec())
+    try:
+        def alive() -> bool:
+            assert proc.poll() is None, f"operator exited with {proc.returncode}:\n{log.read_text()[-3000:]}"
+            try:
+                with urllib.request.urlopen(liveness, timeout=2) as resp:
+                    return resp.status == 200
+            except OSError:
+                return False
+
+        wait_for(alive, 60, "the operator's liveness endpoint")
+        yield liveness
+    finally:
+        stop_group(proc, timeout=20)
+    assert proc.returncode is not None
+
+
+def connector(plane: Plane, name: str, namespace: str, keyspace: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "shardcdc.io/v1alpha1", "kind": "CdcConnector",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"source": {"vitess": {"vtgate": plane.sim.address, "keyspace": keyspace}},
+                 "kafka": {"bootstrapServers": "kafka:9092", "topicPrefix": name}, "tasks": 2},
+    }
+
+
+def assert_reconciles(plane: Plane, namespace: str, name: str, keyspace: str) -> None:
+    """Create, reach Ready with two tasks, then delete: every step the operator takes, as the SA."""
+    plane.sim.create_keyspace(keyspace, ["-80", "80-"])
+    with FakeNodes(KubeApi(plane.kube.api_client()), namespace) as nodes:
+        plane.kubectl("apply", "-f", "-", input=json.dumps(connector(plane, name, namespace, keyspace)))
+
+        def ready() -> dict[str, Any] | None:
+            obj = plane.get(namespace, "cdc", name) or {}
+            conds = {c["type"]: c for c in (obj.get("status") or {}).get("conditions") or []}
+            ok = conds.get("Ready", {}).get("status") == "True"
+            return obj if ok else None
+
+        obj = wait_for(ready, 40, f"{namespace}/{name} Ready")
+        assert obj["metadata"]["finalizers"] == ["shardcdc.io/finalizer"]
+        assert obj["status"]["observedGeneration"] == obj["metadata"]["generation"]
+        assert obj["status"]["assignment"]["generation"] == 0
+        selector = f"shardcdc.io/connector={name}"
+        names = [f"{name}-g0-t0", f"{name}-g0-t1"]
+        for kind in ("deployments", "configmaps"):
+            items = plane.get(namespace, kind, selector=selector)["items"]
+            assert sorted(i["metadata"]["name"] for i in items) == names
+        events = plane.get(namespace, "events", selector="")["items"]
+        reasons = {e["reason"] for e in events if e["involvedObject"]["name"] == name}
+        assert {"Created", "GenerationStarted"} <= reasons
+
+        plane.kubectl("-n", namespace, "delete", "cdc", name, "--wait=false")
+        def gone() -> bool:
+            obj = plane.get(namespace, "cdc", name)
+            assert obj is None, (obj["metadata"].get("finalizers"), obj["metadata"].get("ownerReferences"))
+            return True
+
+        wait_for(gone, 30, f"{namespace}/{name} deleted")
+        for kind in ("deployments", "configmaps"):
+            assert plane.get(namespace, kind, selector=selector)["items"] == []
+    assert nodes.errors == []
+
+
+def assert_no_refusals(log: Path) -> None:
+    text = log.read_text()
+    assert "403" not in text and "Forbidden" not in text, text[-4000:]
+    assert "Traceback" not in text, text[-4000:]
+
+
+def can_i(plane: Plane, kubeconfig: Path, *args: str) -> str:
+    r = plane.kube.kubectl("auth", "can-i", *args, kubeconfig=kubeconfig)
+    return r.stdout.strip()
+
+
+def test_cluster_wide_chart_rbac_is_enough_and_no_more(plane: Plane) -> None:
+    args, kubeconfig = plane.install_chart_identity("cw", {})
+    chart_args = json.loads(args)
+    assert chart_args[0] == "--all-namespaces"
+    # The token is the chart's identity, not an admin: what the operator never needs is refused.
+    assert can_i(plane, kubeconfig, "get", "secrets", "-n", "shop-a") == "no"
+    assert can_i(plane, kubeconfig, "create", "pods", "-n", "shop-a") == "no"
+    assert can_i(plane, kubeconfig, "update", "deployments.apps", "-n", "shop-a") == "no"
+    assert can_i(plane, kubeconfig, "list", "customresourcedefinitions") == "no"
+    assert can_i(plane, kubeconfig, "create", "leases.coordination.k8s.io", "-n", RELEASE_NS) == "no"
+    assert can_i(plane, kubeconfig, "list", "cdcconnectors.shardcdc.io", "--all-namespaces") == "yes"
+
+    log = plane.tmp / "cluster-wide.log"
+    with operator(plane, chart_args, kubeconfig, log):
+        assert_reconciles(plane, "shop-a", "orders", "cw_orders")
+        assert_reconciles(plane, "shop-b", "users", "cw_users")
+    assert_no_refusals(log)
+
+
+def test_watch_namespaces_chart_rbac_is_enough_and_namespaced(plane: Plane) -> None:
+    args, kubeconfig = plane.install_chart_identity("ns", {"watchNamespaces": ["team-x", "team-y"]})
+    chart_args = json.loads(args)
+    assert chart_args[:2] == ["--namespace=team-x", "--namespace=team-y"]
+    # Nothing cluster-wide, nothing outside the watched namespaces.
+    assert can_i(plane, kubeconfig, "list", "cdcconnectors.shardcdc.io", "--all-namespaces") == "no"
+    assert can_i(plane, kubeconfig, "list", "cdcconnectors.shardcdc.io", "-n", "shop-a") == "no"
+    assert can_i(plane, kubeconfig, "create", "deployments.apps", "-n", "team-y") == "yes"
+
+    log = plane.tmp / "namespaced.log"
+    with operator(plane, chart_args, kubeconfig, log):
+        assert_reconciles(plane, "team-x", "orders", "ns_orders")
+        assert_reconciles(plane, "team-y", "users", "ns_users")
+    assert_no_refusals(log)

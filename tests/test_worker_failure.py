@@ -1,0 +1,171 @@
+"""event.processing.failure.handling.mode against the real broker and the VTGate simulator."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from worker_fixtures import running_task, worker_config
+
+from cdcworker import exitcodes
+from cdcworker.events import EncoderConfig
+from cdcworker.filters import EventConversionError, FailureHandler
+from cdcworker.offsets import ShardGtid, Vgtid
+from cdcworker.sink import KafkaSink
+from cdcworker.streaming import Features, StreamProcessor
+from localkafka import KafkaBroker, consume_all
+from vitessapi import binlogdata_pb2, query_pb2, vtgate_pb2
+from vtgatesim import VTGateSim
+from vtgatesim.faults import FaultPlan
+
+DDL = [
+    "CREATE TABLE customer (id BIGINT NOT NULL, email TEXT, PRIMARY KEY (id))",
+]
+
+
+@pytest.fixture
+def sim() -> Iterator[VTGateSim]:
+    with VTGateSim() as s:
+        s.create_keyspace("commerce", ["-80", "80-"], ddl=DDL)
+        yield s
+
+
+def _wait_for(predicate, timeout: float = 30.0, what: str = "condition"):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+# --- a value that does not parse: crafted VStream responses, real Kafka ---------------------------
+
+_T = binlogdata_pb2.VEventType
+_GTID = "MySQL56/0b7e9d2a-1111-2222-3333-444455556666:1-7"
+
+
+def _txn(rows: list[tuple[bytes, bytes]]) -> vtgate_pb2.VStreamResponse:
+    fields = [
+        query_pb2.Field(name="id", type=query_pb2.INT64, flags=1 | 2, column_type="bigint"),
+        query_pb2.Field(name="n", type=query_pb2.INT64, flags=0, column_type="bigint"),
+    ]
+    fe = binlogdata_pb2.FieldEvent(table_name="ks.t", fields=fields, keyspace="ks", shard="-80")
+    changes = [
+        binlogdata_pb2.RowChange(after=query_pb2.Row(lengths=[len(a), len(b)], values=a + b)) for a, b in rows
+    ]
+    vgtid = binlogdata_pb2.VGtid(shard_gtids=[binlogdata_pb2.ShardGtid(keyspace="ks", shard="-80", gtid=_GTID)])
+    events = [
+        binlogdata_pb2.VEvent(type=_T.BEGIN, timestamp=1700000000, keyspace="ks", shard="-80"),
+        binlogdata_pb2.VEvent(type=_T.FIELD, field_event=fe, keyspace="ks", shard="-80"),
+        binlogdata_pb2.VEvent(
+            type=_T.ROW,
+            row_event=binlogdata_pb2.RowEvent(table_name="ks.t", row_changes=changes, keyspace="ks", shard="-80"),
+            keyspace="ks",
+            shard="-80",
+        ),
+        binlogdata_pb2.VEvent(type=_T.VGTID, vgtid=vgtid, keyspace="ks", shard="-80"),
+        binlogdata_pb2.VEvent(type=_T.COMMIT, timestamp=1700000000, keyspace="ks", shard="-80"),
+    ]
+    return vtgate_pb2.VStreamResponse(events=events)
+
+
+def _processor(broker: KafkaBroker, mode: str, prefix: str) -> tuple[StreamProcessor, KafkaSink]:
+    sink = KafkaSink({"bootstrap.servers": broker.bootstrap, "enable.idempotence": True, "linger.ms": 1})
+    start = Vgtid((ShardGtid("ks", "-80", "MySQL56/0b7e9d2a-1111-2222-3333-444455556666:1-6"),))
+    features = Features(failures=FailureHandler(mode))
+    return StreamProcessor(EncoderConfig(prefix), sink, start, features=features), sink
+
+
+@pytest.mark.parametrize("mode", ["warn", "skip"])
+def test_bad_value_is_skipped_and_its_neighbours_kept(kafka_broker: KafkaBroker, mode: str) -> None:
+    prefix = f"f{uuid.uuid4().hex[:8]}"
+    processor, sink = _processor(kafka_broker, mode, prefix)
+    processor.process(_txn([(b"1", b"10"), (b"2", b"not-a-number"), (b"3", b"30")]))
+    sink.flush()
+    assert processor._failures.skipped == 1
+    records = consume_all(kafka_broker.bootstrap, f"{prefix}.ks.t")
+    assert [json.loads(r.value)["payload"]["after"] for r in records] == [{"id": 1, "n": 10}, {"id": 3, "n": 30}]
+    assert processor.position.to_json() == json.dumps([{"keyspace": "ks", "shard": "-80", "gtid": _GTID, "table_p_ks": []}], separators=(",", ":"))
+
+
+def test_bad_value_in_fail_mode_names_its_offset(kafka_broker: KafkaBroker) -> None:
+    processor, _ = _processor(kafka_broker, "fail", f"f{uuid.uuid4().hex[:8]}")
+    with pytest.raises(EventConversionError) as info:
+        processor.process(_txn([(b"1", b"10"), (b"2", b"x")]))
+    msg = str(info.value)
+    assert "keyspace=ks shard=-80 table=t" in msg
+    assert f'"gtid":"{_GTID}"' in msg
+    assert "invalid literal for int()" in msg
+
+
+# --- the vstreamer's anonymised columns (@1, @2): the simulator's fault -----------------------------
+
+
+def test_anonymised_columns_in_fail_mode_reconnect_and_lose_nothing(sim: VTGateSim, kafka_broker: KafkaBroker) -> None:
+    sim.execute("INSERT INTO customer (id, email) VALUES (1, 'a@x')", "commerce")
+    sim.inject(FaultPlan(anonymise_columns=True))
+    cfg = worker_config(kafka_broker, sim.address, "commerce", extra={"snapshot.mode": "initial"})
+    with running_task(cfg) as run:
+        _wait_for(lambda: run.task.sink is not None and run.task.sink.records_sent >= 1, what="the copied row")
+        sim.execute("INSERT INTO customer (id, email) VALUES (2, 'b@x')", "commerce")
+        _wait_for(lambda: run.task.sink is not None and run.task.sink.records_sent >= 2, what="2 records")
+        reconnects = sum(run.task.metrics.reconnects.values())
+        result = run.stop()
+    assert result.exit_code == exitcodes.OK
+    assert reconnects >= 1
+    records = consume_all(kafka_broker.bootstrap, f"{cfg.topic_prefix}.commerce.customer")
+    assert sorted(json.loads(r.value)["payload"]["after"]["id"] for r in records) == [1, 2]
+
+
+def test_anonymised_columns_in_warn_mode_skip_only_that_table(sim: VTGateSim, kafka_broker: KafkaBroker) -> None:
+    sim.inject(FaultPlan(anonymise_columns=True))
+    cfg = worker_config(kafka_broker, sim.address, "commerce", extra={"event.processing.failure.handling.mode": "warn"})
+    with running_task(cfg) as run:
+        _wait_for(lambda: run.task.processor is not None and run.task.processor.stats.events_seen > 0, what="stream start")
+        sim.execute("INSERT INTO customer (id, email) VALUES (1, 'a@x')", "commerce")
+        _wait_for(lambda: run.task.metrics is not None and run.task.metrics.erroneous >= 2, what="FIELD and ROW skipped")
+        assert run.thread.is_alive()  # the task keeps streaming
+        result = run.stop()
+    assert result.exit_code == exitcodes.OK
+
+
+# --- records over the producer's max.request.size ---------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["warn", "fail"])
+def test_oversized_record_follows_the_mode(sim: VTGateSim, kafka_broker: KafkaBroker, mode: str) -> None:
+    cfg = worker_config(
+        kafka_broker,
+        sim.address,
+        "commerce",
+        extra={"producer.max.request.size": "4000", "event.processing.failure.handling.mode": mode},
+    )
+    with running_task(cfg) as run:
+        _wait_for(lambda: run.task.processor is not None and run.task.processor.stats.events_seen > 0, what="stream start")
+        sim.execute_transaction(
+            [
+                "INSERT INTO customer (id, email) VALUES (1, 'small')",
+                "INSERT INTO customer (id, email) VALUES (4, '" + "x" * 5000 + "')",
+                "INSERT INTO customer (id, email) VALUES (5, 'small too')",
+            ],
+            "commerce",
+        )
+        if mode == "fail":
+            result = run.wait(60)
+        else:
+            _wait_for(lambda: run.task.sink is not None and run.task.sink.records_sent >= 2, what="2 records")
+            result = run.stop()
+    if mode == "fail":
+        assert result.exit_code == exitcodes.FAILED
+        assert "exceeds the producer's max.request.size" in result.reason
+        assert "table=customer" in result.reason and "vgtid=[" in result.reason
+        return
+    assert result.exit_code == exitcodes.OK
+    records = consume_all(kafka_broker.bootstrap, f"{cfg.topic_prefix}.commerce.customer")
+    assert sorted(json.loads(r.value)["payload"]["after"]["id"] for r in records) == [1, 5]

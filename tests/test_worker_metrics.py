@@ -1,0 +1,88 @@
+"""Metrics of a running worker, scraped over HTTP during a workload: counts equal the events,
+committed transactions per shard, Connected, queue gauges, lag falling to ~0 when idle, latency
+histograms that count every transaction, and the low watermark."""
+
+from __future__ import annotations
+
+import time
+import urllib.request
+from collections.abc import Iterator
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from test_worker_txmeta import caught_up, wait_for
+from worker_fixtures import CUSTOMER_DDL, running_task, worker_config
+
+from cdcworker.observability.server import ObservabilityServer
+from localkafka import KafkaBroker
+from vtgatesim import VTGateSim
+
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+@pytest.fixture
+def sim() -> Iterator[VTGateSim]:
+    with VTGateSim() as s:
+        s.create_keyspace("commerce", ["-80", "80-"], ddl=[CUSTOMER_DDL])
+        yield s
+
+
+def scrape(port: int) -> Samples:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    out: Samples = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            labels = tuple(sorted((k, v) for k, v in s.labels.items() if k not in ("connector", "task")))
+            out[(s.name, labels)] = s.value
+    return out
+
+
+def test_metrics_follow_the_workload(sim: VTGateSim, kafka_broker: KafkaBroker) -> None:
+    cfg = worker_config(kafka_broker, sim.address, "commerce", extra={"heartbeat.interval.ms": "1000", "max.queue.size": "4096"})
+    with running_task(cfg) as run:
+        wait_for(lambda: run.task.metrics is not None and sim.active_streams() == 1, "stream start")
+        server = ObservabilityServer(run.task.metrics, 0, "127.0.0.1").start()
+        try:
+            port = server.port
+            before = scrape(port)
+            assert before[("shardcdc_connected", ())] in (0.0, 1.0)
+            # 10 single-row transactions on -80 (ids 1 2 3 5 9 10 13 15 16 17) and 5 on 80-
+            low = [1, 2, 3, 5, 9, 10, 13, 15, 16, 17]
+            high = [4, 6, 7, 8, 11]
+            for i in low + high:
+                sim.execute(f"INSERT INTO customer (id, email) VALUES ({i}, 'u{i}@x.io')", "commerce")
+            sim.execute_transaction([f"UPDATE customer SET email = 'x' WHERE id = {i}" for i in (1, 2, 3)], "commerce")
+            wait_for(lambda: caught_up(sim, run), "all delivered")
+            wait_for(lambda: scrape(port)[("shardcdc_total_number_of_events_seen", ())] == 18, "18 events counted")
+            m = scrape(port)
+            assert m[("shardcdc_connected", ())] == 1.0
+            # 11 and 5 transactions of the workload, plus the position event VTGate sends when a
+            # stream starts from "current" (a commit point without rows), one per shard
+            low_txns = m[("shardcdc_number_of_committed_transactions", (("shard", "-80"),))]
+            high_txns = m[("shardcdc_number_of_committed_transactions", (("shard", "80-"),))]
+            assert (low_txns, high_txns) == (12, 6)
+            assert m[("shardcdc_queue_total_capacity", ())] == 4096
+            assert m[("shardcdc_queue_remaining_capacity", ())] == 4096  # nothing buffered between transactions
+            assert m[("shardcdc_records_sent_total", ())] >= 18
+            for hist in ("shardcdc_commit_to_read_seconds", "shardcdc_commit_to_emit_seconds"):
+                assert m[(f"{hist}_count", ())] == low_txns + high_txns, hist
+                assert m[(f"{hist}_bucket", (("le", "+Inf"),))] == low_txns + high_txns
+            assert m[("shardcdc_commit_to_ack_seconds_count", ())] >= 1
+            assert m[("shardcdc_milliseconds_since_last_event", ())] >= 0
+
+            # Idle: VTGate heartbeats bring the lag to ~0 and move the low watermark to about now.
+            def idle() -> bool:
+                s = scrape(port)
+                lags = [s.get(("shardcdc_milliseconds_behind_source", (("shard", sh),))) for sh in ("-80", "80-")]
+                lw_lag = s.get(("shardcdc_low_watermark_lag_seconds", ()))
+                return all(v is not None and v < 1500 for v in lags) and lw_lag is not None and lw_lag < 3
+
+            wait_for(idle, "lag ~0 and a fresh low watermark while idle", timeout=20)
+            lw = scrape(port)[("shardcdc_low_watermark_seconds", ())]
+            assert time.time() - 3 < lw <= time.time() + 1
+        finally:
+            server.stop()
+        run.stop()
+    m_after = run.task.metrics
+    assert m_after.state == "stopped"

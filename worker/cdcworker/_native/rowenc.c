@@ -1,0 +1,872 @@
+/*
+ * cdcworker._rowenc: the native inner loop of the row encoder.
+ *
+ * A Program is compiled once per table (per FIELD event) from the Python converters of
+ * cdcworker.events.types; Program.encode(rowchange_bytes) parses one serialized
+ * binlogdata.RowChange (no Python object per column or per length) and writes the
+ * before/after row images and key payloads as JSON, byte-identical to the pure-Python path
+ * (orjson + jsonfmt.fix_escapes). Anything the C code does not handle natively, or any value
+ * outside a native fast path (non-canonical text, zero dates, out-of-range numbers, invalid
+ * UTF-8...), is converted by the column's Python converter and serialized by orjson, so the
+ * Python semantics stay the single source of truth. Malformed input or a column count that
+ * does not match returns None: the caller then takes the Python path, which raises the
+ * proper error.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+enum {
+    OP_DROP = 0,     /* column dropped (no converter): bytes skipped, no output */
+    OP_PY,           /* Python converter + orjson for every value */
+    OP_INT,          /* canonical integer text, at most 18 digits: copied verbatim */
+    OP_TEXT,         /* UTF-8 text as a JSON string */
+    OP_F32,          /* MySQL FLOAT: parsed, rounded to float, Java Double.toString */
+    OP_F64,          /* MySQL DOUBLE */
+    OP_B64,          /* standard base64 string */
+    OP_B64URL,       /* URL-safe base64 string */
+    OP_HEX,          /* lower-case hex string */
+    OP_BOOL,         /* any(raw) */
+    OP_DEC_B64,      /* unsigned integer as Connect Decimal bytes (scale 0), base64 */
+    OP_ENUM,         /* 1-based index into labels, "" otherwise */
+    OP_SET,          /* bit set over labels, joined by "," */
+    OP_DATE,         /* YYYY-MM-DD: days since epoch */
+    OP_DATETIME,     /* YYYY-MM-DD HH:MM:SS[.f]: microseconds since epoch floor-divided by div */
+    OP_TIME_MICRO,   /* [-]H:MM:SS[.f]: microseconds */
+    OP_TIME_CONNECT, /* TIME in [0, 24h]: milliseconds */
+    OP_MAX
+};
+
+typedef struct {
+    int op;
+    PyObject *name;   /* bytes: JSON key including quotes and ':' */
+    PyObject *conv;   /* Python converter (fallback), NULL for OP_DROP */
+    long long div;    /* OP_DATETIME divisor */
+    PyObject *labels; /* tuple of bytes: escaped label bodies (no quotes), OP_ENUM / OP_SET */
+} Col;
+
+typedef struct {
+    PyObject_HEAD
+    Py_ssize_t ncols;
+    Col *cols;
+    Py_ssize_t nkeys;
+    Py_ssize_t *keys; /* column indexes of the key, in key order */
+    PyObject *key_prefix; /* bytes: '{"schema":...,"payload":' or b"" */
+    PyObject *dumps;      /* orjson.dumps */
+    PyObject *fix;        /* jsonfmt.fix_escapes */
+} Program;
+
+/* --- output buffer ------------------------------------------------------------------- */
+
+typedef struct {
+    char *p;
+    Py_ssize_t len, cap;
+    char inl[2048];
+} Buf;
+
+static void buf_init(Buf *b) { b->p = b->inl; b->len = 0; b->cap = (Py_ssize_t)sizeof(b->inl); }
+static void buf_free(Buf *b) { if (b->p != b->inl) PyMem_Free(b->p); }
+
+static int buf_grow(Buf *b, Py_ssize_t n) {
+    Py_ssize_t cap = b->cap * 2;
+    while (cap < b->len + n) cap *= 2;
+    char *np;
+    if (b->p == b->inl) {
+        np = PyMem_Malloc((size_t)cap);
+        if (np) memcpy(np, b->p, (size_t)b->len);
+    } else {
+        np = PyMem_Realloc(b->p, (size_t)cap);
+    }
+    if (!np) { PyErr_NoMemory(); return -1; }
+    b->p = np;
+    b->cap = cap;
+    return 0;
+}
+
+static inline int buf_reserve(Buf *b, Py_ssize_t n) {
+    return (b->len + n <= b->cap) ? 0 : buf_grow(b, n);
+}
+
+static inline int buf_put(Buf *b, const char *s, Py_ssize_t n) {
+    if (buf_reserve(b, n) < 0) return -1;
+    memcpy(b->p + b->len, s, (size_t)n);
+    b->len += n;
+    return 0;
+}
+
+#define PUTS(b, lit) buf_put((b), (lit), (Py_ssize_t)(sizeof(lit) - 1))
+
+static int buf_put_i64(Buf *b, long long v) {
+    char tmp[32];
+    int n = snprintf(tmp, sizeof tmp, "%lld", v);
+    return buf_put(b, tmp, n);
+}
+
+/* --- small parsers ------------------------------------------------------------------- */
+
+static inline int isdig(char c) { return c >= '0' && c <= '9'; }
+
+/* Canonical decimal integer (what int() and orjson round-trip to the same text):
+ * "0", or optional '-' then [1-9][0-9]*; at most maxdig digits. */
+static int canonical_int(const char *s, Py_ssize_t n, int maxdig, int allow_neg) {
+    Py_ssize_t i = 0;
+    if (n > 0 && s[0] == '-') {
+        if (!allow_neg) return 0;
+        i = 1;
+    }
+    Py_ssize_t nd = n - i;
+    if (nd <= 0 || nd > maxdig) return 0;
+    if (s[i] == '0') return nd == 1 && i == 0;
+    for (; i < n; i++)
+        if (!isdig(s[i])) return 0;
+    return 1;
+}
+
+static unsigned long long parse_u(const char *s, Py_ssize_t n) {
+    unsigned long long v = 0;
+    for (Py_ssize_t i = 0; i < n; i++) v = v * 10 + (unsigned)(s[i] - '0');
+    return v;
+}
+
+/* Non-negative canonical integer of at most 20 digits that fits 64 bits unsigned. */
+static int parse_u64(const char *s, Py_ssize_t n, unsigned long long *out) {
+    if (!canonical_int(s, n, 20, 0)) return 0;
+    if (n == 20 && memcmp(s, "18446744073709551615", 20) > 0) return 0;
+    *out = parse_u(s, n);
+    return 1;
+}
+
+static int fixed_digits(const char *s, int n, int *out) {
+    int v = 0;
+    for (int i = 0; i < n; i++) {
+        if (!isdig(s[i])) return 0;
+        v = v * 10 + (s[i] - '0');
+    }
+    *out = v;
+    return 1;
+}
+
+static long long days_from_civil(long long y, int m, int d) {
+    y -= m <= 2;
+    long long era = (y >= 0 ? y : y - 399) / 400;
+    long long yoe = y - era * 400;
+    long long doy = (153 * (m > 2 ? m - 3 : m + 9) + 2) / 5 + d - 1;
+    long long doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    return era * 146097 + doe - 719468;
+}
+
+static int days_in_month(int y, int m) {
+    static const int dm[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+    if (m == 2 && ((y % 4 == 0 && y % 100 != 0) || y % 400 == 0)) return 29;
+    return dm[m - 1];
+}
+
+/* YYYY-MM-DD, a real date with year >= 1 (date.fromisoformat's domain). */
+static int parse_date(const char *s, Py_ssize_t n, long long *days) {
+    int y, m, d;
+    if (n != 10 || s[4] != '-' || s[7] != '-') return 0;
+    if (!fixed_digits(s, 4, &y) || !fixed_digits(s + 5, 2, &m) || !fixed_digits(s + 8, 2, &d)) return 0;
+    if (y < 1 || m < 1 || m > 12 || d < 1 || d > days_in_month(y, m)) return 0;
+    *days = days_from_civil(y, m, d);
+    return 1;
+}
+
+/* Up to 6 fraction digits after '.', scaled to microseconds. */
+static int parse_frac(const char *s, Py_ssize_t n, long long *us) {
+    if (n < 1 || n > 6) return 0;
+    long long v = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (!isdig(s[i])) return 0;
+        v = v * 10 + (s[i] - '0');
+    }
+    for (Py_ssize_t i = n; i < 6; i++) v *= 10;
+    *us = v;
+    return 1;
+}
+
+/* YYYY-MM-DD HH:MM:SS[.f{1,6}] -> microseconds since the epoch. */
+static int parse_datetime(const char *s, Py_ssize_t n, long long *out) {
+    long long days, frac = 0;
+    int hh, mm, ss;
+    if (n < 19 || s[10] != ' ' || s[13] != ':' || s[16] != ':') return 0;
+    if (!parse_date(s, 10, &days)) return 0;
+    if (!fixed_digits(s + 11, 2, &hh) || !fixed_digits(s + 14, 2, &mm) || !fixed_digits(s + 17, 2, &ss)) return 0;
+    if (hh > 23 || mm > 59 || ss > 59) return 0;
+    if (n > 19) {
+        if (s[19] != '.' || !parse_frac(s + 20, n - 20, &frac)) return 0;
+    }
+    *out = ((days * 86400LL + hh * 3600LL + mm * 60LL + ss) * 1000000LL) + frac;
+    return 1;
+}
+
+/* [-]H{1,4}:M{1,2}:S{1,2}[.f{1,6}] -> microseconds, as types._parse_time_micros computes it. */
+static int parse_time(const char *s, Py_ssize_t n, long long *out) {
+    Py_ssize_t i = 0, st;
+    int neg = 0;
+    long long part[3], frac = 0;
+    static const int maxd[3] = {4, 2, 2};
+    if (n > 0 && s[0] == '-') { neg = 1; i = 1; }
+    for (int k = 0; k < 3; k++) {
+        st = i;
+        long long v = 0;
+        while (i < n && isdig(s[i])) { v = v * 10 + (s[i] - '0'); i++; }
+        if (i == st || i - st > maxd[k]) return 0;
+        part[k] = v;
+        if (k < 2) {
+            if (i >= n || s[i] != ':') return 0;
+            i++;
+        }
+    }
+    if (i < n) {
+        if (s[i] != '.' || !parse_frac(s + i + 1, n - i - 1, &frac)) return 0;
+    }
+    long long us = (part[0] * 3600 + part[1] * 60 + part[2]) * 1000000LL + frac;
+    *out = neg ? -us : us;
+    return 1;
+}
+
+/* -?[0-9]+(.[0-9]+)?([eE][-+]?[0-9]+)?, short: the texts MySQL writes for FLOAT/DOUBLE. */
+static int plain_float(const char *s, Py_ssize_t n) {
+    Py_ssize_t i = 0, st;
+    if (n == 0 || n > 40) return 0;
+    if (s[0] == '-') i = 1;
+    st = i;
+    while (i < n && isdig(s[i])) i++;
+    if (i == st) return 0;
+    if (i < n && s[i] == '.') {
+        st = ++i;
+        while (i < n && isdig(s[i])) i++;
+        if (i == st) return 0;
+    }
+    if (i < n && (s[i] == 'e' || s[i] == 'E')) {
+        i++;
+        if (i < n && (s[i] == '+' || s[i] == '-')) i++;
+        st = i;
+        while (i < n && isdig(s[i])) i++;
+        if (i == st) return 0;
+    }
+    return i == n;
+}
+
+/* --- writers ------------------------------------------------------------------------- */
+
+static const char HEXU[] = "0123456789ABCDEF";
+static const char HEXL[] = "0123456789abcdef";
+
+/* Strict UTF-8 (what bytes.decode("utf-8") accepts without replacement). */
+static int valid_utf8(const unsigned char *s, Py_ssize_t n) {
+    Py_ssize_t i = 0;
+    while (i < n) {
+        unsigned char c = s[i];
+        if (c < 0x80) { i++; continue; }
+        if (c >= 0xC2 && c <= 0xDF) {
+            if (i + 1 >= n || (s[i + 1] & 0xC0) != 0x80) return 0;
+            i += 2;
+        } else if (c >= 0xE0 && c <= 0xEF) {
+            if (i + 2 >= n) return 0;
+            unsigned char c1 = s[i + 1];
+            if (c == 0xE0 && (c1 < 0xA0 || c1 > 0xBF)) return 0;
+            if (c == 0xED && (c1 < 0x80 || c1 > 0x9F)) return 0;
+            if ((c1 & 0xC0) != 0x80 || (s[i + 2] & 0xC0) != 0x80) return 0;
+            i += 3;
+        } else if (c >= 0xF0 && c <= 0xF4) {
+            if (i + 3 >= n) return 0;
+            unsigned char c1 = s[i + 1];
+            if (c == 0xF0 && (c1 < 0x90 || c1 > 0xBF)) return 0;
+            if (c == 0xF4 && (c1 < 0x80 || c1 > 0x8F)) return 0;
+            if ((c1 & 0xC0) != 0x80 || (s[i + 2] & 0xC0) != 0x80 || (s[i + 3] & 0xC0) != 0x80) return 0;
+            i += 4;
+        } else {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* The body of a JSON string as orjson escapes it, with Jackson's upper-case \u00XX. */
+static int put_escaped(Buf *b, const unsigned char *s, Py_ssize_t n) {
+    if (buf_reserve(b, n * 6) < 0) return -1;
+    char *o = b->p + b->len;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        unsigned char c = s[i];
+        if (c >= 0x20 && c != '"' && c != '\\') { *o++ = (char)c; continue; }
+        *o++ = '\\';
+        switch (c) {
+        case '"': *o++ = '"'; break;
+        case '\\': *o++ = '\\'; break;
+        case '\b': *o++ = 'b'; break;
+        case '\t': *o++ = 't'; break;
+        case '\n': *o++ = 'n'; break;
+        case '\f': *o++ = 'f'; break;
+        case '\r': *o++ = 'r'; break;
+        default:
+            *o++ = 'u'; *o++ = '0'; *o++ = '0';
+            *o++ = HEXU[c >> 4]; *o++ = HEXU[c & 15];
+        }
+    }
+    b->len = o - b->p;
+    return 0;
+}
+
+static int put_b64(Buf *b, const unsigned char *s, Py_ssize_t n, int url) {
+    static const char STD[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    static const char URL[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    const char *t = url ? URL : STD;
+    if (buf_reserve(b, (n + 2) / 3 * 4 + 2) < 0) return -1;
+    char *o = b->p + b->len;
+    *o++ = '"';
+    Py_ssize_t i = 0;
+    for (; i + 2 < n; i += 3) {
+        unsigned v = ((unsigned)s[i] << 16) | ((unsigned)s[i + 1] << 8) | s[i + 2];
+        *o++ = t[v >> 18]; *o++ = t[(v >> 12) & 63]; *o++ = t[(v >> 6) & 63]; *o++ = t[v & 63];
+    }
+    if (n - i == 1) {
+        unsigned v = (unsigned)s[i] << 16;
+        *o++ = t[v >> 18]; *o++ = t[(v >> 12) & 63]; *o++ = '='; *o++ = '=';
+    } else if (n - i == 2) {
+        unsigned v = ((unsigned)s[i] << 16) | ((unsigned)s[i + 1] << 8);
+        *o++ = t[v >> 18]; *o++ = t[(v >> 12) & 63]; *o++ = t[(v >> 6) & 63]; *o++ = '=';
+    }
+    *o++ = '"';
+    b->len = o - b->p;
+    return 0;
+}
+
+/* Java's Double.toString (JDK 19+ shortest digits), as jsonfmt.java_double; finite v only.
+ * Inside [1e-3, 1e7) this is also what orjson writes for the float (tests prove it). */
+static int put_java_double(Buf *b, double v) {
+    if (v == 0.0) return signbit(v) ? PUTS(b, "-0.0") : PUTS(b, "0.0");
+    double ax = fabs(v);
+    char *r = PyOS_double_to_string(ax, 'r', 0, 0, NULL);
+    if (!r) return -1;
+    char digits[32];
+    int nd = 0, ip = -1, exp = 0, lz = 0, seen_nz = 0;
+    const char *p = r;
+    for (; *p && *p != 'e' && *p != 'E'; p++) {
+        if (*p == '.') { ip = nd; continue; }
+        if (!seen_nz && *p == '0') { lz++; nd++; continue; }
+        seen_nz = 1;
+        if (nd - lz < (int)sizeof(digits)) digits[nd - lz] = *p;
+        nd++;
+    }
+    if (*p) exp = atoi(p + 1);
+    PyMem_Free(r);
+    if (ip < 0) ip = nd;
+    int len = nd - lz;
+    while (len > 1 && digits[len - 1] == '0') len--;
+    int point = ip - lz + exp;
+    char out[64];
+    int o = 0;
+    if (v < 0) out[o++] = '-';
+    if (ax >= 1e-3 && ax < 1e7) {
+        if (point <= 0) {
+            out[o++] = '0'; out[o++] = '.';
+            for (int i = 0; i < -point; i++) out[o++] = '0';
+            memcpy(out + o, digits, (size_t)len); o += len;
+        } else if (point >= len) {
+            memcpy(out + o, digits, (size_t)len); o += len;
+            for (int i = 0; i < point - len; i++) out[o++] = '0';
+            out[o++] = '.'; out[o++] = '0';
+        } else {
+            memcpy(out + o, digits, (size_t)point); o += point;
+            out[o++] = '.';
+            memcpy(out + o, digits + point, (size_t)(len - point)); o += len - point;
+        }
+    } else {
+        out[o++] = digits[0];
+        out[o++] = '.';
+        if (len > 1) { memcpy(out + o, digits + 1, (size_t)(len - 1)); o += len - 1; }
+        else out[o++] = '0';
+        o += snprintf(out + o, sizeof(out) - (size_t)o, "E%d", point - 1);
+    }
+    return buf_put(b, out, o);
+}
+
+/* --- one value ----------------------------------------------------------------------- */
+
+/* The Python converter's value, serialized by orjson (+ fix_escapes), as the dict path does. */
+static int put_py(Program *pg, Buf *b, Col *c, const char *s, Py_ssize_t n) {
+    PyObject *raw = PyBytes_FromStringAndSize(s, n);
+    if (!raw) return -1;
+    PyObject *v = PyObject_CallOneArg(c->conv, raw);
+    Py_DECREF(raw);
+    if (!v) return -1;
+    if (v == Py_None) {
+        Py_DECREF(v);
+        return PUTS(b, "null");
+    }
+    PyObject *js = PyObject_CallOneArg(pg->dumps, v);
+    Py_DECREF(v);
+    if (!js) return -1;
+    if (!PyBytes_Check(js)) {
+        Py_DECREF(js);
+        PyErr_SetString(PyExc_TypeError, "dumps() did not return bytes");
+        return -1;
+    }
+    const char *jp = PyBytes_AS_STRING(js);
+    Py_ssize_t jn = PyBytes_GET_SIZE(js);
+    if (jn >= 4 && memmem(jp, (size_t)jn, "\\u00", 4) != NULL) {
+        PyObject *fixed = PyObject_CallOneArg(pg->fix, js);
+        Py_DECREF(js);
+        if (!fixed) return -1;
+        if (!PyBytes_Check(fixed)) {
+            Py_DECREF(fixed);
+            PyErr_SetString(PyExc_TypeError, "fix_escapes() did not return bytes");
+            return -1;
+        }
+        js = fixed;
+        jp = PyBytes_AS_STRING(js);
+        jn = PyBytes_GET_SIZE(js);
+    }
+    int rc = buf_put(b, jp, jn);
+    Py_DECREF(js);
+    return rc;
+}
+
+static int put_label(Buf *b, PyObject *labels, Py_ssize_t i) {
+    PyObject *l = PyTuple_GET_ITEM(labels, i);
+    return buf_put(b, PyBytes_AS_STRING(l), PyBytes_GET_SIZE(l));
+}
+
+static int put_value(Program *pg, Buf *b, Col *c, const char *s, Py_ssize_t n) {
+    switch (c->op) {
+    case OP_INT:
+        if (canonical_int(s, n, 18, 1)) return buf_put(b, s, n);
+        break;
+    case OP_TEXT:
+        if (valid_utf8((const unsigned char *)s, n)) {
+            if (PUTS(b, "\"") < 0 || put_escaped(b, (const unsigned char *)s, n) < 0) return -1;
+            return PUTS(b, "\"");
+        }
+        break;
+    case OP_F32:
+    case OP_F64:
+        if (plain_float(s, n)) {
+            char tmp[48];
+            memcpy(tmp, s, (size_t)n);
+            tmp[n] = 0;
+            char *end = NULL;
+            double d = PyOS_string_to_double(tmp, &end, NULL);
+            if (d == -1.0 && PyErr_Occurred()) { PyErr_Clear(); break; }
+            if (end != tmp + n) break;
+            if (c->op == OP_F32) {
+                float f = (float)d;
+                if (isinf(f) && !isinf(d)) break; /* struct.pack raises: let Python say so */
+                d = (double)f;
+            }
+            if (!isfinite(d)) break;
+            return put_java_double(b, d);
+        }
+        break;
+    case OP_B64:
+        return put_b64(b, (const unsigned char *)s, n, 0);
+    case OP_B64URL:
+        return put_b64(b, (const unsigned char *)s, n, 1);
+    case OP_HEX: {
+        if (buf_reserve(b, 2 * n + 2) < 0) return -1;
+        char *o = b->p + b->len;
+        *o++ = '"';
+        for (Py_ssize_t i = 0; i < n; i++) {
+            unsigned char x = (unsigned char)s[i];
+            *o++ = HEXL[x >> 4];
+            *o++ = HEXL[x & 15];
+        }
+        *o++ = '"';
+        b->len = o - b->p;
+        return 0;
+    }
+    case OP_BOOL:
+        for (Py_ssize_t i = 0; i < n; i++)
+            if (s[i]) return PUTS(b, "true");
+        return PUTS(b, "false");
+    case OP_DEC_B64: {
+        unsigned long long u;
+        if (parse_u64(s, n, &u)) {
+            /* BigInteger.toByteArray: big-endian, minimal length with a sign bit. */
+            int bits = 0;
+            for (unsigned long long t = u; t; t >>= 1) bits++;
+            int nb = (bits + 8) / 8;
+            unsigned char tmp[9];
+            for (int i = 0; i < nb; i++) tmp[nb - 1 - i] = i < 8 ? (unsigned char)(u >> (8 * i)) : 0;
+            return put_b64(b, tmp, nb, 0);
+        }
+        break;
+    }
+    case OP_ENUM:
+        if (canonical_int(s, n, 18, 1)) {
+            long long k = (s[0] == '-') ? -1 : (long long)parse_u(s, n);
+            Py_ssize_t nl = PyTuple_GET_SIZE(c->labels);
+            if (PUTS(b, "\"") < 0) return -1;
+            if (k >= 1 && k <= nl && put_label(b, c->labels, (Py_ssize_t)(k - 1)) < 0) return -1;
+            return PUTS(b, "\"");
+        }
+        break;
+    case OP_SET: {
+        unsigned long long bits;
+        if (parse_u64(s, n, &bits)) {
+            Py_ssize_t nl = PyTuple_GET_SIZE(c->labels);
+            int first = 1;
+            if (PUTS(b, "\"") < 0) return -1;
+            for (Py_ssize_t i = 0; bits && i < 64; i++, bits >>= 1) {
+                if ((bits & 1) && i < nl) {
+                    if (!first && PUTS(b, ",") < 0) return -1;
+                    if (put_label(b, c->labels, i) < 0) return -1;
+                    first = 0;
+                }
+            }
+            return PUTS(b, "\"");
+        }
+        break;
+    }
+    case OP_DATE: {
+        long long days;
+        if (parse_date(s, n, &days)) return buf_put_i64(b, days);
+        break;
+    }
+    case OP_DATETIME: {
+        long long us;
+        if (parse_datetime(s, n, &us)) {
+            long long q = us / c->div;
+            if (us % c->div != 0 && us < 0) q -= 1; /* Python's floor division */
+            return buf_put_i64(b, q);
+        }
+        break;
+    }
+    case OP_TIME_MICRO: {
+        long long us;
+        if (parse_time(s, n, &us)) return buf_put_i64(b, us);
+        break;
+    }
+    case OP_TIME_CONNECT: {
+        long long us;
+        if (parse_time(s, n, &us) && us >= 0 && us <= 86400000000LL) return buf_put_i64(b, us / 1000);
+        break;
+    }
+    default:
+        break;
+    }
+    return put_py(pg, b, c, s, n);
+}
+
+/* --- protobuf wire format ------------------------------------------------------------ */
+
+static int rd_varint(const unsigned char **pp, const unsigned char *end, uint64_t *out) {
+    const unsigned char *p = *pp;
+    uint64_t v = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+        if (p >= end) return 0;
+        unsigned char c = *p++;
+        v |= (uint64_t)(c & 0x7F) << shift;
+        if (!(c & 0x80)) { *pp = p; *out = v; return 1; }
+    }
+    return 0;
+}
+
+/* Skip a field of the given wire type; 0 on malformed input. */
+static int skip_field(const unsigned char **pp, const unsigned char *end, int wt) {
+    uint64_t v;
+    switch (wt) {
+    case 0: return rd_varint(pp, end, &v);
+    case 1: if (end - *pp < 8) return 0; *pp += 8; return 1;
+    case 2:
+        if (!rd_varint(pp, end, &v) || v > (uint64_t)(end - *pp)) return 0;
+        *pp += v;
+        return 1;
+    case 5: if (end - *pp < 4) return 0; *pp += 4; return 1;
+    default: return 0;
+    }
+}
+
+/* query.Row: lengths (sint64, packed or not) into lens[ncols] and the values slice.
+ * Returns 1, or 0 for anything unexpected (the caller falls back to Python). */
+static int parse_row(const unsigned char *p, const unsigned char *end, Py_ssize_t ncols, long long *lens,
+                     const char **values, Py_ssize_t *nvalues) {
+    Py_ssize_t nl = 0;
+    *values = "";
+    *nvalues = 0;
+    while (p < end) {
+        uint64_t tag, v;
+        if (!rd_varint(&p, end, &tag)) return 0;
+        int field = (int)(tag >> 3), wt = (int)(tag & 7);
+        if (field == 1 && wt == 2) {
+            if (!rd_varint(&p, end, &v) || v > (uint64_t)(end - p)) return 0;
+            const unsigned char *q = p, *qe = p + v;
+            while (q < qe) {
+                uint64_t z;
+                if (!rd_varint(&q, qe, &z) || nl >= ncols) return 0;
+                lens[nl++] = (long long)((z >> 1) ^ (~(z & 1) + 1));
+            }
+            p = qe;
+        } else if (field == 1 && wt == 0) {
+            uint64_t z;
+            if (!rd_varint(&p, end, &z) || nl >= ncols) return 0;
+            lens[nl++] = (long long)((z >> 1) ^ (~(z & 1) + 1));
+        } else if (field == 2 && wt == 2) {
+            if (!rd_varint(&p, end, &v) || v > (uint64_t)(end - p)) return 0;
+            *values = (const char *)p;
+            *nvalues = (Py_ssize_t)v;
+            p += v;
+        } else if (!skip_field(&p, end, wt)) {
+            return 0;
+        }
+    }
+    return nl == ncols;
+}
+
+/* One row image and, if the table has a key, its key record bytes.
+ * Returns 1 done, 0 fall back to Python, -1 error set. */
+static int encode_image(Program *pg, const unsigned char *p, const unsigned char *end, PyObject **img,
+                        PyObject **key) {
+    Py_ssize_t ncols = pg->ncols;
+    long long lens_s[64];
+    Py_ssize_t spans_s[128];
+    long long *lens = lens_s;
+    Py_ssize_t *spans = spans_s;
+    const char *values;
+    Py_ssize_t nvalues;
+    int rc = -1;
+    Buf b;
+    buf_init(&b);
+    if (ncols > 64) {
+        lens = PyMem_Malloc(sizeof(long long) * (size_t)ncols);
+        spans = PyMem_Malloc(sizeof(Py_ssize_t) * 2 * (size_t)ncols);
+        if (!lens || !spans) { PyErr_NoMemory(); goto done; }
+    }
+    if (!parse_row(p, end, ncols, lens, &values, &nvalues)) { rc = 0; goto done; }
+    Py_ssize_t pos = 0;
+    int first = 1;
+    if (PUTS(&b, "{") < 0) goto done;
+    for (Py_ssize_t i = 0; i < ncols; i++) {
+        Col *c = &pg->cols[i];
+        long long l = lens[i];
+        if (l > 0 && pos + l > nvalues) { rc = 0; goto done; } /* Python slices would truncate */
+        if (c->op == OP_DROP) {
+            if (l > 0) pos += l;
+            continue;
+        }
+        if (!first && PUTS(&b, ",") < 0) goto done;
+        first = 0;
+        if (buf_put(&b, PyBytes_AS_STRING(c->name), PyBytes_GET_SIZE(c->name)) < 0) goto done;
+        spans[2 * i] = b.len;
+        if (l < 0) {
+            if (PUTS(&b, "null") < 0) goto done;
+        } else {
+            if (put_value(pg, &b, c, values + pos, (Py_ssize_t)l) < 0) goto done;
+            pos += l;
+        }
+        spans[2 * i + 1] = b.len;
+    }
+    if (PUTS(&b, "}") < 0) goto done;
+    Py_ssize_t img_len = b.len;
+    if (pg->nkeys > 0) {
+        /* The key record is written after the image in the same buffer, then split off. */
+        Py_ssize_t kp = PyBytes_GET_SIZE(pg->key_prefix);
+        if (buf_put(&b, PyBytes_AS_STRING(pg->key_prefix), kp) < 0 || PUTS(&b, "{") < 0) goto done;
+        for (Py_ssize_t k = 0; k < pg->nkeys; k++) {
+            Py_ssize_t i = pg->keys[k];
+            Col *c = &pg->cols[i];
+            if (k > 0 && PUTS(&b, ",") < 0) goto done;
+            if (buf_put(&b, PyBytes_AS_STRING(c->name), PyBytes_GET_SIZE(c->name)) < 0) goto done;
+            Py_ssize_t s0 = spans[2 * i], s1 = spans[2 * i + 1];
+            if (buf_reserve(&b, s1 - s0) < 0) goto done;
+            memcpy(b.p + b.len, b.p + s0, (size_t)(s1 - s0));
+            b.len += s1 - s0;
+        }
+        if (PUTS(&b, "}") < 0) goto done;
+        if (kp > 0 && PUTS(&b, "}") < 0) goto done;
+        *key = PyBytes_FromStringAndSize(b.p + img_len, b.len - img_len);
+        if (!*key) goto done;
+    } else {
+        *key = Py_NewRef(Py_None);
+    }
+    *img = PyBytes_FromStringAndSize(b.p, img_len);
+    if (!*img) { Py_CLEAR(*key); goto done; }
+    rc = 1;
+done:
+    if (lens != lens_s) PyMem_Free(lens);
+    if (spans != spans_s) PyMem_Free(spans);
+    buf_free(&b);
+    return rc;
+}
+
+/* Program.encode(rowchange: bytes) -> (before, after, before_key, after_key) | None */
+static PyObject *Program_encode(Program *pg, PyObject *arg) {
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
+    const unsigned char *p = view.buf, *end = p + view.len;
+    const unsigned char *sub[2] = {NULL, NULL}, *sube[2] = {NULL, NULL};
+    PyObject *out = NULL, *img[2] = {NULL, NULL}, *key[2] = {NULL, NULL};
+    int fallback = 0;
+    while (p < end) {
+        uint64_t tag, v;
+        if (!rd_varint(&p, end, &tag)) { fallback = 1; break; }
+        int field = (int)(tag >> 3), wt = (int)(tag & 7);
+        if ((field == 1 || field == 2) && wt == 2) {
+            if (!rd_varint(&p, end, &v) || v > (uint64_t)(end - p) || sub[field - 1] != NULL) {
+                fallback = 1; /* malformed, or a repeated sub-message that protobuf would merge */
+                break;
+            }
+            sub[field - 1] = p;
+            sube[field - 1] = p + v;
+            p += v;
+        } else if (!skip_field(&p, end, wt)) {
+            fallback = 1;
+            break;
+        }
+    }
+    for (int i = 0; i < 2 && !fallback; i++) {
+        if (sub[i] == NULL) continue;
+        int r = encode_image(pg, sub[i], sube[i], &img[i], &key[i]);
+        if (r < 0) goto fail;
+        if (r == 0) fallback = 1;
+    }
+    if (fallback) {
+        out = Py_NewRef(Py_None);
+        goto fail;
+    }
+    out = PyTuple_New(4);
+    if (!out) goto fail;
+    for (int i = 0; i < 2; i++) {
+        PyTuple_SET_ITEM(out, i, img[i] ? img[i] : Py_NewRef(Py_None));
+        PyTuple_SET_ITEM(out, 2 + i, key[i] ? key[i] : Py_NewRef(Py_None));
+    }
+    PyBuffer_Release(&view);
+    return out;
+fail:
+    for (int i = 0; i < 2; i++) {
+        Py_XDECREF(img[i]);
+        Py_XDECREF(key[i]);
+    }
+    PyBuffer_Release(&view);
+    return out;
+}
+
+/* --- construction -------------------------------------------------------------------- */
+
+static void Program_dealloc(Program *pg) {
+    if (pg->cols) {
+        for (Py_ssize_t i = 0; i < pg->ncols; i++) {
+            Py_XDECREF(pg->cols[i].name);
+            Py_XDECREF(pg->cols[i].conv);
+            Py_XDECREF(pg->cols[i].labels);
+        }
+        PyMem_Free(pg->cols);
+    }
+    PyMem_Free(pg->keys);
+    Py_XDECREF(pg->key_prefix);
+    Py_XDECREF(pg->dumps);
+    Py_XDECREF(pg->fix);
+    Py_TYPE(pg)->tp_free((PyObject *)pg);
+}
+
+/* Program(columns, keys, key_prefix, dumps, fix_escapes)
+ *   columns: sequence of (op: int, name_json: bytes, conv: callable | None, div: int, labels: tuple[bytes])
+ *   keys: sequence of column indexes (non-dropped) in key order */
+static PyObject *Program_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    PyObject *cols, *keys, *key_prefix, *dumps, *fix;
+    static char *kwlist[] = {"columns", "keys", "key_prefix", "dumps", "fix_escapes", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOSOO", kwlist, &cols, &keys, &key_prefix, &dumps, &fix))
+        return NULL;
+    Program *pg = (Program *)type->tp_alloc(type, 0);
+    if (!pg) return NULL;
+    PyObject *cseq = PySequence_Fast(cols, "columns must be a sequence");
+    PyObject *kseq = NULL;
+    if (!cseq) goto fail;
+    pg->ncols = PySequence_Fast_GET_SIZE(cseq);
+    pg->cols = PyMem_Calloc((size_t)(pg->ncols ? pg->ncols : 1), sizeof(Col));
+    if (!pg->cols) { PyErr_NoMemory(); goto fail; }
+    for (Py_ssize_t i = 0; i < pg->ncols; i++) {
+        Col *c = &pg->cols[i];
+        int op;
+        PyObject *name, *conv, *labels;
+        long long div;
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(cseq, i), "iSOLO!", &op, &name, &conv, &div, &PyTuple_Type,
+                              &labels))
+            goto fail;
+        if (op < 0 || op >= OP_MAX) { PyErr_Format(PyExc_ValueError, "bad op %d", op); goto fail; }
+        if (op != OP_DROP && !PyCallable_Check(conv)) {
+            PyErr_SetString(PyExc_TypeError, "converter must be callable");
+            goto fail;
+        }
+        if (op == OP_DATETIME && div <= 0) { PyErr_SetString(PyExc_ValueError, "div must be > 0"); goto fail; }
+        for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(labels); j++) {
+            if (!PyBytes_Check(PyTuple_GET_ITEM(labels, j))) {
+                PyErr_SetString(PyExc_TypeError, "labels must be bytes");
+                goto fail;
+            }
+        }
+        c->op = op;
+        c->name = Py_NewRef(name);
+        c->conv = op == OP_DROP ? NULL : Py_NewRef(conv);
+        c->div = div;
+        c->labels = Py_NewRef(labels);
+    }
+    kseq = PySequence_Fast(keys, "keys must be a sequence");
+    if (!kseq) goto fail;
+    pg->nkeys = PySequence_Fast_GET_SIZE(kseq);
+    pg->keys = PyMem_Calloc((size_t)(pg->nkeys ? pg->nkeys : 1), sizeof(Py_ssize_t));
+    if (!pg->keys) { PyErr_NoMemory(); goto fail; }
+    for (Py_ssize_t k = 0; k < pg->nkeys; k++) {
+        Py_ssize_t i = PyNumber_AsSsize_t(PySequence_Fast_GET_ITEM(kseq, k), PyExc_OverflowError);
+        if (i == -1 && PyErr_Occurred()) goto fail;
+        if (i < 0 || i >= pg->ncols || pg->cols[i].op == OP_DROP) {
+            PyErr_SetString(PyExc_ValueError, "key index out of range or dropped");
+            goto fail;
+        }
+        pg->keys[k] = i;
+    }
+    pg->key_prefix = Py_NewRef(key_prefix);
+    pg->dumps = Py_NewRef(dumps);
+    pg->fix = Py_NewRef(fix);
+    Py_DECREF(cseq);
+    Py_DECREF(kseq);
+    return (PyObject *)pg;
+fail:
+    Py_XDECREF(cseq);
+    Py_XDECREF(kseq);
+    Py_DECREF(pg);
+    return NULL;
+}
+
+static PyMethodDef Program_methods[] = {
+    {"encode", (PyCFunction)Program_encode, METH_O,
+     "encode(rowchange_bytes) -> (before, after, before_key, after_key) or None (use the Python path)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject ProgramType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "cdcworker._rowenc.Program",
+    .tp_basicsize = sizeof(Program),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A compiled per-table column program (see cdcworker.events.native).",
+    .tp_new = Program_new,
+    .tp_dealloc = (destructor)Program_dealloc,
+    .tp_methods = Program_methods,
+};
+
+static struct PyModuleDef rowenc_module = {
+    PyModuleDef_HEAD_INIT, "cdcworker._rowenc", "Native row encoder (see rowenc.c).", -1, NULL,
+};
+
+PyMODINIT_FUNC PyInit__rowenc(void) {
+    if (PyType_Ready(&ProgramType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&rowenc_module);
+    if (!m) return NULL;
+    Py_INCREF(&ProgramType);
+    if (PyModule_AddObject(m, "Program", (PyObject *)&ProgramType) < 0) {
+        Py_DECREF(&ProgramType);
+        Py_DECREF(m);
+        return NULL;
+    }
+#define OPC(n) PyModule_AddIntConstant(m, #n, n)
+    if (OPC(OP_DROP) || OPC(OP_PY) || OPC(OP_INT) || OPC(OP_TEXT) || OPC(OP_F32) || OPC(OP_F64) || OPC(OP_B64) ||
+        OPC(OP_B64URL) || OPC(OP_HEX) || OPC(OP_BOOL) || OPC(OP_DEC_B64) || OPC(OP_ENUM) || OPC(OP_SET) ||
+        OPC(OP_DATE) || OPC(OP_DATETIME) || OPC(OP_TIME_MICRO) || OPC(OP_TIME_CONNECT)) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

@@ -1,0 +1,186 @@
+"""``shardcdc offsets list|reset|set``: read and change a connector's offsets (Kafka Connect format).
+
+Changing offsets under a running worker is useless at best (the worker overwrites them with its
+next flush) and harmful at worst, so ``reset`` and ``set`` refuse unless the connector is stopped:
+``spec.state: stopped`` and every worker exited (``status.assignment.phase: Stopped``). Without a
+cluster (``--local``, ``-f``) or with ``--force-offline`` that check is the user's, and a warning
+says so. Every change is printed first and needs a yes (``--yes`` for scripts).
+
+Exit codes: 0 done (or nothing to do, or declined), 1 error, 3 refused because the connector runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from cdcworker.admin.offsetsops import (
+    Change,
+    OffsetsError,
+    apply_changes,
+    connect_document,
+    entries,
+    plan_alter,
+    plan_reset,
+    plan_set_shards,
+)
+from cdcworker.admin.target import Target, TargetError, add_kafka_arguments, add_kube_arguments, resolve
+
+__all__ = ["EXIT_REFUSED", "register", "stopped_problem"]
+
+EXIT_REFUSED = 3
+
+
+def register(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], int]:
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    for action, text in (("list", "show the connector's offsets"),
+                         ("reset", "delete every offset of a stopped connector (next start: snapshot.mode)"),
+                         ("set", "change offsets of a stopped connector (--shard or an offsets document)")):
+        sub = actions.add_parser(action, help=text, description=text)
+        sub.add_argument("name", nargs="?", help="the connector (CdcConnector name / worker 'name')")
+        add_kube_arguments(sub)
+        add_kafka_arguments(sub)
+        sub.add_argument("--local", action="store_true",
+                         help="no cluster: the connector runs locally (shardcdc run) or not at all")
+        if action == "list":
+            sub.add_argument("--json", action="store_true", help="print Kafka Connect's offsets document")
+        else:
+            sub.add_argument("--force-offline", action="store_true",
+                             help="skip the stopped check (you make sure no worker of the connector runs)")
+            sub.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
+        if action == "set":
+            sub.add_argument("--shard", action="append", default=[], metavar="SHARD=GTID",
+                             help="new position of one shard (repeatable), e.g. --shard=-80=MySQL56/<uuid>:1-42 (with '=': shard names start with '-')")
+            sub.add_argument("--offsets-file", metavar="FILE",
+                             help="a Kafka Connect offsets document ({\"offsets\": [...]}, as list --json prints)")
+    return run
+
+
+def stopped_problem(body: Any) -> str | None:
+    """Why a CdcConnector is not safe to change offsets of (None: it is stopped, every worker exited)."""
+    spec = body.get("spec") or {}
+    state = spec.get("state") or "running"
+    if state != "stopped":
+        return f"spec.state is {state!r}; set it to 'stopped' first (kubectl patch cdc/<name> --type=merge " \
+               "-p '{\"spec\":{\"state\":\"stopped\"}}')"
+    meta = body.get("metadata") or {}
+    status = body.get("status") or {}
+    if int(status.get("observedGeneration") or -1) != int(meta.get("generation") or 0):
+        return "the operator has not yet observed spec.state: stopped; try again in a moment"
+    assignment = status.get("assignment")
+    if assignment and assignment.get("phase") != "Stopped":
+        return f"workers of generation {assignment.get('generation')} have not all exited yet " \
+               f"(phase {assignment.get('phase')}); try again in a moment"
+    return None
+
+
+def _table(items: Sequence[Any], console: Console, title: str) -> None:
+    table = Table(title=title, title_justify="left")
+    for col in ("server", "task key", "gen", "shard", "gtid", "copy"):
+        table.add_column(col)
+    for e in items:
+        tk = e.task_key
+        positions = e.positions() or [None]
+        for sg in positions:
+            table.add_row(e.partition.server, e.partition.task_key or "-", str(tk.gen) if tk else "-",
+                          sg.shard if sg else "?", (sg.gtid or "(copy)") if sg else e.value.decode(errors="replace"),
+                          f"{len(sg.table_p_ks)} tables" if sg and sg.table_p_ks else "")
+    console.print(table)
+
+
+def _confirm(changes: Sequence[Change], args: argparse.Namespace, console: Console) -> bool:
+    for ch in changes:
+        console.print(f"  {ch.describe()}", highlight=False, markup=False, soft_wrap=True)
+    if args.yes:
+        return True
+    if not sys.stdin.isatty():
+        console.print("not a terminal: nothing changed (give --yes to apply without asking)")
+        return False
+    from rich.prompt import Confirm
+
+    return Confirm.ask(f"write these {len(changes)} records?", default=False, console=console)
+
+
+def _plan(args: argparse.Namespace, records: Any, name: str) -> list[Change]:
+    if args.action == "reset":
+        return plan_reset(records, name)
+    if bool(args.shard) == bool(args.offsets_file):
+        raise OffsetsError("give --shard SHARD=GTID (repeatable) or --offsets-file FILE")
+    if args.offsets_file:
+        return plan_alter(records, name, json.loads(Path(args.offsets_file).read_text()))
+    positions: dict[str, str] = {}
+    for item in args.shard:
+        shard, sep, gtid = item.partition("=")
+        if not sep or not shard:
+            raise OffsetsError(f"--shard {item!r}: expected SHARD=GTID")
+        positions[shard] = gtid
+    return plan_set_shards(records, name, positions)
+
+
+def _require_topic(target: Target, timeout: float) -> None:
+    """Fail unless the offsets topic exists (a metadata request naming it could auto-create it)."""
+    from confluent_kafka.admin import AdminClient
+
+    from cdcworker.offsets.store import OffsetStoreError
+
+    topics = AdminClient(target.client_config).list_topics(timeout=timeout).topics
+    if target.offsets_topic not in topics:
+        raise OffsetStoreError(f"offsets topic {target.offsets_topic!r} not found")
+
+
+def run(args: argparse.Namespace, console: Console | None = None) -> int:
+    from confluent_kafka import KafkaException
+
+    from cdcworker.offsets.store import OffsetStore, OffsetStoreError
+
+    out = console or Console()
+    err = Console(stderr=True)
+    try:
+        target: Target = resolve(args, args.name, local=args.local)
+    except (TargetError, OSError) as exc:
+        err.print(f"shardcdc offsets: {exc}", markup=False)
+        return 1
+    if args.action != "list":
+        if target.source == "cluster" and not args.force_offline:
+            problem = stopped_problem(target.body)
+            if problem is not None:
+                err.print(f"refusing to change the offsets of {target.namespace}/{target.name}: {problem}",
+                          markup=False)
+                return EXIT_REFUSED
+        else:
+            why = "--force-offline" if target.source == "cluster" else "no cluster"
+            err.print(f"[yellow]warning[/]: {why}: not checking that connector {target.name!r} is stopped; if a "
+                      "worker of it runs, it overwrites these offsets (or resumes from the wrong place)")
+    try:
+        _require_topic(target, args.timeout)
+        with OffsetStore(target.client_config, target.offsets_topic, timeout=args.timeout) as store:
+            records = store.load()
+            if args.action == "list":
+                mine = entries(records, target.name)
+                if args.json:
+                    out.print_json(data=connect_document(mine))
+                elif mine:
+                    _table(mine, out, f"offsets of {target.name} in {target.offsets_topic}")
+                else:
+                    out.print(f"no offsets of {target.name} in {target.offsets_topic}")
+                return 0
+            changes = _plan(args, records, target.name)
+            if not changes:
+                out.print(f"nothing to change for {target.name} in {target.offsets_topic}")
+                return 0
+            out.print(f"{args.action}: {len(changes)} records of {target.name} in topic {target.offsets_topic}:")
+            if not _confirm(changes, args, out):
+                return 0
+            apply_changes(store, changes, timeout=args.timeout)
+            out.print(f"wrote {len(changes)} records")
+            return 0
+    except (OffsetsError, OffsetStoreError, KafkaException, OSError, ValueError) as exc:
+        err.print(f"shardcdc offsets: {exc}", markup=False)
+        return 1

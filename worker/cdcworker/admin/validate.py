@@ -1,0 +1,115 @@
+"""``shardcdc validate -f FILE``: check a connector before deploying it, with the worker's own checks.
+
+* a worker ``.properties`` file: loaded and validated exactly as ``shardcdc worker`` does at start
+  (environment variables are ignored, so the file alone is judged);
+* a CdcConnector YAML (several documents allowed; other kinds are skipped): the spec is parsed as the operator parses it,
+  ``spec.config`` may not set keys the operator owns (the CRD's CEL rules reject them too), and the
+  worker configuration the operator would write for a task is validated with the worker's checks.
+  Secret references become placeholders: Secrets are the cluster's, not checked here.
+
+Exit codes: 0 valid, 1 invalid (every problem is listed), 2 the file cannot be read.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+from rich.console import Console
+
+__all__ = ["register", "validate_connector", "validate_properties"]
+
+PLACEHOLDER_SECRET = "placeholder-secret"
+
+
+def register(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], int]:
+    parser.add_argument("-f", "--file", action="append", required=True,
+                        help="a CdcConnector YAML or a worker .properties file (repeatable)")
+    return run
+
+
+def validate_properties(path: str) -> list[str]:
+    """Problems of a worker properties file ([] when valid)."""
+    from cdcworker.config import ConfigError, load_config
+
+    try:
+        load_config([path], env={})
+    except ConfigError as exc:
+        return exc.messages
+    return []
+
+
+def _placeholders(props: Mapping[str, str]) -> dict[str, str]:
+    return {k: (PLACEHOLDER_SECRET if v.startswith("${file:") else v) for k, v in props.items()}
+
+
+def validate_connector(body: Mapping[str, Any]) -> list[str]:
+    """Problems of one CdcConnector ([] when valid): spec, owned keys, the generated worker config."""
+    from cdcoperator.model import ConnectorResource, SpecError
+    from cdcoperator.objects import worker_properties
+    from cdcoperator.planner import TaskPlan
+    from cdcworker.config import ConfigError, operator_owned, validate
+    from cdcworker.config.loader import load_raw
+
+    problems: list[str] = []
+    if body.get("apiVersion") != "shardcdc.io/v1alpha1":
+        problems.append(f"apiVersion: expected shardcdc.io/v1alpha1, got {body.get('apiVersion')!r}")
+    try:
+        cr = ConnectorResource.from_body({**body, "metadata": {"uid": "validate", **(body.get("metadata") or {})}})
+    except SpecError as exc:
+        return [*problems, str(exc)]
+    owned = set(operator_owned()) | {"name", "topic.prefix", "tasks.max", "snapshot.mode", "bootstrap.servers",
+                                     "offset.storage.topic", "security.protocol"}
+    for key in sorted(cr.spec.config):
+        if key in owned or key.startswith("vitess.offset.storage."):
+            problems.append(f"spec.config[{key!r}]: set by the operator; use the CdcConnector's own fields instead")
+    shards = cr.spec.source.shards or ("-",)
+    # Generation bookkeeping is the operator's, not the user's: judge the user's settings in a
+    # steady-state generation (1, after one task), whatever generation the connector will be in.
+    task = TaskPlan(generation=1, task_id=0, task_count=1, previous_tasks=1, shards=tuple(shards), run=True)
+    props = _placeholders(worker_properties(cr, task))
+    try:
+        validate(load_raw([], env={}, overrides=props))
+    except ConfigError as exc:
+        problems.extend(f"spec.config: {m}" if m.split(":", 1)[0] in cr.spec.config else m for m in exc.messages)
+    return problems
+
+
+def _check_file(path: str) -> list[tuple[str, list[str]]]:
+    """(what, problems) for each connector in the file."""
+    if not path.endswith((".yaml", ".yml", ".json")):
+        return [(path, validate_properties(path))]
+    out: list[tuple[str, list[str]]] = []
+    for i, doc in enumerate(yaml.safe_load_all(Path(path).read_text())):
+        if not isinstance(doc, Mapping):
+            continue
+        if doc.get("kind") != "CdcConnector":
+            continue  # other objects of a bundle (Namespaces, Secrets, Applications) are not ours to judge
+        name = (doc.get("metadata") or {}).get("name") or f"#{i}"
+        out.append((f"{path} CdcConnector/{name}", validate_connector(doc)))
+    if not out:
+        out.append((path, ["no CdcConnector in the file"]))
+    return out
+
+
+def run(args: argparse.Namespace, console: Console | None = None) -> int:
+    out = console or Console()
+    invalid = False
+    for path in args.file:
+        try:
+            results = _check_file(path)
+        except (OSError, yaml.YAMLError) as exc:
+            Console(stderr=True).print(f"shardcdc validate: cannot read {path}: {exc}", markup=False)
+            return 2
+        for what, problems in results:
+            if problems:
+                invalid = True
+                out.print(f"[red]invalid[/] {what}: {len(problems)} problem{'s' if len(problems) != 1 else ''}")
+                for p in problems:
+                    out.print(f"  - {p}", markup=False, highlight=False, soft_wrap=True)
+            else:
+                out.print(f"[green]valid[/] {what}")
+    return 1 if invalid else 0

@@ -1,0 +1,136 @@
+"""``shardcdc backfill``: run a snapshot backfill (local threads or Spark) with a live progress view."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import threading
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any
+
+log = logging.getLogger("cdcworker.backfill")
+
+
+def register(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], int]:
+    parser.add_argument("-c", "--config", action="append", default=[], metavar="FILE",
+                        help="connector configuration (as for `shardcdc worker`); repeat to layer files")
+    parser.add_argument("--set", action="append", default=[], metavar="PROP=VALUE", help="override one property")
+    parser.add_argument("-t", "--table", action="append", required=True, metavar="REGEX",
+                        help="table (or keyspace.table) pattern to backfill; repeatable")
+    parser.add_argument("--condition", action="append", default=[], metavar="TABLE=SQL",
+                        help="additional-condition for a table (as in execute-snapshot); repeatable")
+    parser.add_argument("--run-id", default="", help="run id (rerun with the same id to resume); default: random")
+    parser.add_argument("--shards", default="", help="comma-separated shards (default: every serving shard)")
+    parser.add_argument("--engine", choices=("local", "spark"), default="local")
+    parser.add_argument("--master", default="local[2]", help="Spark master for --engine spark ('' = from spark-submit)")
+    parser.add_argument("--parallelism", type=int, default=2, help="lanes run at once by the local engine")
+    parser.add_argument("--chunk-size", type=int, default=8096)
+    parser.add_argument("--max-chunks", type=int, default=4096, help="per shard and table")
+    parser.add_argument("--max-concurrent-chunks", type=int, default=2, help="per shard")
+    parser.add_argument("--rows-per-second", type=float, default=0.0, help="per shard; 0 = unthrottled")
+    parser.add_argument("--progress-topic", default="")
+    parser.add_argument("--no-view", action="store_true", help="no live progress view (log lines only)")
+    return run
+
+
+def spec_from_args(args: argparse.Namespace) -> Any:
+    from cdcworker.backfill.spec import BackfillSpec
+
+    props = dict(kv.split("=", 1) for kv in args.set)
+    conditions = dict(c.split("=", 1) for c in args.condition)
+    return BackfillSpec(
+        run_id=args.run_id or f"bf-{uuid.uuid4().hex[:12]}",
+        tables=tuple(args.table),
+        properties=props,
+        config_files=tuple(args.config or ([os.environ["SHARDCDC_CONFIG"]] if os.environ.get("SHARDCDC_CONFIG") else [])),
+        conditions=conditions,
+        shards=tuple(s for s in args.shards.split(",") if s),
+        chunk_size=args.chunk_size,
+        max_chunks=args.max_chunks,
+        max_concurrent_chunks_per_shard=args.max_concurrent_chunks,
+        rows_per_second_per_shard=args.rows_per_second,
+        progress_topic=args.progress_topic,
+    )
+
+
+def render(tracker: Any, run_id: str) -> Any:
+    """The progress view: one line per shard and table, totals, rate and ETA."""
+    from rich.table import Table
+
+    table = Table(title=f"backfill {run_id}", expand=False)
+    for col, justify in (("shard", "left"), ("table", "left"), ("chunks", "right"), ("rows", "right"), ("done", "right")):
+        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+    for (shard, name), t in sorted(tracker.snapshot().items()):
+        pct = 100.0 * t.chunks_done / t.chunks if t.chunks else 100.0
+        table.add_row(shard, name, f"{t.chunks_done}/{t.chunks}", f"{t.rows_done:,}/{max(t.rows, t.rows_done):,}", f"{pct:5.1f}%")
+    eta = tracker.eta_seconds()
+    table.caption = (f"{tracker.chunks_done}/{tracker.chunks_total} chunks, {tracker.rows_done:,}/{tracker.rows_total:,} rows, "
+                     f"{tracker.rate():,.0f} rows/s, ETA {'-' if eta is None else f'{eta:,.0f} s'}")
+    return table
+
+
+def run(args: argparse.Namespace) -> int:
+    from cdcworker.backfill.job import progress_store, run_backfill, spark_session, worker_config
+    from cdcworker.backfill.progress import ChunkDone, PlanRecord, ProgressTracker
+
+    logging.basicConfig(level=os.environ.get("SHARDCDC_LOG_LEVEL", "WARNING").upper(),
+                        format="%(asctime)s %(levelname)s %(name)s %(message)s", stream=sys.stderr)
+    spec = spec_from_args(args)
+    tracker = ProgressTracker()
+    stop = threading.Event()
+    lock = threading.Lock()
+
+    def on_record(rec: PlanRecord | ChunkDone) -> None:
+        with lock:
+            if isinstance(rec, PlanRecord):
+                if rec.run_id == spec.run_id:
+                    tracker.plan([rec])
+            elif rec.chunk.run_id == spec.run_id:
+                tracker.done(rec)
+
+    store = progress_store(spec, worker_config(spec))
+    store.ensure_topic()
+    follower = threading.Thread(target=store.follow, args=(on_record, stop.is_set), daemon=True, name="progress")
+    follower.start()
+    spark = None
+    live: Any = None
+    try:
+        if not args.no_view:
+            from rich.live import Live
+
+            live = Live(render(tracker, spec.run_id), refresh_per_second=2, transient=False)
+            live.start()
+
+            def refresh() -> None:
+                while not stop.wait(0.5):
+                    with lock:
+                        live.update(render(tracker, spec.run_id))
+
+            threading.Thread(target=refresh, daemon=True, name="progress-view").start()
+        if args.engine == "spark":
+            spark = spark_session(args.master or None)
+        result = run_backfill(spec, engine=args.engine, spark=spark, parallelism=args.parallelism)
+    except Exception as exc:  # reported once, with the run id to resume with
+        log.error("backfill %s failed: %s (rerun with --run-id %s to resume)", spec.run_id, exc, spec.run_id)
+        print(f"backfill {spec.run_id} failed: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        stop.set()
+        follower.join(5)
+        if live is not None:
+            with lock:
+                live.update(render(tracker, spec.run_id))
+            live.stop()
+        if spark is not None:
+            spark.stop()
+    print(f"backfill {result.run_id}: {result.chunks_read} chunks read, {result.chunks_skipped} already done, "
+          f"{result.rows:,} rows in {result.seconds:.1f} s ({result.rows_per_second:,.0f} rows/s)")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="shardcdc backfill")
+    return register(parser)(parser.parse_args(argv))

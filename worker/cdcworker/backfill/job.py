@@ -1,0 +1,507 @@
+"""The backfill job: plan chunks (driver), read + reconcile + emit chunks (executors), engines.
+
+Driver: ``plan_run`` lists the shards and matching tables, splits each (shard, table) into chunks
+and records the plan in the progress topic (a rerun reuses it, so chunk numbers stay stable).
+Executors: ``run_lane`` processes a lane of chunks: skip the ones the progress topic marks done,
+otherwise low watermark, chunk read, high watermark, window changes, merge, emit ``op=r`` records
+with the worker's encoder, wait for Kafka, then mark the chunk done. Only chunk descriptors and
+small per-chunk results cross between driver and executors; rows go from VTGate to Kafka inside
+the executor.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+from confluent_kafka import KafkaError, Producer
+
+from cdcworker.backfill import chunking
+from cdcworker.backfill.progress import ChunkDone, PlanRecord, RunState
+from cdcworker.backfill.reconcile import KeyReader, reconcile
+from cdcworker.backfill.spec import BackfillSpec, Chunk, Key
+from cdcworker.backfill.store import ProgressStore
+from cdcworker.backfill.throttle import RowThrottle
+from cdcworker.backfill.vtgate import VTGateClient
+from cdcworker.config import WorkerConfig, load_config
+from cdcworker.events import EncoderConfig, SourceContext, TablePlan
+from cdcworker.offsets import Vgtid
+from vitessapi import binlogdata_pb2
+
+log = logging.getLogger(__name__)
+
+PRI_KEY_FLAG = 2
+ISINTEGRAL = 256
+SNAPSHOT_INCREMENTAL = "incremental"
+
+
+# --- configuration ---------------------------------------------------------------------------
+
+
+def worker_config(spec: BackfillSpec) -> WorkerConfig:
+    """The connector's configuration, loaded where the code runs (secrets resolve locally)."""
+    return load_config(spec.config_files, overrides=dict(spec.properties))
+
+
+def progress_topic(spec: BackfillSpec, config: WorkerConfig) -> str:
+    return spec.progress_topic or f"{config.topic_prefix}.backfill-progress"
+
+
+def progress_store(spec: BackfillSpec, config: WorkerConfig) -> ProgressStore:
+    return ProgressStore(
+        config.kafka.client_config("producer"),
+        progress_topic(spec, config),
+        replication_factor=config.kafka.offsets_replication_factor,
+    )
+
+
+def client_for(config: WorkerConfig) -> VTGateClient:
+    from cdcworker.task import channel_settings
+
+    return VTGateClient(channel_settings(config), config.source.keyspace, config.source.tablet_type)
+
+
+# --- planning (driver) -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TableShape:
+    pk: tuple[str, ...]
+    integral_single: bool
+
+
+def table_shape(fields: Sequence[Any]) -> TableShape:
+    pk = tuple(f.name for f in fields if f.flags & PRI_KEY_FLAG)
+    if not pk:
+        raise ValueError("table has no primary key: a chunked backfill needs one")
+    first = next(f for f in fields if f.name == pk[0])
+    return TableShape(pk, len(pk) == 1 and bool(first.type & ISINTEGRAL))
+
+
+def _cell(row: Any, i: int) -> bytes | None:
+    lengths = row.lengths
+    if lengths[i] < 0:
+        return None
+    start = sum(n for n in lengths[:i] if n > 0)
+    return bytes(row.values[start : start + lengths[i]])
+
+
+def _key_value(raw: bytes, integral: bool) -> int | str:
+    return int(raw) if integral else raw.decode("utf-8", "surrogateescape")
+
+
+def plan_table(
+    client: VTGateClient, spec: BackfillSpec, shard: str, table: str
+) -> tuple[PlanRecord, list[Chunk]]:
+    """Split one table on one shard (a few small queries; no rows are fetched)."""
+    ks = client.keyspace
+    cond = spec.condition_for(ks, table)
+    fields = client.execute(chunking.columns_select(table), shard=shard).fields
+    shape = table_shape(fields)
+    integral = {f.name: bool(f.type & ISINTEGRAL) for f in fields}
+    sql, binds = chunking.stats_select(table, shape.pk, cond)
+    row = client.execute(sql, binds, shard=shard).rows[0]
+    count = int(_cell(row, 0) or b"0")
+    lo_raw, hi_raw = _cell(row, 1), _cell(row, 2)
+    stats = chunking.TableStats(
+        count,
+        None if lo_raw is None or not shape.integral_single else int(lo_raw),
+        None if hi_raw is None or not shape.integral_single else int(hi_raw),
+    )
+    size = chunking.effective_chunk_size(count, spec.chunk_size, spec.max_chunks)
+    if count == 0:
+        method, points = "even", []
+    elif chunking.is_dense(stats, shape.integral_single):
+        method, points = "even", chunking.even_points(stats, spec.chunk_size, spec.max_chunks)
+    else:
+        method = "query"
+
+        def next_point(start: Key | None) -> Key | None:
+            q, b = chunking.split_select(table, shape.pk, start, size, cond)
+            rows = client.execute(q, b, shard=shard).rows
+            if not rows:
+                return None
+            r = rows[0]
+            return tuple(_key_value(_cell(r, i) or b"", integral[c]) for i, c in enumerate(shape.pk))
+
+        points = chunking.query_points(next_point, spec.max_chunks)
+    bounds = chunking.bounds_from_points(points)
+    chunks = chunking.make_chunks(spec.run_id, ks, shard, table, shape.pk, bounds, count, cond)
+    rec = PlanRecord(spec.run_id, ks, shard, table, shape.pk, len(chunks), count, method, tuple(points), cond)
+    return rec, chunks
+
+
+def chunks_of(rec: PlanRecord) -> list[Chunk]:
+    """Rebuild a recorded plan's chunks exactly (a rerun must not re-split a changed table)."""
+    bounds = chunking.bounds_from_points(rec.points)
+    return chunking.make_chunks(rec.run_id, rec.keyspace, rec.shard, rec.table, rec.pk, bounds,
+                                rec.estimated_rows, rec.condition)
+
+
+def plan_run(
+    spec: BackfillSpec, client: VTGateClient, state: RunState
+) -> tuple[list[PlanRecord], list[PlanRecord], list[Chunk]]:
+    """(all plans, plans new in this call, chunks). Plans already in the topic are reused."""
+    shards = list(spec.shards) or client.shards()
+    tables = [t for t in client.tables() if spec.matches(client.keyspace, t)]
+    if not tables:
+        raise ValueError(f"no table of keyspace {client.keyspace} matches {list(spec.tables)}")
+    plans: list[PlanRecord] = []
+    new: list[PlanRecord] = []
+    chunks: list[Chunk] = []
+    for shard in shards:
+        for table in tables:
+            rec = state.plans.get((shard, table))
+            if rec is None:
+                rec, table_chunks = plan_table(client, spec, shard, table)
+                new.append(rec)
+            else:
+                table_chunks = chunks_of(rec)
+            plans.append(rec)
+            chunks.extend(table_chunks)
+    return plans, new, chunks
+
+
+# --- one chunk (executor) ------------------------------------------------------------------------
+
+
+class _Read:
+    """A read row as a RowChange with only ``after`` (what ``TablePlan.encode_change`` takes)."""
+
+    __slots__ = ("after",)
+
+    def __init__(self, row: Any) -> None:
+        self.after = row
+
+    @property
+    def before(self) -> Any:
+        return None
+
+    def HasField(self, name: str) -> bool:  # protobuf's method name
+        return name == "after"
+
+
+@dataclass
+class ChunkStats:
+    """What an executor reports back for one chunk (small; collected by the driver)."""
+
+    shard: str
+    table: str
+    index: int
+    skipped: bool
+    rows: int = 0
+    read_rows: int = 0
+    window_changes: int = 0
+    seconds: float = 0.0
+    throttled_seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+class _Delivery:
+    """One delivery callback object per chunk (not per record)."""
+
+    __slots__ = ("errors",)
+
+    def __init__(self) -> None:
+        self.errors: list[KafkaError] = []
+
+    def __call__(self, err: KafkaError | None, _msg: object) -> None:
+        if err is not None:
+            self.errors.append(err)
+
+
+@dataclass
+class LaneContext:
+    """Per-lane resources: one VTGate channel, one producer, the encoder and the throttle."""
+
+    spec: BackfillSpec
+    config: WorkerConfig
+    client: VTGateClient
+    producer: Producer
+    encoder: EncoderConfig
+    store: ProgressStore
+    throttle: RowThrottle
+    plans: dict[tuple[str, str], TablePlan] = field(default_factory=dict)
+    on_read: Callable[[Chunk], None] | None = None  # test hook: called right after a chunk read
+
+    @classmethod
+    def open(cls, spec: BackfillSpec, lanes_per_shard: int) -> LaneContext:
+        from cdcworker.task import encoder_config, producer_config
+
+        config = worker_config(spec)
+        rate = spec.rows_per_second_per_shard / max(1, lanes_per_shard)
+        return cls(
+            spec,
+            config,
+            client_for(config),
+            Producer(producer_config(config)),
+            encoder_config(config),
+            progress_store(spec, config),
+            RowThrottle(rate),
+        )
+
+    def close(self) -> None:
+        self.producer.flush(30)
+        self.client.close()
+
+
+def _field_event(chunk: Chunk, fields: Sequence[Any]) -> Any:
+    # Copy-phase FIELD events carry string ENUM/SET values, as Execute results do.
+    return binlogdata_pb2.FieldEvent(
+        table_name=f"{chunk.keyspace}.{chunk.table}",
+        fields=list(fields),
+        keyspace=chunk.keyspace,
+        shard=chunk.shard,
+        enum_set_string_values=True,
+    )
+
+
+def _key_reader(chunk: Chunk, fields: Sequence[Any]) -> KeyReader:
+    names = [f.name for f in fields]
+    idx = [names.index(c) for c in chunk.pk]
+    return KeyReader(idx, [bool(fields[i].type & ISINTEGRAL) for i in idx])
+
+
+def process_chunk(chunk: Chunk, ctx: LaneContext) -> ChunkStats:
+    """Low watermark, read, high watermark, window, merge, emit, mark done."""
+    t0 = time.monotonic()
+    client = ctx.client
+    window = client.open_window(chunk.shard, chunk.table)
+    try:
+        sql, binds = chunking.chunk_select(chunk)
+        fields, rows = client.stream_execute(sql, binds, shard=chunk.shard)
+        if ctx.on_read is not None:
+            ctx.on_read(chunk)
+        high = client.current_position(chunk.shard)
+        changes = window.read_until(high)
+        window_fields = window.field_event
+    finally:
+        window.close()
+    throttled = ctx.throttle.wait(len(rows))
+    plan = TablePlan.compile(_field_event(chunk, fields), ctx.encoder) if fields else None
+    key_of = _key_reader(chunk, fields) if fields else None
+    emitted = 0
+    if plan is not None and key_of is not None:
+        merged = reconcile(rows, changes, key_of, chunk.contains)
+        vgtid = Vgtid.of(chunk.keyspace, {chunk.shard: high}).to_json()
+        ctx_src = SourceContext(chunk.keyspace, chunk.shard, int(time.time()), vgtid, snapshot=SNAPSHOT_INCREMENTAL)
+        delivery = _Delivery()
+        produce = ctx.producer.produce
+        poll = ctx.producer.poll
+        now = time.time_ns()
+
+        def send(p: TablePlan, items: Iterable[Any]) -> int:
+            n = 0
+            for row in items:
+                for rec in p.encode_change(_Read(row), ctx_src, now, insert_op="r"):
+                    while True:
+                        try:
+                            produce(rec.topic, rec.value, rec.key, headers=cast(Any, rec.headers), on_delivery=delivery)
+                            break
+                        except BufferError:
+                            poll(0.05)  # librdkafka's queue is full: back-pressure
+                    n += 1
+            return n
+
+        half = len(merged.kept) // 2
+        emitted = send(plan, merged.kept[:half])
+        _fault_point(ctx.producer)
+        emitted += send(plan, merged.kept[half:])
+        if merged.changed:
+            # Window rows are binlog renderings: encode them as the streaming path would.
+            wplan = TablePlan.compile(window_fields, ctx.encoder) if window_fields is not None else plan
+            emitted += send(wplan, merged.changed)
+        remaining = ctx.producer.flush(120)
+        if remaining or delivery.errors:
+            raise RuntimeError(f"chunk {chunk.ident}: {remaining} undelivered, errors: {delivery.errors[:3]}")
+        rows_out = merged.rows
+    else:
+        rows_out = 0
+    done = ChunkDone(chunk, rows_out, window.low, high, len(changes), int(time.time() * 1000))
+    ctx.store.write(ctx.producer, [done])
+    log.debug("chunk %s: %d rows (%d records), window %d changes", chunk.ident, rows_out, emitted, len(changes))
+    return ChunkStats(chunk.shard, chunk.table, chunk.index, False, rows_out, len(rows), len(changes),
+                      time.monotonic() - t0, throttled)
+
+
+FAULT_DIR_ENV = "CDC_BACKFILL_FAULT_DIR"  # not SHARDCDC_*: those are connector properties
+
+
+def _fault_point(producer: Producer) -> None:
+    """Test hook: with ``$CDC_BACKFILL_FAULT_DIR/armed`` present, the first chunk to get here
+    delivers half of its records and kills its process (a Spark task dying mid-chunk)."""
+    d = os.environ.get(FAULT_DIR_ENV)
+    if not d:
+        return
+    try:
+        os.rename(os.path.join(d, "armed"), os.path.join(d, "fired"))  # atomic: fires once
+    except OSError:
+        return
+    producer.flush(30)
+    os._exit(70)
+
+
+def run_lane(
+    chunks: Iterable[Chunk],
+    spec: BackfillSpec,
+    lanes_per_shard: int,
+    on_read: Callable[[Chunk], None] | None = None,
+    cancelled: Callable[[], bool] = lambda: False,
+) -> Iterator[ChunkStats]:
+    """Process one lane; chunks the progress topic marks done are skipped (rerun, task retry)."""
+    items = list(chunks)
+    if not items:
+        return
+    ctx = LaneContext.open(spec, lanes_per_shard)
+    ctx.on_read = on_read
+    try:
+        state = ctx.store.load(spec.run_id)
+        for chunk in items:
+            if cancelled():
+                return
+            if state.is_done(chunk):
+                yield ChunkStats(chunk.shard, chunk.table, chunk.index, True)
+                continue
+            yield process_chunk(chunk, ctx)
+    finally:
+        ctx.close()
+
+
+# --- engines (driver) -------------------------------------------------------------------------------
+
+
+@dataclass
+class RunResult:
+    run_id: str
+    chunks_total: int
+    chunks_read: int
+    chunks_skipped: int
+    rows: int
+    read_rows: int
+    window_changes: int
+    seconds: float
+    plans: list[PlanRecord]
+
+    @property
+    def rows_per_second(self) -> float:
+        return self.rows / self.seconds if self.seconds > 0 else 0.0
+
+
+def _spark_partition(spec_json: bytes, lanes_per_shard: int, lanes: Iterable[list[bytes]]) -> Iterator[dict[str, Any]]:
+    """A Spark partition holds one lane; yields only small per-chunk stats to the driver."""
+    spec = BackfillSpec.from_json(spec_json)
+    for lane in lanes:
+        for st in run_lane([Chunk.from_json(x) for x in lane], spec, lanes_per_shard):
+            yield st.to_dict()
+
+
+def run_spark(spark: Any, spec: BackfillSpec, lanes: list[list[Chunk]], lanes_per_shard: int) -> list[ChunkStats]:
+    """One Spark task per lane (``parallelize`` with one slice per element keeps lanes whole)."""
+    import functools
+
+    data = [[c.to_json() for c in lane] for lane in lanes]
+    rdd = spark.sparkContext.parallelize(data, len(data))
+    fn = functools.partial(_spark_partition, spec.to_json(), lanes_per_shard)
+    return [ChunkStats(**d) for d in rdd.mapPartitions(fn).collect()]
+
+
+def run_local(spec: BackfillSpec, lanes: list[list[Chunk]], lanes_per_shard: int, parallelism: int,
+              on_read: Callable[[Chunk], None] | None = None) -> list[ChunkStats]:
+    """In-process engine (local mode, tests): lanes on a thread pool; a failed lane stops the
+    others before their next chunk (as a failed Spark job does), and the error is raised."""
+    failed = threading.Event()
+    with ThreadPoolExecutor(max_workers=max(1, parallelism), thread_name_prefix="backfill-lane") as pool:
+
+        def one(lane: list[Chunk]) -> list[ChunkStats]:
+            try:
+                return list(run_lane(lane, spec, lanes_per_shard, on_read, failed.is_set))
+            except BaseException:
+                failed.set()
+                raise
+
+        futures = [pool.submit(one, lane) for lane in lanes]
+        out: list[ChunkStats] = []
+        for f in futures:
+            out.extend(f.result())
+    return out
+
+
+def run_backfill(
+    spec: BackfillSpec,
+    engine: str = "local",
+    spark: Any = None,
+    parallelism: int = 2,
+    on_planned: Callable[[list[PlanRecord]], None] | None = None,
+    on_read: Callable[[Chunk], None] | None = None,
+) -> RunResult:
+    """Plan (or reload the plan), run the chunks not yet done, return the totals."""
+    from cdcworker.backfill.lanes import make_lanes
+
+    t0 = time.monotonic()
+    config = worker_config(spec)
+    store = progress_store(spec, config)
+    store.ensure_topic()
+    state = store.load(spec.run_id)
+    client = client_for(config)
+    try:
+        plans, new, chunks = plan_run(spec, client, state)
+    finally:
+        client.close()
+    if new:
+        from cdcworker.task import producer_config
+
+        producer = Producer(producer_config(config))
+        store.write(producer, new)
+    if on_planned is not None:
+        on_planned(plans)
+    todo = [c for c in chunks if not state.is_done(c)]
+    per_shard = spec.max_concurrent_chunks_per_shard
+    lanes = make_lanes(todo, per_shard)
+    if engine == "spark":
+        stats = run_spark(spark, spec, lanes, per_shard) if lanes else []
+    elif engine == "local":
+        stats = run_local(spec, lanes, per_shard, parallelism, on_read)
+    else:
+        raise ValueError(f"unknown engine {engine!r} (local or spark)")
+    read = [s for s in stats if not s.skipped]
+    return RunResult(
+        spec.run_id,
+        len(chunks),
+        len(read),
+        len(chunks) - len(read),
+        sum(s.rows for s in read),
+        sum(s.read_rows for s in read),
+        sum(s.window_changes for s in read),
+        time.monotonic() - t0,
+        plans,
+    )
+
+
+def spark_session(master: str | None = "local[2]", app_name: str = "shardcdc-backfill", **conf: str) -> Any:
+    """A SparkSession whose Python workers run this interpreter (so cdcworker is importable).
+    ``master=None`` takes the master ``spark-submit`` was given."""
+    import sys
+
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    builder = SparkSession.builder.appName(app_name)
+    if master is not None:
+        builder = builder.master(master)
+    defaults = {
+        "spark.ui.enabled": "false",
+        "spark.driver.memory": "512m",
+        "spark.python.worker.reuse": "true",
+        "spark.sql.shuffle.partitions": "4",
+    }
+    for k, v in {**defaults, **conf}.items():
+        builder = builder.config(k, v)
+    return builder.getOrCreate()

@@ -1,0 +1,112 @@
+"""The progress topic over Kafka (I/O): create it, read a run's state, write records, tail it."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from cdcworker.backfill.progress import ChunkDone, PlanRecord, RunState, parse_record
+
+TOPIC_CONFIG = {"cleanup.policy": "compact"}
+
+
+class ProgressStore:
+    def __init__(self, client_config: dict[str, Any], topic: str, replication_factor: int = -1) -> None:
+        self.client_config = dict(client_config)
+        self.topic = topic
+        self.replication_factor = replication_factor
+
+    def ensure_topic(self, timeout: float = 30.0) -> None:
+        """One partition (a total order of a run's records), compacted; existing topics are kept."""
+        admin = AdminClient(self.client_config)
+        new = NewTopic(self.topic, num_partitions=1, replication_factor=self.replication_factor, config=TOPIC_CONFIG)
+        for fut in admin.create_topics([new], operation_timeout=timeout).values():
+            try:
+                fut.result(timeout)
+            except KafkaException as exc:
+                if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                    raise
+        deadline = time.monotonic() + timeout
+        while True:  # a just-created topic takes a moment to become describable
+            meta = admin.list_topics(self.topic, timeout=timeout).topics.get(self.topic)
+            if meta is not None and meta.error is None and meta.partitions:
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"progress topic {self.topic} not available after {timeout}s")
+            time.sleep(0.1)
+
+    def records(self, timeout: float = 60.0) -> Iterator[tuple[bytes | None, bytes | None]]:
+        """Every record from the beginning to the current end."""
+        consumer = Consumer(
+            {
+                **self.client_config,
+                "group.id": f"shardcdc-backfill-{uuid.uuid4()}",
+                "enable.auto.commit": False,
+                "enable.partition.eof": True,
+                "auto.offset.reset": "earliest",
+            }
+        )
+        try:
+            consumer.assign([TopicPartition(self.topic, 0, 0)])
+            deadline = time.monotonic() + timeout
+            while True:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"reading {self.topic}: no end after {timeout}s")
+                msg = consumer.poll(1.0)
+                if msg is None:
+                    continue
+                err = msg.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        return
+                    raise KafkaException(err)
+                yield msg.key(), msg.value()
+        finally:
+            consumer.close()
+
+    def load(self, run_id: str) -> RunState:
+        state = RunState(run_id)
+        for _key, value in self.records():
+            if value is not None:
+                state.apply(parse_record(value))
+        return state
+
+    def write(self, producer: Producer, records: Iterable[PlanRecord | ChunkDone], timeout: float = 60.0) -> None:
+        """Produce and wait for the acknowledgements (a record counts only once Kafka holds it)."""
+        errors: list[KafkaError] = []
+
+        def on_delivery(err: KafkaError | None, _msg: object) -> None:
+            if err is not None:
+                errors.append(err)
+
+        for rec in records:
+            producer.produce(self.topic, rec.value(), rec.key(), on_delivery=on_delivery)
+        if producer.flush(timeout) or errors:
+            raise KafkaException(errors[0] if errors else KafkaError(KafkaError._TIMED_OUT))
+
+    def follow(self, on_record: Callable[[PlanRecord | ChunkDone], None], stop: Callable[[], bool]) -> None:
+        """Tail the topic from the beginning, calling ``on_record`` until ``stop()`` (for progress views)."""
+        consumer = Consumer(
+            {
+                **self.client_config,
+                "group.id": f"shardcdc-backfill-view-{uuid.uuid4()}",
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+            }
+        )
+        try:
+            consumer.assign([TopicPartition(self.topic, 0, 0)])
+            while not stop():
+                msg = consumer.poll(0.2)
+                if msg is None or msg.error() is not None or msg.value() is None:
+                    continue
+                rec = parse_record(msg.value())  # type: ignore[arg-type]
+                if rec is not None:
+                    on_record(rec)
+        finally:
+            consumer.close()

@@ -1,0 +1,51 @@
+"""``schema.name.adjustment.mode`` / ``field.name.adjustment.mode``: Avro-safe names.
+
+Debezium's ``SchemaNameAdjuster``: the first character must be ``[A-Za-z_]``, the others
+``[A-Za-z0-9_.]``; ``avro`` replaces an invalid character with ``_``, ``avro_unicode`` with
+``_uXXXX`` and, because ``_`` is then its escape character, also writes ``_`` as ``_u005f``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+MODES = ("none", "avro", "avro_unicode")
+
+
+def _first_ok(c: str) -> bool:
+    return c == "_" or ("A" <= c <= "Z") or ("a" <= c <= "z")
+
+
+def _rest_ok(c: str) -> bool:
+    return c == "." or _first_ok(c) or ("0" <= c <= "9")
+
+
+def _unicode(c: str) -> str:
+    return f"_u{ord(c):04x}"
+
+
+def adjust_avro(name: str) -> str:
+    out = []
+    for i, c in enumerate(name):
+        ok = _first_ok(c) if i == 0 else _rest_ok(c)
+        out.append(c if ok else "_")
+    return "".join(out)
+
+
+def adjust_avro_unicode(name: str) -> str:
+    out = []
+    for i, c in enumerate(name):
+        ok = (_first_ok(c) if i == 0 else _rest_ok(c)) and c != "_"
+        out.append(c if ok else _unicode(c))
+    return "".join(out)
+
+
+def adjuster(mode: str) -> Callable[[str], str] | None:
+    """The name function for a mode; None for ``none`` (names are used unchanged)."""
+    if mode == "avro":
+        return adjust_avro
+    if mode == "avro_unicode":
+        return adjust_avro_unicode
+    if mode == "none":
+        return None
+    raise ValueError(f"unknown name adjustment mode {mode!r} (expected one of {', '.join(MODES)})")

@@ -1,0 +1,258 @@
+"""Debezium signals: read from the signal table in the change stream or from a Kafka topic.
+
+Both channels produce ``Signal(id, type, data)`` and hand it to one ``SignalDispatcher``, which
+runs on the task's processing thread and calls the ``SnapshotEngine``:
+
+- ``execute-snapshot`` — ``data``: ``{"data-collections": ["ks.t", ...], "type": "incremental"|"blocking",
+  "additional-conditions": [{"data-collection": "ks.t", "filter": "<where>"}]}`` (Debezium 2.x) or
+  ``"additional-condition": "<where>"`` (older, for every collection);
+- ``stop-snapshot`` — ``data``: ``{"data-collections": [...]}`` (all when absent);
+- ``log`` — ``data``: ``{"message": "..."}``, written to the log.
+
+Source channel (``signal.data.collection``): an INSERT into the table (columns ``id``, ``type``,
+``data``) is acted on once its transaction commits, as Debezium does; other operations are
+ignored. Kafka channel (``signal.enabled.channels`` contains ``kafka``): records on
+``signal.kafka.topic`` whose key is ``topic.prefix`` and whose value is ``{"type", "data"}``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from cdcworker.events import EncoderConfig, TablePlan
+from cdcworker.snapshot import SnapshotEngine, SnapshotRequest, validate_condition
+
+log = logging.getLogger(__name__)
+
+EXECUTE_SNAPSHOT = "execute-snapshot"
+STOP_SNAPSHOT = "stop-snapshot"
+LOG = "log"
+
+
+@dataclass(frozen=True, slots=True)
+class Signal:
+    id: str
+    type: str
+    data: Mapping[str, Any]
+    channel: str = "source"
+
+
+def _data(raw: Any) -> Mapping[str, Any]:
+    if raw is None or raw == "":
+        return {}
+    if isinstance(raw, Mapping):
+        return raw
+    if isinstance(raw, bytes):
+        raw = raw.decode()
+    parsed = json.loads(raw)
+    if not isinstance(parsed, Mapping):
+        raise ValueError(f"signal data is not a JSON object: {raw!r}")
+    return parsed
+
+
+def signal_from_row(row: Mapping[str, Any]) -> Signal:
+    """A signal-table row (``id``, ``type``, ``data``) as a Signal."""
+    return Signal(str(row.get("id") or ""), str(row.get("type") or ""), _data(row.get("data")), "source")
+
+
+def signal_from_kafka(key: bytes | None, value: bytes | None, prefix: str, offset: int) -> Signal | None:
+    """A Kafka signal record, or None when it is addressed to another connector (key != prefix)."""
+    if key is None or key.decode(errors="replace") != prefix or not value:
+        return None
+    body = json.loads(value)
+    if not isinstance(body, Mapping):
+        raise ValueError("signal value is not a JSON object")
+    sid = str(body.get("id") or f"kafka-{offset}")
+    return Signal(sid, str(body.get("type") or ""), _data(body.get("data")), "kafka")
+
+
+def snapshot_request(signal: Signal) -> SnapshotRequest:
+    d = signal.data
+    collections = d.get("data-collections") or []
+    if isinstance(collections, str):
+        collections = [collections]
+    if not collections:
+        raise ValueError("execute-snapshot needs a non-empty data-collections list")
+    conditions: dict[str, str] = {}
+    for item in d.get("additional-conditions") or []:
+        dc, flt = item.get("data-collection"), item.get("filter")
+        if dc and flt:
+            conditions[str(dc)] = validate_condition(str(flt))
+    single = d.get("additional-condition")
+    if single:
+        for dc in collections:
+            conditions.setdefault(str(dc), validate_condition(str(single)))
+    return SnapshotRequest(signal.id, tuple(str(c) for c in collections), conditions, str(d.get("type") or "incremental").lower())
+
+
+class SignalDispatcher:
+    """Acts on signals, in arrival order, on the task's processing thread."""
+
+    def __init__(self, engine: SnapshotEngine | None) -> None:
+        self.engine = engine
+        self.handled: list[Signal] = []  # for status and tests
+        self._inbox: queue.SimpleQueue[Signal] = queue.SimpleQueue()
+
+    def submit(self, signal: Signal) -> None:
+        """Thread-safe: queue a signal (the Kafka channel's thread uses this)."""
+        self._inbox.put(signal)
+
+    def poll(self) -> None:
+        """Act on queued signals (cheap when none)."""
+        while True:
+            try:
+                signal = self._inbox.get_nowait()
+            except queue.Empty:
+                return
+            self.dispatch(signal)
+
+    def dispatch(self, signal: Signal) -> None:
+        log.info("signal %s (%s) from the %s channel: %s", signal.id, signal.type, signal.channel, dict(signal.data))
+        try:
+            if signal.type == EXECUTE_SNAPSHOT:
+                if self.engine is None:
+                    raise ValueError("no snapshot engine is configured")
+                self.engine.start(snapshot_request(signal))
+            elif signal.type == STOP_SNAPSHOT:
+                if self.engine is not None:
+                    dcs = signal.data.get("data-collections") or []
+                    self.engine.cancel(None, tuple(str(c) for c in ([dcs] if isinstance(dcs, str) else dcs)))
+            elif signal.type == LOG:
+                log.info("signal %s: %s", signal.id, signal.data.get("message", ""))
+            else:
+                log.warning("signal %s: type %r is not supported; ignored", signal.id, signal.type)
+                return
+        except (ValueError, TypeError, KeyError) as exc:
+            log.warning("signal %s (%s) ignored: %s", signal.id, signal.type, exc)
+            return
+        self.handled.append(signal)
+
+
+class SignalTap:
+    """Reads the signal table out of the change stream: INSERTs, acted on at their COMMIT."""
+
+    def __init__(self, data_collection: str, encoder: EncoderConfig, dispatcher: SignalDispatcher) -> None:
+        keyspace, _, table = data_collection.partition(".")
+        # VTGate names tables "ks.t", or "t" with exclude_keyspace_from_table_name.
+        self.tables = frozenset({f"{keyspace}.{table}", table})
+        self._encoder = EncoderConfig(encoder.logical_name, encoder.naming, encoder.types)
+        self._dispatcher = dispatcher
+        self._plans: dict[tuple[str, str], TablePlan] = {}
+        self._pending: list[tuple[TablePlan, Any]] = []
+
+    def field(self, key: tuple[str, str], fe: Any) -> None:
+        try:
+            self._plans[key] = TablePlan.compile(fe, self._encoder)
+        except ValueError as exc:
+            self._plans.pop(key, None)
+            log.warning("signal table FIELD event cannot be planned (%s); its rows are ignored", exc)
+
+    def row(self, key: tuple[str, str], re: Any) -> None:
+        plan = self._plans.get(key)
+        if plan is None:
+            return
+        for rc in re.row_changes:
+            if rc.HasField("after") and not rc.HasField("before"):
+                self._pending.append((plan, rc))
+
+    def commit(self, vgtid_json: str = "") -> None:
+        if not self._pending:
+            return
+        pending, self._pending = self._pending, []
+        for plan, rc in pending:
+            try:
+                signal = signal_from_row(plan.decode(rc.after))
+            except ValueError as exc:
+                log.warning("signal row at %s cannot be read: %s", vgtid_json, exc)
+                continue
+            self._dispatcher.dispatch(signal)
+
+    def rollback(self) -> None:
+        self._pending.clear()
+
+
+class KafkaSignalChannel:
+    """Consumes ``signal.kafka.topic`` on its own thread and submits signals to the dispatcher.
+
+    Each task reads every signal (a consumer group per task key) and acts on it for its own
+    shards; the group's committed offset keeps a restarted task from running a signal twice.
+    """
+
+    def __init__(
+        self,
+        client_config: Mapping[str, str],
+        topic: str,
+        group_id: str,
+        prefix: str,
+        dispatcher: SignalDispatcher,
+    ) -> None:
+        from confluent_kafka import Consumer
+
+        conf = {
+            **client_config,
+            "group.id": group_id,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+        self._consumer = Consumer(conf)
+        self._topic = topic
+        self._prefix = prefix
+        self._dispatcher = dispatcher
+        self._stop = threading.Event()
+        self.received = 0
+        self._thread = threading.Thread(target=self._run, name="signal-kafka", daemon=True)
+
+    def start(self) -> KafkaSignalChannel:
+        self._consumer.subscribe([self._topic])
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                msg = self._consumer.poll(0.2)
+            except RuntimeError:
+                return  # closed
+            if msg is None:
+                continue
+            err = msg.error()
+            if err is not None:
+                if err.fatal():
+                    log.error("signal channel: %s", err)
+                    return
+                continue
+            try:
+                signal = signal_from_kafka(msg.key(), msg.value(), self._prefix, msg.offset() or 0)
+            except (ValueError, UnicodeDecodeError) as exc:
+                log.warning("signal record at %s/%d ignored: %s", self._topic, msg.offset(), exc)
+                signal = None
+            if signal is not None:
+                self.received += 1
+                self._dispatcher.submit(signal)
+            self._consumer.commit(message=msg, asynchronous=False)
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(5)
+        self._consumer.close()
+
+
+__all__ = [
+    "EXECUTE_SNAPSHOT",
+    "LOG",
+    "STOP_SNAPSHOT",
+    "KafkaSignalChannel",
+    "Signal",
+    "SignalDispatcher",
+    "SignalTap",
+    "signal_from_kafka",
+    "signal_from_row",
+    "snapshot_request",
+]

@@ -1,0 +1,105 @@
+"""Wiring of filters, failure handling, signals and ad-hoc snapshots into one task run.
+
+``TaskExtras.build`` reads the configuration once; the task then calls ``rules()`` for each
+VStream request, ``poll(processor)`` on every loop turn and ``close()`` at the end. Nothing here
+runs when none of these features is configured (``poll`` is a no-op).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from cdcworker.config import WorkerConfig
+from cdcworker.events import EncoderConfig
+from cdcworker.filters import FailureHandler, FilterPolicy, vstream_rules
+from cdcworker.signals import KafkaSignalChannel, SignalDispatcher, SignalTap
+from cdcworker.snapshot.vstream_copy import VStreamCopyEngine
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class TaskExtras:
+    encoder: EncoderConfig
+    policy: FilterPolicy
+    failures: FailureHandler
+    keyspace: str
+    signal_tables: tuple[str, ...] = ()
+    dispatcher: SignalDispatcher | None = None
+    tap: SignalTap | None = None
+    engine: VStreamCopyEngine | None = None
+    channel: KafkaSignalChannel | None = None
+
+    @classmethod
+    def build(
+        cls,
+        cfg: WorkerConfig,
+        encoder: EncoderConfig,
+        open_stream: Callable[[Any], Any],
+        shards: Callable[[], Sequence[str]],
+        metrics: Any = None,
+    ) -> TaskExtras:
+        policy = FilterPolicy.from_config(cfg.filters, cfg.behaviour)
+        if policy.touches_columns:
+            encoder = dataclasses.replace(encoder, policy=policy)
+        failures = FailureHandler(cfg.behaviour.failure_handling_mode, metrics)
+        extras = cls(encoder, policy, failures, cfg.source.keyspace)
+        sig = cfg.signals
+        source = bool(sig.data_collection) and "source" in sig.channels
+        kafka = "kafka" in sig.channels
+        if source or kafka:
+            tablet = cfg.source.tablet_type.upper()
+            extras.engine = VStreamCopyEngine(
+                open_stream,
+                cfg.source.keyspace,
+                shards,
+                encoder,
+                tablet_type="PRIMARY" if tablet == "MASTER" else tablet,
+                exclude_keyspace_from_table_name=cfg.source.exclude_keyspace_from_table_name,
+                failures=FailureHandler("skip" if failures.mode == "skip" else "warn", metrics),
+            )
+            extras.dispatcher = SignalDispatcher(extras.engine)
+        if source and sig.data_collection and extras.dispatcher is not None:
+            extras.tap = SignalTap(sig.data_collection, encoder, extras.dispatcher)
+            extras.signal_tables = (sig.data_collection.partition(".")[2],)
+        if kafka and extras.dispatcher is not None:
+            task_key = cfg.task.task_key
+            group = sig.kafka_group_id if task_key is None else f"{sig.kafka_group_id}-{task_key}"
+            client = {**cfg.kafka.client_config("consumer"), **sig.consumer}
+            extras.channel = KafkaSignalChannel(client, sig.kafka_topic, group, cfg.topic_prefix, extras.dispatcher).start()
+        return extras
+
+    def install(self, features: Any) -> None:
+        """Hand the stream processor what it needs (``streaming.Features``)."""
+        features.policy = self.policy
+        features.failures = self.failures
+        features.signals = self.tap
+
+    def restore(self, offset_fields: Any) -> None:
+        """Resume the ad-hoc snapshots the task's stored offset says were queued or running."""
+        if self.engine is not None:
+            self.engine.restore(offset_fields)
+
+    def rules(self) -> tuple[tuple[str, str], ...]:
+        tf = self.policy.tables
+        return vstream_rules(self.keyspace, tf.include, tf.exclude, self.signal_tables)
+
+    @property
+    def busy(self) -> bool:
+        """A snapshot is running: the task polls more often."""
+        return self.engine is not None and self.engine.active
+
+    def poll(self, processor: Any) -> None:
+        if self.dispatcher is not None:
+            self.dispatcher.poll()
+        if self.engine is not None and self.engine.active:
+            self.engine.pump(processor)
+
+    def close(self) -> None:
+        if self.channel is not None:
+            self.channel.close()
+        if self.engine is not None:
+            self.engine.close()

@@ -1,0 +1,456 @@
+"""The first ``SnapshotEngine``: a second VStream that copies the requested tables.
+
+The live stream keeps running. The snapshot stream asks VTGate for a copy (``gtid=""`` for this
+task's shards, ``tables_to_copy`` = the requested tables, one filter rule per table carrying the
+``additional-condition``). Its rows become ``op=r`` records with ``source.snapshot`` = ``"true"``,
+the very last one ``"last"``, and ``source.vgtid`` = the copy's VGTID (with ``table_p_ks``, as
+Debezium's initial copy shows it). The engine stops the stream at COPY_COMPLETED.
+
+Both streams are turned into records on the task's processing thread (``pump``), between live
+transactions, so the sink sees one ordered sequence. Ordering against the live stream follows
+DBLog's rule: while a snapshot runs, the keys the live stream emits for the snapshotted tables are
+remembered, and a snapshot row whose key the live stream has already emitted is dropped (the live
+record is as new or newer). A snapshot row emitted first is simply overtaken by the live records
+that follow it, so a consumer always ends with the newest state.
+
+Resumable: while a snapshot is queued or running, every commit point the task seals carries the
+snapshot's state into the offset value (``state_fields``): our own ``shardcdc_snapshot`` key (the
+requests, and the copy VGTID with ``table_p_ks`` up to which every row has been handed to the
+sink) and Debezium's ``incremental_snapshot_collections`` (the collections still to snapshot, in
+Debezium's JSON format; the Vitess connector ignores both keys). A restarted task ``restore``s it
+and resumes the copy from that VGTID; the row held back for ``"last"`` is never covered by it, so
+the final marker is emitted exactly once after a stop. Resume is per shard: a shard whose entry
+has neither ``table_p_ks`` nor an empty gtid is done; VTGate reports only the table being copied
+in ``table_p_ks``, so for several tables the tables VTGate has not reached yet are inferred the
+way VTGate does (name order).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import logging
+import queue
+import re
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from cdcworker.events import EncoderConfig, SourceContext, TablePlan
+from cdcworker.filters.failure import EventLocation, FailureHandler
+from cdcworker.offsets import Vgtid
+from cdcworker.offsets.value import Checkpoint
+from cdcworker.snapshot import SnapshotRequest
+from vitessapi import binlogdata_pb2, vtgate_pb2
+
+log = logging.getLogger(__name__)
+
+_T = binlogdata_pb2.VEventType
+_END = object()
+# Offset-value keys: ours (the resume state) and Debezium's list of collections still to snapshot.
+STATE_KEY = "shardcdc_snapshot"
+DEBEZIUM_COLLECTIONS_KEY = "incremental_snapshot_collections"
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_$]*")
+
+
+def _re2_literal(s: str) -> str:
+    return "".join(c if c.isalnum() or c == "_" else "\\" + c for c in s)
+
+
+def copy_rules(keyspace: str, request: SnapshotRequest) -> list[tuple[str, str]]:
+    """One filter rule per table: ``select * from t where <condition>`` or a ``/^t$`` match."""
+    rules = []
+    for table in request.tables(keyspace):
+        cond = request.condition(keyspace, table)
+        if cond:
+            name = table if _IDENT.fullmatch(table) else "`" + table.replace("`", "``") + "`"
+            rules.append((table, f"select * from {name} where {cond}"))
+        else:
+            rules.append(("/^" + _re2_literal(table) + "$", ""))
+    return rules
+
+
+class _WatchingSink:
+    """The live stream's sink while a snapshot runs: remembers (topic, key) of watched topics and
+    puts the snapshot's resume state into every commit point."""
+
+    def __init__(self, inner: Any, topics: set[str], seen: set[tuple[str, bytes]], engine: VStreamCopyEngine) -> None:
+        self.inner = inner
+        self._topics = topics
+        self._seen = seen
+        self._engine = engine
+
+    def send(self, topic: str, key: bytes | None, value: bytes | None, headers: Any) -> None:
+        if key is not None and topic in self._topics:
+            self._seen.add((topic, key))
+        self.inner.send(topic, key, value, headers)
+
+    def commit_point(self, position: Any) -> None:
+        self.inner.commit_point(self._engine.decorate(position))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+class _Run:
+    """One request being copied."""
+
+    def __init__(self, request: SnapshotRequest, call: Any, topics: set[str], depth: int, resume: str = "") -> None:
+        self.request = request
+        # Copy VGTIDs (JSON): of the newest flushed batch, and the resume point: every row up to
+        # it has been handed to the sink (or superseded), so a restart may continue after it.
+        self.flushed_vgtid = resume
+        self.resume_vgtid = resume
+        self.held_prev = resume  # the resume point while a row is held back
+        self.call = call
+        self.topics = topics
+        self.seen: set[tuple[str, bytes]] = set()
+        self.stopped_tables: set[str] = set()
+        self.queue: queue.Queue[Any] = queue.Queue(maxsize=depth)
+        self.plans: dict[tuple[str, str], TablePlan] = {}
+        self.rows: list[tuple[TablePlan, Any]] = []
+        self.held: tuple[TablePlan, Any, int, str] | None = None
+        self.vgtid_json = ""
+        self.cancelled = False
+        self.emitted = 0
+        self.superseded = 0
+        self.thread = threading.Thread(target=self._read, name=f"snapshot-{request.id}", daemon=True)
+
+    def _read(self) -> None:
+        try:
+            for response in self.call:
+                while not self.cancelled:
+                    try:
+                        self.queue.put(response, timeout=0.2)
+                        break
+                    except queue.Full:
+                        continue
+                if self.cancelled:
+                    return
+            self.queue.put(_END)
+        except BaseException as exc:  # handed to the processing thread
+            self.queue.put(exc)
+
+
+class VStreamCopyEngine:
+    """``SnapshotEngine`` over a second VStream; ``pump`` runs on the task's processing thread."""
+
+    def __init__(
+        self,
+        open_stream: Callable[[vtgate_pb2.VStreamRequest], Any],
+        keyspace: str,
+        shards: Callable[[], Sequence[str]],
+        encoder: EncoderConfig,
+        tablet_type: str = "PRIMARY",
+        exclude_keyspace_from_table_name: bool = False,
+        failures: FailureHandler | None = None,
+        depth: int = 16,
+    ) -> None:
+        self._open = open_stream
+        self.keyspace = keyspace
+        self._shards = shards
+        self.encoder = encoder
+        self.tablet_type = tablet_type
+        self.exclude_keyspace_from_table_name = exclude_keyspace_from_table_name
+        self.failures = failures or FailureHandler("warn")
+        self._depth = depth
+        self._queued: deque[SnapshotRequest] = deque()
+        self._resume: dict[str, str] = {}  # request id -> copy VGTID to resume from (restored)
+        self._stopped: dict[str, set[str]] = {}  # request id -> tables a stop-snapshot removed (restored)
+        self._state_cache: tuple[Any, tuple[tuple[str, str], ...]] | None = None
+        self._run: _Run | None = None
+        self.completed: list[str] = []  # request ids, in completion order
+        self.records = 0
+        self.superseded = 0  # reads dropped because the live stream had emitted the row already
+
+    # --- SnapshotEngine ---------------------------------------------------------------------
+
+    @property
+    def active(self) -> bool:
+        return self._run is not None or bool(self._queued)
+
+    def start(self, request: SnapshotRequest) -> None:
+        if not request.tables(self.keyspace):
+            log.info("snapshot %s names no table of keyspace %s; nothing to do", request.id, self.keyspace)
+            return
+        running = [self._run.request] if self._run is not None else []
+        if any(r.id == request.id for r in [*running, *self._queued]):
+            # A signal replayed after a restart, whose snapshot was restored from the offset.
+            log.info("snapshot %s is already running or queued; the signal is ignored", request.id)
+            return
+        self._queued.append(request)
+
+    # --- resume state in the offset -----------------------------------------------------------
+
+    def state_fields(self) -> tuple[tuple[str, str], ...]:
+        """Offset-value fields describing queued and running snapshots (empty when there are none)."""
+        run = self._run
+        entries = []
+        if run is not None:
+            entries.append((run.request, run.resume_vgtid, run.stopped_tables))
+        entries.extend((r, self._resume.get(r.id, ""), self._stopped.get(r.id, set())) for r in self._queued)
+        if not entries:
+            return ()
+        cache_key = tuple((r.id, v, len(st)) for r, v, st in entries)
+        if self._state_cache is not None and self._state_cache[0] == cache_key:
+            return self._state_cache[1]
+        requests = []
+        collections = []
+        for r, vgtid, stopped in entries:
+            requests.append({
+                "id": r.id,
+                "data_collections": list(r.data_collections),
+                "conditions": dict(r.conditions),
+                "kind": r.kind,
+                "stopped": sorted(stopped),
+                "vgtid": vgtid,
+            })
+            for table in r.tables(self.keyspace):
+                if table not in stopped:
+                    collections.append({
+                        "incremental_snapshot_collections_id": f"{self.keyspace}.{table}",
+                        "incremental_snapshot_collections_additional_condition": r.condition(self.keyspace, table),
+                        "incremental_snapshot_collections_surrogate_key": None,
+                    })
+        fields = (
+            (DEBEZIUM_COLLECTIONS_KEY, json.dumps(collections, separators=(",", ":"), ensure_ascii=False)),
+            (STATE_KEY, json.dumps({"requests": requests}, separators=(",", ":"), ensure_ascii=False)),
+        )
+        self._state_cache = (cache_key, fields)
+        return fields
+
+    def decorate(self, position: Any) -> Any:
+        """``position`` with the snapshot state in its offset fields (``offsets.Checkpoint.extra``)."""
+        fields = self.state_fields()
+        if not fields:
+            return position
+        if isinstance(position, Checkpoint):
+            kept = tuple((k, v) for k, v in position.extra if k not in (STATE_KEY, DEBEZIUM_COLLECTIONS_KEY))
+            return Checkpoint(position.shard_gtids, position.transaction_id, position.collection_counts, kept + fields)
+        return Checkpoint(position.shard_gtids, extra=fields)
+
+    def restore(self, offset_fields: Any) -> None:
+        """Queue the snapshots a previous run of this task stored in its offset (``state_fields``)."""
+        raw = offset_fields.get(STATE_KEY) if offset_fields else None
+        if not isinstance(raw, str):
+            return
+        try:
+            requests = json.loads(raw)["requests"]
+            for r in requests:
+                request = SnapshotRequest(
+                    str(r["id"]), tuple(r["data_collections"]), dict(r.get("conditions") or {}), str(r.get("kind") or "incremental")
+                )
+                if r.get("vgtid"):
+                    self._resume[request.id] = str(r["vgtid"])
+                if r.get("stopped"):
+                    self._stopped[request.id] = set(r["stopped"])
+                self._queued.append(request)
+                log.info("snapshot %s restored from the offset (%s)", request.id, "resuming" if r.get("vgtid") else "from the start")
+        except (ValueError, KeyError, TypeError) as exc:
+            log.warning("the stored ad-hoc snapshot state cannot be read (%s); it is dropped", exc)
+
+    def cancel(self, request_id: str | None = None, data_collections: tuple[str, ...] = ()) -> None:
+        if not data_collections:
+            if request_id is None:
+                self._queued.clear()
+            else:
+                self._queued = deque(r for r in self._queued if r.id != request_id)
+            if self._run is not None and request_id in (None, self._run.request.id):
+                self._stop_run(complete=False)
+            return
+        tables = {dc.partition(".")[2] or dc for dc in data_collections}
+        run = self._run
+        if run is not None:
+            run.stopped_tables |= {t for t in tables if t in run.request.tables(self.keyspace)}
+            if set(run.request.tables(self.keyspace)) <= run.stopped_tables:
+                self._stop_run(complete=False)
+
+    def close(self) -> None:
+        self._queued.clear()
+        if self._run is not None:
+            self._stop_run(complete=False)
+
+    # --- processing thread ------------------------------------------------------------------
+
+    def pump(self, processor: Any, max_responses: int = 32) -> int:
+        """Emit what the snapshot stream delivered, between live transactions; returns records sent."""
+        if processor is None or not processor.between_transactions:
+            return 0
+        if self._run is None:
+            if not self._queued:
+                return 0
+            self._launch(self._queued.popleft())
+        run = self._run
+        assert run is not None
+        live = processor.sink
+        if not isinstance(live, _WatchingSink) or live._seen is not run.seen:
+            base = live.inner if isinstance(live, _WatchingSink) else live
+            processor.sink = _WatchingSink(base, run.topics, run.seen, self)
+        sink = processor.sink.inner
+        before = run.emitted
+        done = False
+        for _ in range(max_responses):
+            try:
+                item = run.queue.get_nowait()
+            except queue.Empty:
+                break
+            if item is _END:
+                log.warning("snapshot %s: VTGate ended the copy stream before COPY_COMPLETED", run.request.id)
+                done = True
+                break
+            if isinstance(item, BaseException):
+                if not run.cancelled:
+                    log.error("snapshot %s failed: %s", run.request.id, item)
+                done = True
+                break
+            if self._events(run, item, sink):
+                self._emit_held(run, sink, "last")
+                done = True
+                break
+        if done:
+            self._stop_run(complete=not run.cancelled)
+            if not self.active:
+                processor.sink = sink
+        if run.emitted != before or done:
+            # A commit point at the live position: the sink makes the snapshot records durable
+            # (and, exactly-once, commits them) without waiting for the next live transaction,
+            # and the offset records the snapshot's progress (or its end).
+            position = dataclasses.replace(processor.position)
+            processor.position = position
+            sink.commit_point(self.decorate(position))
+        return run.emitted - before
+
+    def _launch(self, request: SnapshotRequest) -> None:
+        tables = request.tables(self.keyspace)
+        naming = self.encoder.topic_naming()
+        topics = {naming.data_topic(self.keyspace, t) for t in tables}
+        resume = self._resume.pop(request.id, "")
+        if resume:
+            # Only the shards still copying: a shard that finished never sends COPY_COMPLETED again.
+            shard_gtids = [sg.to_proto() for sg in Vgtid.from_json(resume) if sg.copying]
+            if not shard_gtids:
+                log.info("snapshot %s: every shard was copied before the restart", request.id)
+                self.completed.append(request.id)
+                return
+            log.info("snapshot %s: resuming the copy from %s", request.id, resume)
+        else:
+            shard_gtids = [binlogdata_pb2.ShardGtid(keyspace=self.keyspace, shard=s, gtid="") for s in self._shards()]
+        req = vtgate_pb2.VStreamRequest(
+            tablet_type=self.tablet_type,
+            vgtid=binlogdata_pb2.VGtid(shard_gtids=shard_gtids),
+            filter=binlogdata_pb2.Filter(rules=[binlogdata_pb2.Rule(match=m, filter=f) for m, f in copy_rules(self.keyspace, request)]),
+            flags=vtgate_pb2.VStreamFlags(
+                tables_to_copy=tables, exclude_keyspace_from_table_name=self.exclude_keyspace_from_table_name
+            ),
+        )
+        log.info("snapshot %s: copying %s of %s", request.id, ", ".join(tables), self.keyspace)
+        run = _Run(request, self._open(req), topics, self._depth, resume)
+        run.stopped_tables |= self._stopped.pop(request.id, set())
+        self._run = run
+        run.thread.start()
+
+    def _stop_run(self, complete: bool) -> None:
+        run = self._run
+        if run is None:
+            return
+        run.cancelled = True
+        with contextlib.suppress(Exception):
+            run.call.cancel()
+        self._run = None
+        if complete:
+            self.completed.append(run.request.id)
+            log.info(
+                "snapshot %s complete: %d records (%d superseded by live changes)",
+                run.request.id, run.emitted, run.superseded,
+            )
+        else:
+            log.info("snapshot %s stopped after %d records", run.request.id, run.emitted)
+
+    def _events(self, run: _Run, response: Any, sink: Any) -> bool:
+        """Handle one snapshot-stream response; True at the final COPY_COMPLETED."""
+        for ev in response.events:
+            t = ev.type
+            if t == _T.ROW:
+                re_ = ev.row_event
+                plan = run.plans.get((re_.shard or ev.shard, re_.table_name))
+                if plan is None or plan.table in run.stopped_tables:
+                    continue
+                for rc in re_.row_changes:
+                    if rc.HasField("after"):
+                        # Catch-up updates during the copy are reads of the newer state.
+                        run.rows.append((plan, rc if not rc.HasField("before") else binlogdata_pb2.RowChange(after=rc.after)))
+            elif t == _T.FIELD:
+                fe = ev.field_event
+                key = (fe.shard or ev.shard, fe.table_name)
+                try:
+                    run.plans[key] = TablePlan.compile(fe, self.encoder)
+                except ValueError as exc:
+                    run.plans.pop(key, None)
+                    where = EventLocation(fe.keyspace, key[0], fe.table_name, run.vgtid_json)
+                    self.failures.handle("snapshot FIELD event cannot be planned", where, exc)
+            elif t == _T.VGTID:
+                run.vgtid_json = Vgtid.from_proto(ev.vgtid).to_json()
+            elif t == _T.COMMIT:
+                self._flush(run, sink, ev.timestamp)
+            elif t == _T.COPY_COMPLETED:
+                self._flush(run, sink, 0)
+                if not ev.shard:
+                    return True  # VTGate's final COPY_COMPLETED: every shard is copied
+        return False
+
+    def _flush(self, run: _Run, sink: Any, commit_ts: int) -> None:
+        """Emit the rows of a copy batch, always holding the newest one back: it may be the last.
+
+        Moves the resume point: to this batch's VGTID when nothing is held, else to the VGTID of
+        the batch before the held row's (a restart re-copies that batch, the held row included).
+        """
+        if run.rows:
+            ts = commit_ts or int(time.time())
+            rows, run.rows = run.rows, []
+            for plan, rc in rows:
+                if self._superseded(run, plan, rc, ts):
+                    continue
+                if run.held is not None:
+                    self._emit_held(run, sink, "true")
+                run.held = (plan, rc, ts, run.vgtid_json)
+                run.held_prev = run.flushed_vgtid
+        if run.vgtid_json:
+            run.flushed_vgtid = run.vgtid_json
+        run.resume_vgtid = run.held_prev if run.held is not None else run.flushed_vgtid
+
+    def _superseded(self, run: _Run, plan: TablePlan, rc: Any, ts: int) -> bool:
+        """The live stream already emitted this row's key (as new or newer): drop the read."""
+        if not run.seen:
+            return False
+        try:
+            _, key = plan._key(plan.decode(rc.after))
+        except Exception:  # the failure mode is applied when the row is encoded
+            return False
+        if key is not None and (plan.topic, key) in run.seen:
+            run.superseded += 1
+            self.superseded += 1
+            return True
+        return False
+
+    def _emit_held(self, run: _Run, sink: Any, marker: str) -> None:
+        held, run.held = run.held, None
+        if held is None:
+            return
+        plan, rc, ts, vgtid_json = held
+        ctx = SourceContext(plan.keyspace, plan.shard, ts, vgtid_json, marker)
+        try:
+            recs = plan.encode_change(rc, ctx, time.time_ns(), "r")
+        except Exception as exc:
+            self.failures.handle("snapshot ROW value cannot be converted", EventLocation(plan.keyspace, plan.shard, plan.table, vgtid_json), exc)
+            return
+        for rec in recs:
+            if rec.key is not None and (rec.topic, rec.key) in run.seen:
+                run.superseded += 1  # overtaken while held back
+                self.superseded += 1
+                continue
+            sink.send(rec.topic, rec.key, rec.value, rec.headers)
+            run.emitted += 1
+            self.records += 1
