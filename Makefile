@@ -27,7 +27,7 @@ export SHARDCDC_KUBE_HOME := $(KUBE_HOME)
 
 all: test
 
-setup: venv proto kafka kube debezium helm
+setup: venv native proto kafka kube debezium helm
 
 ## Python environment: pinned by constraints.txt, rebuilt only when the pins or pyproject change.
 venv: $(STAMPS)/venv
@@ -37,6 +37,16 @@ $(STAMPS)/venv: pyproject.toml constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet -c constraints.txt setuptools wheel
 	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev]'
+	@touch $@
+
+## The native row encoder (cdcworker._rowenc, pyproject ext-modules) rebuilt in place when its C source
+## changes. Optional: without a C compiler this warns and the pure-Python encoder is used.
+.PHONY: native
+NATIVE_SRC := $(wildcard worker/cdcworker/_native/*.c)
+native: $(STAMPS)/native
+$(STAMPS)/native: $(STAMPS)/venv $(NATIVE_SRC)
+	-PYTHONWARNINGS=ignore $(PY) -c "from setuptools import setup; setup()" -q build_ext --inplace
+	@$(PY) -c "import cdcworker._rowenc" 2>/dev/null && echo "native row encoder: built" || echo "native row encoder: NOT built (pure-Python encoder in use)" >&2
 	@touch $@
 
 ## Protobuf/gRPC code from proto/ into build/gen (never committed).

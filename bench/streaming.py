@@ -144,6 +144,7 @@ def sim_main(args: argparse.Namespace) -> None:
 def worker_main(args: argparse.Namespace) -> None:
     """Run one WorkerTask until `final` is durable; print timings and peak RSS as JSON."""
     from cdcworker.config import load_config
+    from cdcworker.events import native
     from cdcworker.task import WorkerTask
 
     props = json.loads(Path(args.props).read_text())
@@ -191,6 +192,7 @@ def worker_main(args: argparse.Namespace) -> None:
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "max_sampled_rss_mb": max(rss, default=0) / 1024,
         "acks": acks,
+        "encoder": "native" if native.enabled() else "python",
     }
     print(json.dumps(out), flush=True)
 
@@ -270,7 +272,7 @@ def start_vgtid(positions: dict[str, str]) -> str:
 
 def run_worker(broker: Any, sim: SimProcess, final: dict[str, str], mode: str, tag: str,
                extra: dict[str, str] | None = None, ack_log: bool = False, profile: str = "",
-               ready: threading.Event | None = None) -> dict[str, Any]:
+               ready: threading.Event | None = None, encoder: str = "") -> dict[str, Any]:
     from localkafka import create_topics
 
     prefix = f"b{tag}{os.getpid()}{int(time.time() * 1000) % 100000}"
@@ -297,7 +299,10 @@ def run_worker(broker: Any, sim: SimProcess, final: dict[str, str], mode: str, t
             cmd = ["/tmp/pyspy/bin/py-spy", "record", "-r", "200", "-o", profile, "-f", "speedscope", "--", *cmd]
         load0 = os.getloadavg()[0]
         errf = tempfile.TemporaryFile("w+")  # noqa: SIM115 - read after the process ends
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=errf, text=True)
+        env = dict(os.environ)
+        if encoder:
+            env["SHARDCDC_NATIVE"] = "0" if encoder == "python" else "1"
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=errf, text=True, env=env)
         assert proc.stdout is not None
         lines = []
         for line in proc.stdout:
@@ -350,6 +355,21 @@ def _median_line(name: str, values: list[float], unit: str, target: float | None
     return s
 
 
+# --filters: the column options a privacy-minded deployment sets, on the benchmark table (a table
+# include list pushed down to VTGate, one column left out, one truncated, one masked).
+FILTER_PROPS = {
+    "table.include.list": rf"{KEYSPACE}\.bench",
+    "column.exclude.list": rf"{KEYSPACE}\.bench\.h",
+    "column.truncate.to.16.chars": rf"{KEYSPACE}\.bench\.d",
+    "column.mask.with.8.chars": rf"{KEYSPACE}\.bench\.c",
+}
+
+
+def _props(text: str) -> dict[str, str]:
+    """``--props k=v,k=v``: worker properties on top of the benchmark's (feature on/off figures)."""
+    return dict(item.split("=", 1) for item in text.split(",") if item)
+
+
 def throughput(args: argparse.Namespace) -> None:
     from localkafka import KafkaBroker
 
@@ -365,16 +385,23 @@ def throughput(args: argparse.Namespace) -> None:
                 if rates:
                     print(_median_line("server replay (parse-only client)", rates, "rows/s"), flush=True)
                 for mode in args.modes.split(","):
-                    got: list[float] = []
-                    for run in range(args.runs):
-                        prof = f"{args.profile}-{mode}-{per_txn}-{run}.json" if args.profile else ""
-                        r = run_worker(broker, sim, final, mode, mode[0], profile=prof)
-                        got.append(r["rows"] / r["seconds"])
-                        print(f"{mode} {per_txn}/txn run {run + 1}: {got[-1]:,.0f} rows/s, {r['records']} records, "
-                              f"worker cpu {r['cpu_seconds']:.2f}s for {r['seconds']:.2f}s, "
-                              f"peak RSS {r['peak_rss_mb']:.0f} MB, load {r['load'][0]:.2f}->{r['load'][1]:.2f}",
-                              flush=True)
-                    print(_median_line(f"{mode} {per_txn}/txn", got, "rows/s", targets.get(mode)), flush=True)
+                    for enc in args.encoders.split(","):
+                        got: list[float] = []
+                        cpu: list[float] = []
+                        for run in range(args.runs):
+                            prof = f"{args.profile}-{mode}-{enc}-{per_txn}-{run}.json" if args.profile else ""
+                            extra = {**(FILTER_PROPS if args.filters else {}), **_props(args.props)}
+                            r = run_worker(broker, sim, final, mode, mode[0], extra=extra, profile=prof,
+                                           encoder=enc)
+                            got.append(r["rows"] / r["seconds"])
+                            cpu.append(r["cpu_seconds"] / r["rows"] * 1e6)
+                            print(f"{mode} {per_txn}/txn {r['encoder']} run {run + 1}: {got[-1]:,.0f} rows/s, "
+                                  f"{r['records']} records, worker cpu {r['cpu_seconds']:.2f}s for {r['seconds']:.2f}s "
+                                  f"({cpu[-1]:.1f} us/row), peak RSS {r['peak_rss_mb']:.0f} MB, "
+                                  f"load {r['load'][0]:.2f}->{r['load'][1]:.2f}", flush=True)
+                        print(_median_line(f"{mode} {per_txn}/txn {enc}", got, "rows/s", targets.get(mode)), flush=True)
+                        print(f"{mode} {per_txn}/txn {enc}: worker cpu median {statistics.median(cpu):.1f} us/row "
+                              f"{[round(c, 1) for c in cpu]}", flush=True)
             finally:
                 sim.close()
 
@@ -451,6 +478,9 @@ def main() -> None:
     p.add_argument("--replay-runs", type=int, default=1)
     p.add_argument("--modes", default="at-least-once,exactly-once")
     p.add_argument("--profile", default="", help="py-spy speedscope output prefix")
+    p.add_argument("--encoders", default="native", help="native,python: A/B the row encoder (SHARDCDC_NATIVE)")
+    p.add_argument("--props", default="", help="extra worker properties k=v,k=v (e.g. tx metadata)")
+    p.add_argument("--filters", action="store_true", help="table/column filter options on (FILTER_PROPS)")
     p = sub.add_parser("bigtxn")
     p.add_argument("--rows", type=int, default=1_000_000)
     p.add_argument("--runs", type=int, default=1)

@@ -229,3 +229,16 @@ def test_marks_must_partition_the_key_space() -> None:
     with pytest.raises(ValueError):
         TableMarks.of([ChunkMark(None, (10,), pos(1)), ChunkMark((11,), None, pos(1))])
     assert smallest([pos(7), pos(3), pos(9)]) == pos(3)
+
+
+def test_partial_row_changes_serialize_like_protobuf() -> None:
+    from cdcworker.backfill.rowchange import PartialChange, read
+    from vitessapi import binlogdata_pb2, query_pb2
+
+    for n in (1, 127, 128, 20_000):
+        row = query_pb2.Row(lengths=[n, -1], values=b"x" * n)
+        other = query_pb2.Row(lengths=[2], values=b"42")
+        assert read(row).SerializeToString() == binlogdata_pb2.RowChange(after=row).SerializeToString()
+        both = PartialChange(before=other, after=row)
+        assert both.SerializeToString() == binlogdata_pb2.RowChange(before=other, after=row).SerializeToString()
+        assert both.HasField("before") and not read(row).HasField("before") and read(row).after is row

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kopf.testing import KopfRunner
 from operator_kube_fixtures import FakeNodes, env_var, wait_for
 
@@ -35,15 +36,32 @@ ROOT = Path(__file__).resolve().parent.parent
 NS = "ops"
 G1 = "MySQL56/aaaaaaaa-0000-0000-0000-000000000001:1-10"
 G2 = "MySQL56/bbbbbbbb-0000-0000-0000-000000000002:1-20"
-NAMESPACES = """
+SYSTEM_NS = "ops-system"  # not shardcdc-system: other test modules create that one in this process
+NAMESPACES = f"""
 apiVersion: v1
 kind: Namespace
-metadata: {name: shardcdc-system}
+metadata: {{name: {SYSTEM_NS}}}
 ---
 apiVersion: v1
 kind: Namespace
-metadata: {name: ops}
+metadata: {{name: {NS}}}
 """
+
+
+def rbac() -> str:
+    """The operator's least-privilege identity (operator/rbac.yaml), moved to this module's own names."""
+    docs = list(yaml.safe_load_all((ROOT / "operator" / "rbac.yaml").read_text()))
+    for doc in docs:
+        meta = doc["metadata"]
+        if meta.get("namespace") == "shardcdc-system":
+            meta["namespace"] = SYSTEM_NS
+        if doc["kind"] in ("ClusterRole", "ClusterRoleBinding"):
+            meta["name"] += "-offsets-test"
+        if doc["kind"] == "ClusterRoleBinding":
+            doc["roleRef"]["name"] += "-offsets-test"
+            for subject in doc["subjects"]:
+                subject["namespace"] = SYSTEM_NS
+    return yaml.safe_dump_all(docs)
 
 
 class Env:
@@ -87,10 +105,10 @@ def env(tmp_path_factory: pytest.TempPathFactory, kafka_broker: KafkaBroker) -> 
         for plane in kube_control_plane_fixture():
             plane.kubectl("apply", "-f", "-", input=NAMESPACES, check=True)
             plane.kubectl("apply", "-f", str(ROOT / "crds" / "shardcdc.io_cdcconnectors.yaml"), check=True)
-            plane.kubectl("apply", "-f", str(ROOT / "operator" / "rbac.yaml"), check=True)
+            plane.kubectl("apply", "-f", "-", input=rbac(), check=True)
             plane.kubectl("wait", "--for=condition=Established", "crd/cdcconnectors.shardcdc.io",
                           "--timeout=60s", check=True)
-            token = plane.service_account_token("shardcdc-system", "shardcdc-operator")
+            token = plane.service_account_token(SYSTEM_NS, "shardcdc-operator")
             sa_config = plane.write_kubeconfig(tmp_path_factory.mktemp("sa") / "operator.kubeconfig",
                                                user="shardcdc-operator", token=token, namespace=NS)
             liveness = f"http://127.0.0.1:{free_port()}/healthz"

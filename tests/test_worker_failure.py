@@ -169,3 +169,47 @@ def test_oversized_record_follows_the_mode(sim: VTGateSim, kafka_broker: KafkaBr
     assert result.exit_code == exitcodes.OK
     records = consume_all(kafka_broker.bootstrap, f"{cfg.topic_prefix}.commerce.customer")
     assert sorted(json.loads(r.value)["payload"]["after"]["id"] for r in records) == [1, 5]
+
+
+# --- records the broker refuses (topic max.message.bytes < record, producer limit larger) -----------
+
+
+@pytest.mark.parametrize("mode", ["warn", "fail"])
+def test_record_refused_by_the_broker_follows_the_mode(sim: VTGateSim, kafka_broker: KafkaBroker, mode: str) -> None:
+    """MSG_SIZE_TOO_LARGE in a delivery report: warn drops that record only, fail names the offset.
+
+    Each statement waits for the previous record's delivery report, so the big record is alone
+    in its produce batch (Kafka refuses whole batches; a neighbour refused with it is never dropped).
+    """
+    from localkafka import create_topics
+
+    cfg = worker_config(kafka_broker, sim.address, "commerce", extra={"event.processing.failure.handling.mode": mode})
+    topic = f"{cfg.topic_prefix}.commerce.customer"
+    create_topics(kafka_broker.bootstrap, [topic], partitions=1, config={"max.message.bytes": "6000"})
+    with running_task(cfg) as run:
+        _wait_for(lambda: run.task.processor is not None and run.task.processor.stats.events_seen > 0, what="stream start")
+
+        def delivered(n: int) -> bool:
+            sink = run.task.sink
+            return sink is not None and sink.records_sent >= n and (sink.durable_position() is not None and sink.pending == 0)
+
+        sim.execute("INSERT INTO customer (id, email) VALUES (1, 'before')", "commerce")
+        _wait_for(lambda: delivered(1), what="the first record")
+        sim.execute("INSERT INTO customer (id, email) VALUES (4, '" + "x" * 7000 + "')", "commerce")
+        if mode == "fail":
+            result = run.wait(60)
+        else:
+            _wait_for(lambda: delivered(2) and run.task.extras.failures.skipped == 1, what="the big record's refusal")
+            sim.execute("INSERT INTO customer (id, email) VALUES (5, 'after')", "commerce")
+            head = sim.positions("commerce")
+            _wait_for(lambda: delivered(3) and {sg.shard: sg.gtid for sg in run.task.sink.durable_position()} == head,
+                      what="the last record and the offset at the head")
+            result = run.stop()
+    if mode == "fail":
+        assert result.exit_code == exitcodes.FAILED
+        assert "Kafka rejected 1 record(s) (records before offset [" in result.reason
+        assert "too large" in result.reason.lower()
+        return
+    assert result.exit_code == exitcodes.OK, result.reason
+    records = consume_all(kafka_broker.bootstrap, topic)
+    assert [json.loads(r.value)["payload"]["after"]["id"] for r in records] == [1, 5]

@@ -36,10 +36,14 @@ class Segment:
     position: Any = None  # set when the segment is sealed at a commit point
     sealed: bool = False
     errors: list[KafkaError] = field(default_factory=list)
+    # event.processing.failure.handling.mode for records Kafka refuses (KafkaSink.on_error)
+    on_error: Callable[[KafkaError, Any], bool] | None = None
 
     def on_delivery(self, err: KafkaError | None, _msg: object) -> None:
         if err is None:
             self.acked += 1
+        elif self.on_error is not None and self.on_error(err, _msg):
+            self.acked += 1  # dropped by the failure mode (warn/skip): counts as done
         else:
             self.errors.append(err)
 
@@ -67,12 +71,19 @@ class KafkaSink:
     # --- hot path -------------------------------------------------------------------------
 
     def _new_segment(self) -> Segment:
-        seg = Segment()
+        seg = Segment(on_error=self._delivery_error)
         self._segments.append(seg)
         self._dr = seg.on_delivery if self._tracks_acks else None
         return seg
 
     _tracks_acks = True
+    # Set by the task: True when a refused record is to be dropped (e.g. MSG_SIZE_TOO_LARGE under
+    # event.processing.failure.handling.mode=warn/skip); False keeps it an error that stops the task.
+    on_error: Callable[[KafkaError, Any], bool] | None = None
+
+    def _delivery_error(self, err: KafkaError, msg: Any) -> bool:
+        hook = self.on_error
+        return hook is not None and hook(err, msg)
 
     def send(self, topic: str, key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes]] | None) -> None:
         dr = self._dr
@@ -144,10 +155,10 @@ class KafkaSink:
         while segs and segs[0].complete:
             seg = segs.popleft()
             if seg.errors:
-                raise SinkError(f"Kafka rejected {len(seg.errors)} record(s): {seg.errors[0]}")
+                raise SinkError(_rejected(seg))
             self._durable = seg.position
         if segs and segs[0].errors:
-            raise SinkError(f"Kafka rejected {len(segs[0].errors)} record(s): {segs[0].errors[0]}")
+            raise SinkError(_rejected(segs[0]))
 
     @property
     def durable(self) -> Any:
@@ -178,6 +189,12 @@ class KafkaSink:
 
     def close(self, timeout: float = 30.0) -> None:
         self.producer.flush(timeout)
+
+
+def _rejected(seg: Segment) -> str:
+    """The error, named by the offset (commit point) the refused records lead to, when known."""
+    where = f" (records before offset {seg.position.to_json()})" if seg.sealed and hasattr(seg.position, "to_json") else ""
+    return f"Kafka rejected {len(seg.errors)} record(s){where}: {seg.errors[0]}"
 
 
 def fatal_kafka_error_handler(stop: Callable[[str], None]) -> Callable[[KafkaError], None]:

@@ -317,6 +317,7 @@ class WorkerTask:
             encoder = extras.encoder
             extras.install(features)
             extras.restore(self._restored.fields if self._restored else None)  # an interrupted ad-hoc snapshot
+            sink.on_error = extras.failures.on_delivery_error  # records the broker refuses as too large
             self._rules = extras.rules()
             while result is None and not self._stop.is_set():
                 processor = self.processor = StreamProcessor(
@@ -396,7 +397,12 @@ class WorkerTask:
                 finally:
                     self._call = None
             # Stop, flush, store the durable position (never past what Kafka holds).
-            durable = sink.flush(cfg.behaviour.shutdown_grace_ms / 1000.0)
+            try:
+                durable = sink.flush(cfg.behaviour.shutdown_grace_ms / 1000.0)
+            except SinkError as exc:  # refused records: nothing from them on is durable
+                durable = sink.durable
+                if result is None:
+                    result = TaskResult(exitcodes.FAILED, str(exc), durable)
             if result is None or result.exit_code != exitcodes.REASSIGNMENT_NEEDED:
                 self._write_offset(store, durable)
             if result is None:

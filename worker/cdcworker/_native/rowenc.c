@@ -386,8 +386,21 @@ static int put_java_double(Buf *b, double v) {
 
 /* --- one value ----------------------------------------------------------------------- */
 
+/* orjson refusing a converted value (an integer beyond 64 bits) is not raised here: the Python
+ * path converts whole rows first, serializes the key before asking the transaction hook and the
+ * value after it, so when and whether it raises depends on that order. Such a row (never sent
+ * by MySQL) is handed to the Python path, which raises exactly as it does without the extension. */
+typedef struct {
+    int unserializable;
+} Deferred;
+
+static void defer_error(Deferred *d) {
+    PyErr_Clear();
+    d->unserializable = 1;
+}
+
 /* The Python converter's value, serialized by orjson (+ fix_escapes), as the dict path does. */
-static int put_py(Program *pg, Buf *b, Col *c, const char *s, Py_ssize_t n) {
+static int put_py(Program *pg, Deferred *d, Buf *b, Col *c, const char *s, Py_ssize_t n) {
     PyObject *raw = PyBytes_FromStringAndSize(s, n);
     if (!raw) return -1;
     PyObject *v = PyObject_CallOneArg(c->conv, raw);
@@ -399,7 +412,10 @@ static int put_py(Program *pg, Buf *b, Col *c, const char *s, Py_ssize_t n) {
     }
     PyObject *js = PyObject_CallOneArg(pg->dumps, v);
     Py_DECREF(v);
-    if (!js) return -1;
+    if (!js) {
+        defer_error(d);
+        return PUTS(b, "null");
+    }
     if (!PyBytes_Check(js)) {
         Py_DECREF(js);
         PyErr_SetString(PyExc_TypeError, "dumps() did not return bytes");
@@ -430,7 +446,7 @@ static int put_label(Buf *b, PyObject *labels, Py_ssize_t i) {
     return buf_put(b, PyBytes_AS_STRING(l), PyBytes_GET_SIZE(l));
 }
 
-static int put_value(Program *pg, Buf *b, Col *c, const char *s, Py_ssize_t n) {
+static int put_value(Program *pg, Deferred *d, Buf *b, Col *c, const char *s, Py_ssize_t n) {
     switch (c->op) {
     case OP_INT:
         if (canonical_int(s, n, 18, 1)) return buf_put(b, s, n);
@@ -448,16 +464,16 @@ static int put_value(Program *pg, Buf *b, Col *c, const char *s, Py_ssize_t n) {
             memcpy(tmp, s, (size_t)n);
             tmp[n] = 0;
             char *end = NULL;
-            double d = PyOS_string_to_double(tmp, &end, NULL);
-            if (d == -1.0 && PyErr_Occurred()) { PyErr_Clear(); break; }
+            double x = PyOS_string_to_double(tmp, &end, NULL);
+            if (x == -1.0 && PyErr_Occurred()) { PyErr_Clear(); break; }
             if (end != tmp + n) break;
             if (c->op == OP_F32) {
-                float f = (float)d;
-                if (isinf(f) && !isinf(d)) break; /* struct.pack raises: let Python say so */
-                d = (double)f;
+                float f = (float)x;
+                if (isinf(f) && !isinf(x)) break; /* struct.pack raises: let Python say so */
+                x = (double)f;
             }
-            if (!isfinite(d)) break;
-            return put_java_double(b, d);
+            if (!isfinite(x)) break;
+            return put_java_double(b, x);
         }
         break;
     case OP_B64:
@@ -547,7 +563,7 @@ static int put_value(Program *pg, Buf *b, Col *c, const char *s, Py_ssize_t n) {
     default:
         break;
     }
-    return put_py(pg, b, c, s, n);
+    return put_py(pg, d, b, c, s, n);
 }
 
 /* --- protobuf wire format ------------------------------------------------------------ */
@@ -617,8 +633,8 @@ static int parse_row(const unsigned char *p, const unsigned char *end, Py_ssize_
 
 /* One row image and, if the table has a key, its key record bytes.
  * Returns 1 done, 0 fall back to Python, -1 error set. */
-static int encode_image(Program *pg, const unsigned char *p, const unsigned char *end, PyObject **img,
-                        PyObject **key) {
+static int encode_image(Program *pg, Deferred *d, const unsigned char *p, const unsigned char *end,
+                        PyObject **img, PyObject **key) {
     Py_ssize_t ncols = pg->ncols;
     long long lens_s[64];
     Py_ssize_t spans_s[128];
@@ -653,7 +669,7 @@ static int encode_image(Program *pg, const unsigned char *p, const unsigned char
         if (l < 0) {
             if (PUTS(&b, "null") < 0) goto done;
         } else {
-            if (put_value(pg, &b, c, values + pos, (Py_ssize_t)l) < 0) goto done;
+            if (put_value(pg, d, &b, c, values + pos, (Py_ssize_t)l) < 0) goto done;
             pos += l;
         }
         spans[2 * i + 1] = b.len;
@@ -698,6 +714,7 @@ static PyObject *Program_encode(Program *pg, PyObject *arg) {
     const unsigned char *p = view.buf, *end = p + view.len;
     const unsigned char *sub[2] = {NULL, NULL}, *sube[2] = {NULL, NULL};
     PyObject *out = NULL, *img[2] = {NULL, NULL}, *key[2] = {NULL, NULL};
+    Deferred d = {0};
     int fallback = 0;
     while (p < end) {
         uint64_t tag, v;
@@ -718,11 +735,11 @@ static PyObject *Program_encode(Program *pg, PyObject *arg) {
     }
     for (int i = 0; i < 2 && !fallback; i++) {
         if (sub[i] == NULL) continue;
-        int r = encode_image(pg, sub[i], sube[i], &img[i], &key[i]);
+        int r = encode_image(pg, &d, sub[i], sube[i], &img[i], &key[i]);
         if (r < 0) goto fail;
         if (r == 0) fallback = 1;
     }
-    if (fallback) {
+    if (fallback || d.unserializable) {
         out = Py_NewRef(Py_None);
         goto fail;
     }

@@ -17,6 +17,7 @@ import orjson
 
 from cdcworker.backfill.handoff import ShardHandoff
 from cdcworker.backfill.reconcile import KeyReader
+from cdcworker.backfill.rowchange import PartialChange
 from cdcworker.config import WorkerConfig
 from cdcworker.events import EncoderConfig, SourceContext, TablePlan
 from cdcworker.offsets import Vgtid
@@ -26,26 +27,6 @@ from vitessapi import binlogdata_pb2, vtgate_pb2, vtgateservice_pb2_grpc
 
 PRI_KEY_FLAG = 2
 ISINTEGRAL = 256
-
-
-class _Half:
-    """One side of a row change (a PK change split because only one key may be emitted)."""
-
-    __slots__ = ("_after", "_before")
-
-    def __init__(self, before: Any = None, after: Any = None) -> None:
-        self._before, self._after = before, after
-
-    def HasField(self, name: str) -> bool:  # protobuf's method name
-        return (self._before if name == "before" else self._after) is not None
-
-    @property
-    def before(self) -> Any:
-        return self._before
-
-    @property
-    def after(self) -> Any:
-        return self._after
 
 
 def key_reader_for(fe: Any) -> KeyReader | None:
@@ -109,9 +90,9 @@ class HandoffProcessor(StreamProcessor):
         if (eb or not has_b) and (ea or not has_a):
             return rc
         if eb:
-            return _Half(before=rc.before)
+            return PartialChange(before=rc.before)
         if ea:
-            return _Half(after=rc.after)
+            return PartialChange(after=rc.after)
         return None
 
 

@@ -22,7 +22,7 @@ from typing import Any, cast
 
 from confluent_kafka import KafkaError, Producer
 
-from cdcworker.backfill import chunking
+from cdcworker.backfill import chunking, rowchange
 from cdcworker.backfill.progress import ChunkDone, PlanRecord, RunState
 from cdcworker.backfill.reconcile import KeyReader, reconcile
 from cdcworker.backfill.spec import BackfillSpec, Chunk, Key
@@ -171,22 +171,6 @@ def plan_run(
 # --- one chunk (executor) ------------------------------------------------------------------------
 
 
-class _Read:
-    """A read row as a RowChange with only ``after`` (what ``TablePlan.encode_change`` takes)."""
-
-    __slots__ = ("after",)
-
-    def __init__(self, row: Any) -> None:
-        self.after = row
-
-    @property
-    def before(self) -> Any:
-        return None
-
-    def HasField(self, name: str) -> bool:  # protobuf's method name
-        return name == "after"
-
-
 @dataclass
 class ChunkStats:
     """What an executor reports back for one chunk (small; collected by the driver)."""
@@ -301,7 +285,7 @@ def process_chunk(chunk: Chunk, ctx: LaneContext) -> ChunkStats:
         def send(p: TablePlan, items: Iterable[Any]) -> int:
             n = 0
             for row in items:
-                for rec in p.encode_change(_Read(row), ctx_src, now, insert_op="r"):
+                for rec in p.encode_change(rowchange.read(row), ctx_src, now, insert_op="r"):
                     while True:
                         try:
                             produce(rec.topic, rec.value, rec.key, headers=cast(Any, rec.headers), on_delivery=delivery)

@@ -52,6 +52,9 @@ class ProgressStore:
             }
         )
         try:
+            meta = consumer.list_topics(self.topic, timeout=timeout).topics.get(self.topic)
+            if meta is None or meta.error is not None or not meta.partitions:
+                return  # no topic yet: nothing is done
             consumer.assign([TopicPartition(self.topic, 0, 0)])
             deadline = time.monotonic() + timeout
             while True:

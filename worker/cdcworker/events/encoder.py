@@ -17,6 +17,7 @@ from typing import Any, NamedTuple, Protocol
 
 import orjson
 
+from cdcworker.events import native
 from cdcworker.events.jsonfmt import dumps, fix_escapes
 from cdcworker.events.schema import TableSchemas, build_schemas, select_key_columns
 from cdcworker.events.source import SourceContext
@@ -199,6 +200,7 @@ class TablePlan:
         "_key_of",
         "_key_prefix",
         "_names",
+        "_native",
         "_tail",
         "_tail_key",
         "_tombstones",
@@ -255,6 +257,14 @@ class TablePlan:
         self._tail = b""
         self._tombstones = cfg.tombstones_on_delete
         self._headers: Headers = list(cfg.headers)
+        # The native column program (events/native.py), only for plans that encode rows exactly
+        # as this class does (subclasses that post-process images keep the Python path).
+        cls = type(self)
+        self._native = (
+            native.program(self._names, self._convs, key_indexes, self._key_prefix)
+            if cls._value is TablePlan._value and cls.decode is TablePlan.decode and cls._key is TablePlan._key
+            else None
+        )
 
     @classmethod
     def compile(cls, fe: FieldEventLike, cfg: EncoderConfig) -> TablePlan:
@@ -305,14 +315,6 @@ class TablePlan:
         # envelope (source block, op, processing timestamps) is the same for a whole batch and
         # cached. Byte-identical to dumping the envelope dict (orjson writes nested values the
         # same standalone; the source fragment already went through fix_escapes).
-        if transaction is None:
-            k = self._tail_key
-            if k is None or k[0] is not source or k[1] != op or k[2] != now_ns:
-                self._tail = _envelope_tail(source, b"null", op, now_ns)
-                self._tail_key = (source, op, now_ns)
-            tail = self._tail
-        else:
-            tail = _envelope_tail(source, orjson.dumps(transaction), op, now_ns)
         if before is None:
             b = b"null"
         else:
@@ -325,6 +327,28 @@ class TablePlan:
             a = orjson.dumps(after)
             if b"\\u00" in a:
                 a = fix_escapes(a)
+        return self._envelope(b, a, op, source, now_ns, transaction)
+
+    def _envelope(
+        self,
+        b: bytes,
+        a: bytes,
+        op: str,
+        source: orjson.Fragment,
+        now_ns: int,
+        transaction: orjson.Fragment | None,
+    ) -> bytes:
+        """The value record around serialized ``before``/``after`` images."""
+        k = self._tail_key
+        if k is None or k[0] is not source or k[1] != op or k[2] != now_ns:
+            self._tail = _envelope_tail(source, b"null", op, now_ns)
+            self._tail_key = (source, op, now_ns)
+        tail = self._tail
+        if transaction is not None:
+            # Splice the block into the cached tail in place of its null (only op and the
+            # timestamps follow it, so the last match is ours); the block is already escaped.
+            i = tail.rindex(b',"transaction":null,"op":"') + 15
+            tail = b"".join((tail[:i], orjson.dumps(transaction), tail[i + 4 :]))
         # The schema JSON was serialized once per table; only the payload is written per row.
         prefix = self._value_prefix
         if prefix:
@@ -350,6 +374,11 @@ class TablePlan:
         if now_ns is None:
             now_ns = time.time_ns()
         source = ctx.fragment(self.version, self.logical_name, self.table)
+        if self._native is not None:
+            # One C call per row change: the serialized RowChange in, JSON images and keys out.
+            images = self._native.encode(rc.SerializeToString())  # type: ignore[attr-defined]
+            if images is not None:
+                return self._native_records(images, source, now_ns, insert_op, tx)
         has_before = rc.HasField("before")
         has_after = rc.HasField("after")
         topic = self.topic
@@ -376,7 +405,9 @@ class TablePlan:
         after = self.decode(rc.after)
         old_kp, old_key = self._key(before)
         new_kp, new_key = self._key(after)
-        if old_kp == new_kp:
+        # Compared as serialized keys: Java's Struct.equals semantics (Double.equals: -0.0 is
+        # not 0.0), and a double outside [1e-3, 1e7) (an orjson.Fragment) compares by value.
+        if old_key == new_key:
             if tx is not None and (block := tx(self.data_collection)) is None:
                 return []
             return [OutRecord(topic, new_key, self._value(before, after, "u", source, now_ns, block), headers)]
@@ -392,6 +423,55 @@ class TablePlan:
             return out
         out.append(OutRecord(topic, new_key, self._value(None, after, "c", source, now_ns, block), create_headers))
         return out
+
+    def _native_records(
+        self,
+        images: tuple[bytes | None, bytes | None, bytes | None, bytes | None],
+        source: orjson.Fragment,
+        now_ns: int,
+        insert_op: str,
+        tx: TxBlocks | None,
+    ) -> list[OutRecord]:
+        """``encode_change`` over the native encoder's images (same records, same order)."""
+        b, a, old_key, new_key = images
+        topic = self.topic
+        headers = self._headers
+        block = None
+        if b is None:
+            if a is None:
+                return []
+            if tx is not None and (block := tx(self.data_collection)) is None:
+                return []
+            return [OutRecord(topic, new_key, self._envelope(b"null", a, insert_op, source, now_ns, block), headers)]
+        if a is None:
+            if tx is not None and (block := tx(self.data_collection)) is None:
+                return []
+            out = [OutRecord(topic, old_key, self._envelope(b, b"null", "d", source, now_ns, block), headers)]
+            if self._tombstones:
+                out.append(OutRecord(topic, old_key, None, headers))
+            return out
+        if old_key == new_key:
+            if tx is not None and (block := tx(self.data_collection)) is None:
+                return []
+            return [OutRecord(topic, new_key, self._envelope(b, a, "u", source, now_ns, block), headers)]
+        del_headers = [(PK_UPDATE_NEWKEY, self._key_payload(new_key)), *headers]
+        create_headers = [(PK_UPDATE_OLDKEY, self._key_payload(old_key)), *headers]
+        out = []
+        if tx is None or (block := tx(self.data_collection)) is not None:
+            out.append(OutRecord(topic, old_key, self._envelope(b, b"null", "d", source, now_ns, block), del_headers))
+            if self._tombstones:
+                out.append(OutRecord(topic, old_key, None, del_headers))
+        if tx is not None and (block := tx(self.data_collection)) is None:
+            return out
+        out.append(OutRecord(topic, new_key, self._envelope(b"null", a, "c", source, now_ns, block), create_headers))
+        return out
+
+    def _key_payload(self, key: bytes | None) -> bytes:
+        # The key record without its schema wrapper: what _header_key writes for the same key.
+        if key is None:
+            return b"null"
+        n = len(self._key_prefix)
+        return key[n:-1] if n else key
 
     @staticmethod
     def _header_key(kp: dict[str, Any] | None) -> bytes:

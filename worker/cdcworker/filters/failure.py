@@ -13,10 +13,14 @@ the FIELD event, and a record larger than the producer's ``max.request.size`` (K
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 log = logging.getLogger(__name__)
+
+# Bytes a record batch adds around one record (v2 batch header 61 + record framing, headers).
+_RECORD_OVERHEAD = 128
 
 MODES = ("fail", "warn", "skip")
 
@@ -52,6 +56,34 @@ def is_oversized(exc: BaseException) -> bool:
     return isinstance(err, KafkaError) and err.code() == KafkaError.MSG_SIZE_TOO_LARGE
 
 
+def topic_limits(admin_config: dict[str, str]) -> Callable[[str], int | None]:
+    """``topic -> max.message.bytes`` from the broker, cached; None when it cannot be read."""
+    cache: dict[str, int | None] = {}
+    conf: dict[str, Any] = dict(admin_config)
+
+    def limit(topic: str) -> int | None:
+        if topic not in cache:
+            from confluent_kafka.admin import AdminClient, ConfigResource
+
+            try:
+                res = ConfigResource(ConfigResource.Type.TOPIC, topic)
+                entries = AdminClient(conf).describe_configs([res])[res].result(10)
+                cache[topic] = int(entries["max.message.bytes"].value)
+            except Exception as exc:  # the refusal is then handled as the bad record itself
+                log.warning("cannot read max.message.bytes of %s: %s", topic, exc)
+                cache[topic] = None
+        return cache[topic]
+
+    return limit
+
+
+def is_oversized_delivery(err: Any) -> bool:
+    """A delivery report of a record the broker refused as too large (topic ``max.message.bytes``)."""
+    from confluent_kafka import KafkaError
+
+    return isinstance(err, KafkaError) and err.code() == KafkaError.MSG_SIZE_TOO_LARGE
+
+
 @dataclass(slots=True)
 class FailureHandler:
     """Applies the mode; counts what was skipped (``metrics.on_erroneous``)."""
@@ -59,6 +91,10 @@ class FailureHandler:
     mode: str = "fail"
     metrics: Any = None
     skipped: int = 0
+    # The broker's record limit of a topic (max.message.bytes), looked up on the first refusal.
+    # Kafka refuses whole produce batches: only a record that alone exceeds it is the bad event;
+    # its batch neighbours are refused with it and must not be dropped.
+    topic_limit: Callable[[str], int | None] | None = None
 
     def __post_init__(self) -> None:
         if self.mode == "ignore":
@@ -77,3 +113,29 @@ class FailureHandler:
             log.warning("Error while processing event at offset {%s}: %s: %s; the event is skipped", where, what, exc)
         else:
             log.debug("skipped event at offset {%s}: %s: %s", where, what, exc)
+
+    def on_delivery_error(self, err: Any, msg: Any) -> bool:
+        """``KafkaSink.on_error``: True drops a record the broker refused as too large (warn/skip).
+
+        In ``fail`` mode (or for any other error) the record stays an error: the sink stops the
+        task naming the offset its transaction ends at.
+        """
+        if self.mode == "fail" or not is_oversized_delivery(err):
+            return False
+        size = len(msg.value() or b"") + len(msg.key() or b"")
+        limit = self.topic_limit(msg.topic()) if self.topic_limit is not None else None
+        if limit is not None and size + _RECORD_OVERHEAD <= limit:
+            log.error(
+                "record of %d bytes for %s[%d] was refused with a larger one in its produce batch "
+                "(max.message.bytes=%d); it cannot be dropped", size, msg.topic(), msg.partition(), limit,
+            )
+            return False
+        self.skipped += 1
+        if self.metrics is not None:
+            self.metrics.on_erroneous(1)
+        what = f"record of {size} bytes for {msg.topic()}[{msg.partition()}] refused by the broker: {err.str()}"
+        if self.mode == "warn":
+            log.warning("%s; the record is skipped", what)
+        else:
+            log.debug("skipped %s", what)
+        return True

@@ -15,6 +15,7 @@ from typing import Any
 from cdcworker.config import WorkerConfig
 from cdcworker.events import EncoderConfig
 from cdcworker.filters import FailureHandler, FilterPolicy, vstream_rules
+from cdcworker.filters.failure import topic_limits
 from cdcworker.signals import KafkaSignalChannel, SignalDispatcher, SignalTap
 from cdcworker.snapshot.vstream_copy import VStreamCopyEngine
 
@@ -46,6 +47,7 @@ class TaskExtras:
         if policy.touches_columns:
             encoder = dataclasses.replace(encoder, policy=policy)
         failures = FailureHandler(cfg.behaviour.failure_handling_mode, metrics)
+        failures.topic_limit = topic_limits(cfg.kafka.client_config("admin"))
         extras = cls(encoder, policy, failures, cfg.source.keyspace)
         sig = cfg.signals
         source = bool(sig.data_collection) and "source" in sig.channels

@@ -256,8 +256,12 @@ class VStreamCopyEngine:
         if not data_collections:
             if request_id is None:
                 self._queued.clear()
+                self._resume.clear()
+                self._stopped.clear()
             else:
                 self._queued = deque(r for r in self._queued if r.id != request_id)
+                self._resume.pop(request_id, None)
+                self._stopped.pop(request_id, None)
             if self._run is not None and request_id in (None, self._run.request.id):
                 self._stop_run(complete=False)
             return

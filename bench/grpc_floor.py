@@ -1,0 +1,171 @@
+"""Per-message server CPU of do-nothing Python gRPC VStream handlers (which gRPC setup can serve fastest).
+
+    .venv/bin/python bench/grpc_floor.py [--rows 300000] [--rows-per-txn 20] [--runs 3] [--variants sync,aio-gen,...]
+
+Each variant runs a server in its own process whose VStream handler sends the same pre-serialized
+`VStreamResponse` (BEGIN, ROW with N row changes, VGTID, COMMIT) `rows / N` times; the Go client
+(bench/vstreamclient) streams and decodes all of them. The figure that matters is the server process's
+CPU time per message (user+system from /proc/PID/stat around each run): it does not depend on how busy
+the shared machine is, unlike the wall-clock rate (also printed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+BASES = {
+    "sync": "sync grpc.server, generator yielding bytes",
+    "aio-gen": "grpc.aio server, async generator yielding bytes",
+    "aio-write": "grpc.aio server, await context.write(bytes) in a loop",
+}
+# Modifiers: `base+mod+mod...`
+MODS: dict[str, list[tuple[str, Any]]] = {
+    "frame": [("grpc.http2.max_frame_size", 1 << 20)],
+    "wbuf": [("grpc.http2.write_buffer_size", 1 << 20)],
+    "look": [("grpc.http2.lookahead_bytes", 1 << 20)],
+    "mcs": [("grpc.max_concurrent_streams", 16)],
+    "nocomp": [("grpc.default_compression_algorithm", 0)],
+    "tput": [("grpc.optimization_target", "throughput")],
+}
+DEFAULT = "sync,sync+frame,sync+wbuf,aio-gen,aio-write,aio-write+frame,aio-write+wbuf"
+
+
+def response(k: int) -> bytes:
+    from vitessapi import binlogdata_pb2, query_pb2
+
+    ev = binlogdata_pb2.VEvent
+    changes = [binlogdata_pb2.RowChange(after=query_pb2.Row(lengths=[len(str(i)), 10, 3],
+                                                            values=f"{i}name-{i:05d}{i % 1000:03d}".encode()))
+               for i in range(k)]
+    return binlogdata_pb2.VStreamResponse(events=[
+        ev(type=binlogdata_pb2.BEGIN, timestamp=1, current_time=1 << 60, keyspace="bench", shard="0"),
+        ev(type=binlogdata_pb2.ROW, timestamp=1, current_time=1 << 60, keyspace="bench", shard="0",
+           row_event=binlogdata_pb2.RowEvent(table_name="bench.t", row_changes=changes, keyspace="bench", shard="0")),
+        ev(type=binlogdata_pb2.VGTID, vgtid=binlogdata_pb2.VGtid(shard_gtids=[binlogdata_pb2.ShardGtid(
+            keyspace="bench", shard="0", gtid="MySQL56/" + "a" * 36 + ":1-100000")])),
+        ev(type=binlogdata_pb2.COMMIT, timestamp=1, current_time=1 << 60, keyspace="bench", shard="0"),
+    ]).SerializeToString()
+
+
+def serve(variant: str, n: int, k: int) -> None:
+    """Child process: serve `variant`, print the port, run until killed."""
+    import grpc
+
+    base, *mods = variant.split("+")
+    opts = [o for m in mods if m in MODS for o in MODS[m]]
+    if "hint" in mods:  # every message with GRPC_WRITE_BUFFER_HINT (sync server internals)
+        from grpc import _server
+        from grpc._cython import cygrpc
+
+        _server._get_send_message_op_flags_from_state = lambda _state: cygrpc.WriteFlag.buffer_hint
+    resp = response(k)
+    if base == "sync":
+        from concurrent import futures
+
+        def handler(_req: bytes, _ctx: Any) -> Any:
+            for _ in range(n):
+                yield resp
+
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=4),
+                             options=opts)
+        server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("vtgateservice.Vitess", {
+            "VStream": grpc.unary_stream_rpc_method_handler(handler)}),))
+        port = server.add_insecure_port("127.0.0.1:0")
+        server.start()
+        print(port, flush=True)
+        server.wait_for_termination()
+        return
+
+    async def agen(_req: bytes, _ctx: Any) -> Any:
+        for _ in range(n):
+            yield resp
+
+    async def awrite(_req: bytes, ctx: Any) -> None:
+        write = ctx.write
+        for _ in range(n):
+            await write(resp)
+
+    async def main() -> None:
+        server = grpc.aio.server(options=opts)
+        h = agen if base == "aio-gen" else awrite
+        server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("vtgateservice.Vitess", {
+            "VStream": grpc.unary_stream_rpc_method_handler(h)}),))
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        print(port, flush=True)
+        await server.wait_for_termination()
+
+    asyncio.run(main())
+
+
+def cpu_of(pid: int) -> float:
+    """user+system seconds of process `pid` (all threads)."""
+    with open(f"/proc/{pid}/stat") as f:
+        parts = f.read().rsplit(")", 1)[1].split()
+    return (int(parts[11]) + int(parts[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def main() -> None:
+    from vtgatesim_replay import go_client, request_hex
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rows", type=int, default=300_000)
+    ap.add_argument("--rows-per-txn", type=int, default=20)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--variants", default=DEFAULT)
+    ap.add_argument("--serve", nargs=3, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.serve:
+        serve(args.serve[0], int(args.serve[1]), int(args.serve[2]))
+        return
+    k = args.rows_per_txn
+    n = -(-args.rows // k)
+    client = go_client()
+    print(f"load average {os.getloadavg()}; {n} responses of {k} rows, {len(response(k))} bytes each", flush=True)
+    summary = {}
+    for variant in args.variants.split(","):
+        env = dict(os.environ)
+        if "poll" in variant.split("+"):
+            env["GRPC_POLL_STRATEGY"] = "poll"
+        srv = subprocess.Popen([sys.executable, __file__, "--serve", variant, str(n), str(k)],
+                               stdout=subprocess.PIPE, text=True, env=env)
+        try:
+            assert srv.stdout is not None
+            port = int(srv.stdout.readline())
+            cmd = [client, f"127.0.0.1:{port}", request_hex("x"), str(args.rows)]
+            per_msg, rates = [], []
+            for run in range(args.runs):
+                c0 = cpu_of(srv.pid)
+                t0 = time.perf_counter()
+                r = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
+                time.sleep(0.05)  # let the server finish the call (its status) before reading its CPU
+                cpu = cpu_of(srv.pid) - c0
+                wall = time.perf_counter() - t0
+                per_msg.append(cpu / r["responses"] * 1e6)
+                rates.append(r["rows"] / r["seconds"])
+                print(f"{variant} run {run + 1}: server cpu {cpu:.2f}s = {per_msg[-1]:.1f} us/message; "
+                      f"{rates[-1]:,.0f} row events/s wall ({wall:.2f}s); client cpu {r['client_cpu']:.2f}s",
+                      flush=True)
+            summary[variant] = (statistics.median(per_msg), statistics.median(rates))
+        finally:
+            srv.kill()
+            srv.wait()
+    print(f"load average {os.getloadavg()}")
+    for variant, (us, rate) in summary.items():
+        print(f"{variant:10s} {us:6.1f} us/message  => {k * 1e6 / us:>10,.0f} row events/s per core "
+              f"(wall median {rate:,.0f})  [{BASES[variant.split('+')[0]]}]")
+
+
+if __name__ == "__main__":
+    main()
