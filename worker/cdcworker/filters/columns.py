@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from cdcworker.events import native
 from cdcworker.events.encoder import PK_UPDATE_NEWKEY, PK_UPDATE_OLDKEY, EncoderConfig, TablePlan
 from cdcworker.events.jsonfmt import dumps
 from cdcworker.events.schema import build_schemas
@@ -218,6 +219,7 @@ class FilterPolicy:
         value_schemas: dict[int, dict[str, Any]] = {}  # value-only schema changes of key columns
         post: list[tuple[str, Callable[[Any], Any], bool]] = []  # value-only per-row changes
         hidden: list[str] = []
+        native_ok = True  # the native row encoder can still be used (FilteredTablePlan)
         keys = list(key_indexes)
         if self.key_columns:
             keys = self._key_indexes((f"{keyspace}.{table}", f"{shard}.{keyspace}.{table}"), fields, keys)
@@ -234,15 +236,18 @@ class FilterPolicy:
             m = self._mapping(f, names, prefixes, codec)
             if m is None:
                 continue
-            if i in keys or m.nulls:
-                # Keys are built without column mappers (TableSchemaBuilder); masking also
-                # replaces NULL, which never reaches a converter: both act on the value only.
-                if i in keys:
-                    value_schemas[i] = m.schema
-                else:
-                    out[i] = replace(codec, schema=m.schema)
+            if i in keys:
+                # Keys are built without column mappers (TableSchemaBuilder): the option acts on
+                # the value only, after the key was made from the plain value.
+                value_schemas[i] = m.schema
                 if m.value is not None:
                     post.append((codec.name, m.value, m.nulls))
+                    native_ok = False
+            elif m.nulls and m.value is not None:
+                # Masking: the converter masks values; NULL never reaches a converter, so the
+                # plan also masks NULLs in the row images.
+                out[i] = replace(codec, convert=_then(codec.convert, m.value), schema=m.schema)
+                post.append((codec.name, m.value, True))
             else:
                 conv = codec.convert if m.value is None else _then(codec.convert, m.value)
                 out[i] = replace(codec, convert=conv, schema=m.schema)
@@ -260,7 +265,7 @@ class FilterPolicy:
             return FilteredTablePlan(
                 keyspace, shard, table, topic, out, keys, cfg,
                 hidden=tuple(hidden), skipped=self.skipped_operations, stats=self.stats, schema_base=base,
-                value_codecs=value_codecs, post=tuple(post),
+                value_codecs=value_codecs, post=tuple(post), native_ok=native_ok and not hidden,
             )
         return TablePlan(keyspace, shard, table, topic, out, keys, cfg)
 
@@ -316,7 +321,7 @@ class FilteredTablePlan(TablePlan):
     """A plan for a table that needs per-row work: hidden key columns, value-only column
     mappings (masking, mapped key columns), skipped operations, or an adjusted schema name."""
 
-    __slots__ = ("_hidden", "_post", "_skipped", "_stats")
+    __slots__ = ("_hidden", "_null_masks", "_post", "_skipped", "_stats")
 
     def __init__(
         self,
@@ -334,6 +339,7 @@ class FilteredTablePlan(TablePlan):
         schema_base: str,
         value_codecs: Sequence[ColumnCodec | None] | None = None,
         post: tuple[tuple[str, Callable[[Any], Any], bool], ...] = (),
+        native_ok: bool = False,
     ) -> None:
         super().__init__(keyspace, shard, table, topic, codecs, key_indexes, cfg)
         self._hidden = hidden
@@ -352,6 +358,27 @@ class FilteredTablePlan(TablePlan):
         self._value_prefix = (
             b'{"schema":' + dumps(self.schemas.envelope) + b',"payload":' if cfg.value_schemas_enable else b""
         )
+        # Only masks of value columns (their converters mask; NULLs are patched in the images):
+        # the native row encoder's images are then exact after ``_unmask_nulls``.
+        self._null_masks: tuple[tuple[bytes, bytes], ...] = ()
+        if native_ok and all(nulls for _, _, nulls in post):
+            self._native = native.program(self._names, self._convs, key_indexes, self._key_prefix)
+            self._null_masks = tuple((dumps(n) + b":null", dumps(n) + b":" + dumps(fn(None))) for n, fn, _ in post)
+
+    def _unmask_nulls(self, image: bytes | None) -> bytes | None:
+        if image is None:
+            return None
+        for null, masked in self._null_masks:
+            if null in image:
+                # A member name is preceded by "{" or ","; inside a JSON string a quote is escaped.
+                image = image.replace(b"{" + null, b"{" + masked).replace(b"," + null, b"," + masked)
+        return image
+
+    def _native_records(self, images: Any, *args: Any, **kwargs: Any) -> Any:
+        b, a, old_key, new_key = images
+        if self._null_masks:
+            b, a = self._unmask_nulls(b), self._unmask_nulls(a)
+        return super()._native_records((b, a, old_key, new_key), *args, **kwargs)
 
     def _image(self, row: dict[str, Any]) -> dict[str, Any]:
         hidden = self._hidden

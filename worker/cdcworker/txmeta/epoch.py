@@ -49,11 +49,12 @@ class EpochError(ValueError):
 class ShardEpochMap(Mapping[str, int]):
     """An immutable shard → epoch map; iteration and JSON follow Java's ``TreeMap`` (sorted keys)."""
 
-    __slots__ = ("_epochs",)
+    __slots__ = ("_epochs", "_json")
 
     def __init__(self, epochs: Mapping[str, int] | Iterable[tuple[str, int]] = ()) -> None:
         items = epochs.items() if isinstance(epochs, Mapping) else epochs
         self._epochs: dict[str, int] = dict(sorted((str(k), int(v)) for k, v in items))
+        self._json: str | None = None
 
     def __getitem__(self, shard: str) -> int:
         return self._epochs[shard]
@@ -76,8 +77,12 @@ class ShardEpochMap(Mapping[str, int]):
         return hash(tuple(self._epochs.items()))
 
     def to_json(self) -> str:
-        """Jackson's ``writeValueAsString`` of the ``TreeMap``: compact, keys sorted."""
-        return json.dumps(self._epochs, separators=(",", ":"), ensure_ascii=False)
+        """Jackson's ``writeValueAsString`` of the ``TreeMap``: compact, keys sorted (cached: the
+        map is immutable and stored with every commit point)."""
+        text = self._json
+        if text is None:
+            text = self._json = json.dumps(self._epochs, separators=(",", ":"), ensure_ascii=False)
+        return text
 
     @classmethod
     def from_json(cls, text: str) -> ShardEpochMap:
@@ -152,7 +157,9 @@ def next_epoch_map(
     out: dict[str, int] = {}
     for sg in current:
         prev = previous.get(sg.shard)
-        if prev is not None:
+        if prev is not None and prev.gtid == sg.gtid and sg.shard in epochs:
+            out[sg.shard] = epochs[sg.shard]  # no move on this shard (most shards, most of the time)
+        elif prev is not None:
             previous_epoch = epochs.get(sg.shard)
             if previous_epoch is None:
                 raise EpochError(
@@ -163,6 +170,8 @@ def next_epoch_map(
         else:
             # A reshard target seen for the first time.
             out[sg.shard] = inherited_epoch(sg.shard, epochs) if inherit else 0
+    if isinstance(epochs, ShardEpochMap) and len(out) == len(epochs) and all(epochs.get(k) == v for k, v in out.items()):
+        return epochs  # unchanged: keep the object (and its cached JSON)
     return ShardEpochMap(out)
 
 
