@@ -18,6 +18,7 @@ import os
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ BASES = {
     "sync": "sync grpc.server, generator yielding bytes",
     "aio-gen": "grpc.aio server, async generator yielding bytes",
     "aio-write": "grpc.aio server, await context.write(bytes) in a loop",
+    "sim": "the VTGate test server replaying a pre-generated binlog",
 }
 # Modifiers: `base+mod+mod...`
 MODS: dict[str, list[tuple[str, Any]]] = {
@@ -38,7 +40,7 @@ MODS: dict[str, list[tuple[str, Any]]] = {
     "nocomp": [("grpc.default_compression_algorithm", 0)],
     "tput": [("grpc.optimization_target", "throughput")],
 }
-DEFAULT = "sync,sync+frame,sync+wbuf,aio-gen,aio-write,aio-write+frame,aio-write+wbuf"
+DEFAULT = "sim,sync,aio-gen,aio-write,sync+frame+wbuf,aio-write+frame+wbuf"
 
 
 def response(k: int) -> bytes:
@@ -61,14 +63,13 @@ def response(k: int) -> bytes:
 def serve(variant: str, n: int, k: int) -> None:
     """Child process: serve `variant`, print the port, run until killed."""
     import grpc
+    from vtgatesim_replay import request_hex
 
     base, *mods = variant.split("+")
+    if base == "sim":
+        serve_sim(n * k, k)
+        return
     opts = [o for m in mods if m in MODS for o in MODS[m]]
-    if "hint" in mods:  # every message with GRPC_WRITE_BUFFER_HINT (sync server internals)
-        from grpc import _server
-        from grpc._cython import cygrpc
-
-        _server._get_send_message_op_flags_from_state = lambda _state: cygrpc.WriteFlag.buffer_hint
     resp = response(k)
     if base == "sync":
         from concurrent import futures
@@ -83,7 +84,7 @@ def serve(variant: str, n: int, k: int) -> None:
             "VStream": grpc.unary_stream_rpc_method_handler(handler)}),))
         port = server.add_insecure_port("127.0.0.1:0")
         server.start()
-        print(port, flush=True)
+        print(port, request_hex("x"), flush=True)
         server.wait_for_termination()
         return
 
@@ -103,10 +104,25 @@ def serve(variant: str, n: int, k: int) -> None:
             "VStream": grpc.unary_stream_rpc_method_handler(h)}),))
         port = server.add_insecure_port("127.0.0.1:0")
         await server.start()
-        print(port, flush=True)
+        print(port, request_hex("x"), flush=True)
         await server.wait_for_termination()
 
     asyncio.run(main())
+
+
+def serve_sim(rows: int, k: int) -> None:
+    """The VTGate test server with a pre-generated binlog (as bench/vtgatesim_replay.py)."""
+    from vtgatesim_replay import generate, request_hex
+
+    from vtgatesim import VTGateSim
+
+    sim = VTGateSim().start()
+    sim.create_keyspace("bench", ddl=["create table t (id bigint not null, name varchar(32), qty int, "
+                                      "primary key (id))"])
+    pos = sim.position("bench", "0")
+    generate(sim, rows, k)
+    print(sim.port, request_hex(pos), flush=True)
+    threading.Event().wait()
 
 
 def cpu_of(pid: int) -> float:
@@ -116,8 +132,33 @@ def cpu_of(pid: int) -> float:
     return (int(parts[11]) + int(parts[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def switches_of(pid: int) -> int:
+    """Context switches (voluntary + involuntary) of all threads of process `pid`."""
+    total = 0
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/status") as f:
+                for line in f:
+                    if "ctxt_switches:" in line:
+                        total += int(line.split()[1])
+        except FileNotFoundError:
+            pass
+    return total
+
+
+def start_server(variant: str, n: int, k: int) -> tuple[subprocess.Popen[str], int, str]:
+    env = dict(os.environ)
+    if "poll" in variant.split("+"):
+        env["GRPC_POLL_STRATEGY"] = "poll"
+    srv = subprocess.Popen([sys.executable, __file__, "--serve", variant, str(n), str(k)],
+                           stdout=subprocess.PIPE, text=True, env=env)
+    assert srv.stdout is not None
+    port, req = srv.stdout.readline().split()
+    return srv, int(port), req
+
+
 def main() -> None:
-    from vtgatesim_replay import go_client, request_hex
+    from vtgatesim_replay import go_client
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", type=int, default=300_000)
@@ -132,39 +173,40 @@ def main() -> None:
     k = args.rows_per_txn
     n = -(-args.rows // k)
     client = go_client()
+    variants = args.variants.split(",")
     print(f"load average {os.getloadavg()}; {n} responses of {k} rows, {len(response(k))} bytes each", flush=True)
-    summary = {}
-    for variant in args.variants.split(","):
-        env = dict(os.environ)
-        if "poll" in variant.split("+"):
-            env["GRPC_POLL_STRATEGY"] = "poll"
-        srv = subprocess.Popen([sys.executable, __file__, "--serve", variant, str(n), str(k)],
-                               stdout=subprocess.PIPE, text=True, env=env)
-        try:
-            assert srv.stdout is not None
-            port = int(srv.stdout.readline())
-            cmd = [client, f"127.0.0.1:{port}", request_hex("x"), str(args.rows)]
-            per_msg, rates = [], []
-            for run in range(args.runs):
-                c0 = cpu_of(srv.pid)
-                t0 = time.perf_counter()
-                r = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
+    servers = {}
+    per_msg: dict[str, list[float]] = {v: [] for v in variants}
+    switches: dict[str, list[float]] = {v: [] for v in variants}
+    rates: dict[str, list[float]] = {v: [] for v in variants}
+    try:
+        for v in variants:
+            servers[v] = start_server(v, n, k)
+        # Round-robin, so every variant sees the same mix of machine load.
+        for run in range(args.runs):
+            for v in variants:
+                srv, port, req = servers[v]
+                cmd = [client, f"127.0.0.1:{port}", req, str(args.rows)]
+                c0, x0 = cpu_of(srv.pid), switches_of(srv.pid)
+                r = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=300).stdout)
                 time.sleep(0.05)  # let the server finish the call (its status) before reading its CPU
                 cpu = cpu_of(srv.pid) - c0
-                wall = time.perf_counter() - t0
-                per_msg.append(cpu / r["responses"] * 1e6)
-                rates.append(r["rows"] / r["seconds"])
-                print(f"{variant} run {run + 1}: server cpu {cpu:.2f}s = {per_msg[-1]:.1f} us/message; "
-                      f"{rates[-1]:,.0f} row events/s wall ({wall:.2f}s); client cpu {r['client_cpu']:.2f}s",
-                      flush=True)
-            summary[variant] = (statistics.median(per_msg), statistics.median(rates))
-        finally:
+                switches[v].append((switches_of(srv.pid) - x0) / r["responses"])
+                per_msg[v].append(cpu / r["responses"] * 1e6)
+                rates[v].append(r["rows"] / r["seconds"])
+                print(f"run {run + 1} {v}: server cpu {cpu:.2f}s = {per_msg[v][-1]:.1f} us/message, "
+                      f"{switches[v][-1]:.1f} thread switches/message; {rates[v][-1]:,.0f} row events/s wall; "
+                      f"client cpu {r['client_cpu']:.2f}s; load {os.getloadavg()[0]:.1f}", flush=True)
+    finally:
+        for srv, _, _ in servers.values():
             srv.kill()
             srv.wait()
     print(f"load average {os.getloadavg()}")
-    for variant, (us, rate) in summary.items():
-        print(f"{variant:10s} {us:6.1f} us/message  => {k * 1e6 / us:>10,.0f} row events/s per core "
-              f"(wall median {rate:,.0f})  [{BASES[variant.split('+')[0]]}]")
+    for v in variants:
+        us = statistics.median(per_msg[v])
+        print(f"{v:16s} {us:6.1f} us/message (min {min(per_msg[v]):.1f}), {statistics.median(switches[v]):.1f} "
+              f"switches/message => {k * 1e6 / us:>9,.0f} row events/s per server core; wall median "
+              f"{statistics.median(rates[v]):,.0f}  [{BASES[v.split('+')[0]]}]")
 
 
 if __name__ == "__main__":

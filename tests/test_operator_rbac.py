@@ -155,7 +155,7 @@ def assert_reconciles(plane: Plane, namespace: str, name: str, keyspace: str) ->
             assert obj is None, (obj["metadata"].get("finalizers"), obj["metadata"].get("ownerReferences"))
             return True
 
-        wait_for(gone, 30, f"{namespace}/{name} deleted")
+        wait_for(gone, 15, f"{namespace}/{name} deleted")
         for kind in ("deployments", "configmaps"):
             assert plane.get(namespace, kind, selector=selector)["items"] == []
     assert nodes.errors == []

@@ -216,7 +216,17 @@ def test_create_starts_generation_zero(env: Env) -> None:
         "created Deployment orders-g0-t0", "created Deployment orders-g0-t1"]
     assert [m for _, r, m in events if r == "GenerationStarted"] == ["generation 0 started: 2 tasks over 2 shards"]
 
-    # Level-based but quiet: further resyncs write nothing while nothing changes.
+    # Level-based but quiet: further resyncs write nothing while nothing changes. Measured from
+    # kopf's last write of the creation cycle (its handled-configuration annotation, progress
+    # purged), which may land after Ready was written by the handler.
+    def kopf_done() -> dict[str, Any] | None:
+        o = env.get("orders") or {}
+        kopf_keys = {k for k in (o.get("metadata") or {}).get("annotations") or {}
+                     if k.startswith("operator.shardcdc.io/")}
+        return o if kopf_keys == {"operator.shardcdc.io/last-handled-configuration"} else None
+
+    print("DEBUGANN", (env.get("orders") or {})["metadata"].get("annotations"))
+    obj = wait_for(kopf_done, 20, "kopf to finish the creation cycle")
     rv = obj["metadata"]["resourceVersion"]
     dep_rvs = {n: d["metadata"]["resourceVersion"] for n, d in deps.items()}
     start = env.nodes.reads("orders-g0-t0")
@@ -340,6 +350,58 @@ class SlamDoor:
             conn.close()
 
 
+class Tarpit:
+    """A TCP listener that accepts and holds each connection ``hold`` seconds, then closes it (a hung VTGate)."""
+
+    def __init__(self, hold: float) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = int(self.sock.getsockname()[1])
+        self.hold = hold
+        self.accepted = 0
+        self._closed = threading.Event()
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.accepted += 1
+            threading.Thread(target=self._hold, args=(conn,), daemon=True).start()
+
+    def _hold(self, conn: socket.socket) -> None:
+        self._closed.wait(self.hold)
+        conn.close()
+
+    def close(self) -> None:
+        self._closed.set()
+        self.sock.close()
+
+
+def test_deletion_is_not_held_by_a_resync_in_flight(env: Env) -> None:
+    """Deleting while the resync timer is mid-reconcile (here: a discovery that hangs for 3 s).
+
+    kopf stops the timer when deletion starts; a timer that does not exit at once is polled every
+    ``settings.background.cancellation_polling`` seconds (60 by default) before the finalizer may go,
+    and nothing else touches the object meanwhile. The operator polls every second instead.
+    """
+    pit = Tarpit(hold=3.0)
+    try:
+        body = connector("hung", "hung", env.sim)
+        body["spec"]["source"]["vitess"]["vtgate"] = f"127.0.0.1:{pit.port}"
+        env.apply(body)
+        env.wait_condition("hung", "Degraded", "True", "SourceUnreachable", timeout=30)
+        # A resync's discovery is in flight (it holds the connector's lock for up to 3 s).
+        n = pit.accepted
+        wait_for(lambda: pit.accepted > n, 20, "a resync in flight")
+        env.kubectl("delete", "cdc/hung", "--wait=false")
+        wait_for(lambda: env.get("hung") is None, 15, "the connector to be deleted (finalizer removed)")
+        assert [r for _, r, _ in env.events("hung") if r in ("Deleted", "OffsetsKept")] == ["Deleted", "OffsetsKept"]
+    finally:
+        pit.close()
+
+
 def test_unreachable_source_is_a_clear_condition_and_one_warning(env: Env) -> None:
     door = SlamDoor()
     body = connector("nowhere", "nowhere", env.sim)
@@ -369,9 +431,9 @@ def test_deletion_removes_children_and_keeps_offsets(env: Env) -> None:
     env.wait_condition("doomed", "Ready", "True")
     env.wait_condition("secured", "Ready", "True")
     env.kubectl("delete", "cdc/doomed", "cdc/secured", "--wait=false")
-    wait_for(lambda: env.get("doomed") is None, 40, "the connector to be deleted (finalizer removed)")
+    wait_for(lambda: env.get("doomed") is None, 15, "the connector to be deleted (finalizer removed)")
     # Offsets are touched only after the worker pods are gone (FakeNodes removes them after their Deployment).
-    wait_for(lambda: env.get("secured") is None, 30, "the DeleteOffsets connector to be deleted")
+    wait_for(lambda: env.get("secured") is None, 15, "the DeleteOffsets connector to be deleted")
     assert env.children("deployments", "secured") == {} and env.children("configmaps", "secured") == {}
     assert [(t, m) for t, r, m in env.events("secured") if r.startswith("Offsets")] == [
         ("Warning", "offsets of secured in topic shardcdc-offsets were kept: the cluster needs credentials the "

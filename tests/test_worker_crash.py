@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from confluent_kafka import KafkaError, KafkaException
 
 from cdcworker.verify import compare, materialise
 from localkafka import KafkaBroker, consume_all
@@ -69,7 +70,12 @@ def _start(config: Path, log: Path) -> subprocess.Popen[bytes]:
 def _caught_up(broker: KafkaBroker, sim: VTGateSim, offsets_topic: str, read_committed: bool) -> bool:
     from cdcworker.offsets import OffsetValue
 
-    records = consume_all(broker.bootstrap, offsets_topic, read_committed=read_committed)
+    try:
+        records = consume_all(broker.bootstrap, offsets_topic, read_committed=read_committed)
+    except KafkaException as exc:
+        if exc.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+            return False  # no worker has created the offsets topic yet
+        raise
     if not records or records[-1].value is None:
         return False
     stored = OffsetValue.from_bytes(records[-1].value)

@@ -37,6 +37,8 @@ RESYNC_SECONDS = float(os.environ.get("SHARDCDC_OPERATOR_RESYNC_SECONDS", "10"))
 REQUEST_TIMEOUT = float(os.environ.get("SHARDCDC_OPERATOR_REQUEST_TIMEOUT", "30"))
 DISCOVERY_TIMEOUT = float(os.environ.get("SHARDCDC_OPERATOR_DISCOVERY_TIMEOUT", str(DEFAULT_TIMEOUT)))
 RETRY_DELAY = 5.0
+# How long kopf waits for a resync timer's reconcile in flight to finish when the connector is deleted.
+INSTANT_EXIT_TIMEOUT = DISCOVERY_TIMEOUT + 5.0
 # kopf's own bookkeeping (progress, last-handled configuration) lives under a sub-domain of ours.
 # Not ``shardcdc.io`` itself: kopf drops annotations under its storage prefix from the diff it
 # computes, and then ``shardcdc.io/restart`` would never trigger the update handler.
@@ -69,6 +71,15 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     # Our own events are explicit; kopf's per-handler "succeeded" log events would drown them.
     settings.posting.level = logging.WARNING
     settings.execution.max_workers = 4
+    # Deletion: kopf stops the resync timer first and removes the finalizer only once it has exited.
+    # A timer caught mid-reconcile (it finishes what it started: its API calls run in threads and
+    # cannot be abandoned halfway) is not done within kopf's default "instant exit" of 10 event-loop
+    # cycles; kopf then re-checked it only after cancellation_polling (60 s) with nothing else
+    # touching the object meanwhile, so the finalizer stayed for a minute after the delete handler
+    # had succeeded. Wait for the reconcile in flight instead (bounded; the delete handler would wait
+    # for it on the lock anyway), and past that bound re-check every second. Also on operator exit.
+    settings.background.instant_exit_timeout = INSTANT_EXIT_TIMEOUT
+    settings.background.cancellation_polling = 1.0
     memo.kube = KubeApi(new_api_client(os.environ.get("SHARDCDC_OPERATOR_KUBECONFIG")), REQUEST_TIMEOUT)
     memo.http = aiohttp.ClientSession()
     memo.stats = {"reconciles": 0}  # shared by every per-object memo (they are shallow copies)
@@ -125,8 +136,11 @@ def _lock(memo: kopf.Memo) -> asyncio.Lock:
     return lock
 
 
-async def _run(memo: kopf.Memo, worker_pods: kopf.Index[Any, Any], namespace: str, name: str) -> None:
+async def _run(memo: kopf.Memo, worker_pods: kopf.Index[Any, Any], namespace: str, name: str,
+               stopped: Any = None) -> None:
     async with _lock(memo):
+        if stopped:  # the timer was stopped (deletion, operator exit) while waiting for the lock
+            return
         try:
             await reconcile(_context(memo, worker_pods), namespace, name)
         except (ApiError, aiohttp.ClientError, OSError) as exc:
@@ -142,8 +156,11 @@ async def changed(memo: Any, namespace: str | None, name: str, **kwargs: Any) ->
 
 
 @kopf.timer(*RESOURCE, interval=RESYNC_SECONDS)
-async def resync(memo: Any, namespace: str | None, name: str, **kwargs: Any) -> None:
-    await _run(memo, kwargs["worker_pods"], namespace or "default", name)
+async def resync(memo: Any, namespace: str | None, name: str, stopped: kopf.DaemonStopped, **kwargs: Any) -> None:
+    # ``stopped`` is set when the deletion starts: no reconcile may begin after that (reconcile()
+    # also returns early on a deletionTimestamp; one already running completes under the lock,
+    # before the delete handler lists the children it removes).
+    await _run(memo, kwargs["worker_pods"], namespace or "default", name, stopped)
 
 
 @kopf.on.delete(*RESOURCE)

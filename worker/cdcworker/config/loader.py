@@ -228,10 +228,21 @@ def read_file(path: str | Path, raw: RawConfig) -> None:
 # --- environment ------------------------------------------------------------------------------------------------------
 
 
-# Variables of shardcdc's own tooling (caches, test harness, operator), never worker properties.
+# Variables of shardcdc's own tooling (caches, test harness, operator, build switches), never worker
+# properties. Every SHARDCDC_* name the repository uses must be here or map to a property: a test scans
+# the tree, because `make` exports some of them into every worker a test starts.
 RESERVED_ENV_PREFIXES = ("SHARDCDC_OPERATOR_",)
 RESERVED_ENV_TOOLING = frozenset(
-    {"SHARDCDC_CACHE", "SHARDCDC_KAFKA_HOME", "SHARDCDC_KUBE_HOME", "SHARDCDC_DEBEZIUM_HOME", "SHARDCDC_TERMINATION_LOG"}
+    {
+        "SHARDCDC_CACHE",  # Makefile: cache root
+        "SHARDCDC_KAFKA_HOME",  # Makefile: the Kafka broker's jars
+        "SHARDCDC_KUBE_HOME",  # Makefile: kube-apiserver, etcd, kubectl
+        "SHARDCDC_DEBEZIUM_HOME",  # Makefile: Kafka Connect + Debezium for the conformance test
+        "SHARDCDC_HELM",  # Makefile: the helm binary
+        "SHARDCDC_NATIVE",  # 0 forces the pure-Python row encoder
+        "SHARDCDC_WORKER_IMAGE",  # operator: default worker image
+        "SHARDCDC_TERMINATION_LOG",  # worker: where the reshard report goes
+    }
 )
 
 

@@ -246,7 +246,7 @@ class FilterPolicy:
             elif m.nulls and m.value is not None:
                 # Masking: the converter masks values; NULL never reaches a converter, so the
                 # plan also masks NULLs in the row images.
-                out[i] = replace(codec, convert=_then(codec.convert, m.value), schema=m.schema)
+                out[i] = replace(codec, convert=_const_conv(m.value(None)), schema=m.schema)
                 post.append((codec.name, m.value, True))
             else:
                 conv = codec.convert if m.value is None else _then(codec.convert, m.value)
@@ -308,6 +308,13 @@ class FilterPolicy:
 
 def _any(patterns: Patterns, names: tuple[str, ...]) -> bool:
     return any(p.fullmatch(n) for p in patterns for n in names)
+
+
+def _const_conv(value: Any) -> Callable[[bytes], Any]:
+    def conv(_raw: bytes) -> Any:
+        return value
+
+    return conv
 
 
 def _then(first: Callable[[bytes], Any], then: Callable[[Any], Any]) -> Callable[[bytes], Any]:
