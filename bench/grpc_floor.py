@@ -1,12 +1,21 @@
-"""Per-message server CPU of do-nothing Python gRPC VStream handlers (which gRPC setup can serve fastest).
+"""Per-message server cost of Python gRPC VStream servers: which gRPC setup can serve fastest.
 
-    .venv/bin/python bench/grpc_floor.py [--rows 300000] [--rows-per-txn 20] [--runs 3] [--variants sync,aio-gen,...]
+    .venv/bin/python bench/grpc_floor.py [--rows 300000] [--rows-per-txn 20] [--runs 5] \
+        [--variants sim,sync,aio-gen,aio-write,sync+frame+wbuf,...]
 
-Each variant runs a server in its own process whose VStream handler sends the same pre-serialized
-`VStreamResponse` (BEGIN, ROW with N row changes, VGTID, COMMIT) `rows / N` times; the Go client
-(bench/vstreamclient) streams and decodes all of them. The figure that matters is the server process's
-CPU time per message (user+system from /proc/PID/stat around each run): it does not depend on how busy
-the shared machine is, unlike the wall-clock rate (also printed).
+Each variant is a server in its own process. `sim` is the VTGate test server replaying a pre-generated
+binlog (as bench/vtgatesim_replay.py); the others are do-nothing handlers that send the same
+pre-serialized `VStreamResponse` (BEGIN, ROW with N row changes, VGTID, COMMIT) `rows / N` times:
+`sync` (grpc.server, generator of bytes), `aio-gen` (grpc.aio, async generator), `aio-write`
+(grpc.aio, `await context.write(bytes)`). `+frame`, `+wbuf`, `+look`, `+mcs`, `+nocomp`, `+tput` add
+server channel options (MODS below); `+poll` sets GRPC_POLL_STRATEGY=poll. All servers are started
+first and the runs go round-robin, so every variant sees the same mix of machine load. The Go client
+(bench/vstreamclient) streams and decodes every response.
+
+Reported per run: the server process's CPU time (user+system of all threads, /proc/PID/stat) per
+message, its thread context switches per message (/proc/PID/task/*/status), the wall-clock rate and
+the client's CPU. Per-message CPU swings by about 2x between runs on the shared VM, so compare medians
+of interleaved runs; switches per message are the steadier structural figure.
 """
 
 from __future__ import annotations
@@ -163,7 +172,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", type=int, default=300_000)
     ap.add_argument("--rows-per-txn", type=int, default=20)
-    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--variants", default=DEFAULT)
     ap.add_argument("--serve", nargs=3, help=argparse.SUPPRESS)
     args = ap.parse_args()

@@ -38,6 +38,7 @@ CUSTOM: dict[str, Any] = {
     "image": {"repository": "registry.example.com/shardcdc/operator",
               "digest": "sha256:" + "ab" * 32, "pullPolicy": "Always"},
     "imagePullSecrets": [{"name": "regcred"}],
+    "workerImage": {"repository": "registry.example.com/shardcdc/worker", "digest": "sha256:" + "cd" * 32},
     "serviceAccount": {"name": "cdc-op", "annotations": {"iam.example.com/role": "cdc"}},
     "rbac": {"backfills": {"sparkOperator": True, "sparkSubmit": True}},
     "operator": {"resyncSeconds": 30, "requestTimeoutSeconds": 20, "healthPort": 9090, "metricsPort": 9091,
@@ -152,7 +153,7 @@ def test_default_render(tmp_path: Path) -> None:
                           {"name": "metrics", "containerPort": 8082, "protocol": "TCP"}]
     assert {e["name"]: e.get("value") for e in c["env"]} == {
         "POD_NAMESPACE": None, "SHARDCDC_OPERATOR_RESYNC_SECONDS": "10", "SHARDCDC_OPERATOR_REQUEST_TIMEOUT": "30",
-        "TMPDIR": "/tmp"}
+        "SHARDCDC_WORKER_IMAGE": "ghcr.io/shardcdc/shardcdc:0.1.0", "TMPDIR": "/tmp"}
     assert c["volumeMounts"] == [{"name": "tmp", "mountPath": "/tmp"}]
     assert pod["volumes"] == [{"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}}]
     assert spec["selector"]["matchLabels"] == {"app.kubernetes.io/name": "shardcdc",
@@ -226,7 +227,12 @@ def test_custom_values_render(tmp_path: Path) -> None:
     assert c["args"] == ["--all-namespaces", "--liveness=http://0.0.0.0:9090/healthz", "--metrics-port=9091",
                          "--verbose"]
     assert c["env"][-2:] == CUSTOM["extraEnv"]
-    assert {e["name"]: e.get("value") for e in c["env"][:4]}["SHARDCDC_OPERATOR_RESYNC_SECONDS"] == "30"
+    env = {e["name"]: e.get("value") for e in c["env"][:5]}
+    assert env["SHARDCDC_OPERATOR_RESYNC_SECONDS"] == "30"
+    assert env["SHARDCDC_WORKER_IMAGE"] == "registry.example.com/shardcdc/worker@sha256:" + "cd" * 32
+    tagged = _deployment(render({"workerImage": {"repository": "r.example.com/w", "tag": "1.2"}}, tmp_path))
+    (tagged_c,) = tagged["spec"]["template"]["spec"]["containers"]
+    assert {e["name"]: e.get("value") for e in tagged_c["env"]}["SHARDCDC_WORKER_IMAGE"] == "r.example.com/w:1.2"
     assert c["ports"][0]["containerPort"] == 9090
 
 
@@ -250,6 +256,8 @@ BAD_VALUES: list[tuple[dict[str, Any], list[str]]] = [
     ({"image": {"pullPolicy": "Sometimes"}},
      ["at '/image/pullPolicy': value must be one of 'Always', 'IfNotPresent', 'Never'"]),
     ({"image": {"digest": "latest"}}, ["at '/image/digest': 'latest' does not match pattern"]),
+    ({"workerImage": {"repository": "ghcr.io/shardcdc/shardcdc:latest"}},
+     ["at '/workerImage/repository': 'ghcr.io/shardcdc/shardcdc:latest' does not match pattern"]),
     ({"resources": {"limits": {"memory": "lots"}}}, ["at '/resources/limits/memory': 'lots' does not match pattern"]),
     ({"securityContext": {"readOnlyRootFilesystem": False, "allowPrivilegeEscalation": True}},
      ["at '/securityContext/readOnlyRootFilesystem': value must be true",

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
+import pytest
+
 from cdcoperator import naming
-from cdcoperator.model import ConnectorResource
+from cdcoperator.model import DEFAULT_IMAGE, WORKER_IMAGE_ENV, ConnectorResource
 from cdcoperator.objects import build_task_objects, render_properties, worker_properties
 from cdcoperator.planner import TaskPlan
 
@@ -271,3 +274,20 @@ def test_names_are_deterministic_and_bounded() -> None:
     assert name == naming.task_object_name(long, 123, 45)
     assert naming.task_object_name(long, 123, 45) != naming.task_object_name("y" * 60, 123, 45)
     assert naming.selector("orders") == "shardcdc.io/connector=orders"
+
+
+def test_default_worker_image_comes_from_the_operator_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    def image(body: dict[str, Any]) -> str:
+        _, dep = build_task_objects(ConnectorResource.from_body(body), TASK)
+        return str(dep["spec"]["template"]["spec"]["containers"][0]["image"])
+
+    no_image = copy.deepcopy(BODY)
+    del no_image["spec"]["worker"]["image"]
+    monkeypatch.delenv(WORKER_IMAGE_ENV, raising=False)
+    assert image(no_image) == DEFAULT_IMAGE == "ghcr.io/shardcdc/shardcdc:0.1.0"
+    # What the Helm chart sets from workerImage (SHARDCDC_WORKER_IMAGE on the operator's container).
+    monkeypatch.setenv(WORKER_IMAGE_ENV, "registry.example.com/cdc/worker@sha256:" + "cd" * 32)
+    assert image(no_image) == "registry.example.com/cdc/worker@sha256:" + "cd" * 32
+    assert image(BODY) == "registry/shardcdc:1.2.3"  # spec.worker.image still wins
+    monkeypatch.setenv(WORKER_IMAGE_ENV, " ")
+    assert image(no_image) == DEFAULT_IMAGE

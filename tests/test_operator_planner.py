@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from cdcoperator import conditions as cond
+from cdcoperator.adoption import Adoption, adoption_from_status, adoption_to_status, analyze
 from cdcoperator.model import ConnectorSpec
 from cdcoperator.planner import (
     Action,
@@ -26,6 +27,9 @@ from cdcoperator.planner import (
     generation_to_status,
     plan,
 )
+from cdcworker.offsets.keys import OffsetPartition, offset_record_key
+from cdcworker.offsets.value import offset_value_at
+from cdcworker.offsets.vgtid import Vgtid
 
 FOUR = ["-40", "40-80", "80-c0", "c0-"]
 
@@ -484,3 +488,101 @@ def test_condition_transition_time_kept_unless_status_changes() -> None:
     assert merged == other
     assert cond.find(merged, "BackfillRunning") == other[0]
     assert cond.find(merged, "Paused") is None
+
+
+# --- adopting existing offsets before the first generation (migration from Debezium) ----------------------
+
+
+def test_first_generation_after_adopted_per_task_offsets() -> None:
+    adopted = Adoption(generation=3, tasks=2, keys=("task0_2_3", "task1_2_3"), shards=tuple(FOUR))
+    p = plan(spec(4), FOUR, None, adopted=adopted)
+    assert p.action is Action.START
+    g = persist(p)
+    assert (g.generation, g.tasks, g.previous_tasks, g.assignment) == (4, 4, 2, (("-40",), ("40-80",), ("80-c0",),
+                                                                                 ("c0-",)))
+    assert [w.previous_tasks for w in p.workers] == [2] * 4
+    assert [(e.type, e.reason, e.message) for e in p.events] == [
+        ("Normal", "AdoptedOffsets", "found per-task offsets of generation 3 with 2 tasks (task0_2_3, task1_2_3) "
+         "for shards -40, 40-80, 80-c0, c0-; starting at generation 4 with previous tasks 2, so every shard "
+         "resumes from them"),
+        ("Normal", "GenerationStarted", "generation 4 started: 4 tasks over 4 shards (previous tasks 2; "
+         "AdoptedOffsets)")]
+    # Adoption only shapes the first generation: later plans ignore it.
+    assert plan(spec(4), FOUR, g, streaming(g), adopted=Adoption(generation=9, tasks=1)) == plan(
+        spec(4), FOUR, g, streaming(g))
+
+
+def test_plain_server_offset_is_generation_zero() -> None:
+    p = plan(spec(2), ["-80", "80-"], None, adopted=Adoption(server_key=True, shards=("-80", "80-")))
+    g = persist(p)
+    assert (g.generation, g.tasks, g.previous_tasks) == (0, 2, -1)
+    assert [(e.reason, e.message) for e in p.events] == [
+        ("AdoptedOffsets", 'found the offset {"server": "shop"} for shards -80, 80-; generation 0 resumes from it'),
+        ("GenerationStarted", "generation 0 started: 2 tasks over 2 shards")]
+
+
+def test_nothing_to_adopt_starts_generation_zero_quietly() -> None:
+    assert plan(spec(2), ["-80", "80-"], None, adopted=Adoption()) == plan(spec(2), ["-80", "80-"], None)
+
+
+def test_incomplete_or_skipped_adoption_is_a_warning() -> None:
+    p = plan(spec(2), ["-80", "80-"], None, adopted=Adoption(generation=1, tasks=2, keys=("task1_2_1",),
+                                                             shards=("80-",)))
+    assert (persist(p).generation, p.events[0].type) == (2, "Warning")
+    assert "(incomplete: 2 keys expected)" in p.events[0].message
+    skipped = plan(spec(2), ["-80", "80-"], None, adopted=Adoption(skipped="needs credentials"))
+    assert persist(skipped).generation == 0
+    assert (skipped.events[0].type, skipped.events[0].message) == (
+        "Warning", "offsets were not scanned: needs credentials; generation 0 starts from the plain server key, "
+        "if any")
+
+
+def test_unreadable_offsets_start_nothing() -> None:
+    p = plan(spec(2), ["-80", "80-"], None, offsets_error="broker down")
+    assert (p.action, p.generation, p.workers) == (Action.WAIT, None, ())
+    message = ("cannot read offsets topic shardcdc-offsets to adopt existing offsets before the first generation: "
+               "broker down")
+    assert (condition(p, cond.READY).status, condition(p, cond.READY).reason) == (False, "OffsetsUnreadable")
+    assert condition(p, cond.DEGRADED).message == message
+    assert [(e.type, e.reason) for e in p.events] == [("Warning", "OffsetsUnreadable")]
+
+
+def test_adopted_shards_resharded_while_stopped_are_resumed_then_followed() -> None:
+    # Debezium stopped on -80/80-; the keyspace was split meanwhile (DBZ-6011): resume the stored
+    # shards so the workers reach the journal, instead of starting the new shards from nowhere.
+    adopted = Adoption(generation=0, tasks=1, keys=("task0_1_0",), shards=("-80", "80-"))
+    g = persist(plan(spec(2), FOUR, None, adopted=adopted))
+    assert (g.generation, g.previous_tasks, g.shards) == (1, 1, ("-80", "80-"))
+    after = plan(spec(2), FOUR, g, streaming(g))
+    assert condition(after, cond.RESHARDING).reason == "AwaitingJournal"
+    # Shards added since (nothing stored for them) are just streamed from the start.
+    added = persist(plan(spec(2), FOUR, None, adopted=Adoption(generation=0, tasks=1, shards=("-40", "40-80"))))
+    assert added.shards == tuple(FOUR)
+
+
+def _record(connector: str, server: str, task_key: str | None, shards: dict[str, str]) -> tuple[bytes, bytes]:
+    partition = OffsetPartition(server, task_key)
+    value = offset_value_at(Vgtid.of("commerce", shards))
+    return offset_record_key(connector, partition), value.to_bytes()
+
+
+def test_analyze_offsets_topic_records() -> None:
+    records = dict([
+        _record("shop", "shop", None, {"-80": "MySQL56/a:1-3", "80-": "MySQL56/b:1-3"}),
+        _record("shop", "shop", "task0_1_2", {"-80": "MySQL56/a:1-4", "80-": "MySQL56/b:1-4"}),
+        _record("shop", "shop", "task1_2_3", {"80-": "MySQL56/b:1-9"}),
+        _record("shop", "shop", "task0_2_3", {"-80": "MySQL56/a:1-9"}),
+        _record("shop", "other", "task0_1_8", {"-80": "MySQL56/a:1-1"}),
+        _record("other", "shop", "task0_1_7", {"-80": "MySQL56/a:1-1"}),
+    ])
+    a = analyze(records, "shop", "shop", "commerce")
+    assert a == Adoption(generation=3, tasks=2, keys=("task0_2_3", "task1_2_3"), server_key=True,
+                         shards=("-80", "80-"))
+    assert (a.first_generation, a.previous_tasks, a.complete) == (4, 2, True)
+    assert adoption_from_status(adoption_to_status(a)) == a
+    assert analyze(records, "shop", "other", "commerce").generation == 8
+    plain = {k: v for k, v in records.items() if b"task_key" not in k}
+    assert analyze(plain, "shop", "shop", "commerce") == Adoption(server_key=True, shards=("-80", "80-"))
+    assert analyze(plain, "shop", "shop", "elsewhere").shards == ()
+    assert analyze({}, "shop", "shop", "commerce") == Adoption()
+    assert not Adoption().found and adoption_from_status(None) is None

@@ -31,6 +31,7 @@ from operator_kube_fixtures import FakeNodes, wait_for
 from cdcoperator.apply import KubeApi
 from kubetest import KubeControlPlane
 from kubetest.controlplane import free_port
+from localkafka import KafkaBroker
 from localkafka.children import bound_preexec, stop_group
 from vtgatesim import VTGateSim
 
@@ -40,8 +41,9 @@ RELEASE_NS = "shardcdc-system"
 
 
 class Plane:
-    def __init__(self, kube: KubeControlPlane, sim: VTGateSim, tmp: Path) -> None:
+    def __init__(self, kube: KubeControlPlane, sim: VTGateSim, tmp: Path, bootstrap: str) -> None:
         self.kube, self.sim, self.tmp = kube, sim, tmp
+        self.bootstrap = bootstrap  # a real broker: the operator reads the offsets topic before generation 0
 
     def kubectl(self, *args: str, input: str | None = None, kubeconfig: Path | None = None) -> str:
         r = self.kube.kubectl(*args, input=input, kubeconfig=kubeconfig)
@@ -75,14 +77,14 @@ class Plane:
 
 
 @pytest.fixture(scope="module")
-def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Plane]:
+def plane(tmp_path_factory: pytest.TempPathFactory, kafka_broker: KafkaBroker) -> Iterator[Plane]:
     with VTGateSim() as sim, KubeControlPlane() as kube:
         for ns in (RELEASE_NS, "shop-a", "shop-b", "team-x", "team-y"):
             kube.kubectl("create", "namespace", ns, check=True)
         kube.kubectl("apply", "-f", str(CRD_PATH), check=True)
         kube.kubectl("wait", "--for=condition=Established", "crd/cdcconnectors.shardcdc.io", "--timeout=60s",
                      check=True)
-        yield Plane(kube, sim, tmp_path_factory.mktemp("rbac"))
+        yield Plane(kube, sim, tmp_path_factory.mktemp("rbac"), kafka_broker.bootstrap)
 
 
 @contextlib.contextmanager
@@ -120,7 +122,7 @@ def connector(plane: Plane, name: str, namespace: str, keyspace: str) -> dict[st
         "apiVersion": "shardcdc.io/v1alpha1", "kind": "CdcConnector",
         "metadata": {"name": name, "namespace": namespace},
         "spec": {"source": {"vitess": {"vtgate": plane.sim.address, "keyspace": keyspace}},
-                 "kafka": {"bootstrapServers": "kafka:9092", "topicPrefix": name}, "tasks": 2},
+                 "kafka": {"bootstrapServers": plane.bootstrap, "topicPrefix": name}, "tasks": 2},
     }
 
 

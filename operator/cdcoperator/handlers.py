@@ -156,11 +156,11 @@ async def changed(memo: Any, namespace: str | None, name: str, **kwargs: Any) ->
 
 
 @kopf.timer(*RESOURCE, interval=RESYNC_SECONDS)
-async def resync(memo: Any, namespace: str | None, name: str, stopped: kopf.DaemonStopped, **kwargs: Any) -> None:
-    # ``stopped`` is set when the deletion starts: no reconcile may begin after that (reconcile()
+async def resync(memo: Any, namespace: str | None, name: str, **kwargs: Any) -> None:
+    # ``stopped`` (kopf.DaemonStopped) is set when the deletion starts: no reconcile may begin after that (reconcile()
     # also returns early on a deletionTimestamp; one already running completes under the lock,
     # before the delete handler lists the children it removes).
-    await _run(memo, kwargs["worker_pods"], namespace or "default", name, stopped)
+    await _run(memo, kwargs["worker_pods"], namespace or "default", name, kwargs["stopped"])
 
 
 @kopf.on.delete(*RESOURCE)

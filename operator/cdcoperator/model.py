@@ -8,6 +8,7 @@ reached us without the CRD, e.g. in local mode). Defaults live here once; the CR
 from __future__ import annotations
 
 import enum
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,6 +21,7 @@ __all__ = [
     "GROUP",
     "KIND",
     "VERSION",
+    "WORKER_IMAGE_ENV",
     "BackfillEngine",
     "BackfillRequest",
     "BackfillSpec",
@@ -37,6 +39,7 @@ __all__ = [
     "TlsSpec",
     "VitessSource",
     "WorkerSpec",
+    "default_worker_image",
 ]
 
 GROUP = "shardcdc.io"
@@ -44,7 +47,17 @@ VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
 KIND = "CdcConnector"
 DEFAULT_IMAGE = "ghcr.io/shardcdc/shardcdc:0.1.0"
+# The operator's environment overrides DEFAULT_IMAGE (the Helm chart sets it from workerImage).
+WORKER_IMAGE_ENV = "SHARDCDC_WORKER_IMAGE"
 DEFAULT_METRICS_PORT = 8080
+
+
+def default_worker_image() -> str:
+    """The image of workers whose connector sets no ``spec.worker.image``: ``$SHARDCDC_WORKER_IMAGE`` or ours.
+
+    Read at every parse, not at import, so the operator's environment is the only input.
+    """
+    return os.environ.get(WORKER_IMAGE_ENV, "").strip() or DEFAULT_IMAGE
 
 
 class SpecError(ValueError):
@@ -351,7 +364,7 @@ def _parse_worker(spec: Mapping[str, Any]) -> WorkerSpec:
         priority_class_name=_opt_str(tpl, "priorityClassName", twhere),
     )
     return WorkerSpec(
-        image=str(worker.get("image") or DEFAULT_IMAGE),
+        image=str(worker.get("image") or default_worker_image()),
         image_pull_policy=str(worker.get("imagePullPolicy") or "IfNotPresent"),
         resources=dict(_obj(worker, "resources", where)) or None,
         metrics_port=int(worker.get("metricsPort") or DEFAULT_METRICS_PORT),

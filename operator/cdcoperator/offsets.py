@@ -33,6 +33,7 @@ from typing import Any
 import kopf
 
 from cdcoperator import naming
+from cdcoperator.adoption import credentials_problem
 from cdcoperator.apply import CONFIG_MAPS, PLURAL, KubeApi
 from cdcoperator.model import GROUP, VERSION, ConnectorResource, SpecError
 
@@ -57,11 +58,8 @@ REASONS = {"list": "OffsetsListed", "reset": "OffsetsReset", "alter": "OffsetsAl
 
 
 def _unreachable(cr: ConnectorResource) -> str | None:
-    kafka = cr.spec.kafka
-    if kafka.security is not None or kafka.security_protocol != "PLAINTEXT":
-        return (f"the Kafka cluster of {cr.name} needs credentials the operator does not read; use "
-                f"`shardcdc offsets` with --command-config instead")
-    return None
+    problem = credentials_problem(cr)
+    return None if problem is None else f"{problem}; use `shardcdc offsets` with --command-config instead"
 
 
 def _client_config(cr: ConnectorResource) -> dict[str, Any]:

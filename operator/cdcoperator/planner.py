@@ -31,6 +31,12 @@ Resharding is followed, never guessed:
 * newly served shards that do not replace anything (an explicit ``shards`` list grew) start a new
   generation at once; the new shards start as ``snapshot.mode`` says.
 
+The first generation adopts offsets that exist already (``cdcoperator.adoption``: a Debezium
+connector of the same name, or a re-created CdcConnector): it starts at the adopted generation + 1
+with ``previousTasks`` = that generation's task count. If the adopted records name shards the
+selection no longer has (resharded while nothing streamed), those shards are streamed first, as
+Debezium does (DBZ-6011), and the reshard is then followed or refused as usual.
+
 ``spec.state``: ``paused`` and ``stopped`` stop every worker and keep the generation (and its
 offsets); ``stopped`` additionally records, once every worker has exited, that the offsets are
 final, so a restart needs no replay and offsets may be listed or reset. Changes made while not
@@ -44,6 +50,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from cdcoperator import conditions as cond
+from cdcoperator.adoption import Adoption
 from cdcoperator.conditions import ConditionSpec
 from cdcoperator.model import ConnectorSpec, State
 from cdcworker.keyrange import parse_shard
@@ -285,8 +292,14 @@ def plan(
     reports: Sequence[TaskReport] = (),
     *,
     source_error: str = "",
+    adopted: Adoption | None = None,
+    offsets_error: str = "",
 ) -> Plan:
-    """Plan one reconcile. ``serving`` is None when the source could not be asked (``source_error`` says why)."""
+    """Plan one reconcile. ``serving`` is None when the source could not be asked (``source_error`` says why).
+
+    Before the first generation, ``adopted`` is what the offsets topic held (None: not scanned,
+    start from scratch) and ``offsets_error`` why it could not be read (then nothing starts).
+    """
     wanted = None if serving is None else desired_shards(spec, serving)
     running = spec.state is State.RUNNING
     # Reports of generations older than the current one: leftovers of a finished drain.
@@ -298,7 +311,7 @@ def plan(
     mine = sorted((r for r in reports if r.generation == cur_gen), key=lambda r: r.task_id)
 
     if current is None:
-        return _plan_first(spec, wanted, running, leftovers, source_error)
+        return _plan_first(spec, wanted, running, leftovers, source_error, adopted, offsets_error)
 
     alive = [r for r in mine if r.phase not in _GONE]
     journals = _merge_journals(
@@ -445,8 +458,10 @@ def _plan_first(
     running: bool,
     leftovers: tuple[TaskRef, ...],
     source_error: str,
+    adopted: Adoption | None,
+    offsets_error: str,
 ) -> Plan:
-    """No generation yet: start generation 0, or explain why not."""
+    """No generation yet: start the first generation (0, or after adopted offsets), or explain why not."""
     paused = cond.ConditionSpec(cond.PAUSED, not running, spec.state.value.capitalize() if not running else "Running")
     reshard = ConditionSpec(cond.RESHARDING, False, "NoReshard")
     if wanted is None or not wanted:
@@ -476,13 +491,36 @@ def _plan_first(
             paused,
         )
         return Plan(Action.STOP, None, remove=leftovers, conditions=conditions, desired_shards=wanted)
-    record = _new_generation(0, wanted, spec.tasks, -1)
-    event = Event("Normal", "GenerationStarted",
-                  f"generation 0 started: {record.tasks} tasks over {len(record.shards)} shards")
+    if offsets_error:
+        message = (f"cannot read offsets topic {spec.kafka.offsets_topic} to adopt existing offsets before the "
+                   f"first generation: {offsets_error}")
+        conditions = (
+            ConditionSpec(cond.READY, False, "OffsetsUnreadable", message),
+            ConditionSpec(cond.PROGRESSING, True, "OffsetsUnreadable", message),
+            ConditionSpec(cond.DEGRADED, True, "OffsetsUnreadable", message),
+            reshard,
+            paused,
+        )
+        return Plan(Action.WAIT, None, remove=leftovers, conditions=conditions, desired_shards=wanted,
+                    events=(Event("Warning", "OffsetsUnreadable", message),))
+    adoption = adopted or Adoption()
+    shards = wanted
+    kept = desired_shards(spec, adoption.shards) if adoption.shards else ()
+    if kept and not set(wanted) >= set(kept):
+        shards = kept  # resharded while nothing streamed: resume the stored shards, then follow the journal
+    record = _new_generation(adoption.first_generation, shards, spec.tasks, adoption.previous_tasks)
+    events: list[Event] = []
+    if adopted is not None and (adopted.found or adopted.skipped):
+        events.append(Event("Warning" if adopted.skipped or not adopted.complete else "Normal", "AdoptedOffsets",
+                            adopted.describe(spec.kafka.topic_prefix)))
+    started = f"generation {record.generation} started: {record.tasks} tasks over {len(record.shards)} shards"
+    if adoption.per_task:
+        started += f" (previous tasks {record.previous_tasks}; AdoptedOffsets)"
+    events.append(Event("Normal", "GenerationStarted", started))
     conditions = _conditions(spec, action=Action.START, record=record, reports=[], refusals=[], source_error="",
                              reshard_reason="", awaiting_journal=[], change=None)
     return Plan(Action.START, record, _workers(record, run=True), remove=leftovers, conditions=conditions,
-                events=(event,), desired_shards=wanted)
+                events=tuple(events), desired_shards=wanted)
 
 
 def _conditions(

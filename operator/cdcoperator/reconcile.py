@@ -2,7 +2,8 @@
 
 1. read the connector fresh from the API (handlers and the timer may hold stale bodies);
 2. discover the serving shards; list the connector's Deployments; build one TaskReport per task
-   from the pod index and the workers' status documents;
+   from the pod index and the workers' status documents; before the first generation, scan the
+   offsets topic once for offsets to adopt (``cdcoperator.adoption``);
 3. ``planner.plan`` decides; this module only carries the plan out: create/patch the planned
    workers' ConfigMaps and Deployments (replicas 0 for workers that must stop), delete the objects
    of exited generations, honour the one-shot ``shardcdc.io/restart`` annotation;
@@ -26,6 +27,13 @@ import aiohttp
 
 from cdcoperator import conditions as cond
 from cdcoperator import naming
+from cdcoperator.adoption import (
+    Adoption,
+    OffsetScanError,
+    adoption_from_status,
+    adoption_to_status,
+    scan_offsets,
+)
 from cdcoperator.apply import CONFIG_MAPS, DEPLOYMENTS, ClusterApi
 from cdcoperator.discovery import Discovery, DiscoveryError, discover
 from cdcoperator.model import ConnectorResource, SpecError, State
@@ -61,10 +69,15 @@ log = logging.getLogger("cdcoperator.reconcile")
 RESTARTED_AT_ANNOTATION = f"{naming.PREFIX}/restartedAt"
 Emit = Callable[[Mapping[str, Any], str, str, str], None]  # (body, type, reason, message)
 Discoverer = Callable[[ConnectorResource], Awaitable[Discovery]]
+OffsetScanner = Callable[[ConnectorResource], Awaitable[Adoption]]  # raises OffsetScanError
 
 
 async def _default_discover(cr: ConnectorResource) -> Discovery:
     return await asyncio.to_thread(discover, cr.spec.source)
+
+
+async def _default_scan_offsets(cr: ConnectorResource) -> Adoption:
+    return await asyncio.to_thread(scan_offsets, cr)
 
 
 @dataclass
@@ -76,6 +89,7 @@ class ReconcileContext:
     emit: Emit
     pods: Callable[[str, str], Iterable[PodSummary]]  # (namespace, connector) -> indexed pods
     discover: Discoverer = field(default=_default_discover)
+    scan_offsets: OffsetScanner = field(default=_default_scan_offsets)
     clock: Callable[[], _dt.datetime] = field(default=lambda: _dt.datetime.now(_dt.UTC))
     # Reasons of warnings already emitted and still standing (kept by the caller across reconciles):
     # a refusal or an unreachable source is planned again on every resync but reported once, not
@@ -134,8 +148,12 @@ def build_status(
     discovery: Discovery | None,
     reports: Sequence[TaskReport],
     now: _dt.datetime,
+    adopted: Adoption | None = None,
 ) -> dict[str, Any]:
-    """The full ``status`` we want (keys we own only; unknown keys of ``existing`` are left alone)."""
+    """The full ``status`` we want (keys we own only; unknown keys of ``existing`` are left alone).
+
+    ``adopted`` is recorded with the first generation (``adoptedOffsets``), so the scan happens once.
+    """
     status: dict[str, Any] = {
         "observedGeneration": cr.generation,
         "conditions": cond.merge_conditions(existing.get("conditions"), p.conditions,
@@ -181,6 +199,10 @@ def build_status(
             status["lag"] = _lag_text(max(lags))
     elif existing.get("assignment"):
         status["assignment"] = dict(existing["assignment"])
+    if existing.get("adoptedOffsets"):
+        status["adoptedOffsets"] = dict(existing["adoptedOffsets"])
+    elif adopted is not None and p.generation is not None:
+        status["adoptedOffsets"] = adoption_to_status(adopted)
     return status
 
 
@@ -207,7 +229,7 @@ def reshard_events(existing: Sequence[Mapping[str, Any]] | None, p: Plan) -> tup
 
 def _owned(existing: Mapping[str, Any]) -> dict[str, Any]:
     """``existing`` restricted to the keys we write, so foreign status keys never show up as a diff."""
-    owned = ("observedGeneration", "conditions", "selector", "shards", "assignment", "lag")
+    owned = ("observedGeneration", "conditions", "selector", "shards", "assignment", "lag", "adoptedOffsets")
     return {k: existing[k] for k in owned if k in existing}
 
 
@@ -275,8 +297,17 @@ async def reconcile(ctx: ReconcileContext, namespace: str, name: str) -> Plan | 
     config_maps = await kube.list_children(CONFIG_MAPS, namespace, name)
     reports = await _observe_tasks(ctx, namespace, name, deployments)
     current = generation_from_status(existing_status.get("assignment"))
+    adopted = adoption_from_status(existing_status.get("adoptedOffsets"))
+    offsets_error = ""
+    if current is None and adopted is None and cr.spec.state is State.RUNNING and discovery is not None \
+            and discovery.serving:
+        # About to start the first generation: which offsets exist already (once; recorded with it).
+        try:
+            adopted = await ctx.scan_offsets(cr)
+        except OffsetScanError as exc:
+            offsets_error = str(exc)
     p = plan(cr.spec, discovery.serving if discovery is not None else None, current, reports,
-             source_error=source_error)
+             source_error=source_error, adopted=adopted if current is None else None, offsets_error=offsets_error)
 
     standing: set[str] = set()
     for ev in (*p.events, *reshard_events(existing_status.get("conditions"), p)):
@@ -289,7 +320,7 @@ async def reconcile(ctx: ReconcileContext, namespace: str, name: str) -> Plan | 
     ctx.warned.update(standing)
     await _apply(ctx, body, cr, p, deployments, config_maps)
     await _restart(ctx, body, cr, p)
-    wanted = build_status(cr, existing_status, p, discovery, reports, now)
+    wanted = build_status(cr, existing_status, p, discovery, reports, now, adopted)
     await _write_status(ctx, body, existing_status, wanted)
     return p
 

@@ -59,6 +59,34 @@ DDL, OTHER, HEARTBEAT, JOURNAL = _T.DDL, _T.OTHER, _T.HEARTBEAT, _T.JOURNAL
 COPY_COMPLETED, ROLLBACK = _T.COPY_COMPLETED, _T.ROLLBACK
 
 
+try:  # the native VStreamResponse scanner (rowenc.c); absent: raw responses are parsed by upb
+    from cdcworker._rowenc import scan as _scan  # type: ignore[attr-defined]
+except ImportError:
+    _scan = None
+
+_RowChange = binlogdata_pb2.RowChange.FromString
+
+
+def raw_responses() -> bool:
+    """Ask gRPC for VStreamResponses as bytes: the native encoder is on (``SHARDCDC_NATIVE``)."""
+    from cdcworker.events import native
+
+    return _scan is not None and native.enabled()
+
+
+def _row_event(src: Any) -> Any:
+    if isinstance(src, tuple):
+        data, s, e = src
+        return binlogdata_pb2.VEvent.FromString(data[s:e]).row_event
+    return src
+
+
+def _takes_bytes(plan: TablePlan) -> bool:
+    """The plan encodes serialized RowChanges as they are. A subclass that reads the message
+    itself (filters.FilteredTablePlan with skipped operations) gets parsed RowChanges."""
+    return type(plan).encode_change is TablePlan.encode_change or not getattr(plan, "_skipped", True)
+
+
 class ProtocolError(RuntimeError):
     """The event sequence violates VStream's contract (e.g. a ROW before its table's FIELD)."""
 
@@ -130,7 +158,10 @@ class StreamProcessor:
         # Position of the last commit point handed to the sink (the resume point of a reconnect).
         self.position = start
         self._pending_vgtid: binlogdata_pb2.VGtid | None = None
+        # (plan, row changes of one ROW event): RowChange messages or serialized RowChanges.
         self._deferred: list[tuple[TablePlan, Any]] = []
+        self._deferred_rows = 0
+        self._plan_bytes: dict[tuple[str, str], bool] = {}  # plan takes serialized RowChanges
         self._streaming_txn = False  # this transaction outgrew the lookahead and is streamed
         self._begin_ts = 0
         self._pending_shard = ""
@@ -140,6 +171,7 @@ class StreamProcessor:
         f = self.features = features or Features()
         self._txmeta = f.txmeta
         self._tx_blocks = f.txmeta.on_event if f.txmeta is not None else None
+        self._tx_bytes = f.txmeta.block_bytes if f.txmeta is not None else None
         self._in_txn = False  # between BEGIN and COMMIT
         self._begin_shard = ""
         self._keeps_partial = not isinstance(sink, TransactionalSink)
@@ -155,71 +187,123 @@ class StreamProcessor:
     # --- the loop body ----------------------------------------------------------------------
 
     def process(self, response: Any) -> None:
-        stats = self.stats
-        deferred = self._deferred
-        for ev in response.events:
-            t = ev.type
-            if t == ROW:
+        """One VStreamResponse: a parsed message, or its raw bytes (``raw_responses``)."""
+        if type(response) is bytes:
+            items = _scan(response) if _scan is not None else None
+            if items is None:
+                # No scanner, or bytes it does not understand: upb decides (and raises if malformed).
+                self._process_events(binlogdata_pb2.VStreamResponse.FromString(response).events)
+            else:
+                self._process_scanned(response, items)
+        else:
+            self._process_events(response.events)
+
+    def _process_events(self, events: Any) -> None:
+        for ev in events:
+            if ev.type == ROW:
                 re = ev.row_event
-                plan = self.plans.get((re.shard or ev.shard, re.table_name))
-                if self._signals is not None and re.table_name in self._signals.tables:
-                    self._signals.row((re.shard or ev.shard, re.table_name), re)
-                if plan is None:
-                    if re.is_internal_table:
-                        continue  # _vt sidecar rows we did not ask to publish (DBZ-4667)
-                    if self._skip_unplanned(re, ev.shard):
-                        continue
-                    raise ProtocolError(f"ROW for {re.keyspace}/{re.shard} {re.table_name} before its FIELD event")
-                for rc in re.row_changes:
-                    deferred.append((plan, rc))
-                stats.rows_seen += len(re.row_changes)
-                if len(deferred) >= self.lookahead_rows:
-                    self._stream_out()
-            elif t == VGTID:
-                self._pending_vgtid = ev.vgtid
-                self._pending_shard = ev.shard
-            elif t == COMMIT:
-                self._commit(ev.timestamp)
-            elif t == BEGIN:
-                self._begin_ts = ev.timestamp
-                self._begin_shard = ev.shard
-                self._in_txn = True
-                self._streaming_txn = False
-            elif t == FIELD:
-                fe = ev.field_event
-                if fe.is_internal_table and not self.features.internal_tables:
-                    continue
-                self._plan(fe, ev.shard)
-            elif t == DDL:
-                # The VGTID in front of it moved the position even though no row changed.
-                self._commit(ev.timestamp, ev)
-            elif t == OTHER:
-                self._commit(ev.timestamp)
-            elif t == HEARTBEAT:
-                if self.on_heartbeat is not None:
-                    self.on_heartbeat(ev)
-                if self.features.heartbeats is not None:
-                    self.tick()
-            elif t == JOURNAL:
-                self._journal(ev.journal)
-            elif t == COPY_COMPLETED:
-                if ev.shard:
-                    stats.copy_completed_shards.add(ev.shard)
-            elif t == ROLLBACK:
-                deferred.clear()
-                if self._signals is not None:
-                    self._signals.rollback()
-                self._in_txn = False
-        stats.events_seen += len(response.events)
+                self._rows(re.shard or ev.shard, re.table_name, re.is_internal_table, re.row_changes, re)
+            else:
+                self._event(ev)
+        self._after_response(len(events))
+
+    def _process_scanned(self, data: bytes, items: list[Any]) -> None:
+        """The native scanner's view of a response: ROW events arrive as (table, shard, internal,
+        serialized RowChanges), which the native encoder takes as they are; the rare other events
+        are parsed by upb from their slice of the response."""
+        parse = binlogdata_pb2.VEvent.FromString
+        for item in items:
+            if len(item) == 7:
+                _, s, e, table, shard, internal, rcs = item
+                self._rows(shard, table, internal, rcs, (data, s, e))
+            else:
+                ev = parse(data[item[1] : item[2]])
+                if ev.type == ROW:  # a ROW event the scanner left to upb (unusual encoding)
+                    re = ev.row_event
+                    self._rows(re.shard or ev.shard, re.table_name, re.is_internal_table, re.row_changes, re)
+                else:
+                    self._event(ev)
+        self._after_response(len(items))
+
+    def _rows(self, shard: str, table: str, internal: bool, rcs: Any, src: Any) -> None:
+        """A ROW event's changes, held until COMMIT. ``src``: the RowEvent, or (response bytes,
+        start, end) of the event when it came from the scanner (parsed only when needed)."""
+        key = (shard, table)
+        plan = self.plans.get(key)
+        signals = self._signals
+        if signals is not None and table in signals.tables:
+            signals.row(key, _row_event(src))
+        if plan is None:
+            if internal:
+                return  # _vt sidecar rows we did not ask to publish (DBZ-4667)
+            if self._skip_unplanned(key, len(rcs)):
+                return
+            re = _row_event(src)
+            raise ProtocolError(f"ROW for {re.keyspace}/{re.shard} {re.table_name} before its FIELD event")
+        if type(rcs) is list and not self._plan_bytes.get(key, True):
+            rcs = [_RowChange(rc) for rc in rcs]  # a plan that reads the message (skipped operations)
+        self._deferred.append((plan, rcs))
+        n = len(rcs)
+        self.stats.rows_seen += n
+        self._deferred_rows += n
+        if self._deferred_rows >= self.lookahead_rows:
+            self._stream_out()
+
+    def _event(self, ev: Any) -> None:
+        """Every event but ROW: rare per transaction (a handful per commit)."""
+        t = ev.type
+        if t == VGTID:
+            self._pending_vgtid = ev.vgtid
+            self._pending_shard = ev.shard
+        elif t == COMMIT:
+            self._commit(ev.timestamp)
+        elif t == BEGIN:
+            self._begin_ts = ev.timestamp
+            self._begin_shard = ev.shard
+            self._in_txn = True
+            self._streaming_txn = False
+        elif t == FIELD:
+            fe = ev.field_event
+            if fe.is_internal_table and not self.features.internal_tables:
+                return
+            self._plan(fe, ev.shard)
+        elif t == DDL:
+            # The VGTID in front of it moved the position even though no row changed.
+            self._commit(ev.timestamp, ev)
+        elif t == OTHER:
+            self._commit(ev.timestamp)
+        elif t == HEARTBEAT:
+            if self.on_heartbeat is not None:
+                self.on_heartbeat(ev)
+            if self.features.heartbeats is not None:
+                self.tick()
+        elif t == JOURNAL:
+            self._journal(ev.journal)
+        elif t == COPY_COMPLETED:
+            if ev.shard:
+                self.stats.copy_completed_shards.add(ev.shard)
+        elif t == ROLLBACK:
+            self._clear_deferred()
+            if self._signals is not None:
+                self._signals.rollback()
+            self._in_txn = False
+
+    def _after_response(self, events: int) -> None:
+        stats = self.stats
+        stats.events_seen += events
         stats.last_event_time = now = time.time()
         if self.metrics is not None:
             filtered = 0
             if self._policy is not None:
                 filtered = self._policy.stats.filtered - self._filtered_reported
                 self._filtered_reported += filtered
-            self.metrics.queue_remaining = self.lookahead_rows - len(deferred)
-            self.metrics.on_response(len(response.events), stats.rows_seen - self._rows_reported, filtered, now)
+            self.metrics.queue_remaining = self.lookahead_rows - self._deferred_rows
+            self.metrics.on_response(events, stats.rows_seen - self._rows_reported, filtered, now)
             self._rows_reported = stats.rows_seen
+
+    def _clear_deferred(self) -> None:
+        self._deferred.clear()
+        self._deferred_rows = 0
 
     @property
     def between_transactions(self) -> bool:
@@ -238,7 +322,7 @@ class StreamProcessor:
             self._unplanned[key] = "filtered"
             return
         try:
-            self.plans[key] = TablePlan.compile(fe, self.encoder)
+            plan = self.plans[key] = TablePlan.compile(fe, self.encoder)
         except Exception as exc:
             self.plans.pop(key, None)
             self._unplanned[key] = "failed"
@@ -247,17 +331,18 @@ class StreamProcessor:
             self._failures.handle("FIELD event cannot be planned", where, exc, AnonymisedColumns if anonymised else EventConversionError)
             return
         self._unplanned.pop(key, None)
+        self._plan_bytes[key] = _takes_bytes(plan)
 
-    def _skip_unplanned(self, re: Any, ev_shard: str) -> bool:
+    def _skip_unplanned(self, key: tuple[str, str], rows: int) -> bool:
         """ROWs of a filtered table (counted) or of one whose FIELD failed (already reported)."""
-        why = self._unplanned.get((re.shard or ev_shard, re.table_name))
+        why = self._unplanned.get(key)
         if why is None:
             return False
         if why == "filtered":
             assert self._policy is not None
-            self._policy.stats.filtered += len(re.row_changes)
+            self._policy.stats.filtered += rows
         elif self.metrics is not None:
-            self.metrics.on_erroneous(len(re.row_changes))
+            self.metrics.on_erroneous(rows)
         return True
 
     def _bad_row(self, plan: TablePlan, exc: Exception, vgtid_json: str) -> list[Any]:
@@ -286,23 +371,38 @@ class StreamProcessor:
         send = self.sink.send
         now = time.time_ns()
         tx = self._tx_blocks
+        tx_bytes = self._tx_bytes
         ctx: SourceContext | None = None
         ctx_shard = None
-        for plan, rc in deferred:
+        for plan, rcs in deferred:
             if ctx is None or plan.shard != ctx_shard:
                 ctx = self._context(plan, commit_seconds, vgtid_json)
                 ctx_shard = plan.shard
-            try:
-                recs = plan.encode_change(rc, ctx, now, "c", tx)
-            except Exception as exc:  # zero-cost until raised; the mode decides
-                recs = self._bad_row(plan, exc, vgtid_json)
-            for rec in recs:
+            if plan.sends_natively:
+                plan.send_rows(
+                    rcs,
+                    ctx.fragment(plan.version, plan.logical_name, plan.table),
+                    now,
+                    "c",
+                    tx,
+                    tx_bytes,
+                    send,
+                    lambda exc, plan=plan: self._bad_row(plan, exc, vgtid_json),
+                    lambda rec, exc, plan=plan: self._bad_record(plan, rec, exc, vgtid_json),
+                )
+                continue
+            for rc in rcs:
                 try:
-                    send(rec.topic, rec.key, rec.value, rec.headers)
-                except KafkaException as exc:
-                    self._bad_record(plan, rec, exc, vgtid_json)
+                    recs = plan.encode_change(rc, ctx, now, "c", tx)
+                except Exception as exc:  # zero-cost until raised; the mode decides
+                    recs = self._bad_row(plan, exc, vgtid_json)
+                for rec in recs:
+                    try:
+                        send(rec.topic, rec.key, rec.value, rec.headers)
+                    except KafkaException as exc:
+                        self._bad_record(plan, rec, exc, vgtid_json)
         self.stats.records_sent = self.sink.records_sent
-        deferred.clear()
+        self._clear_deferred()
 
     def _stream_out(self) -> None:
         """A transaction too large to hold: encode what we have with the context known now."""
@@ -403,7 +503,7 @@ class StreamProcessor:
 
     def abandon_transaction(self) -> None:
         """Forget a partly received transaction (the stream broke); it is replayed on reconnect."""
-        self._deferred.clear()
+        self._clear_deferred()
         self._pending_vgtid = None
         if self._signals is not None:
             self._signals.rollback()

@@ -30,7 +30,7 @@ from cdcworker.signals.runtime import TaskExtras
 from cdcworker.sink import KafkaSink, SinkError, TransactionalSink
 from cdcworker.source.channel import ChannelSettings, TlsSettings, open_channel
 from cdcworker.source.retry import Backoff, classify
-from cdcworker.streaming import ProtocolError, ReassignmentNeeded, StreamProcessor
+from cdcworker.streaming import ProtocolError, ReassignmentNeeded, StreamProcessor, raw_responses
 from vitessapi import binlogdata_pb2, vtgate_pb2, vtgateservice_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -299,6 +299,17 @@ class WorkerTask:
             # letting VTGate fail the stream (Debezium's endless retry loop).
             journal_stops = cfg.task.per_task and cfg.task.task_count > 1
             stub = vtgateservice_pb2_grpc.VitessStub(channel)
+            # The task's own stream: responses as bytes when the native scanner + encoder are on
+            # (rows go to the encoder without a Python object per event); else parsed by upb.
+            vstream = (
+                channel.unary_stream(
+                    "/vtgateservice.Vitess/VStream",
+                    request_serializer=vtgate_pb2.VStreamRequest.SerializeToString,
+                    response_deserializer=None,
+                )
+                if raw_responses()
+                else stub.VStream
+            )
             flush_every = cfg.kafka.offset_flush_interval_ms / 1000.0
             next_flush = time.monotonic() + flush_every
             result: TaskResult | None = None
@@ -331,7 +342,7 @@ class WorkerTask:
                     features=features,
                 )
                 try:
-                    self._call = call = stub.VStream(self._request(position, journal_stops), metadata=metadata)
+                    self._call = call = vstream(self._request(position, journal_stops), metadata=metadata)
                     responses = _ResponseReader(call)
                     while True:
                         # A timed wait, so offsets are flushed (and EOS batches committed) while idle.

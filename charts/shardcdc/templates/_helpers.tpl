@@ -49,6 +49,17 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end -}}
 
 {{/*
+The default worker image (workerImage), passed to the operator as SHARDCDC_WORKER_IMAGE.
+*/}}
+{{- define "shardcdc.workerImage" -}}
+{{- if .Values.workerImage.digest -}}
+{{- printf "%s@%s" .Values.workerImage.repository .Values.workerImage.digest -}}
+{{- else -}}
+{{- printf "%s:%s" .Values.workerImage.repository (default .Chart.AppVersion .Values.workerImage.tag) -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
 Exactly what the operator uses (cdcoperator: handlers, reconcile, apply); tests/test_operator_rbac.py
 runs the operator with nothing more:
   cdcconnectors            list/watch: kopf's watch; get: reconcile reads the object fresh;

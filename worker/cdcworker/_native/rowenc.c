@@ -36,6 +36,7 @@ enum {
     OP_DATETIME,     /* YYYY-MM-DD HH:MM:SS[.f]: microseconds since epoch floor-divided by div */
     OP_TIME_MICRO,   /* [-]H:MM:SS[.f]: microseconds */
     OP_TIME_CONNECT, /* TIME in [0, 24h]: milliseconds */
+    OP_CONST,        /* any non-NULL value becomes labels[0] (a masked column's JSON constant) */
     OP_MAX
 };
 
@@ -448,6 +449,8 @@ static int put_label(Buf *b, PyObject *labels, Py_ssize_t i) {
 
 static int put_value(Program *pg, Deferred *d, Buf *b, Col *c, const char *s, Py_ssize_t n) {
     switch (c->op) {
+    case OP_CONST:
+        return put_label(b, c->labels, 0);
     case OP_INT:
         if (canonical_int(s, n, 18, 1)) return buf_put(b, s, n);
         break;
@@ -808,6 +811,10 @@ static PyObject *Program_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
             goto fail;
         }
         if (op == OP_DATETIME && div <= 0) { PyErr_SetString(PyExc_ValueError, "div must be > 0"); goto fail; }
+        if (op == OP_CONST && PyTuple_GET_SIZE(labels) != 1) {
+            PyErr_SetString(PyExc_ValueError, "OP_CONST needs exactly one label");
+            goto fail;
+        }
         for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(labels); j++) {
             if (!PyBytes_Check(PyTuple_GET_ITEM(labels, j))) {
                 PyErr_SetString(PyExc_TypeError, "labels must be bytes");
@@ -864,8 +871,131 @@ static PyTypeObject ProgramType = {
     .tp_methods = Program_methods,
 };
 
+/* --- VStreamResponse scanner ------------------------------------------------------------ */
+
+#define VEVENT_ROW 12
+
+/* A string field as str, or NULL with no error set when it is not valid UTF-8 (upb rejects it:
+ * the caller then hands the event to Python, which raises the same way). */
+static PyObject *utf8_or_null(const unsigned char *p, Py_ssize_t n) {
+    PyObject *s = PyUnicode_DecodeUTF8((const char *)p, n, "strict");
+    if (!s) PyErr_Clear();
+    return s;
+}
+
+/* One VEvent at [p, end): a ROW item (type, start, end, table_name, shard, is_internal, [RowChange
+ * bytes]) when it is a well-formed ROW event, else (type, start, end) for Python to parse.
+ * Returns NULL with an error set on allocation failure, Py_None when the event is malformed. */
+static PyObject *scan_event(const unsigned char *base, const unsigned char *p, const unsigned char *end) {
+    const unsigned char *start = p, *re = NULL, *ree = NULL, *evshard = NULL;
+    Py_ssize_t evshard_n = 0;
+    long long type = 0;
+    int generic = 0, row_events = 0;
+    while (p < end) {
+        uint64_t tag, v;
+        if (!rd_varint(&p, end, &tag)) return Py_NewRef(Py_None);
+        int field = (int)(tag >> 3), wt = (int)(tag & 7);
+        if (field == 1) {
+            if (wt != 0) { generic = 1; if (!skip_field(&p, end, wt)) return Py_NewRef(Py_None); continue; }
+            if (!rd_varint(&p, end, &v)) return Py_NewRef(Py_None);
+            type = (long long)(int32_t)(uint32_t)v;
+        } else if ((field == 5 || field == 23) && wt == 2) {
+            if (!rd_varint(&p, end, &v) || v > (uint64_t)(end - p)) return Py_NewRef(Py_None);
+            if (field == 5) { re = p; ree = p + v; row_events++; }
+            else { evshard = p; evshard_n = (Py_ssize_t)v; }
+            p += v;
+        } else if (!skip_field(&p, end, wt)) {
+            return Py_NewRef(Py_None);
+        }
+    }
+    Py_ssize_t s0 = start - base, s1 = end - base;
+    if (type != VEVENT_ROW || generic || row_events != 1) return Py_BuildValue("(Lnn)", type, s0, s1);
+    /* RowEvent: table_name 1, row_changes 2, shard 4, is_internal_table 6 (scalars: last wins) */
+    const unsigned char *tn = (const unsigned char *)"", *sh = NULL;
+    Py_ssize_t tn_n = 0, sh_n = 0;
+    int internal = 0;
+    PyObject *rcs = PyList_New(0);
+    if (!rcs) return NULL;
+    p = re;
+    while (p < ree) {
+        uint64_t tag, v;
+        if (!rd_varint(&p, ree, &tag)) { generic = 1; break; }
+        int field = (int)(tag >> 3), wt = (int)(tag & 7);
+        if ((field == 1 || field == 2 || field == 4) && wt == 2) {
+            if (!rd_varint(&p, ree, &v) || v > (uint64_t)(ree - p)) { generic = 1; break; }
+            if (field == 1) { tn = p; tn_n = (Py_ssize_t)v; }
+            else if (field == 4) { sh = p; sh_n = (Py_ssize_t)v; }
+            else {
+                PyObject *b = PyBytes_FromStringAndSize((const char *)p, (Py_ssize_t)v);
+                if (!b || PyList_Append(rcs, b) < 0) { Py_XDECREF(b); Py_DECREF(rcs); return NULL; }
+                Py_DECREF(b);
+            }
+            p += v;
+        } else if (field == 6 && wt == 0) {
+            if (!rd_varint(&p, ree, &v)) { generic = 1; break; }
+            internal = v != 0;
+        } else if (field == 1 || field == 2 || field == 4 || field == 6 || !skip_field(&p, ree, wt)) {
+            generic = 1; /* a wire type protobuf would reject or treat specially: let upb decide */
+            break;
+        }
+    }
+    if (generic) {
+        Py_DECREF(rcs);
+        return Py_BuildValue("(Lnn)", type, s0, s1);
+    }
+    if (sh_n == 0) { sh = evshard; sh_n = evshard_n; } /* RowEvent.shard or VEvent.shard */
+    PyObject *table = utf8_or_null(tn, tn_n);
+    PyObject *shard = table ? utf8_or_null(sh ? sh : (const unsigned char *)"", sh_n) : NULL;
+    if (!table || !shard) {
+        Py_XDECREF(table);
+        Py_DECREF(rcs);
+        return Py_BuildValue("(Lnn)", type, s0, s1);
+    }
+    return Py_BuildValue("(LnnNNON)", type, s0, s1, table, shard, internal ? Py_True : Py_False, rcs);
+}
+
+/* scan(VStreamResponse bytes) -> list of event items (see scan_event), or None when the response
+ * is malformed (the caller parses it with upb, which raises the proper error). */
+static PyObject *rowenc_scan(PyObject *mod, PyObject *arg) {
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
+    const unsigned char *base = view.buf, *p = base, *end = base + view.len;
+    PyObject *out = PyList_New(0);
+    if (!out) goto done;
+    while (p < end) {
+        uint64_t tag, v;
+        if (!rd_varint(&p, end, &tag)) goto malformed;
+        int field = (int)(tag >> 3), wt = (int)(tag & 7);
+        if (field == 1 && wt == 2) {
+            if (!rd_varint(&p, end, &v) || v > (uint64_t)(end - p)) goto malformed;
+            PyObject *item = scan_event(base, p, p + v);
+            if (!item) { Py_CLEAR(out); goto done; }
+            if (item == Py_None) { Py_DECREF(item); goto malformed; }
+            int rc = PyList_Append(out, item);
+            Py_DECREF(item);
+            if (rc < 0) { Py_CLEAR(out); goto done; }
+            p += v;
+        } else if (field == 1 || !skip_field(&p, end, wt)) {
+            goto malformed;
+        }
+    }
+    goto done;
+malformed:
+    Py_DECREF(out);
+    out = Py_NewRef(Py_None);
+done:
+    PyBuffer_Release(&view);
+    return out;
+}
+
+static PyMethodDef module_methods[] = {
+    {"scan", (PyCFunction)rowenc_scan, METH_O,
+     "scan(VStreamResponse bytes) -> [(type, start, end[, table, shard, is_internal, [RowChange bytes]])] or None"},
+    {NULL, NULL, 0, NULL},
+};
+
 static struct PyModuleDef rowenc_module = {
-    PyModuleDef_HEAD_INIT, "cdcworker._rowenc", "Native row encoder (see rowenc.c).", -1, NULL,
+    PyModuleDef_HEAD_INIT, "cdcworker._rowenc", "Native row encoder (see rowenc.c).", -1, module_methods,
 };
 
 PyMODINIT_FUNC PyInit__rowenc(void) {
@@ -881,7 +1011,7 @@ PyMODINIT_FUNC PyInit__rowenc(void) {
 #define OPC(n) PyModule_AddIntConstant(m, #n, n)
     if (OPC(OP_DROP) || OPC(OP_PY) || OPC(OP_INT) || OPC(OP_TEXT) || OPC(OP_F32) || OPC(OP_F64) || OPC(OP_B64) ||
         OPC(OP_B64URL) || OPC(OP_HEX) || OPC(OP_BOOL) || OPC(OP_DEC_B64) || OPC(OP_ENUM) || OPC(OP_SET) ||
-        OPC(OP_DATE) || OPC(OP_DATETIME) || OPC(OP_TIME_MICRO) || OPC(OP_TIME_CONNECT)) {
+        OPC(OP_DATE) || OPC(OP_DATETIME) || OPC(OP_TIME_MICRO) || OPC(OP_TIME_CONNECT) || OPC(OP_CONST)) {
         Py_DECREF(m);
         return NULL;
     }

@@ -9,7 +9,6 @@ the worker's task loop, see docs/backfill.md).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -19,7 +18,7 @@ from cdcworker.backfill.handoff import ShardHandoff
 from cdcworker.backfill.reconcile import KeyReader
 from cdcworker.backfill.rowchange import PartialChange
 from cdcworker.config import WorkerConfig
-from cdcworker.events import EncoderConfig, SourceContext, TablePlan
+from cdcworker.events import EncoderConfig, TablePlan
 from cdcworker.offsets import Vgtid
 from cdcworker.sink import KafkaSink
 from cdcworker.streaming import FIELD, StreamProcessor
@@ -54,25 +53,22 @@ class HandoffProcessor(StreamProcessor):
         super().process(response)
 
     def _emit(self, commit_seconds: int, vgtid_json: str) -> None:
+        """Drop (or split) the row changes the hand-off rule withholds, then encode the rest exactly
+        as the worker does. Only relies on ``_deferred`` holding (plan, row change or changes)."""
         deferred = self._deferred
-        if not deferred:
-            return
-        positions = {sg["shard"]: sg["gtid"] for sg in orjson.loads(vgtid_json)}
-        send = self.sink.send
-        now = time.time_ns()
-        contexts: dict[str, SourceContext] = {}
-        for plan, rc in deferred:
-            ctx = contexts.get(plan.shard)
-            if ctx is None:
-                ctx = contexts[plan.shard] = SourceContext(plan.keyspace, plan.shard, commit_seconds, vgtid_json)
-            change = self._judge(plan, rc, positions.get(plan.shard, ""))
-            if change is None:
-                self.suppressed += 1
-                continue
-            for rec in plan.encode_change(change, ctx, now):
-                send(rec.topic, rec.key, rec.value, rec.headers)
-        self.stats.records_sent = self.sink.records_sent
-        deferred.clear()
+        if deferred and self.handoffs:
+            positions = {sg["shard"]: sg["gtid"] for sg in orjson.loads(vgtid_json)}
+            kept: list[tuple[TablePlan, Any]] = []
+            for plan, item in deferred:
+                pos = positions.get(plan.shard, "")
+                many = not hasattr(item, "HasField")
+                changes = [c for rc in (item if many else (item,))
+                           if (c := self._judge(plan, rc, pos)) is not None]
+                self.suppressed += (len(item) if many else 1) - len(changes)
+                if changes:
+                    kept.append((plan, changes if many else changes[0]))
+            deferred[:] = kept
+        super()._emit(commit_seconds, vgtid_json)
 
     def _judge(self, plan: TablePlan, rc: Any, position: str) -> Any:
         h = self.handoffs.get(plan.shard)

@@ -201,6 +201,7 @@ class TablePlan:
         "_key_prefix",
         "_names",
         "_native",
+        "_send_tails",
         "_tail",
         "_tail_key",
         "_tombstones",
@@ -255,6 +256,7 @@ class TablePlan:
         self._key_of = _compile_key(self._key_names)
         self._tail_key: tuple[Any, str, int] | None = None  # (source, op, now_ns) of _tail
         self._tail = b""
+        self._send_tails: tuple[Any, ...] = (None, None, 0)  # (source, insert_op, now_ns) + tails of send_rows
         self._tombstones = cfg.tombstones_on_delete
         self._headers: Headers = list(cfg.headers)
         # The native column program (events/native.py), only for plans that encode rows exactly
@@ -374,11 +376,15 @@ class TablePlan:
         if now_ns is None:
             now_ns = time.time_ns()
         source = ctx.fragment(self.version, self.logical_name, self.table)
+        raw = type(rc) is bytes
         if self._native is not None:
             # One C call per row change: the serialized RowChange in, JSON images and keys out.
-            images = self._native.encode(rc.SerializeToString())  # type: ignore[attr-defined]
+            images = self._native.encode(rc if raw else rc.SerializeToString())  # type: ignore[attr-defined]
             if images is not None:
                 return self._native_records(images, source, now_ns, insert_op, tx)
+        if raw:
+            # Raw bytes from the VStream scanner (streaming.py): the Python path wants the message.
+            rc = _row_change(rc)  # type: ignore[arg-type]
         has_before = rc.HasField("before")
         has_after = rc.HasField("after")
         topic = self.topic
@@ -466,6 +472,91 @@ class TablePlan:
         out.append(OutRecord(topic, new_key, self._envelope(b"null", a, "c", source, now_ns, block), create_headers))
         return out
 
+    @property
+    def sends_natively(self) -> bool:
+        """``send_rows`` has a native fast path: exactly this class with a column program."""
+        return self._native is not None and type(self) is TablePlan
+
+    def _tails(self, source: orjson.Fragment, insert_op: str, now_ns: int) -> tuple[Any, ...]:
+        """Per batch: the envelope tails of an insert and an update, whole and split where the
+        ``transaction`` block goes, each with the record's closing brace."""
+        t = self._send_tails
+        if t[0] is source and t[1] == insert_op and t[2] == now_ns:
+            return t
+        close = b"}" if self._value_prefix else b""
+        parts: list[Any] = [source, insert_op, now_ns]
+        for op in (insert_op, "u"):
+            tail = _envelope_tail(source, b"null", op, now_ns) + close
+            i = tail.rindex(b',"transaction":null,"op":"') + 15
+            parts += [tail, tail[:i], tail[i + 4 :]]
+        self._send_tails = t = tuple(parts)
+        return t
+
+    def send_rows(
+        self,
+        rcs: Iterable[Any],
+        source: orjson.Fragment,
+        now_ns: int,
+        insert_op: str,
+        tx: TxBlocks | None,
+        tx_bytes: Callable[[str], bytes | None] | None,
+        send: Callable[[str, bytes | None, bytes | None, Headers], None],
+        on_bad_row: Callable[[Exception], list[OutRecord]],
+        on_bad_record: Callable[[OutRecord, Exception], None],
+    ) -> None:
+        """Encode and ``send`` the records of several row changes of this table, in order.
+
+        The hot loop of the streaming stage: inserts and same-key updates (nearly every row) are
+        written straight from the native images with the batch's prebuilt envelope tails and, with
+        transaction metadata, the block bytes ``tx_bytes`` returns (``tx`` semantics: None drops
+        the record); everything else goes through ``encode_change``'s exact path. Only for plans
+        where ``sends_natively`` holds. ``rcs`` are serialized RowChanges or RowChange messages.
+        """
+        enc = self._native.encode  # type: ignore[union-attr]
+        t = self._tails(source, insert_op, now_ns)
+        tail_i, pre_i, post_i, tail_u, pre_u, post_u = t[3:]
+        prefix = self._value_prefix + b'{"before":'
+        topic, headers, dc = self.topic, self._headers, self.data_collection
+        join = b"".join
+        for rc in rcs:
+            if type(rc) is not bytes:
+                rc = rc.SerializeToString()
+            value = None
+            try:
+                images = enc(rc)
+                if images is None:
+                    recs = self.encode_change(rc, _FixedSource(source), now_ns, insert_op, tx)
+                else:
+                    b, a, old_key, new_key = images
+                    if a is not None and (b is None or old_key == new_key):
+                        if b is None:
+                            b, tail, pre, post = b"null", tail_i, pre_i, post_i
+                        else:
+                            tail, pre, post = tail_u, pre_u, post_u
+                        if tx_bytes is None:
+                            value = join((prefix, b, b',"after":', a, tail))
+                        else:
+                            block = tx_bytes(dc)
+                            if block is None:
+                                continue  # delivered before a restart
+                            value = join((prefix, b, b',"after":', a, pre, block, post))
+                        recs = ()
+                    else:
+                        recs = self._native_records(images, source, now_ns, insert_op, tx)
+            except Exception as exc:  # zero-cost until raised; the caller's failure mode decides
+                recs = on_bad_row(exc)
+            if value is not None:
+                try:
+                    send(topic, new_key, value, headers)
+                except Exception as exc:
+                    on_bad_record(OutRecord(topic, new_key, value, headers), exc)
+                continue
+            for rec in recs:
+                try:
+                    send(rec.topic, rec.key, rec.value, rec.headers)
+                except Exception as exc:
+                    on_bad_record(rec, exc)
+
     def _key_payload(self, key: bytes | None) -> bytes:
         # The key record without its schema wrapper: what _header_key writes for the same key.
         if key is None:
@@ -477,6 +568,24 @@ class TablePlan:
     def _header_key(kp: dict[str, Any] | None) -> bytes:
         # Kafka Connect's default SimpleHeaderConverter renders a Struct as compact JSON.
         return dumps(kp)
+
+
+class _FixedSource:
+    """A ``SourceContext`` stand-in whose source block is already serialized (``send_rows``)."""
+
+    __slots__ = ("_frag",)
+
+    def __init__(self, frag: orjson.Fragment) -> None:
+        self._frag = frag
+
+    def fragment(self, version: str, logical_name: str, table: str) -> orjson.Fragment:
+        return self._frag
+
+
+def _row_change(raw: bytes) -> Any:
+    from vitessapi import binlogdata_pb2
+
+    return binlogdata_pb2.RowChange.FromString(raw)
 
 
 def encode_all(plan: TablePlan, changes: Iterable[RowChangeLike], ctx: SourceContext) -> list[OutRecord]:

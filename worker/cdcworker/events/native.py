@@ -111,11 +111,30 @@ def _label(text: Any) -> bytes:
     return dumps(str(text))[1:-1]
 
 
+def _const_code() -> Any:
+    # filters.columns imports this module: look its constant converter up lazily.
+    from cdcworker.filters import columns
+
+    return columns._const_conv(None).__code__
+
+
+def _const_op(conv: Any) -> tuple[str, int, tuple[bytes, ...]] | None:
+    """A masked column's constant converter: OP_CONST with the constant's JSON (no Python call)."""
+    if getattr(conv, "__code__", None) is not _const_code():
+        return None
+    value = _cells(conv).get("value")
+    if type(value) is not str:
+        return None
+    return "OP_CONST", 1, (fix_escapes(orjson.dumps(value)),)
+
+
 def column_op(conv: Callable[[bytes], Any] | None) -> tuple[str, int, tuple[bytes, ...]]:
     """(op name, datetime divisor, escaped labels) for one converter; OP_PY when unknown."""
     if conv is None:
         return "OP_DROP", 1, ()
     op = _OPS.get(_identity(conv), "OP_PY")
+    if op == "OP_PY" and (const := _const_op(conv)) is not None:
+        return const
     if op == "ZERO_AWARE":
         # fn(raw) or 0: the native fast paths only produce real dates, for which `or 0` is a no-op.
         inner = _cells(conv).get("fn")

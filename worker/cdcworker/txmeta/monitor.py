@@ -271,6 +271,11 @@ class TransactionMonitor:
     def on_event(self, data_collection: str) -> orjson.Fragment | None:
         """Count one data record; its ``transaction`` block as pre-serialized JSON, or None when the
         record was already delivered before a restart (drop it, and its tombstone)."""
+        block = self.block_bytes(data_collection)
+        return None if block is None else orjson.Fragment(block)
+
+    def block_bytes(self, data_collection: str) -> bytes | None:
+        """``on_event`` as plain JSON bytes (the streaming hot loop splices them in directly)."""
         if self.transaction_id is None:
             raise ValueError(f"data event for {data_collection} outside a transaction")
         if self._skip_total:
@@ -283,11 +288,10 @@ class TransactionMonitor:
         counts = self.counts
         order = counts[data_collection] = counts.get(data_collection, 0) + 1
         if self._numbers == 2:
-            return orjson.Fragment(self._template % (total, order))
-        ex = self._exclude
+            return self._template % (total, order)
         if self._numbers == 0:
-            return orjson.Fragment(self._template)
-        return orjson.Fragment(self._template % (order if "total_order" in ex else total))
+            return self._template
+        return self._template % (order if "total_order" in self._exclude else total)
 
     def _compile_template(self) -> None:
         """The block of this transaction with ``%d`` where the counters go (built once per BEGIN)."""
