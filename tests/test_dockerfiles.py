@@ -293,3 +293,22 @@ def test_spark_entrypoint_executor_backend(fake_spark: dict[str, str]) -> None:
 def test_spark_entrypoint_passes_other_commands_through(fake_spark: dict[str, str]) -> None:
     assert _entrypoint(fake_spark, "spark-submit", "--version") == ["spark-submit", "--version"]
     assert _entrypoint(fake_spark) == ["spark-submit", "--help"]
+
+
+def test_spark_image_holds_the_application_file_the_operator_names() -> None:
+    """SparkApplications and spark-submit Jobs run ``local://<path>``: the spark stage must put it there."""
+    from cdcoperator.backfill import SPARK_MAIN
+
+    path = SPARK_MAIN.removeprefix("local://")
+    text = (ROOT / "images" / "Dockerfile").read_text()
+    spark_stage = text[text.index("AS spark"):]
+    copies = re.findall(r"^COPY .*? (\S+) (\S+)$", spark_stage, re.M)
+    assert ("worker/cdcworker/backfill/spark_main.py", path) in copies
+    assert (ROOT / "worker/cdcworker/backfill/spark_main.py").is_file()
+
+
+def test_build_stage_compiles_the_native_encoder_and_final_stages_have_no_compiler() -> None:
+    text = (ROOT / "images" / "Dockerfile").read_text()
+    build = text[: text.index("AS build-app")]
+    assert "gcc=" in build and 'import cdcworker._rowenc' in build
+    assert "gcc" not in text[text.index("AS runtime-base"):]
