@@ -129,6 +129,7 @@ $(HELM_HOME)/.complete: scripts/fetch-helm.sh
 chart-crds:
 	cp crds/*.yaml charts/shardcdc/crds/
 	cp crds/*.yaml charts/shardcdc-crds/files/
+	cp crds/*.yaml operator/cdcoperator/crd/
 
 ## operator/rbac.yaml: the chart's ServiceAccount and RBAC rendered for `kubectl apply` users and tests.
 .PHONY: rbac

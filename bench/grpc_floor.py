@@ -8,7 +8,9 @@ binlog (as bench/vtgatesim_replay.py); the others are do-nothing handlers that s
 pre-serialized `VStreamResponse` (BEGIN, ROW with N row changes, VGTID, COMMIT) `rows / N` times:
 `sync` (grpc.server, generator of bytes), `aio-gen` (grpc.aio, async generator), `aio-write`
 (grpc.aio, `await context.write(bytes)`). `+frame`, `+wbuf`, `+look`, `+mcs`, `+nocomp`, `+tput` add
-server channel options (MODS below); `+poll` sets GRPC_POLL_STRATEGY=poll. All servers are started
+server channel options (MODS below); `+poll` sets GRPC_POLL_STRATEGY=poll. `sim+freeze` / `sim+nogc` /
+`sim+swi` / `sim+obN` try gc.freeze(), gc.disable(), a 0.2 ms GIL switch interval and an N-deep outbox
+in the test server (experiments; none changed the figure, see BENCHMARKS.md). All servers are started
 first and the runs go round-robin, so every variant sees the same mix of machine load. The Go client
 (bench/vstreamclient) streams and decodes every response.
 
@@ -76,7 +78,7 @@ def serve(variant: str, n: int, k: int) -> None:
 
     base, *mods = variant.split("+")
     if base == "sim":
-        serve_sim(n * k, k)
+        serve_sim(n * k, k, mods)
         return
     opts = [o for m in mods if m in MODS for o in MODS[m]]
     resp = response(k)
@@ -119,7 +121,7 @@ def serve(variant: str, n: int, k: int) -> None:
     asyncio.run(main())
 
 
-def serve_sim(rows: int, k: int) -> None:
+def serve_sim(rows: int, k: int, mods: list[str]) -> None:
     """The VTGate test server with a pre-generated binlog (as bench/vtgatesim_replay.py)."""
     from vtgatesim_replay import generate, request_hex
 
@@ -130,6 +132,21 @@ def serve_sim(rows: int, k: int) -> None:
                                       "primary key (id))"])
     pos = sim.position("bench", "0")
     generate(sim, rows, k)
+    if "freeze" in mods:
+        import gc
+
+        gc.freeze()
+    if "nogc" in mods:
+        import gc
+
+        gc.disable()
+    if "swi" in mods:
+        sys.setswitchinterval(0.0002)
+    for m in mods:
+        if m.startswith("ob"):
+            from vtgatesim import vstream
+
+            vstream.Outbox.__init__.__defaults__ = (int(m[2:]),)
     print(sim.port, request_hex(pos), flush=True)
     threading.Event().wait()
 

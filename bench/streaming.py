@@ -181,6 +181,7 @@ def worker_main(args: argparse.Namespace) -> None:
 
     threading.Thread(target=monitor, daemon=True).start()
     result = task.run()
+    threads = _thread_cpu()
     p = task.processor
     out = {
         "exit": result.exit_code,
@@ -193,8 +194,25 @@ def worker_main(args: argparse.Namespace) -> None:
         "max_sampled_rss_mb": max(rss, default=0) / 1024,
         "acks": acks,
         "encoder": "native" if native.enabled() else "python",
+        "threads": threads,
     }
     print(json.dumps(out), flush=True)
+
+
+def _thread_cpu() -> dict[str, float]:
+    """CPU seconds per thread name of this process (Python, gRPC and librdkafka threads alike)."""
+    out: dict[str, float] = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            stat = Path(f"/proc/self/task/{tid}/stat").read_text()
+            name = Path(f"/proc/self/task/{tid}/comm").read_text().strip()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        name = name.rstrip("0123456789") or name  # rdk:broker12 -> rdk:broker
+        out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+    return {k: round(v, 2) for k, v in sorted(out.items(), key=lambda kv: -kv[1]) if v >= 0.01}
 
 
 def _rss_kb() -> int:
@@ -272,7 +290,7 @@ def start_vgtid(positions: dict[str, str]) -> str:
 
 def run_worker(broker: Any, sim: SimProcess, final: dict[str, str], mode: str, tag: str,
                extra: dict[str, str] | None = None, ack_log: bool = False, profile: str = "",
-               ready: threading.Event | None = None, encoder: str = "") -> dict[str, Any]:
+               ready: threading.Event | None = None, encoder: str = "", tree: str = "") -> dict[str, Any]:
     from localkafka import create_topics
 
     prefix = f"b{tag}{os.getpid()}{int(time.time() * 1000) % 100000}"
@@ -302,6 +320,8 @@ def run_worker(broker: Any, sim: SimProcess, final: dict[str, str], mode: str, t
         env = dict(os.environ)
         if encoder:
             env["SHARDCDC_NATIVE"] = "0" if encoder == "python" else "1"
+        if tree:  # --base-tree: the worker imports cdcworker from another source tree (A/B)
+            env["PYTHONPATH"] = tree + os.pathsep + env.get("PYTHONPATH", "")
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=errf, text=True, env=env)
         assert proc.stdout is not None
         lines = []
@@ -384,24 +404,31 @@ def throughput(args: argparse.Namespace) -> None:
                 rates = [replay_rate(sim, args.rows) for _ in range(args.replay_runs)]
                 if rates:
                     print(_median_line("server replay (parse-only client)", rates, "rows/s"), flush=True)
+                variants = [(enc, "") for enc in args.encoders.split(",")]
+                if args.base_tree:
+                    variants += [(f"{enc}@base", args.base_tree) for enc in args.encoders.split(",")]
                 for mode in args.modes.split(","):
-                    for enc in args.encoders.split(","):
-                        got: list[float] = []
-                        cpu: list[float] = []
-                        for run in range(args.runs):
-                            prof = f"{args.profile}-{mode}-{enc}-{per_txn}-{run}.json" if args.profile else ""
+                    got: dict[str, list[float]] = {v: [] for v, _ in variants}
+                    cpu: dict[str, list[float]] = {v: [] for v, _ in variants}
+                    for run in range(args.runs):
+                        # Variants interleaved run by run: a shared machine's load drifts.
+                        for name, tree in variants:
+                            enc = name.split("@")[0]
+                            prof = f"{args.profile}-{mode}-{name}-{per_txn}-{run}.json" if args.profile else ""
                             extra = {**(FILTER_PROPS if args.filters else {}), **_props(args.props)}
                             r = run_worker(broker, sim, final, mode, mode[0], extra=extra, profile=prof,
-                                           encoder=enc)
-                            got.append(r["rows"] / r["seconds"])
-                            cpu.append(r["cpu_seconds"] / r["rows"] * 1e6)
-                            print(f"{mode} {per_txn}/txn {r['encoder']} run {run + 1}: {got[-1]:,.0f} rows/s, "
+                                           encoder=enc, tree=tree)
+                            got[name].append(r["rows"] / r["seconds"])
+                            cpu[name].append(r["cpu_seconds"] / r["rows"] * 1e6)
+                            print(f"{mode} {per_txn}/txn {name} ({r['encoder']}) run {run + 1}: {got[name][-1]:,.0f} rows/s, "
                                   f"{r['records']} records, worker cpu {r['cpu_seconds']:.2f}s for {r['seconds']:.2f}s "
-                                  f"({cpu[-1]:.1f} us/row), peak RSS {r['peak_rss_mb']:.0f} MB, "
+                                  f"({cpu[name][-1]:.1f} us/row), peak RSS {r['peak_rss_mb']:.0f} MB, "
                                   f"load {r['load'][0]:.2f}->{r['load'][1]:.2f}", flush=True)
-                        print(_median_line(f"{mode} {per_txn}/txn {enc}", got, "rows/s", targets.get(mode)), flush=True)
-                        print(f"{mode} {per_txn}/txn {enc}: worker cpu median {statistics.median(cpu):.1f} us/row "
-                              f"{[round(c, 1) for c in cpu]}", flush=True)
+                            print(f"    thread cpu s (whole process life): {r.get('threads')}", flush=True)
+                    for name, _ in variants:
+                        print(_median_line(f"{mode} {per_txn}/txn {name}", got[name], "rows/s", targets.get(mode)), flush=True)
+                        print(f"{mode} {per_txn}/txn {name}: worker cpu median {statistics.median(cpu[name]):.1f} us/row "
+                              f"{[round(c, 1) for c in cpu[name]]}", flush=True)
             finally:
                 sim.close()
 
@@ -481,6 +508,8 @@ def main() -> None:
     p.add_argument("--encoders", default="native", help="native,python: A/B the row encoder (SHARDCDC_NATIVE)")
     p.add_argument("--props", default="", help="extra worker properties k=v,k=v (e.g. tx metadata)")
     p.add_argument("--filters", action="store_true", help="table/column filter options on (FILTER_PROPS)")
+    p.add_argument("--base-tree", default="", help="A/B: also run workers importing cdcworker from this "
+                   "directory (e.g. an older commit's worker/ from git archive), interleaved run by run")
     p = sub.add_parser("bigtxn")
     p.add_argument("--rows", type=int, default=1_000_000)
     p.add_argument("--runs", type=int, default=1)

@@ -33,6 +33,11 @@ OPERATOR_RULES = [
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]},
     {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
 ]
+# rbac.backfills.* (on by default): what cdcoperator.backfill calls.
+SPARK_RULE = {"apiGroups": ["sparkoperator.k8s.io"], "resources": ["sparkapplications"],
+              "verbs": ["get", "list", "create", "delete"]}
+JOB_RULE = {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get", "list", "create", "delete"]}
+DEFAULT_RULES = [*OPERATOR_RULES, SPARK_RULE, JOB_RULE]
 
 CUSTOM: dict[str, Any] = {
     "image": {"repository": "registry.example.com/shardcdc/operator",
@@ -40,7 +45,7 @@ CUSTOM: dict[str, Any] = {
     "imagePullSecrets": [{"name": "regcred"}],
     "workerImage": {"repository": "registry.example.com/shardcdc/worker", "digest": "sha256:" + "cd" * 32},
     "serviceAccount": {"name": "cdc-op", "annotations": {"iam.example.com/role": "cdc"}},
-    "rbac": {"backfills": {"sparkOperator": True, "sparkSubmit": True}},
+    "rbac": {"backfills": {"sparkOperator": False, "sparkSubmit": True}},
     "operator": {"resyncSeconds": 30, "requestTimeoutSeconds": 20, "healthPort": 9090, "metricsPort": 9091,
                  "verbose": True},
     "extraEnv": [{"name": "HTTPS_PROXY", "value": "http://proxy:3128"},
@@ -128,7 +133,7 @@ def test_default_render(tmp_path: Path) -> None:
         ("ServiceAccount", "shardcdc"), ("ClusterRole", "shardcdc"), ("ClusterRoleBinding", "shardcdc"),
         ("Deployment", "shardcdc")]
     (role,) = by_kind(objs, "ClusterRole")
-    assert role["rules"] == OPERATOR_RULES
+    assert role["rules"] == DEFAULT_RULES
     (binding,) = by_kind(objs, "ClusterRoleBinding")
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "shardcdc", "namespace": NAMESPACE}]
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "shardcdc"}
@@ -166,7 +171,7 @@ def test_watch_namespaces_render_roles_only(tmp_path: Path) -> None:
     assert not by_kind(objs, "ClusterRole") and not by_kind(objs, "ClusterRoleBinding")
     roles = by_kind(objs, "Role")
     assert [(r["metadata"]["namespace"], r["rules"]) for r in roles] == [
-        ("team-a", OPERATOR_RULES), ("team-b", OPERATOR_RULES)]
+        ("team-a", DEFAULT_RULES), ("team-b", DEFAULT_RULES)]
     bindings = by_kind(objs, "RoleBinding")
     assert [(b["metadata"]["namespace"], b["roleRef"]["kind"], b["subjects"][0]["namespace"]) for b in bindings] == [
         ("team-a", "Role", NAMESPACE), ("team-b", "Role", NAMESPACE)]
@@ -207,11 +212,7 @@ def test_custom_values_render(tmp_path: Path) -> None:
     (sa,) = by_kind(objs, "ServiceAccount")
     assert (sa["metadata"]["name"], sa["metadata"]["annotations"]) == ("cdc-op", {"iam.example.com/role": "cdc"})
     (role,) = by_kind(objs, "ClusterRole")
-    assert role["rules"] == [
-        *OPERATOR_RULES,
-        {"apiGroups": ["sparkoperator.k8s.io"], "resources": ["sparkapplications"],
-         "verbs": ["get", "list", "watch", "create", "patch", "delete"]},
-        {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get", "list", "watch", "create", "patch", "delete"]}]
+    assert role["rules"] == [*OPERATOR_RULES, JOB_RULE]
     pod = _deployment(objs)["spec"]["template"]
     assert pod["metadata"]["labels"]["team"] == "data"
     assert pod["metadata"]["annotations"] == {"example.com/team": "data"}

@@ -129,7 +129,7 @@ spec:
 
         # kubectl-scale-like, through the control endpoint; bad values are refused with the reason.
         r = shardcdc("scale", "shop", "--replicas", "0", "--state-dir", str(state))
-        assert r.returncode == 1 and "spec.tasks must be an integer >= 1, got 0" in r.stderr
+        assert r.returncode == 1 and "spec.tasks: Invalid value: \"integer\": spec.tasks must be at least 1" in r.stderr
         r = shardcdc("scale", "shop", "--tasks", "2", "--state-dir", str(state))
         assert r.returncode == 0, r.stderr
         assert r.stdout == "cdcconnector.shardcdc.io/shop scaled (spec.tasks=2, metadata.generation=2)\n"

@@ -104,6 +104,12 @@ class ClusterApi(Protocol):
 
     async def delete(self, kind: Kind, namespace: str, name: str) -> bool: ...
 
+    # Backfills (cdcoperator.backfill): objects of other kinds, selected by their own labels.
+
+    async def list_labelled(self, kind: Kind, namespace: str, selector: str) -> list[dict[str, Any]]: ...
+
+    async def create(self, kind: Kind, obj: Mapping[str, Any]) -> dict[str, Any] | None: ...
+
 
 def new_api_client(kubeconfig: str | None = None) -> ApiClient:
     """In-cluster credentials when running in a pod, else the kubeconfig (``KUBECONFIG`` or ``~/.kube/config``)."""
@@ -217,3 +223,13 @@ class KubeApi:
         out = await self.call("DELETE", kind.path(namespace, name), {"propagationPolicy": "Background"},
                               allow=(404,))
         return out is not None
+
+    async def list_labelled(self, kind: Kind, namespace: str, selector: str) -> list[dict[str, Any]]:
+        """Objects matching a label selector; [] when the kind is not served (404: e.g. no spark-operator
+        CRD) or not granted (403: that backfill engine's RBAC is switched off in the chart)."""
+        out = await self.call("GET", kind.path(namespace), query={"labelSelector": selector}, allow=(403, 404))
+        return list((out or {}).get("items") or [])
+
+    async def create(self, kind: Kind, obj: Mapping[str, Any]) -> dict[str, Any] | None:
+        """Create ``obj`` as it is (no applied hash: created once, never patched); None if it exists (409)."""
+        return await self.call("POST", kind.path(obj["metadata"]["namespace"]), dict(obj), allow=(409,))

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cdcoperator import naming
+from cdcoperator.apply import CONFIG_MAPS, ApiError, ClusterApi, Kind
 from cdcoperator.conditions import BACKFILL_RUNNING, ConditionSpec
 from cdcoperator.model import BackfillEngine, BackfillRequest, ConnectorResource
 from cdcoperator.objects import (
@@ -406,9 +407,7 @@ def to_cancel(cr: ConnectorResource, existing: Iterable[Mapping[str, Any]]) -> l
 # --- reconcile (I/O through the operator's KubeApi) -------------------------------------------------
 
 
-def _kinds() -> dict[str, Any]:
-    from cdcoperator.apply import CONFIG_MAPS, Kind
-
+def _kinds() -> dict[str, Kind]:
     return {
         "SparkApplication": Kind(f"/apis/{SPARK_API_VERSION}", "sparkapplications"),
         "Job": Kind("/apis/batch/v1", "jobs"),
@@ -416,26 +415,34 @@ def _kinds() -> dict[str, Any]:
     }
 
 
+def _refusal(kind: str, status: int, engine: BackfillEngine) -> str:
+    """Why a backfill cannot be created, for its status (retried at every resync, not an error)."""
+    if status == 404:
+        return f"cannot create the {kind}: its API is not served (is the spark-operator's CRD installed?)"
+    return f"cannot create the {kind}: forbidden (enable rbac.backfills.{engine} in the shardcdc chart)"
+
+
 def selector(cr: ConnectorResource) -> str:
     return f"{LABEL_BACKFILL_OF}={cr.name}"
 
 
-async def reconcile_backfills(kube: Any, cr: ConnectorResource, existing_status: Mapping[str, Any],
+async def reconcile_backfills(kube: ClusterApi, cr: ConnectorResource, existing_status: Mapping[str, Any],
                               now: str) -> tuple[list[dict[str, Any]], ConditionSpec]:
     """Create missing backfill objects, delete cancelled ones, and compute ``status.backfills`` and
-    the ``BackfillRunning`` condition. ``kube`` is ``cdcoperator.apply.KubeApi``. Finished runs are
-    not resubmitted (their objects may be gone after the TTL)."""
+    the ``BackfillRunning`` condition. Finished runs are not resubmitted (their objects may be gone
+    after the TTL).
+
+    Both engines' kinds are listed whatever the engine, so a request removed after an engine change
+    is still cancelled; a kind that is not served (no spark-operator CRD) or not granted (the chart's
+    ``rbac.backfills.*`` switched off) lists as empty.
+    """
     engine = engine_of(cr)
     kinds = _kinds()
-    used = ["ConfigMap", "SparkApplication"] if engine == BackfillEngine.SPARK_OPERATOR else ["ConfigMap", "Job"]
     listed: list[dict[str, Any]] = []
-    if engine in (BackfillEngine.SPARK_OPERATOR, BackfillEngine.SPARK_SUBMIT):
-        for k in used:
-            out = await kube.call("GET", kinds[k].path(cr.namespace), query={"labelSelector": selector(cr)}, allow=(404,))
-            listed += [{**o, "kind": k} for o in (out or {}).get("items") or []]
+    for k in ("SparkApplication", "Job", "ConfigMap"):
+        listed += [{**o, "kind": k} for o in await kube.list_labelled(kinds[k], cr.namespace, selector(cr))]
     for obj in to_cancel(cr, listed):
-        await kube.call("DELETE", kinds[obj["kind"]].path(cr.namespace, obj["metadata"]["name"]),
-                        {"propagationPolicy": "Background"}, allow=(404,))
+        await kube.delete(kinds[obj["kind"]], cr.namespace, obj["metadata"]["name"])
     live = {(o["kind"], o["metadata"]["name"]): o for o in listed}
     previous = {str(e.get("id")): e for e in existing_status.get("backfills") or ()}
     entries: list[dict[str, Any]] = []
@@ -445,15 +452,24 @@ async def reconcile_backfills(kube: Any, cr: ConnectorResource, existing_status:
         finished = prev is not None and prev.get("phase") in (SUCCEEDED, FAILED)
         if engine == BackfillEngine.SPARK_OPERATOR or engine == BackfillEngine.SPARK_SUBMIT:
             main_kind = "SparkApplication" if engine == BackfillEngine.SPARK_OPERATOR else "Job"
+            refused = ""
             if not finished:
                 for obj in build_objects(cr, req):
                     key = (obj["kind"], obj["metadata"]["name"])
                     if key not in live:
-                        made = await kube.call("POST", kinds[obj["kind"]].path(cr.namespace), obj, allow=(409,))
+                        try:
+                            made = await kube.create(kinds[obj["kind"]], obj)
+                        except ApiError as exc:
+                            if exc.status not in (403, 404):
+                                raise
+                            refused = _refusal(obj["kind"], exc.status, engine)
+                            break
                         if made is not None:
                             live[key] = made
             app = live.get((main_kind, name))
-            if app is None and finished and prev is not None:
+            if refused:
+                phase = Phase(PENDING, refused)
+            elif app is None and finished and prev is not None:
                 phase = Phase(str(prev["phase"]), str(prev.get("message") or ""))
             elif main_kind == "SparkApplication":
                 phase = phase_of_spark_application(app)
@@ -461,6 +477,13 @@ async def reconcile_backfills(kube: Any, cr: ConnectorResource, existing_status:
                 phase = phase_of_job(app)
         else:
             phase = Phase(str(prev["phase"]), str(prev.get("message") or "")) if prev else Phase(
-                PENDING, "local engine: run `shardcdc backfill` next to the workers")
+                PENDING, f"local engine: run `shardcdc backfill --run-id {run_id(cr, req.id)}` next to the workers")
         entries.append(status_entry(req, phase, engine, name, prev, now))
     return entries, backfill_condition(entries)
+
+
+def needs_reconcile(cr: ConnectorResource, existing_status: Mapping[str, Any]) -> bool:
+    """Whether a reconcile needs :func:`reconcile_backfills` at all: an engine is configured, a run is
+    requested, or ``status.backfills`` still lists runs (their cancellation and the status's reset).
+    Connectors without backfills get no ``BackfillRunning`` condition and no extra API reads."""
+    return cr.spec.snapshot.backfill is not None or bool(cr.spec.backfills) or bool(existing_status.get("backfills"))

@@ -25,8 +25,8 @@ from typing import Any
 
 import aiohttp
 
+from cdcoperator import backfill, naming
 from cdcoperator import conditions as cond
-from cdcoperator import naming
 from cdcoperator.adoption import (
     Adoption,
     OffsetScanError,
@@ -229,7 +229,8 @@ def reshard_events(existing: Sequence[Mapping[str, Any]] | None, p: Plan) -> tup
 
 def _owned(existing: Mapping[str, Any]) -> dict[str, Any]:
     """``existing`` restricted to the keys we write, so foreign status keys never show up as a diff."""
-    owned = ("observedGeneration", "conditions", "selector", "shards", "assignment", "lag", "adoptedOffsets")
+    owned = ("observedGeneration", "conditions", "selector", "shards", "assignment", "lag", "adoptedOffsets",
+             "backfills")
     return {k: existing[k] for k in owned if k in existing}
 
 
@@ -321,6 +322,11 @@ async def reconcile(ctx: ReconcileContext, namespace: str, name: str) -> Plan | 
     await _apply(ctx, body, cr, p, deployments, config_maps)
     await _restart(ctx, body, cr, p)
     wanted = build_status(cr, existing_status, p, discovery, reports, now, adopted)
+    if backfill.needs_reconcile(cr, existing_status):
+        entries, bf_cond = await backfill.reconcile_backfills(kube, cr, existing_status, cond.format_time(now))
+        wanted["backfills"] = entries
+        wanted["conditions"] = cond.merge_conditions(wanted["conditions"], (bf_cond,),
+                                                     observed_generation=cr.generation, now=now)
     await _write_status(ctx, body, existing_status, wanted)
     return p
 

@@ -64,7 +64,6 @@ class KafkaSink:
         self._dr: Callable[[KafkaError | None, object], None] | None = None
         self._open = self._new_segment()
         self._durable: Any = None
-        self._since_poll = 0
         self._poll_every = poll_every
         self.records_sent = 0
 
@@ -85,21 +84,23 @@ class KafkaSink:
         hook = self.on_error
         return hook is not None and hook(err, msg)
 
+    _begin_needed = False  # TransactionalSink: the next record opens a Kafka transaction
+
     def send(self, topic: str, key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes]] | None) -> None:
-        dr = self._dr
+        # The per-record hot path: one produce call, two counters, a poll every _poll_every records.
+        if self._begin_needed:
+            self._begin()
         try:
-            if dr is None:
-                self._produce(topic, value, key, headers=headers)  # type: ignore[arg-type]
-            else:
-                self._produce(topic, value, key, headers=headers, on_delivery=dr)  # type: ignore[arg-type]
+            self._produce(topic, value, key, headers=headers, on_delivery=self._dr)  # type: ignore[arg-type]
         except BufferError:
             self._send_when_room(topic, key, value, headers)
         self._open.produced += 1
-        self.records_sent += 1
-        self._since_poll += 1
-        if self._since_poll >= self._poll_every:
-            self._since_poll = 0
+        self.records_sent = n = self.records_sent + 1
+        if n % self._poll_every == 0:
             self.producer.poll(0)
+
+    def _begin(self) -> None:
+        raise NotImplementedError
 
     def _send_when_room(self, topic: str, key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes]] | None) -> None:
         # librdkafka's queue is full: this is the back-pressure point. Serving callbacks frees
@@ -248,8 +249,9 @@ class TransactionalSink(KafkaSink):
         self._max_seconds = max_batch_seconds
         self._timeout = timeout
         self._in_txn = False
+        self._begin_needed = True
         self._txn_started = 0.0
-        self._txn_records = 0
+        self._txn_base = 0  # records_sent when the open Kafka transaction began
         self._records_at_point = 0
         self._point: Any = None
         self._last_commit = self._clock()
@@ -259,15 +261,15 @@ class TransactionalSink(KafkaSink):
     def _begin(self) -> None:
         self.producer.begin_transaction()
         self._in_txn = True
+        self._begin_needed = False
         self._txn_started = self._clock()
-        self._txn_records = 0
+        self._txn_base = self.records_sent
         self._records_at_point = 0
 
-    def send(self, topic: str, key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes]] | None) -> None:
-        if not self._in_txn:
-            self._begin()
-        super().send(topic, key, value, headers)
-        self._txn_records += 1
+    @property
+    def _txn_records(self) -> int:
+        """Records produced into the open Kafka transaction."""
+        return self.records_sent - self._txn_base if self._in_txn else 0
 
     def send_to_partition(
         self, topic: str, partition: int, key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes]] | None
@@ -275,7 +277,6 @@ class TransactionalSink(KafkaSink):
         if not self._in_txn:
             self._begin()
         super().send_to_partition(topic, partition, key, value, headers)
-        self._txn_records += 1
 
     def commit_point(self, position: Any) -> None:
         self._point = position
@@ -302,6 +303,7 @@ class TransactionalSink(KafkaSink):
                 self.producer.abort_transaction(self._timeout)
             raise SinkError(f"Kafka transaction commit failed: {err.str()}") from exc
         self._in_txn = False
+        self._begin_needed = True
         self._durable = self._point
         self._last_commit = self._clock()
         self.commits += 1
@@ -327,6 +329,7 @@ class TransactionalSink(KafkaSink):
             else:
                 self.producer.abort_transaction(timeout)
                 self._in_txn = False
+                self._begin_needed = True
         return self._durable
 
     def rewind(self, handed_over: Any) -> Any:
@@ -336,6 +339,7 @@ class TransactionalSink(KafkaSink):
         if self._in_txn and self._records_at_point != self._txn_records:
             self.producer.abort_transaction(self._timeout)
             self._in_txn = False
+            self._begin_needed = True
             self._point = self._durable
             return self._durable
         return handed_over

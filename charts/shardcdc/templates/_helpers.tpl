@@ -70,6 +70,9 @@ runs the operator with nothing more:
                            create, patch (scale, config roll-out, restart), delete (old generations)
   pods                     list/watch: kopf's index of worker pods (task phases, exit codes)
   events                   create: an event for each step
+  sparkapplications, jobs  backfills (cdcoperator.backfill, rbac.backfills.*): list (by label),
+                           create (once, 409 = it exists), delete (cancellation); get for kubectl
+                           users' parity; no patch/watch (status is read by the resync's list)
 Nothing else: no Secrets (workers mount them; the operator never reads them), no pod writes, no
 CRDs or namespaces (settings.scanning.disabled), no leases or kopf peering objects (standalone:
 one replica with strategy Recreate).
@@ -96,12 +99,12 @@ one replica with strategy Recreate).
 {{- if .Values.rbac.backfills.sparkOperator }}
 - apiGroups: ["sparkoperator.k8s.io"]
   resources: ["sparkapplications"]
-  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+  verbs: ["get", "list", "create", "delete"]
 {{- end }}
 {{- if .Values.rbac.backfills.sparkSubmit }}
 - apiGroups: ["batch"]
   resources: ["jobs"]
-  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+  verbs: ["get", "list", "create", "delete"]
 {{- end }}
 {{- end -}}
 

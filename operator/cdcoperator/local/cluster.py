@@ -1,7 +1,8 @@
 """The API server of local mode: connectors, Deployments and ConfigMaps in memory, status on disk.
 
 ``LocalCluster`` offers the calls ``reconcile()`` makes on the API server (:class:`ClusterApi`),
-with the same semantics where reconcile depends on them: ``metadata.generation`` counts spec
+with the same semantics where reconcile depends on them: manifests are validated against the
+CRD's schema and CEL rules (``cdcoperator.validation``), ``metadata.generation`` counts spec
 changes, children are created or merge-patched by their applied hash (so an unchanged plan
 writes nothing), status is a merge patch, a one-shot annotation is removed only if it still has
 the value acted on. ConfigMaps and Deployments live in memory only: a restarted ``shardcdc run``
@@ -25,6 +26,7 @@ from typing import Any
 from cdcoperator import naming
 from cdcoperator.apply import APPLIED_HASH_ANNOTATION, CONFIG_MAPS, DEPLOYMENTS, KINDS, Kind, applied_hash
 from cdcoperator.model import API_VERSION, KIND, ConnectorResource, SpecError
+from cdcoperator.validation import validate_or_raise
 
 __all__ = ["LocalCluster", "apply_merge_patch", "connector_dir"]
 
@@ -81,9 +83,13 @@ class LocalCluster:
         namespace = str(meta.get("namespace") or "default")
         if not name:
             raise SpecError("metadata.name is required")
-        ConnectorResource.from_body({**body, "metadata": {**meta, "namespace": namespace}})
         with self._lock:
             current = self._connectors.get((namespace, name)) or self._load(namespace, name)
+            # What the API server would say: the CRD's schema and CEL rules (transition rules
+            # against the saved connector), then what the model itself needs.
+            validate_or_raise({**body, "metadata": {**meta, "name": name, "namespace": namespace}},
+                              current if current is not None and current.get("spec") else None)
+            ConnectorResource.from_body({**body, "metadata": {**meta, "namespace": namespace}})
             if current is None:
                 current = {
                     "apiVersion": API_VERSION,
@@ -110,6 +116,7 @@ class LocalCluster:
             if current is None:
                 raise KeyError(f"cdcconnector {namespace}/{name} not found")
             new = apply_merge_patch(copy.deepcopy(current), patch)
+            validate_or_raise(new, current)
             ConnectorResource.from_body(new)
             self._store(current, new)
             return copy.deepcopy(new)
@@ -210,6 +217,26 @@ class LocalCluster:
     async def delete(self, kind: Kind, namespace: str, name: str) -> bool:
         with self._lock:
             return self._objects.pop((kind.plural, namespace, name), None) is not None
+
+    async def list_labelled(self, kind: Kind, namespace: str, selector: str) -> list[dict[str, Any]]:
+        """Equality selectors only (``k=v,k2=v2``), which is all the backfill code sends."""
+        wanted = dict(part.split("=", 1) for part in selector.split(",") if part)
+        with self._lock:
+            return [copy.deepcopy(obj) for (plural, ns, _), obj in sorted(self._objects.items())
+                    if plural == kind.plural and ns == namespace
+                    and wanted.items() <= (obj["metadata"].get("labels") or {}).items()]
+
+    async def create(self, kind: Kind, obj: Mapping[str, Any]) -> dict[str, Any] | None:
+        meta = obj["metadata"]
+        key = (kind.plural, meta["namespace"], meta["name"])
+        with self._lock:
+            if key in self._objects:
+                return None
+            self._version += 1
+            made = copy.deepcopy(dict(obj))
+            made["metadata"]["resourceVersion"] = str(self._version)
+            self._objects[key] = made
+            return copy.deepcopy(made)
 
     # --- for the kubelet ------------------------------------------------------------------------------
 
