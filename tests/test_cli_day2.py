@@ -60,12 +60,14 @@ def test_validate_connector_yaml_and_properties(tmp_path: Path, capsys: Any, mon
     lines = out.splitlines()
     assert lines == [
         f"invalid {bad} CdcConnector/orders: 3 problems",
-        "  - spec.config['tasks.max']: set by the operator; use the CdcConnector's own fields instead",
+        "  - spec.config: Invalid value: \"object\": spec.config must not set tasks.max; use spec.tasks (or "
+        "kubectl scale)",
         "  - spec.config: decimal.handling.mode: 'bogus' is not one of: precise, double, string",
         "  - spec.config: table.include.list: 'commerce\\\\.(a' is not a valid regular expression: missing ), "
         "unterminated subpattern at position 10",
         f"invalid {bad} CdcConnector/nohost: 1 problem",
-        "  - spec.source.vitess.vtgate must be host:port, got 'vtgate'",
+        "  - spec.source.vitess.vtgate: Invalid value: \"vtgate\": spec.source.vitess.vtgate in body should match "
+        "'^(\\[[0-9a-fA-F:.]+\\]|[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?):[1-9][0-9]{0,4}$'",
     ]
     examples = sorted(str(p) for p in (ROOT / "examples").rglob("*.yaml")
                       if "\nkind: CdcConnector\n" in p.read_text())

@@ -57,13 +57,20 @@ def validate_connector(body: Mapping[str, Any]) -> list[str]:
     problems: list[str] = []
     if body.get("apiVersion") != "shardcdc.io/v1alpha1":
         problems.append(f"apiVersion: expected shardcdc.io/v1alpha1, got {body.get('apiVersion')!r}")
+    # The CRD's own schema and CEL rules first, with the API server's wording (what kubectl apply says).
+    from cdcoperator.validation import validate as validate_against_crd
+
+    crd_errors = validate_against_crd(body)
+    problems.extend(crd_errors)
     try:
         cr = ConnectorResource.from_body({**body, "metadata": {"uid": "validate", **(body.get("metadata") or {})}})
     except SpecError as exc:
-        return [*problems, str(exc)]
+        return problems if crd_errors else [*problems, str(exc)]  # the CRD's message already says it
     owned = set(operator_owned()) | {"name", "topic.prefix", "tasks.max", "snapshot.mode", "bootstrap.servers",
                                      "offset.storage.topic", "security.protocol"}
     for key in sorted(cr.spec.config):
+        if crd_errors:
+            break  # the CRD's CEL rules already named the operator-owned keys
         if key in owned or key.startswith("vitess.offset.storage."):
             problems.append(f"spec.config[{key!r}]: set by the operator; use the CdcConnector's own fields instead")
     shards = cr.spec.source.shards or ("-",)
