@@ -155,6 +155,7 @@ def worker_main(args: argparse.Namespace) -> None:
         _log_acks(task, acks)
     marks: dict[str, float] = {}
     rss: list[int] = []
+    threads_at: dict[str, dict[str, float]] = {}
 
     wait_for = final.pop("__wait__", "")
 
@@ -167,9 +168,11 @@ def worker_main(args: argparse.Namespace) -> None:
             if "first" not in marks and p is not None and p.stats.events_seen:
                 marks["first"] = time.monotonic()
                 marks["cpu_first"] = time.process_time()
+                threads_at["first"] = _thread_cpu()
             if final and s is not None and s.durable is not None and {sg.shard: sg.gtid for sg in s.durable} == final:
                 marks["done"] = time.monotonic()
                 marks["cpu_done"] = time.process_time()
+                threads_at["done"] = _thread_cpu()
                 task.stop("bench done")
                 return
             if "ready" not in marks and p is not None and task._call is not None:
@@ -181,7 +184,8 @@ def worker_main(args: argparse.Namespace) -> None:
 
     threading.Thread(target=monitor, daemon=True).start()
     result = task.run()
-    threads = _thread_cpu()
+    first, done = threads_at.get("first", {}), threads_at.get("done", {})
+    threads = {k: round(v - first.get(k, 0.0), 2) for k, v in done.items() if v - first.get(k, 0.0) >= 0.01}
     p = task.processor
     out = {
         "exit": result.exit_code,
@@ -203,10 +207,11 @@ def _thread_cpu() -> dict[str, float]:
     """CPU seconds per thread name of this process (Python, gRPC and librdkafka threads alike)."""
     out: dict[str, float] = {}
     tick = os.sysconf("SC_CLK_TCK")
+    py_names = {str(t.native_id): t.name.split(" ")[-1].strip("()") for t in threading.enumerate()}
     for tid in os.listdir("/proc/self/task"):
         try:
             stat = Path(f"/proc/self/task/{tid}/stat").read_text()
-            name = Path(f"/proc/self/task/{tid}/comm").read_text().strip()
+            name = py_names.get(tid) or Path(f"/proc/self/task/{tid}/comm").read_text().strip()
         except OSError:
             continue
         fields = stat[stat.rindex(")") + 2 :].split()
@@ -424,7 +429,7 @@ def throughput(args: argparse.Namespace) -> None:
                                   f"{r['records']} records, worker cpu {r['cpu_seconds']:.2f}s for {r['seconds']:.2f}s "
                                   f"({cpu[name][-1]:.1f} us/row), peak RSS {r['peak_rss_mb']:.0f} MB, "
                                   f"load {r['load'][0]:.2f}->{r['load'][1]:.2f}", flush=True)
-                            print(f"    thread cpu s (whole process life): {r.get('threads')}", flush=True)
+                            print(f"    worker cpu s per thread: {r.get('threads')}", flush=True)
                     for name, _ in variants:
                         print(_median_line(f"{mode} {per_txn}/txn {name}", got[name], "rows/s", targets.get(mode)), flush=True)
                         print(f"{mode} {per_txn}/txn {name}: worker cpu median {statistics.median(cpu[name]):.1f} us/row "

@@ -201,7 +201,7 @@ def _marks() -> TableMarks:
 
 def test_handoff_holds_then_emits_only_changes_after_each_keys_chunk() -> None:
     held = ShardHandoff("-80", "r1", ("t",))
-    assert not held.emit("t", (1,), pos(100))
+    assert held.emit("t", (1,), pos(100))  # held emits live: suppressing would lose deletes
     assert held.emit("other", None, pos(100))
     h = held.to_catchup({"t": _marks()}, rejoin_at=pos(12))
     assert h.catchup_start() == pos(5)

@@ -137,3 +137,25 @@ def test_first_generation_adopts_debezium_per_task_offsets(tmp_path: Path, kafka
         payload = doc.get("payload", doc)
         changes.append((payload["op"], payload["after"]["id"]))
     assert sorted(changes) == [("c", i) for i in range(41, 61)]
+
+
+def test_scan_of_a_missing_topic_creates_nothing_and_errors_are_reported(kafka_broker: KafkaBroker) -> None:
+    from confluent_kafka.admin import AdminClient
+
+    from cdcoperator.adoption import Adoption, OffsetScanError, scan_offsets
+    from cdcoperator.model import ConnectorResource
+    from kubetest.controlplane import free_port
+
+    def cr(bootstrap: str, **kafka: Any) -> ConnectorResource:
+        return ConnectorResource.from_body({"metadata": {"name": NAME}, "spec": {
+            "source": {"vitess": {"vtgate": "vtgate:15991", "keyspace": "shop"}},
+            "kafka": {"bootstrapServers": bootstrap, "topicPrefix": "p", "offsetsTopic": "missing-offsets", **kafka}}})
+
+    assert scan_offsets(cr(kafka_broker.bootstrap)) == Adoption()
+    # Not auto-created by the look-up (it would get cleanup.policy=delete, which the workers refuse).
+    topics = AdminClient({"bootstrap.servers": kafka_broker.bootstrap}).list_topics(timeout=10).topics
+    assert "missing-offsets" not in topics
+    with pytest.raises(OffsetScanError, match=r"reading offsets topic missing-offsets at 127\.0\.0\.1:\d+: "):
+        scan_offsets(cr(f"127.0.0.1:{free_port()}"), timeout=2)
+    assert scan_offsets(cr("kafka:9093", securityProtocol="SASL_SSL")) == Adoption(
+        skipped=f"the Kafka cluster of {NAME} needs credentials the operator does not read")

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from operator_kube_fixtures import wait_for
 from test_crd_schema import CRD_PATH, INVALID, valid, with_path
 
 from cdcoperator.cel import CelError, compile_rule, evaluate
@@ -96,8 +97,11 @@ def plane() -> Iterator[KubeControlPlane]:
     for p in kube_control_plane_fixture():
         r = p.kubectl("apply", "-f", str(CRD_PATH))
         assert r.returncode == 0, r.stderr
-        r = p.kubectl("wait", "--for=condition=Established", "crd/cdcconnectors.shardcdc.io", "--timeout=60s")
-        assert r.returncode == 0, r.stderr
+        # Polled rather than `kubectl wait`, which fails on a just-created CRD without status yet.
+        wait_for(lambda p=p: "True" in p.kubectl("get", "crd/cdcconnectors.shardcdc.io", "-o",
+                                                 "jsonpath={.status.conditions[?(@.type=='Established')].status}"
+                                                 ).stdout,
+                 60, "the CRD established")
         yield p
 
 

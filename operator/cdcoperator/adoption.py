@@ -172,7 +172,9 @@ def scan_offsets(cr: ConnectorResource, timeout: float = SCAN_TIMEOUT) -> Adopti
     kafka = cr.spec.kafka
     config: dict[str, str | int | float | bool] = {"bootstrap.servers": kafka.bootstrap_servers}
     try:
-        meta = AdminClient(config).list_topics(kafka.offsets_topic, timeout=timeout).topics.get(kafka.offsets_topic)
+        # Every topic's metadata, not this topic's: asking for one topic by name makes a broker with
+        # auto.create.topics.enable create it (delete policy, not compact), which breaks the workers.
+        meta = AdminClient(config).list_topics(timeout=timeout).topics.get(kafka.offsets_topic)
         if meta is None or (meta.error is not None and meta.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART):
             records: Mapping[bytes, bytes] = {}  # no offsets topic yet: nothing to adopt
         elif meta.error is not None:

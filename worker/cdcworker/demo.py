@@ -14,6 +14,7 @@ stops the connector and checks that the topic, materialised, equals the source t
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import os
 import tempfile
@@ -92,7 +93,7 @@ class Observer:
                 with urllib.request.urlopen(f"http://127.0.0.1:{ports[0]['containerPort']}/status",
                                             timeout=1) as resp:
                     docs[name] = json.load(resp)
-            except (OSError, ValueError):
+            except (OSError, ValueError, http.client.HTTPException):  # a worker stopping mid-answer
                 continue
         now = time.monotonic()
         for name, doc in docs.items():

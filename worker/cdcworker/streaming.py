@@ -8,6 +8,14 @@ encodes them with the exact context Debezium would use. A transaction larger tha
 ``lookahead_rows`` is streamed instead of buffered (memory stays bounded, unlike Debezium): its
 rows are encoded with the position and timestamp known at that point, a documented difference.
 
+Input: with the native extension (``events/native.py``) the task asks gRPC for the responses as
+raw bytes; ``_rowenc.scan`` walks the wire format, ROW events reach the table's column program as
+serialized RowChanges (no Python object per event or row), and ``TablePlan.send_rows`` produces
+each record straight from the native images. The rare other events (BEGIN, VGTID, COMMIT, FIELD,
+...) are parsed by upb from their slice of the response. Without the extension, or with
+``SHARDCDC_NATIVE=0``, responses arrive parsed and take the same code from ``_rows``/``_event``
+on; both give the same records and positions (tests/test_worker_native_scan.py).
+
 Positions: the VGTID that precedes COMMIT (or DDL / OTHER) is a *commit point*; the sink makes it
 durable once Kafka has acknowledged everything before it. Nothing else moves the position.
 
@@ -21,6 +29,7 @@ once (the block template, the source context); per row only the counters move.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -29,7 +38,7 @@ from typing import Any
 
 from confluent_kafka import KafkaException
 
-from cdcworker.events import EncoderConfig, SourceContext, TablePlan
+from cdcworker.events import EncoderConfig, SourceContext, TablePlan, native
 from cdcworker.events.encoder import _strip_keyspace
 from cdcworker.filters.failure import (
     AnonymisedColumns,
@@ -39,7 +48,9 @@ from cdcworker.filters.failure import (
     is_oversized,
 )
 from cdcworker.offsets import Vgtid
+from cdcworker.offsets.javacompat import jackson_dumps
 from cdcworker.offsets.value import Checkpoint
+from cdcworker.offsets.vgtid import ShardGtid
 from cdcworker.records import (
     HEARTBEAT_PARTITION,
     SCHEMA_CHANGE_PARTITION,
@@ -59,18 +70,14 @@ DDL, OTHER, HEARTBEAT, JOURNAL = _T.DDL, _T.OTHER, _T.HEARTBEAT, _T.JOURNAL
 COPY_COMPLETED, ROLLBACK = _T.COPY_COMPLETED, _T.ROLLBACK
 
 
-try:  # the native VStreamResponse scanner (rowenc.c); absent: raw responses are parsed by upb
-    from cdcworker._rowenc import scan as _scan  # type: ignore[attr-defined]
-except ImportError:
-    _scan = None
+# The native VStreamResponse scanner (rowenc.c); absent: raw responses are parsed by upb.
+_scan: Any = getattr(native._rowenc, "scan", None)
 
 _RowChange = binlogdata_pb2.RowChange.FromString
 
 
 def raw_responses() -> bool:
     """Ask gRPC for VStreamResponses as bytes: the native encoder is on (``SHARDCDC_NATIVE``)."""
-    from cdcworker.events import native
-
     return _scan is not None and native.enabled()
 
 
@@ -162,6 +169,7 @@ class StreamProcessor:
         self._deferred: list[tuple[TablePlan, Any]] = []
         self._deferred_rows = 0
         self._plan_bytes: dict[tuple[str, str], bool] = {}  # plan takes serialized RowChanges
+        self._shard_gtids: dict[tuple[str, str, str], tuple[ShardGtid, str]] = {}  # see _vgtid
         self._streaming_txn = False  # this transaction outgrew the lookahead and is streamed
         self._begin_ts = 0
         self._pending_shard = ""
@@ -387,8 +395,8 @@ class StreamProcessor:
                     tx,
                     tx_bytes,
                     send,
-                    lambda exc, plan=plan: self._bad_row(plan, exc, vgtid_json),
-                    lambda rec, exc, plan=plan: self._bad_record(plan, rec, exc, vgtid_json),
+                    functools.partial(self._bad_row, plan, vgtid_json=vgtid_json),
+                    functools.partial(self._bad_record, plan, vgtid_json=vgtid_json),
                 )
                 continue
             for rc in rcs:
@@ -427,10 +435,10 @@ class StreamProcessor:
         if pending is None:
             # Debezium uses the previous VGTID when a response carries none; so do we.
             vgtid = self.position
+            vgtid_json = vgtid.to_json()
         else:
-            vgtid = Vgtid.from_proto(pending)
+            vgtid, vgtid_json = self._vgtid(pending)
             self._pending_vgtid = None
-        vgtid_json = vgtid.to_json()
         txmeta = self._txmeta
         if txmeta is None:
             self._emit(timestamp, vgtid_json)
@@ -470,6 +478,27 @@ class StreamProcessor:
             self.metrics.records_sent = sent
         if self.features.heartbeats is not None:
             self.tick()
+
+    def _vgtid(self, pb: binlogdata_pb2.VGtid) -> tuple[Vgtid, str]:
+        """A commit's VGTID and its JSON. Between two commits only the committing shard's GTID
+        moves: each shard's position (and its JSON) is made once and reused from a small cache."""
+        cache = self._shard_gtids
+        sgs = []
+        parts = []
+        for p in pb.shard_gtids:
+            if p.table_p_ks:  # copy progress: rare, and not worth caching
+                vgtid = Vgtid.from_proto(pb)
+                return vgtid, vgtid.to_json()
+            k = (p.keyspace, p.shard, p.gtid)
+            hit = cache.get(k)
+            if hit is None:
+                if len(cache) > 4096:
+                    cache.clear()
+                sg = ShardGtid(p.keyspace, p.shard, p.gtid)
+                hit = cache[k] = (sg, jackson_dumps(sg.to_json()))
+            sgs.append(hit[0])
+            parts.append(hit[1])
+        return Vgtid(tuple(sgs)), "[" + ",".join(parts) + "]"
 
     def tick(self) -> None:
         """A heartbeat record if one is due (after commits, on VTGate heartbeats, while idle).

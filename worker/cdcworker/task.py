@@ -151,6 +151,8 @@ class WorkerTask:
         self.metrics: Any = None
         self.run_id = new_run_id()
         self._rules: tuple[tuple[str, str], ...] = (("/.*", ""),)  # VStream filter rules (filters.vstream_rules)
+        self.handoff: Any = None  # backfill.taskhandoff.TaskHandoff: shards held back / catching up for a backfill
+        self._last_extra: tuple[tuple[str, Any], ...] = ()
         self.extras: Any = None  # signals.runtime.TaskExtras: filters, failure mode, signals, snapshots  # __debezium.context.runId: one per task run, kept across reconnects
 
     # --- control ----------------------------------------------------------------------------
@@ -177,16 +179,25 @@ class WorkerTask:
             return OffsetPartition(self.config.topic_prefix)
         return OffsetPartition.for_task(self.config.topic_prefix, t.task_id, t.task_count, t.generation)
 
+    def _offset_value(self, position: Vgtid) -> Any:
+        """``offset_value_at`` plus the backfill hand-off state while there is one (docs/backfill.md)."""
+        extra = self.handoff.offset_extra() if self.handoff is not None else ()
+        value = offset_value_at(position)
+        return value.with_fields(extra) if extra else value
+
     def _write_offset(self, store: OffsetStore, position: Vgtid) -> None:
         if isinstance(self.sink, TransactionalSink):
             return  # offsets are committed inside the Kafka transactions
+        extra = self.handoff.offset_extra() if self.handoff is not None else ()
         if position is None or (
             # Equal VGTIDs may still differ in offset fields (an ad-hoc snapshot's progress).
             position == self._last_written and offset_value_at(position) == offset_value_at(self._last_written)
+            and extra == self._last_extra
         ):
             return
-        store.write(self.config.name, self._partition(), offset_value_at(position))
+        store.write(self.config.name, self._partition(), self._offset_value(position))
         self._last_written = position
+        self._last_extra = extra
 
     def _resolve_start(self, store: OffsetStore, channel: grpc.Channel, metadata: tuple[tuple[str, str], ...]) -> Vgtid:
         cfg = self.config
@@ -207,6 +218,30 @@ class WorkerTask:
         self._restored = start.stored  # transaction metadata resumes from the task's own offset
         return start.vgtid
 
+    # --- backfill hand-off (docs/backfill.md, "Wiring into the worker") -------------------------
+
+    def _start_handoff(self, position: Vgtid) -> Vgtid:
+        """Follow the backfills of the progress topic: restore the state stored with the offset."""
+        from cdcworker.backfill.taskhandoff import ProgressFeed, TaskHandoff, progress_topic_of
+
+        cfg = self.config
+        feed = ProgressFeed(cfg.kafka.client_config("consumer"), progress_topic_of(cfg.topic_prefix), cfg.source.keyspace)
+        self.handoff = TaskHandoff(feed, self._restored.fields if self._restored is not None else None)
+        return self.handoff.start(position)
+
+    def _handing_off(self) -> bool:
+        return self.handoff is not None and self.handoff.active
+
+    def _processor_class(self) -> type[StreamProcessor]:
+        if not self._handing_off():
+            return StreamProcessor
+        from cdcworker.backfill.catchup import HandoffProcessor
+
+        return HandoffProcessor
+
+    def _handoff_kwargs(self) -> dict[str, Any]:
+        return {"handoffs": self.handoff.states} if self._handing_off() else {}
+
     def _make_sink(self, store: OffsetStore, start: Vgtid) -> KafkaSink:
         cfg = self.config
         conf = producer_config(cfg)
@@ -217,7 +252,7 @@ class WorkerTask:
             partition = self._partition()
 
             def write(producer: Any, position: Vgtid) -> None:
-                store.produce(producer, cfg.name, partition, offset_value_at(position))
+                store.produce(producer, cfg.name, partition, self._offset_value(position))
 
             sink = TransactionalSink(
                 conf,
@@ -282,6 +317,7 @@ class WorkerTask:
             store.ensure_topic()
             store.load()
             position = self._resolve_start(store, channel, metadata)
+            position = self._start_handoff(position)
             for sg in position:
                 metrics.shard(sg.shard, sg.keyspace)
             self.sink = sink = self._make_sink(store, position)
@@ -331,18 +367,21 @@ class WorkerTask:
             sink.on_error = extras.failures.on_delivery_error  # records the broker refuses as too large
             self._rules = extras.rules()
             while result is None and not self._stop.is_set():
-                processor = self.processor = StreamProcessor(
+                processor = self.processor = self._processor_class()(
                     encoder,
                     sink,
                     position,
-                    lookahead_rows=cfg.behaviour.max_queue_size,
+                    **self._handoff_kwargs(),
+                    lookahead_rows=cfg.behaviour.max_queue_size if not self._handing_off() else 1 << 30,
                     journal_stops=journal_stops,
                     metrics=metrics,
                     on_heartbeat=lambda ev: metrics.on_heartbeat(ev.timestamp, durable=sink.pending == 0),
                     features=features,
                 )
                 try:
-                    self._call = call = vstream(self._request(position, journal_stops), metadata=metadata)
+                    # Parsed responses while handing off: the hand-off processor reads FIELD events.
+                    stream_fn = stub.VStream if self._handing_off() else vstream
+                    self._call = call = stream_fn(self._request(position, journal_stops), metadata=metadata)
                     responses = _ResponseReader(call)
                     while True:
                         # A timed wait, so offsets are flushed (and EOS batches committed) while idle.
@@ -375,7 +414,20 @@ class WorkerTask:
                                     if sm.last_commit_ts is not None:
                                         sm.on_ack(sm.last_commit_ts)
                             metrics.on_offsets_flushed()
+                            if self.handoff is not None and self.handoff.pending(durable):
+                                raise _HandoffChange()
                             next_flush = time.monotonic() + flush_every
+                except _HandoffChange:
+                    # Everything streamed so far goes to Kafka, then the states move on and the stream
+                    # restarts (rewound for a catch-up) with the offset carrying position and state.
+                    processor.abandon_transaction()
+                    position = sink.rewind(processor.position)
+                    sink.flush(cfg.behaviour.shutdown_grace_ms / 1000.0)
+                    position, _ = self.handoff.advance(position)
+                    sink._durable = position  # a rewound shard is durable only up to its catch-up start
+                    self._write_offset(store, position)
+                    if self._call is not None:
+                        self._call.cancel()
                 except ReassignmentNeeded as exc:
                     sink.flush()
                     self._write_offset(store, exc.vgtid)
@@ -424,6 +476,8 @@ class WorkerTask:
         finally:
             if self.extras is not None:
                 self.extras.close()
+            if self.handoff is not None:
+                self.handoff.close()
             store.close()
             channel.close()
 
@@ -487,6 +541,10 @@ class _ResponseReader:
         if item is not _END and not isinstance(item, BaseException):
             self._room.release()
         return item
+
+
+class _HandoffChange(Exception):
+    """A backfill hand-off state moves on (held, catch-up, rejoined): restart the stream."""
 
 
 class _StreamEnded(Exception):

@@ -10,7 +10,12 @@
  * UTF-8...), is converted by the column's Python converter and serialized by orjson, so the
  * Python semantics stay the single source of truth. Malformed input or a column count that
  * does not match returns None: the caller then takes the Python path, which raises the
- * proper error.
+ * proper error. OP_CONST writes a masked column's constant without calling Python.
+ *
+ * scan(VStreamResponse bytes) walks the response's wire format for the streaming stage: a ROW
+ * event comes back as its table, shard and the serialized RowChanges (straight into
+ * Program.encode), every other event as its byte range for upb to parse; anything unusual (a
+ * repeated sub-message protobuf would merge, invalid UTF-8, wrong wire types) is left to upb.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>

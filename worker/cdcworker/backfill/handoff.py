@@ -3,8 +3,12 @@
 Phases, per shard (the state lives in the worker's offset value, see ``to_offset_field``):
 
 ``held``
-    The backfill runs. The worker's stream still reads the held tables' events but emits none of
-    them (other tables flow). Must begin before the backfill's first low watermark.
+    The backfill runs; the worker follows it and its stream keeps emitting every change, the
+    backfilled tables' too. Suppressing them here would lose deletes: a key deleted before its
+    chunk's read has no snapshot row, so a record the topic already held for it (from streaming
+    before the run) would never be deleted. Emitting them costs only transient states: a change
+    older than a key's snapshot row may land after it, and the catch-up re-emits every change
+    after the row's high watermark, so the last record per key is right.
 ``catchup``
     Every chunk of the shard is done. The worker rewinds its stream to the smallest chunk high
     watermark of the held tables and, from there, emits a held table's change for key K only if
@@ -86,9 +90,7 @@ class ShardHandoff:
         if table not in self.tables:
             # Other tables: already emitted up to rejoin_at before the rewind.
             return self.phase != CATCHUP or self.rejoin_at is None or not covers(self.rejoin_at, position)
-        if self.phase == HELD:
-            return False
-        if self.phase == JOINED:
+        if self.phase in (HELD, JOINED):
             return True
         tm = self.marks.get(table)
         if tm is None or key is None:

@@ -88,7 +88,36 @@ class ChunkDone:
         )
 
 
+HANDOFF = "handoff"
+
+
+@dataclass(frozen=True, slots=True)
+class HandoffDone:
+    """Written by the worker once a shard rejoined its live stream after the run's catch-up: the
+    hand-off of (run, shard) is done and is never started again (a restart, a new generation)."""
+
+    run_id: str
+    keyspace: str
+    shard: str
+    position: str
+
+    def key(self) -> bytes:
+        return orjson.dumps([self.run_id, self.keyspace, self.shard, HANDOFF])
+
+    def value(self) -> bytes:
+        return orjson.dumps({"type": HANDOFF, "run": self.run_id, "keyspace": self.keyspace, "shard": self.shard,
+                             "position": self.position})
+
+
+def parse_handoff(value: bytes) -> HandoffDone | None:
+    d = orjson.loads(value)
+    if d.get("type") != HANDOFF:
+        return None
+    return HandoffDone(d["run"], d["keyspace"], d["shard"], d.get("position", ""))
+
+
 def parse_record(value: bytes) -> PlanRecord | ChunkDone | None:
+    """A plan or chunk record (None for other types: hand-off markers, future kinds)."""
     d = orjson.loads(value)
     if d.get("type") == PLAN:
         return PlanRecord(

@@ -10,7 +10,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from cdcworker.backfill.progress import ChunkDone, PlanRecord, RunState, parse_record
+from cdcworker.backfill.progress import ChunkDone, HandoffDone, PlanRecord, RunState, parse_record
 
 TOPIC_CONFIG = {"cleanup.policy": "compact"}
 
@@ -79,7 +79,7 @@ class ProgressStore:
                 state.apply(parse_record(value))
         return state
 
-    def write(self, producer: Producer, records: Iterable[PlanRecord | ChunkDone], timeout: float = 60.0) -> None:
+    def write(self, producer: Producer, records: Iterable[PlanRecord | ChunkDone | HandoffDone], timeout: float = 60.0) -> None:
         """Produce and wait for the acknowledgements (a record counts only once Kafka holds it)."""
         errors: list[KafkaError] = []
 

@@ -525,7 +525,7 @@ class TablePlan:
             try:
                 images = enc(rc)
                 if images is None:
-                    recs = self.encode_change(rc, _FixedSource(source), now_ns, insert_op, tx)
+                    recs = self.encode_change(rc, _FixedSource(source), now_ns, insert_op, tx)  # type: ignore[arg-type]
                 else:
                     b, a, old_key, new_key = images
                     if a is not None and (b is None or old_key == new_key):
@@ -540,7 +540,7 @@ class TablePlan:
                             if block is None:
                                 continue  # delivered before a restart
                             value = join((prefix, b, b',"after":', a, pre, block, post))
-                        recs = ()
+                        recs = _NONE
                     else:
                         recs = self._native_records(images, source, now_ns, insert_op, tx)
             except Exception as exc:  # zero-cost until raised; the caller's failure mode decides
@@ -568,6 +568,9 @@ class TablePlan:
     def _header_key(kp: dict[str, Any] | None) -> bytes:
         # Kafka Connect's default SimpleHeaderConverter renders a Struct as compact JSON.
         return dumps(kp)
+
+
+_NONE: list[OutRecord] = []  # send_rows: the record went out directly (never appended to)
 
 
 class _FixedSource:

@@ -8,11 +8,17 @@ for that column only. The C code has native fast paths for the canonical texts M
 and hands every other value to the Python converter + orjson, so its bytes equal the
 pure-Python path's (tests/test_events_native.py proves it for every type and mode).
 
+A masked column's constant converter (``filters.columns._const_conv``) becomes ``OP_CONST``: the
+constant's JSON is written without a Python call per value.
+
 ``SHARDCDC_NATIVE=0`` forces the pure-Python path; without the extension it is used anyway.
+The same switch decides whether the task reads VStream responses as raw bytes
+(``streaming.raw_responses``: the extension's ``scan`` feeds the column programs directly).
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -23,8 +29,9 @@ import orjson
 from cdcworker.events import types as T
 from cdcworker.events.jsonfmt import dumps, fix_escapes
 
-try:
-    from cdcworker import _rowenc  # type: ignore[attr-defined]
+_rowenc: Any
+try:  # imported by name: type-checks the same whether or not the extension is built
+    _rowenc = importlib.import_module("cdcworker._rowenc")
 except ImportError:  # not built (pure-Python install): the Python path is complete on its own
     _rowenc = None
 

@@ -115,6 +115,13 @@ class OffsetValue:
             return OffsetValue(fields)
         return OffsetValue.build(vgtid, extra=list(fields.items()))
 
+    def with_fields(self, extra: Iterable[tuple[str, Any]]) -> OffsetValue:
+        """These fields plus ``extra`` (replacing same-named ones), in Java ``HashMap`` order as
+        Connect would write them. Used for shardcdc's own fields (e.g. ``shardcdc_backfill``), which a
+        Debezium consumer of the offsets topic ignores: it reads only the keys it knows."""
+        items = {**self.fields, **dict(extra)}
+        return OffsetValue({k: items[k] for k in java_hashmap_order(items)})
+
     # -- bytes ---------------------------------------------------------------------------------
 
     def to_bytes(self) -> bytes:

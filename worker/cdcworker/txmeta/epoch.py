@@ -18,7 +18,9 @@ the configured ``vitess.connector.generation`` gets every epoch incremented by 1
 
 from __future__ import annotations
 
+import functools
 import json
+import re
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
@@ -135,6 +137,28 @@ def _hosts(gtid: str) -> frozenset[str]:
     return parse_gtid(gtid).hosts
 
 
+_SEQUENCES = re.compile(r":[^,]*")
+
+
+@functools.lru_cache(maxsize=256)
+def _host_list(gtid: str) -> str:
+    """A GTID set without its sequence numbers: ``MySQL56/u1:1-5,u2:7`` -> ``MySQL56/u1,u2``."""
+    return _SEQUENCES.sub("", gtid)
+
+
+def _same_hosts(previous_gtid: str, gtid: str) -> bool:
+    """Both real GTIDs that parse, with the same hosts in the same order: ``epoch_for_gtid``
+    keeps the epoch. False means "compute it" (which also raises what Debezium raises)."""
+    if is_override(previous_gtid) or is_override(gtid) or _host_list(previous_gtid) != _host_list(gtid):
+        return False
+    try:
+        parse_gtid(gtid)  # cached, and needed for the rank anyway
+        parse_gtid(previous_gtid)
+    except ValueError:
+        return False
+    return True
+
+
 def inherited_epoch(shard: str, epochs: Mapping[str, int]) -> int:
     """``ShardLineage``: 1 + the highest epoch among the key ranges overlapping ``shard`` (0 if none)."""
     try:
@@ -200,12 +224,28 @@ class EpochProvider:
         if self._previous is None:
             raise EpochError(f"Previous vgtid string cannot be null shard {shard} current {vgtid}")
         current = _as_vgtid(vgtid)
-        self.epochs = next_epoch_map(self.epochs, self._previous, current, self.inherit)
+        if not self._unchanged(self._previous, current):
+            self.epochs = next_epoch_map(self.epochs, self._previous, current, self.inherit)
         self._previous = current
         try:
             return self.epochs[shard]
         except KeyError:
             raise EpochError(f"shard {shard!r} is not in the transaction VGTID {current}") from None
+
+    def _unchanged(self, previous: Vgtid, current: Vgtid) -> bool:
+        """The map stays as it is: the same shards, in the same order, as the map and the previous
+        VGTID, each GTID unchanged or moved on the same hosts (nearly every transaction). Checked
+        on the GTID texts with the sequence numbers taken out, so the map is recomputed only when
+        the shard set or a host set changes; ``next_epoch_map`` would return the same map."""
+        epochs = self.epochs
+        if len(previous) != len(current) or len(epochs) != len(current):
+            return False
+        for old, new in zip(previous, current, strict=True):
+            if old.shard != new.shard or new.shard not in epochs:
+                return False
+            if old.gtid != new.gtid and not _same_hosts(old.gtid, new.gtid):
+                return False
+        return True
 
     @classmethod
     def restore(
