@@ -140,7 +140,8 @@ def operator_exposition() -> str:
                    "assignment": {"generation": 1, "tasks": 2, "previousTasks": 1, "phase": "Running",
                                   "taskStates": [{"id": 0, "shards": ["-80"], "lag": "3s"},
                                                  {"id": 1, "shards": ["80-"], "lag": "1s"}]},
-                   "backfills": [{"id": "bf-1", "phase": "Failed", "message": "executor lost"}]},
+                   "backfills": [{"id": "bf-1", "phase": "Failed", "message": "executor lost",
+                                  "chunksDone": 7, "chunksTotal": 20, "rows": 7000}]},
     })
     from prometheus_client import CollectorRegistry
 
@@ -160,6 +161,10 @@ def test_operator_metrics_reflect_status() -> None:
     assert samples[("shardcdc_operator_connector_task_lag_seconds", (*lv, ("task", "1")))] == 1.0
     assert samples[("shardcdc_operator_backfill_phase", (("backfill", "bf-1"), *lv, ("phase", "Failed")))] == 1.0
     assert samples[("shardcdc_operator_backfill_phase", (("backfill", "bf-1"), *lv, ("phase", "Running")))] == 0.0
+    bf = (("backfill", "bf-1"), *lv)
+    assert samples[("shardcdc_operator_backfill_chunks_done", bf)] == 7.0
+    assert samples[("shardcdc_operator_backfill_chunks_total", bf)] == 20.0
+    assert samples[("shardcdc_operator_backfill_rows", bf)] == 7000.0
     assert samples[("shardcdc_operator_watch_events_total", ())] == 1.0
 
 

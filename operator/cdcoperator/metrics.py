@@ -17,6 +17,9 @@ Exported (labels ``namespace``, ``connector``; more where named)::
     shardcdc_operator_connector_task_lag_seconds{task}   per task lag the operator last read
     shardcdc_operator_connector_lag_seconds              the largest of them
     shardcdc_operator_backfill_phase{backfill,phase}     1 for each backfill's current phase
+    shardcdc_operator_backfill_chunks_done{backfill}     chunks finished (status.backfills[].chunksDone)
+    shardcdc_operator_backfill_chunks_total{backfill}    chunks planned (status.backfills[].chunksTotal)
+    shardcdc_operator_backfill_rows{backfill}            rows emitted (status.backfills[].rows)
     shardcdc_operator_watch_events_total                 connector watch events seen
 """
 
@@ -86,6 +89,15 @@ class ConnectorMetrics:
         lag = family("shardcdc_operator_connector_lag_seconds", "Largest task lag (status.lag).")
         backfill = family("shardcdc_operator_backfill_phase", "1 for each backfill's current phase.",
                           ("backfill", "phase"))
+        # Backfill progress as the job reports it into status (the Spark executors have no scrape target).
+        progress = {
+            key: family(f"shardcdc_operator_backfill_{name}", doc, ("backfill",))
+            for key, name, doc in (
+                ("chunksDone", "chunks_done", "Chunks of the backfill finished."),
+                ("chunksTotal", "chunks_total", "Chunks the backfill planned."),
+                ("rows", "rows", "Rows the backfill emitted."),
+            )
+        }
         for (ns, name), body in sorted(bodies.items()):
             lv = [ns, name]
             meta, spec, status = body["metadata"], body["spec"], body["status"]
@@ -113,8 +125,12 @@ class ConnectorMetrics:
                 phase = str(bf.get("phase") or "Pending")
                 for p in sorted({*BACKFILL_PHASES, phase}):
                     backfill.add_metric([*lv, str(bf.get("id")), p], 1.0 if p == phase else 0.0)
+                for key, fam in progress.items():
+                    if isinstance(bf.get(key), (int, float)):
+                        fam.add_metric([*lv, str(bf.get("id"))], float(bf[key]))
         yield connectors
         yield from (ready, condition, running, generation, tasks, desired, shards, task_lag, lag, backfill)
+        yield from progress.values()
         watch = CounterMetricFamily("shardcdc_operator_watch_events", "Connector watch events seen.")
         watch.add_metric([], events)
         yield watch
