@@ -409,18 +409,22 @@ def throughput(args: argparse.Namespace) -> None:
                 rates = [replay_rate(sim, args.rows) for _ in range(args.replay_runs)]
                 if rates:
                     print(_median_line("server replay (parse-only client)", rates, "rows/s"), flush=True)
-                variants = [(enc, "") for enc in args.encoders.split(",")]
+                base_props = {**(FILTER_PROPS if args.filters else {}), **_props(args.props)}
+                variants = [(enc, "", base_props) for enc in args.encoders.split(",")]
                 if args.base_tree:
-                    variants += [(f"{enc}@base", args.base_tree) for enc in args.encoders.split(",")]
+                    variants += [(f"{enc}@base", args.base_tree, base_props) for enc in args.encoders.split(",")]
+                if args.ab_props or args.ab_filters:
+                    # Feature on/off in the same set, interleaved: the "15 % below core" comparison.
+                    ab = {**base_props, **(FILTER_PROPS if args.ab_filters else {}), **_props(args.ab_props)}
+                    variants += [(f"{enc}+ab", "", ab) for enc in args.encoders.split(",")]
                 for mode in args.modes.split(","):
-                    got: dict[str, list[float]] = {v: [] for v, _ in variants}
-                    cpu: dict[str, list[float]] = {v: [] for v, _ in variants}
+                    got: dict[str, list[float]] = {v[0]: [] for v in variants}
+                    cpu: dict[str, list[float]] = {v[0]: [] for v in variants}
                     for run in range(args.runs):
                         # Variants interleaved run by run: a shared machine's load drifts.
-                        for name, tree in variants:
-                            enc = name.split("@")[0]
+                        for name, tree, extra in variants:
+                            enc = name.split("@")[0].split("+")[0]
                             prof = f"{args.profile}-{mode}-{name}-{per_txn}-{run}.json" if args.profile else ""
-                            extra = {**(FILTER_PROPS if args.filters else {}), **_props(args.props)}
                             r = run_worker(broker, sim, final, mode, mode[0], extra=extra, profile=prof,
                                            encoder=enc, tree=tree)
                             got[name].append(r["rows"] / r["seconds"])
@@ -430,7 +434,7 @@ def throughput(args: argparse.Namespace) -> None:
                                   f"({cpu[name][-1]:.1f} us/row), peak RSS {r['peak_rss_mb']:.0f} MB, "
                                   f"load {r['load'][0]:.2f}->{r['load'][1]:.2f}", flush=True)
                             print(f"    worker cpu s per thread: {r.get('threads')}", flush=True)
-                    for name, _ in variants:
+                    for name, *_ in variants:
                         print(_median_line(f"{mode} {per_txn}/txn {name}", got[name], "rows/s", targets.get(mode)), flush=True)
                         print(f"{mode} {per_txn}/txn {name}: worker cpu median {statistics.median(cpu[name]):.1f} us/row "
                               f"{[round(c, 1) for c in cpu[name]]}", flush=True)
@@ -513,6 +517,9 @@ def main() -> None:
     p.add_argument("--encoders", default="native", help="native,python: A/B the row encoder (SHARDCDC_NATIVE)")
     p.add_argument("--props", default="", help="extra worker properties k=v,k=v (e.g. tx metadata)")
     p.add_argument("--filters", action="store_true", help="table/column filter options on (FILTER_PROPS)")
+    p.add_argument("--ab-props", default="", help="A/B: also run with these extra properties (k=v,...), "
+                   "interleaved run by run (variant name +ab)")
+    p.add_argument("--ab-filters", action="store_true", help="A/B: also run with FILTER_PROPS (variant +ab)")
     p.add_argument("--base-tree", default="", help="A/B: also run workers importing cdcworker from this "
                    "directory (e.g. an older commit's worker/ from git archive), interleaved run by run")
     p = sub.add_parser("bigtxn")

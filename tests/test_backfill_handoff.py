@@ -163,13 +163,42 @@ def _scenario(tmp_path: Path, broker: KafkaBroker, sim: VTGateSim, kill_in_catch
         worker.stop()
     values = offsets(broker, p)
     seen_phases = set().union(*(phases(v) for v in values))
-    states = assert_topics_equal_source(broker, sim, p["topic.prefix"])
+    try:
+        states = assert_topics_equal_source(broker, sim, p["topic.prefix"])
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{_history(broker, sim, p, str(exc))}\n{worker.output()}") from None
     ops = {json.loads(r.value)["payload"]["op"] for r in consume_all(broker.bootstrap, f"{p['topic.prefix']}.{KS}.items")
            if r.value}
     return {"phases": seen_phases, "killed_in": killed_in, "states": states, "ops": ops, "log": worker.output()}
 
 
 CATCHUP_PHASE = "catchup"
+
+
+def _history(broker: KafkaBroker, sim: VTGateSim, p: dict[str, str], message: str) -> str:
+    """Every record of the keys that differ from the source (op, shard, gtid, snapshot), for diagnosis."""
+    from cdcworker.verify import as_text, materialise
+
+    table = message.split(":", 1)[0]
+    pk = ("order_id", "line") if table == "lines" else ("id",)
+    records = consume_all(broker.bootstrap, f"{p['topic.prefix']}.{KS}.{table}")
+    state = materialise(records)
+    got = {tuple(as_text(r[c]) for c in pk): r for r in state.rows.values()}
+    want = {tuple(r[c].decode() for c in pk): r for r in sim.source_truth(KS, table)}  # type: ignore[union-attr]
+    bad = {k for k in set(got) ^ set(want)} | {k for k in set(got) & set(want)
+                                                if {c: as_text(v) for c, v in got[k].items()} != {
+                                                    c: v.decode() if isinstance(v, bytes) else as_text(v)
+                                                    for c, v in want[k].items()}}
+    lines = [f"differing keys: {sorted(bad)[:10]}"]
+    for r in records:
+        key = json.loads(r.key)["payload"] if r.key else {}
+        if tuple(as_text(key.get(c)) for c in pk) not in bad:
+            continue
+        v = json.loads(r.value)["payload"] if r.value else None
+        src = (v or {}).get("source") or {}
+        lines.append(f"  {r.partition}:{r.offset} key={key} op={(v or {}).get('op')} snap={src.get('snapshot')} "
+                     f"shard={src.get('shard')} vgtid={src.get('vgtid')} after={(v or {}).get('after')}")
+    return "\n".join(lines[:60])
 
 
 def test_worker_holds_back_catches_up_and_rejoins_exactly(tmp_path: Path, kafka_broker: KafkaBroker,

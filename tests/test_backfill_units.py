@@ -213,6 +213,12 @@ def test_handoff_holds_then_emits_only_changes_after_each_keys_chunk() -> None:
     assert h.emit_change("t", None, (4,), pos(6)) == (False, True)
     assert not h.finished(pos(11)) and h.finished(pos(12))
     assert ShardHandoff("-80", "r1", ("t",), JOINED).emit("t", (1,), pos(1))
+    # A worker behind the backfill (rejoin_at before chunk 1's high watermark 8): changes after
+    # rejoin_at were never emitted, so they are, even inside the chunk's read.
+    lagging = held.to_catchup({"t": _marks()}, rejoin_at=pos(6))
+    assert not lagging.emit("t", (10,), pos(6)) and lagging.emit("t", (10,), pos(7))
+    assert not lagging.emit("t", (3,), pos(5)) and lagging.emit("t", (3,), pos(6))
+    assert lagging.emit("t", None, pos(7)) and not lagging.emit("t", None, pos(6))
 
 
 def test_handoff_state_round_trips_through_the_offset_field() -> None:

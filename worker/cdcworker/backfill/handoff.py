@@ -11,10 +11,10 @@ Phases, per shard (the state lives in the worker's offset value, see ``to_offset
     after the row's high watermark, so the last record per key is right.
 ``catchup``
     Every chunk of the shard is done. The worker rewinds its stream to the smallest chunk high
-    watermark of the held tables and, from there, emits a held table's change for key K only if
-    it is after the high watermark of K's own chunk (the chunk read already holds everything up
-    to it); changes of the other tables up to ``rejoin_at`` (the position the stream had reached)
-    were emitted before the rewind and are not emitted again.
+    watermark of the held tables and, from there, emits a held table's change for key K if it is
+    after the high watermark of K's own chunk (the chunk read already holds everything up to it)
+    or after ``rejoin_at`` (the position the stream had reached: it was never emitted); changes of
+    the other tables up to ``rejoin_at`` were emitted before the rewind and are not emitted again.
 ``joined``
     Once the stream passed every chunk high watermark and ``rejoin_at`` the rule emits everything:
     the state can be dropped.
@@ -91,6 +91,13 @@ class ShardHandoff:
             # Other tables: already emitted up to rejoin_at before the rewind.
             return self.phase != CATCHUP or self.rejoin_at is None or not covers(self.rejoin_at, position)
         if self.phase in (HELD, JOINED):
+            return True
+        # Changes up to rejoin_at were emitted live (``held`` emits everything); a change after it
+        # was not, even when a chunk read already holds it: the worker may lag behind the backfill
+        # (rejoin_at before a chunk's high watermark), and suppressing such a change would lose it
+        # (a delete leaves no snapshot row). Emitting it after the row is harmless: every later
+        # change of the key follows it in order.
+        if self.rejoin_at is not None and not covers(self.rejoin_at, position):
             return True
         tm = self.marks.get(table)
         if tm is None or key is None:

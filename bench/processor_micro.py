@@ -1,0 +1,117 @@
+"""The streaming stage alone: CPU per row of ``StreamProcessor`` (scan/parse + encode + records),
+with no gRPC and no Kafka (a sink that only counts), on the benchmark's 10-column rows.
+
+    .venv/bin/python bench/processor_micro.py --per-txn 20 --rows 20000 --repeat 5 [--ordered] [--parsed]
+
+``--parsed`` feeds upb-parsed responses (the path without the native scanner; the parse is timed,
+as gRPC's deserializer runs it in the worker process) instead of raw bytes;
+prints the best of ``--repeat`` runs (process CPU per row), the figure least disturbed by a shared
+machine. ``PYTHONPATH=<other tree>/worker`` measures another source tree the same way (A/B).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+
+from events_fixtures import field, field_event, insert
+
+from cdcworker.events import EncoderConfig
+from cdcworker.events.encoder import context_headers
+from cdcworker.offsets import Vgtid
+from cdcworker.offsets.vgtid import ShardGtid
+from cdcworker.sink import KafkaSink
+from cdcworker.streaming import Features, StreamProcessor
+from cdcworker.txmeta import TransactionMonitor
+from cdcworker.txmeta.monitor import TxMetaOptions
+from vitessapi import binlogdata_pb2 as b
+from vitessapi import vtgate_pb2
+
+T = b.VEventType
+UUID = "0b7e9d2a-1111-2222-3333-444455556666"
+FIELDS = [
+    field("id", "INT64", "bigint", flags=3), field("a", "INT32", "int"), field("b", "UINT32", "int unsigned"),
+    field("c", "VARCHAR", "varchar(64)"), field("d", "VARCHAR", "varchar(255)"),
+    field("e", "DECIMAL", "decimal(10,2)", decimals=2), field("f", "FLOAT64", "double"),
+    field("g", "DATETIME", "datetime(3)", decimals=3), field("h", "INT64", "bigint"), field("i", "INT8", "tinyint"),
+]
+
+
+class CountingSink(KafkaSink):
+    def __init__(self) -> None:  # no producer
+        self.records_sent = 0
+
+    def send(self, topic: str, key: Any, value: Any, headers: Any) -> None:
+        self.records_sent += 1
+
+    def send_to_partition(self, *args: Any) -> None:
+        self.records_sent += 1
+
+    def commit_point(self, position: Any) -> None:
+        pass
+
+
+def values(i: int) -> list[bytes]:
+    return [str(i).encode(), str(i % 1000).encode(), str(i * 7).encode(), f"name-{i}".encode(),
+            f"a somewhat longer description of row {i}".encode(), f"{i % 10000}.25".encode(), repr(i / 3).encode(),
+            b"2024-05-06 07:08:09.123", str(i * 1000003).encode(), str(i % 100).encode()]
+
+
+def responses(rows: int, per_txn: int) -> list[bytes]:
+    out = [vtgate_pb2.VStreamResponse(events=[
+        b.VEvent(type=T.FIELD, field_event=field_event("bench.bench", FIELDS, "bench", s), shard=s) for s in ("-80", "80-")])]
+    seq = {"-80": 1, "80-": 1}
+    for n, i in enumerate(range(0, rows, per_txn)):
+        s = "-80" if n % 2 == 0 else "80-"
+        seq[s] += 1
+        vgtid = b.VGtid(shard_gtids=[b.ShardGtid(keyspace="bench", shard=x, gtid=f"MySQL56/{UUID}:1-{q}") for x, q in seq.items()])
+        out.append(vtgate_pb2.VStreamResponse(events=[
+            b.VEvent(type=T.BEGIN, timestamp=1_700_000_000, shard=s),
+            b.VEvent(type=T.ROW, shard=s, row_event=b.RowEvent(
+                table_name="bench.bench", keyspace="bench", shard=s,
+                row_changes=[insert(*values(j)) for j in range(i, i + per_txn)])),
+            b.VEvent(type=T.VGTID, shard=s, vgtid=vgtid),
+            b.VEvent(type=T.COMMIT, timestamp=1_700_000_000, shard=s),
+        ]))
+    return [r.SerializeToString() for r in out]
+
+
+def run_once(data: list[bytes], rows: int, ordered: bool, parsed: bool) -> float:
+    start = Vgtid((ShardGtid("bench", "-80", f"MySQL56/{UUID}:1-1"), ShardGtid("bench", "80-", f"MySQL56/{UUID}:1-1")))
+    features = Features()
+    if ordered:
+        features.txmeta = TransactionMonitor(TxMetaOptions(topic="p.transaction", ordered=True), None, start)
+    headers = tuple(context_headers("p", "0", run_id="00000000-0000-7000-8000-000000000000"))
+    proc = StreamProcessor(EncoderConfig("p", headers=headers), CountingSink(), start, features=features)
+    parse = vtgate_pb2.VStreamResponse.FromString
+    t0 = time.process_time()
+    if parsed:  # upb's parse counts: gRPC's deserializer runs it in the worker process too
+        for d in data:
+            proc.process(parse(d))
+    else:
+        for d in data:
+            proc.process(d)
+    return (time.process_time() - t0) / rows * 1e6
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--rows", type=int, default=20_000)
+    p.add_argument("--per-txn", type=int, default=20)
+    p.add_argument("--repeat", type=int, default=5)
+    p.add_argument("--ordered", action="store_true", help="ordered transaction metadata on")
+    p.add_argument("--parsed", action="store_true", help="upb-parsed responses instead of raw bytes")
+    args = p.parse_args()
+    data = responses(args.rows, args.per_txn)
+    runs = [run_once(data, args.rows, args.ordered, args.parsed) for _ in range(args.repeat)]
+    print(f"per_txn={args.per_txn} ordered={args.ordered} input={'parsed' if args.parsed else 'raw'}: "
+          f"best {min(runs):.2f} us/row of {[round(r, 2) for r in runs]}")
+
+
+if __name__ == "__main__":
+    main()
