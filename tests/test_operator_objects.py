@@ -291,3 +291,16 @@ def test_default_worker_image_comes_from_the_operator_environment(monkeypatch: p
     assert image(BODY) == "registry/shardcdc:1.2.3"  # spec.worker.image still wins
     monkeypatch.setenv(WORKER_IMAGE_ENV, " ")
     assert image(no_image) == DEFAULT_IMAGE
+
+
+def test_initial_snapshot_by_a_backfill_engine_leaves_the_workers_streaming_only() -> None:
+    """With ``snapshot.backfill`` set, the backfill takes the initial snapshot; workers must not copy too."""
+    import copy
+
+    body = copy.deepcopy(BODY)
+    body["spec"]["snapshot"] = {"mode": "initial", "backfill": {"engine": "sparkOperator"}}
+    cm, _ = build_task_objects(ConnectorResource.from_body(body), TASK)
+    assert "\nsnapshot.mode=never\n" in cm["data"]["worker.properties"]
+    body["spec"]["snapshot"] = {"mode": "initial"}
+    cm, _ = build_task_objects(ConnectorResource.from_body(body), TASK)
+    assert "\nsnapshot.mode=initial\n" in cm["data"]["worker.properties"]

@@ -120,7 +120,10 @@ def worker_properties(cr: ConnectorResource, task: TaskPlan) -> dict[str, str]:
             props[key] = _file_ref("kafka", key)
     for key, value in sorted(spec.kafka.producer.items()):
         props[f"producer.{key}"] = value
-    props["snapshot.mode"] = spec.snapshot.mode
+    # With a backfill engine the initial snapshot is the backfill's job: the workers stream only
+    # (a VStream copy as well would read every table twice).
+    initial_by_backfill = spec.snapshot.mode == "initial" and spec.snapshot.backfill is not None
+    props["snapshot.mode"] = "never" if initial_by_backfill else spec.snapshot.mode
     props["shardcdc.metrics.port"] = str(spec.worker.metrics_port)
     # user-supplied Debezium properties; the CRD rejects the keys set above
     for key, value in sorted(spec.config.items()):
