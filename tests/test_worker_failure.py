@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-import time
 import uuid
 from collections.abc import Iterator
 
 import pytest
 from worker_fixtures import running_task, worker_config
+from worker_fixtures import wait_for as _wait_for
 
 from cdcworker import exitcodes
 from cdcworker.events import EncoderConfig
@@ -31,17 +31,6 @@ def sim() -> Iterator[VTGateSim]:
     with VTGateSim() as s:
         s.create_keyspace("commerce", ["-80", "80-"], ddl=DDL)
         yield s
-
-
-def _wait_for(predicate, timeout: float = 30.0, what: str = "condition"):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 # --- a value that does not parse: crafted VStream responses, real Kafka ---------------------------

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from collections.abc import Iterator
 
 import pytest
 from worker_fixtures import running_task, worker_config
+from worker_fixtures import wait_for as _wait_for
 
 from cdcworker.filters import adjust_avro, adjust_avro_unicode, complement_regex, vstream_rules
 from localkafka import KafkaBroker, consume_all
@@ -69,17 +69,6 @@ def sim() -> Iterator[VTGateSim]:
     with VTGateSim() as s:
         s.create_keyspace("commerce", ["-80", "80-"], ddl=DDL)
         yield s
-
-
-def _wait_for(predicate, timeout: float = 30.0, what: str = "condition"):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 def test_filters_and_column_options_give_exact_records(sim: VTGateSim, kafka_broker: KafkaBroker) -> None:

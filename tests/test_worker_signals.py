@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 
 import pytest
 from confluent_kafka import Producer
 from worker_fixtures import running_task, worker_config
+from worker_fixtures import wait_for as _wait_for
 
 from cdcworker.signals import Signal, SignalDispatcher
 from cdcworker.snapshot import SnapshotRequest
@@ -28,17 +28,6 @@ def sim() -> Iterator[VTGateSim]:
         for i in range(1, 7):
             s.execute(f"INSERT INTO customer (id, email) VALUES ({i}, 'u{i}@x.io')", "commerce")
         yield s
-
-
-def _wait_for(predicate, timeout: float = 30.0, what: str = "condition"):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 def _payloads(broker: KafkaBroker, topic: str) -> list[dict]:

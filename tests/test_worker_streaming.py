@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 
 import pytest
 from worker_fixtures import CUSTOMER_DDL, running_task, worker_config
+from worker_fixtures import wait_for as _wait_for
 
 from cdcworker.offsets import OffsetPartition, OffsetValue, offset_record_key
 from localkafka import KafkaBroker, consume_all
@@ -19,17 +19,6 @@ def sim() -> Iterator[VTGateSim]:
     with VTGateSim() as s:
         s.create_keyspace("commerce", ["-80", "80-"], ddl=[CUSTOMER_DDL])
         yield s
-
-
-def _wait_for(predicate, timeout: float = 30.0, what: str = "condition"):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 def test_streams_inserts_updates_deletes_as_debezium_records(sim: VTGateSim, kafka_broker: KafkaBroker) -> None:

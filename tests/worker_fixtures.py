@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import threading
+import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import TypeVar
 
 from cdcworker.config import WorkerConfig, load_config
 from cdcworker.task import TaskResult, WorkerTask
 from localkafka import KafkaBroker
+
+T = TypeVar("T")
 
 CUSTOMER_DDL = (
     "CREATE TABLE customer (id BIGINT NOT NULL AUTO_INCREMENT, email VARCHAR(128), "
@@ -82,3 +86,15 @@ def running_task(config: WorkerConfig) -> Iterator[RunningTask]:
         if holder.thread.is_alive():
             task.stop("test teardown")
             holder.thread.join(60)
+
+
+def wait_for(predicate: Callable[[], T], timeout: float = 30.0, what: str = "condition") -> T:
+    """Poll ``predicate`` until it returns something truthy (returned) or ``timeout`` passes (AssertionError)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)  # polling interval of a condition with a deadline, not synchronisation
