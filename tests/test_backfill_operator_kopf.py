@@ -87,8 +87,8 @@ def env(tmp_path_factory: pytest.TempPathFactory, kafka_broker: KafkaBroker) -> 
             # operator/rbac.yaml's rules under names of our own: the control plane is shared with the
             # other operator tests, which install that identity themselves.
             rbac = RBAC_PATH.read_text().replace("shardcdc-system", IDENTITY_NS).replace("shardcdc-operator", IDENTITY)
-            plane.kubectl("create", "namespace", IDENTITY_NS, check=True)
-            plane.kubectl("create", "namespace", NS, check=True)
+            plane.ensure_namespace(IDENTITY_NS)
+            plane.ensure_namespace(NS)
             plane.kubectl("apply", "-f", str(CRD_PATH), check=True)
             plane.kubectl("apply", "-f", "-", input=json.dumps(SPARK_CRD), check=True)
             plane.kubectl("apply", "-f", "-", input=rbac, check=True)

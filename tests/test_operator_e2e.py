@@ -87,7 +87,7 @@ class Cluster:
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     for plane in kube_control_plane_fixture():
         for ns in ("shardcdc-system", NS):
-            plane.kubectl("create", "namespace", ns)  # may exist: the control plane is shared per process
+            plane.ensure_namespace(ns)
         plane.kubectl("apply", "-f", str(CRD_PATH), check=True)
         plane.kubectl("apply", "-f", str(RBAC_PATH), check=True)
         plane.kubectl("wait", "--for=condition=Established", "crd/cdcconnectors.shardcdc.io", "--timeout=60s",

@@ -118,8 +118,8 @@ def connector(name: str, keyspace: str, env: Env, tasks: int = 2, vtctld: bool =
 def env(tmp_path_factory: pytest.TempPathFactory, kafka_broker: KafkaBroker) -> Iterator[Env]:
     with VTGateSim() as sim:
         for plane in kube_control_plane_fixture():
-            plane.kubectl("create", "namespace", "shardcdc-system", check=True)
-            plane.kubectl("create", "namespace", NS, check=True)
+            plane.ensure_namespace("shardcdc-system")
+            plane.ensure_namespace(NS)
             plane.kubectl("apply", "-f", str(CRD_PATH), check=True)
             plane.kubectl("apply", "-f", str(RBAC_PATH), check=True)
             plane.kubectl("wait", "--for=condition=Established", "crd/cdcconnectors.shardcdc.io",

@@ -215,6 +215,11 @@ class KubeControlPlane:
             else:
                 os.environ["KUBECONFIG"] = saved_env
 
+    def ensure_namespace(self, name: str) -> None:
+        """Create a namespace unless it exists (the control plane is shared by every test module)."""
+        if self.kubectl("get", "namespace", name).returncode != 0:
+            self.kubectl("create", "namespace", name, check=True)
+
     def kubectl(
         self,
         *args: str,
