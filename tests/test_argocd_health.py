@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import lupa.lua51 as lua51  # a pinned dev dependency: a missing interpreter must fail the suite, not skip it
 import pytest
 import yaml
 
@@ -21,8 +22,6 @@ from cdcoperator.discovery import Discovery
 from cdcoperator.model import ConnectorResource
 from cdcoperator.planner import Generation, TaskPhase, TaskReport, generation_from_status, plan
 from cdcoperator.reconcile import build_status
-
-lua51 = pytest.importorskip("lupa.lua51", reason="lupa is a dev dependency (pyproject [dev])")
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = (ROOT / "deploy" / "argocd" / "health.lua").read_text()

@@ -27,7 +27,11 @@ from cdcworker.txmeta.epoch import EpochError, EpochProvider, ShardEpochMap, nex
 from cdcworker.txmeta.monitor import TxMetaOptions
 from vitessapi import binlogdata_pb2, query_pb2, vtgate_pb2
 
-pytestmark = pytest.mark.skipif(not native.available(), reason="the native extension is not built (make native)")
+
+@pytest.fixture(autouse=True)
+def _native_built() -> None:
+    """These tests compare the native scanner with upb: without the extension they must fail, not pass."""
+    assert native.available(), "the native extension is not built: run `make native`"
 
 _T = binlogdata_pb2.VEventType
 UUID_A = "0b7e9d2a-1111-2222-3333-444455556666"
