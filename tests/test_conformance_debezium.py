@@ -36,6 +36,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource
 from connectstandalone import ConnectStandalone, debezium_home, vitess_connector_config
 from worker_fixtures import RunningTask, running_task, worker_config
 
+from cdcworker.config import WorkerConfig
 from localkafka import ConsumedRecord, KafkaBroker, consume_all, create_topics
 from vtgatesim import VTGateSim
 
@@ -196,6 +197,22 @@ def _worker_done(sim: VTGateSim, run: RunningTask, keyspace: str) -> bool:
     return at == sim.positions(keyspace) and sink.pending == 0
 
 
+def start_shardcdc_tasks(stack: ExitStack, kafka_broker: KafkaBroker, configs: list[WorkerConfig]) -> list[RunningTask]:
+    """Run one shardcdc task per config in this process, each streaming before this returns.
+
+    Offsets topics are made up front: two tasks creating theirs at the same moment would race the
+    broker's metadata (UNKNOWN_TOPIC_OR_PART while describing), which only slows the start down.
+    """
+    offsets_topics = [c.kafka.offsets_topic for c in configs]
+    create_topics(kafka_broker.bootstrap, offsets_topics, config={"cleanup.policy": "compact"})
+    _wait_for(lambda: _configs_visible(kafka_broker, offsets_topics), 30, "offsets topics to be describable")
+    tasks = [stack.enter_context(running_task(cfg)) for cfg in configs]
+    for cfg, task in zip(configs, tasks, strict=True):
+        _wait_for(functools.partial(_task_started, task), 30, f"shardcdc task {cfg.topic_prefix} to stream")
+        assert task.thread.is_alive(), f"shardcdc task {cfg.topic_prefix} ended: {task.result}"
+    return tasks
+
+
 def _task_started(run: RunningTask) -> bool:
     return run.task.processor is not None or not run.thread.is_alive()
 
@@ -253,15 +270,7 @@ def run(kafka_broker: KafkaBroker) -> Iterator[Run]:
             worker_config(kafka_broker, sim.address, p.keyspace, p.prefix, {**p.settings, "shardcdc.metrics.port": "0"})
             for p in PAIRS
         ]
-        # Offsets topics made up front: shardcdc's own create-then-describe races the broker's
-        # metadata (UNKNOWN_TOPIC_OR_PART from OffsetStore.ensure_topic; reported, not ours to fix).
-        offsets_topics = [c.kafka.offsets_topic for c in configs]
-        create_topics(kafka_broker.bootstrap, offsets_topics, config={"cleanup.policy": "compact"})
-        _wait_for(lambda: _configs_visible(kafka_broker, offsets_topics), 30, "offsets topics to be describable")
-        tasks = [stack.enter_context(running_task(cfg)) for cfg in configs]
-        for cfg, task in zip(configs, tasks, strict=True):
-            _wait_for(functools.partial(_task_started, task), 30, f"shardcdc task {cfg.topic_prefix} to stream")
-            assert task.thread.is_alive(), f"shardcdc task {cfg.topic_prefix} ended: {task.result}"
+        tasks = start_shardcdc_tasks(stack, kafka_broker, configs)
 
         connect = ConnectStandalone(
             dbz_broker.bootstrap,

@@ -36,16 +36,15 @@ from test_conformance_debezium import (
     SEED,
     TABLES,
     Norm,
-    _configs_visible,
     _streams_caught_up,
     _streams_state,
-    _task_started,
     _wait_for,
     _worker_done,
     compare,
     normalise,
+    start_shardcdc_tasks,
 )
-from worker_fixtures import running_task, worker_config
+from worker_fixtures import worker_config
 
 from localkafka import ConsumedRecord, KafkaBroker, consume_all, create_topics
 from vtgatesim import VTGateSim
@@ -126,13 +125,7 @@ def run(kafka_broker: KafkaBroker) -> Iterator[Run]:
                           {"snapshot.mode": "never", **p.settings, "shardcdc.metrics.port": "0"})
             for p in PAIRS
         ]
-        offsets_topics = [c.kafka.offsets_topic for c in configs]
-        create_topics(kafka_broker.bootstrap, offsets_topics, config={"cleanup.policy": "compact"})
-        _wait_for(lambda: _configs_visible(kafka_broker, offsets_topics), 30, "offsets topics to be describable")
-        tasks = [stack.enter_context(running_task(cfg)) for cfg in configs]
-        for cfg, task in zip(configs, tasks, strict=True):
-            _wait_for(functools.partial(_task_started, task), 30, f"shardcdc task {cfg.topic_prefix} to stream")
-            assert task.thread.is_alive(), f"shardcdc task {cfg.topic_prefix} ended: {task.result}"
+        tasks = start_shardcdc_tasks(stack, kafka_broker, configs)
         connect = ConnectStandalone(
             dbz_broker.bootstrap,
             [vitess_connector_config(cfg.name, p.prefix, sim.address, KEYSPACE, {"snapshot.mode": "never", **p.settings})
