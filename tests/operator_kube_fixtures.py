@@ -262,3 +262,20 @@ def env_var(name: str, value: str) -> Iterator[None]:
             os.environ.pop(name, None)
         else:
             os.environ[name] = saved
+
+
+def operator_runner(namespace: str, liveness: str, timeout: float = 30) -> Any:
+    """kopf running ``cdcoperator.handlers`` in this process, watching ``namespace``.
+
+    kopf's ``-m`` imports the module once per process, so its handlers live in whichever registry was the
+    default at first import; fail here, clearly, when another test has swapped the default since.
+    """
+    import kopf
+    from kopf.testing import KopfRunner
+
+    import cdcoperator.handlers  # noqa: F401  (registers the handlers)
+
+    ids = {h.id for h in kopf.get_default_registry()._activities.get_all_handlers()}
+    assert "reconciles" in ids, "kopf's default registry lost cdcoperator.handlers (a test swapped it)"
+    return KopfRunner(["run", "--standalone", "-n", namespace, f"--liveness={liveness}",
+                       "-m", "cdcoperator.handlers"], timeout=timeout)

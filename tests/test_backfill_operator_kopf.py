@@ -18,8 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kopf.testing import KopfRunner
-from operator_kube_fixtures import FakeNodes, env_var, wait_for
+from operator_kube_fixtures import FakeNodes, env_var, operator_runner, wait_for
 from test_backfill_operator import SPARK_CRD
 
 from cdcoperator.apply import KubeApi
@@ -102,8 +101,7 @@ def env(tmp_path_factory: pytest.TempPathFactory, kafka_broker: KafkaBroker) -> 
                 with (
                     env_var("SHARDCDC_OPERATOR_RESYNC_SECONDS", "0.5"),
                     plane.kubeconfig_env(sa_config),
-                    KopfRunner(["run", "--standalone", "-n", NS, f"--liveness={liveness}",
-                                "-m", "cdcoperator.handlers"], timeout=30) as runner,
+                    operator_runner(NS, liveness, timeout=30) as runner,
                 ):
                     e = Env(plane, sim, KubeApi(admin), kafka_broker.bootstrap, liveness)
                     wait_for(lambda e=e: e.reconciles() >= 0, 30, "the operator's liveness endpoint")

@@ -281,14 +281,20 @@ def test_kopf_operator_runs_against_the_plane(kube: KubeControlPlane, widget_crd
         obj = objects.get_namespaced_custom_object(GROUP, "v1", "default", "widgets", "kopf-widget")
         return bool(obj.get("status", {}).get("seen") == 3)
 
-    with (
-        KopfRunner(["run", "--standalone", "-n", "default"], registry=registry, settings=settings) as runner,
-        kube.api_client() as api,
-    ):
-        applied = kube.kubectl("apply", "-f", "-", input=widget("kopf-widget", replicas=3, max_replicas=4))
-        assert applied.returncode == 0, applied.stderr
-        objects = client.CustomObjectsApi(api)
-        wait_until(lambda: seen(objects), timeout=30, what="kopf to write status.seen")
+    # kopf's CLI makes a passed registry the process-wide default for good; put the previous one back,
+    # or later KopfRunner(..., "-m", "cdcoperator.handlers") runs find no handlers (already imported).
+    previous = kopf.get_default_registry()
+    try:
+        with (
+            KopfRunner(["run", "--standalone", "-n", "default"], registry=registry, settings=settings) as runner,
+            kube.api_client() as api,
+        ):
+            applied = kube.kubectl("apply", "-f", "-", input=widget("kopf-widget", replicas=3, max_replicas=4))
+            assert applied.returncode == 0, applied.stderr
+            objects = client.CustomObjectsApi(api)
+            wait_until(lambda: seen(objects), timeout=30, what="kopf to write status.seen")
+    finally:
+        kopf.set_default_registry(previous)
     assert runner.exception is None
     assert runner.exit_code == 0
     assert "Activity 'login' succeeded." in runner.output

@@ -19,8 +19,7 @@ from typing import Any
 
 import pytest
 import yaml
-from kopf.testing import KopfRunner
-from operator_kube_fixtures import FakeNodes, env_var, wait_for
+from operator_kube_fixtures import FakeNodes, env_var, operator_runner, wait_for
 
 from cdcoperator.apply import KubeApi
 from cdcworker import cli
@@ -116,8 +115,7 @@ def env(tmp_path_factory: pytest.TempPathFactory, kafka_broker: KafkaBroker) -> 
                 with (
                     env_var("SHARDCDC_OPERATOR_RESYNC_SECONDS", "0.5"),
                     plane.kubeconfig_env(sa_config),
-                    KopfRunner(["run", "--standalone", "-n", NS, f"--liveness={liveness}",
-                                "-m", "cdcoperator.handlers"], timeout=30) as runner,
+                    operator_runner(NS, liveness, timeout=30) as runner,
                 ):
                     yield Env(plane, sim, KubeApi(admin), kafka_broker)
                 assert nodes.errors == []

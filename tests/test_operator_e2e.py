@@ -19,8 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kopf.testing import KopfRunner
-from operator_kube_fixtures import env_var, wait_for
+from operator_kube_fixtures import env_var, operator_runner, wait_for
 from operator_kubelet import ApiKubelet
 
 from cdcoperator.apply import KubeApi
@@ -103,8 +102,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
                 ApiKubelet(kube, NS, workdir, extra_env={"SHARDCDC_LOG_LEVEL": "INFO"}) as kubelet,
                 env_var("SHARDCDC_OPERATOR_RESYNC_SECONDS", "0.5"),
                 plane.kubeconfig_env(sa_config),
-                KopfRunner(["run", "--standalone", "-n", NS, f"--liveness={liveness}",
-                            "-m", "cdcoperator.handlers"], timeout=60) as runner,
+                operator_runner(NS, liveness, timeout=60) as runner,
             ):
                 yield Cluster(plane, kube, kubelet)
             assert kubelet.errors == []

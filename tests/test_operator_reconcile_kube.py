@@ -19,8 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kopf.testing import KopfRunner
-from operator_kube_fixtures import FakeNodes, env_var, streaming_doc, wait_for
+from operator_kube_fixtures import FakeNodes, env_var, operator_runner, streaming_doc, wait_for
 
 from cdcoperator.apply import KubeApi
 from cdcworker import exitcodes
@@ -133,8 +132,7 @@ def env(tmp_path_factory: pytest.TempPathFactory, kafka_broker: KafkaBroker) -> 
                 with (
                     env_var("SHARDCDC_OPERATOR_RESYNC_SECONDS", "0.5"),
                     plane.kubeconfig_env(sa_config),
-                    KopfRunner(["run", "--standalone", "-n", NS, f"--liveness={liveness}",
-                                "-m", "cdcoperator.handlers"], timeout=30) as runner,
+                    operator_runner(NS, liveness, timeout=30) as runner,
                 ):
                     e = Env(plane, sim, nodes, KubeApi(admin), liveness, kafka_broker.bootstrap)
                     wait_for(e.alive, 30, "the operator's liveness endpoint")
