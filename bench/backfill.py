@@ -77,7 +77,18 @@ def sim_main(args: argparse.Namespace) -> None:
                 flush(name)
         for name in list(buckets):
             flush(name)
-    info = {"address": sim.address, "positions": sim.positions(KEYSPACE), "load_seconds": time.monotonic() - t}
+    load_s = time.monotonic() - t
+    # Pre-encode every row into the shard stores' row cache (one cold full read per shard, timed):
+    # chunk reads then serve cached query.Rows, as MySQL serves a warm buffer pool.
+    t, c = time.monotonic(), time.process_time()
+    rendered = 0
+    if not args.cold:
+        for s in ks.serving_shards():
+            stream = sim.executor.stream_select("SELECT * FROM bench", f"{KEYSPACE}:{s.name}")
+            assert stream is not None
+            rendered += sum(len(b) for b in stream.batches)
+    info = {"address": sim.address, "positions": sim.positions(KEYSPACE), "load_seconds": load_s, "pid": os.getpid(),
+            "rendered": rendered, "render_seconds": time.monotonic() - t, "render_cpu": time.process_time() - c}
     print(json.dumps(info), flush=True)
     for _line in sys.stdin:  # EOF ends the server
         pass
@@ -85,14 +96,19 @@ def sim_main(args: argparse.Namespace) -> None:
 
 
 class SimProcess:
-    def __init__(self, rows: int) -> None:
+    def __init__(self, rows: int, cold: bool = False) -> None:
         from localkafka.children import bound_preexec
 
-        self.proc = subprocess.Popen([sys.executable, __file__, "_sim", "--rows", str(rows)], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, text=True, preexec_fn=bound_preexec())
+        cmd = [sys.executable, __file__, "_sim", "--rows", str(rows), *(["--cold"] if cold else [])]
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                     preexec_fn=bound_preexec())
         assert self.proc.stdout is not None
         self.info = json.loads(self.proc.stdout.readline())
         self.address: str = self.info["address"]
+
+    def cpu_seconds(self) -> float:
+        """The server process's CPU time so far (user + system, all threads)."""
+        return proc_cpu(self.proc.pid)
 
     def close(self) -> None:
         from localkafka.children import stop_group
@@ -103,6 +119,24 @@ class SimProcess:
             self.proc.wait(30)
         except subprocess.TimeoutExpired:
             stop_group(self.proc, kill=True)
+
+
+def proc_cpu(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class CpuSplit:
+    """CPU seconds used by the test server and the Kafka broker during one phase (the rest of a
+    2-core box's time goes to the job: Spark's JVM and Python workers, or the worker)."""
+
+    def __init__(self, sim: SimProcess, broker: Any) -> None:
+        self.sim, self.broker_pid = sim, broker._proc.pid
+        self.start = (sim.cpu_seconds(), proc_cpu(self.broker_pid))
+
+    def done(self) -> dict[str, float]:
+        now = (self.sim.cpu_seconds(), proc_cpu(self.broker_pid))
+        return {k: round(b - a, 1) for k, a, b in zip(("server", "broker"), self.start, now, strict=True)}
 
 
 def props_for(broker: Any, sim: SimProcess, prefix: str) -> dict[str, str]:
@@ -125,7 +159,8 @@ def new_prefix(tag: str) -> str:
 
 def server_rates(sim: SimProcess, rows: int) -> dict[str, float]:
     """StreamExecute of whole shard tables (1 and 2 concurrent readers) and one VStream copy of all
-    shards, counting rows without decoding them: what the server can deliver."""
+    shards, counting rows without decoding them: what the server can deliver. For each, rows/s of
+    wall time and rows per second of the server process's own CPU time (robust on a loaded box)."""
     import grpc
 
     from vitessapi import binlogdata_pb2, query_pb2, vtgate_pb2, vtgateservice_pb2_grpc
@@ -144,38 +179,42 @@ def server_rates(sim: SimProcess, rows: int) -> dict[str, float]:
                 n += len(resp.result.rows)
         return n
 
+    def vstream_copy() -> int:
+        stub = vtgateservice_pb2_grpc.VitessStub(grpc.insecure_channel(sim.address, options=opts))
+        req = vtgate_pb2.VStreamRequest(
+            tablet_type=1,  # PRIMARY
+            vgtid=binlogdata_pb2.VGtid(shard_gtids=[binlogdata_pb2.ShardGtid(keyspace=KEYSPACE, gtid="")]),
+            filter=binlogdata_pb2.Filter(rules=[binlogdata_pb2.Rule(match="/.*")]))
+        n = 0
+        call = stub.VStream(req)
+        for resp in call:
+            for ev in resp.events:
+                if ev.type == binlogdata_pb2.VEventType.ROW:
+                    n += len(ev.row_event.row_changes)
+                elif ev.type == binlogdata_pb2.VEventType.COPY_COMPLETED and not ev.shard:
+                    call.cancel()
+                    return n
+        return n
+
+    def two_readers() -> int:
+        got: list[int] = []
+        threads = [threading.Thread(target=lambda names=names: got.append(read_shards(names)))
+                   for names in (shards[:2], shards[2:])]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        return sum(got)
+
     out: dict[str, float] = {}
-    t = time.monotonic()
-    n = read_shards(shards)
-    out["stream_execute_1"] = n / (time.monotonic() - t)
-    got: list[int] = []
-    t = time.monotonic()
-    threads = [threading.Thread(target=lambda names=names: got.append(read_shards(names)))
-               for names in (shards[:2], shards[2:])]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
-    out["stream_execute_2"] = sum(got) / (time.monotonic() - t)
-    stub = vtgateservice_pb2_grpc.VitessStub(grpc.insecure_channel(sim.address, options=opts))
-    req = vtgate_pb2.VStreamRequest(
-        tablet_type=1,  # PRIMARY
-        vgtid=binlogdata_pb2.VGtid(shard_gtids=[binlogdata_pb2.ShardGtid(keyspace=KEYSPACE, gtid="")]),
-        filter=binlogdata_pb2.Filter(rules=[binlogdata_pb2.Rule(match="/.*")]))
-    n = 0
-    t = time.monotonic()
-    call = stub.VStream(req)
-    for resp in call:
-        for ev in resp.events:
-            if ev.type == binlogdata_pb2.VEventType.ROW:
-                n += len(ev.row_event.row_changes)
-            elif ev.type == binlogdata_pb2.VEventType.COPY_COMPLETED and not ev.shard:
-                call.cancel()
-                break
-        if n >= rows and call.done():
-            break
-    out["vstream_copy"] = n / (time.monotonic() - t)
-    assert n == rows, (n, rows)
+    for name, fn in (("stream_execute_1", lambda: read_shards(shards)), ("stream_execute_2", two_readers),
+                     ("vstream_copy", vstream_copy)):
+        t, c = time.monotonic(), sim.cpu_seconds()
+        n = fn()
+        wall, cpu = time.monotonic() - t, sim.cpu_seconds() - c
+        assert n == rows, (name, n, rows)
+        out[name] = n / wall
+        out[name + "_per_server_cpu_s"] = n / cpu
     return out
 
 
@@ -259,9 +298,14 @@ def rate(r: dict[str, Any]) -> float:
 def main_all(args: argparse.Namespace) -> None:
     from localkafka import KafkaBroker
 
-    sim = SimProcess(args.rows)
-    print(f"# server loaded {args.rows:,} rows in {sim.info['load_seconds']:.1f} s; load {os.getloadavg()[0]:.1f}", flush=True)
-    report: dict[str, Any] = {"rows": args.rows, "shards": SHARDS, "cpus": os.cpu_count()}
+    sim = SimProcess(args.rows, cold=args.cold)
+    info = sim.info
+    print(f"# server loaded {args.rows:,} rows in {info['load_seconds']:.1f} s; load {os.getloadavg()[0]:.1f}", flush=True)
+    report: dict[str, Any] = {"rows": args.rows, "shards": SHARDS, "cpus": os.cpu_count(), "load_before": os.getloadavg()}
+    if info["rendered"]:
+        report["server_render_rows_per_cpu_s"] = info["rendered"] / info["render_cpu"]
+        print(f"# server pre-encoded {info['rendered']:,} rows in {info['render_seconds']:.1f} s "
+              f"({report['server_render_rows_per_cpu_s']:,.0f} rows per CPU-second)", flush=True)
     try:
         with KafkaBroker() as broker:
             if "server" in args.what:
@@ -269,13 +313,17 @@ def main_all(args: argparse.Namespace) -> None:
                 print("server", json.dumps(report["server"]), flush=True)
             for cores in (1, 2):
                 if f"spark{cores}" in args.what:
+                    cpu = CpuSplit(sim, broker)
                     runs = run_spark(broker, sim, cores, args.runs, args.chunk_size, args.lanes_per_shard)
                     report[f"spark{cores}"] = runs
-                    print(f"spark local[{cores}]", [f"{rate(r):,.0f}" for r in runs], flush=True)
+                    report[f"spark{cores}_cpu_s"] = cpu.done()
+                    print(f"spark local[{cores}]", [f"{rate(r):,.0f}" for r in runs], "cpu-s", cpu.done(), flush=True)
             if "vstream" in args.what:
+                cpu = CpuSplit(sim, broker)
                 runs = [run_vstream(broker, sim, args.rows) for _ in range(args.runs)]
                 report["vstream"] = runs
-                print("vstream copy", [f"{rate(r):,.0f}" for r in runs], flush=True)
+                report["vstream_cpu_s"] = cpu.done()
+                print("vstream copy", [f"{rate(r):,.0f}" for r in runs], "cpu-s", cpu.done(), flush=True)
     finally:
         sim.close()
     med = {k: statistics.median(rate(r) for r in report[k]) for k in ("spark1", "spark2", "vstream") if k in report}
@@ -284,7 +332,7 @@ def main_all(args: argparse.Namespace) -> None:
         report["spark2_over_spark1"] = med["spark2"] / med["spark1"]
     if "vstream" in med and "spark2" in med:
         report["spark2_over_vstream"] = med["spark2"] / med["vstream"]
-    report["load_after"] = os.getloadavg()[0]
+    report["load_after"] = os.getloadavg()
     print(json.dumps({k: v for k, v in report.items() if k not in ("spark1", "spark2", "vstream")}, indent=1))
     if args.out:
         Path(args.out).write_text(json.dumps(report, indent=1))
@@ -301,9 +349,11 @@ def main() -> None:
         p.add_argument("--lanes-per-shard", type=int, default=2)
         p.add_argument("--cores", type=int, default=0, help="spark: only this core count")
         p.add_argument("--out", default="")
+        p.add_argument("--cold", action="store_true", help="no pre-encoding: every read renders rows")
         p.set_defaults(what=what)
     p = sub.add_parser("_sim")
     p.add_argument("--rows", type=int, default=0)
+    p.add_argument("--cold", action="store_true")
     p = sub.add_parser("_spark")
     for a in ("--cores", "--runs", "--chunk-size", "--lanes-per-shard"):
         p.add_argument(a, type=int)

@@ -18,33 +18,17 @@ from __future__ import annotations
 import contextlib
 import json
 import threading
-import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, TypeVar
+
+from polling import wait_for as wait_for  # re-exported: the operator tests import it from here
 
 from cdcoperator.apply import ApiError, KubeApi
 from cdcoperator.naming import LABEL_CONNECTOR, LABEL_GENERATION
 
 T = TypeVar("T")
 TEMPLATE_HASH = "fake-nodes/template"
-
-
-def wait_for(fn: Callable[[], T], timeout: float = 30.0, what: str = "condition", period: float = 0.1) -> T:
-    """Poll ``fn`` until it returns something truthy; fail with the last value after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while True:
-        try:
-            last = fn()
-        except AssertionError as exc:
-            last = exc
-        else:
-            if last:
-                return last
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}; last: {last!r}")
-        time.sleep(period)
 
 
 class _StatusServer:

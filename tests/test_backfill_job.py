@@ -46,14 +46,14 @@ class ReadCounter:
 
     def __init__(self, sim: VTGateSim) -> None:
         self.counts: dict[str, int] = {}
-        inner = sim.executor.select
+        inner = sim.executor.select_raw  # under both Execute/StreamExecute paths (rendered and pre-encoded)
 
-        def select(ks: Any, shards: Any, stmt: Any, binds: Any) -> Any:
+        def select_raw(ks: Any, shards: Any, stmt: Any, binds: Any) -> Any:
             if stmt.columns is None and stmt.limit is None:
                 self.counts[stmt.table] = self.counts.get(stmt.table, 0) + 1
             return inner(ks, shards, stmt, binds)
 
-        sim.executor.select = select  # type: ignore[method-assign]
+        sim.executor.select_raw = select_raw  # type: ignore[method-assign]
 
     @property
     def total(self) -> int:

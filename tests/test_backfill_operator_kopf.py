@@ -184,3 +184,45 @@ def test_spark_submit_job_created_tracked_and_cancelled(env: Env) -> None:
     wait_for(lambda: env.status("ss").get("backfills") == [] and env.condition("ss") == ("False", "NoBackfill"),
              30, "status emptied")
 
+
+
+def test_signals_launch_track_and_cancel_spark_runs(env: Env) -> None:
+    """An execute-snapshot signal (as a worker hands it over: a record in the progress topic) makes
+    the running operator create a SparkApplication like a spec entry's; the counts in
+    status.backfills come from the job's records; stop-snapshot deletes it."""
+    from confluent_kafka import Producer
+
+    from cdcworker.backfill.progress import ChunkDone, PlanRecord
+    from cdcworker.backfill.spec import Chunk
+    from cdcworker.signals.forward import BackfillSignalForwarder
+    from cdcworker.snapshot import SnapshotRequest
+
+    env.sim.create_keyspace("bfsig", ["-"])
+    body = env.connector("sg", "bfsig", "sparkOperator", [])
+    body["spec"]["config"] = {"signal.data.collection": "bfsig.dbz_signal"}
+    env.kubectl("apply", "-f", "-", input=json.dumps(body))
+    uid = (env.get("cdcconnectors", "sg") or {})["metadata"]["uid"]
+    topic = "sg.backfill-progress"
+    worker = BackfillSignalForwarder({"bootstrap.servers": env.bootstrap}, topic, "bfsig", 1)
+    try:
+        worker.forward("nightly-fix", "execute-snapshot", SnapshotRequest("nightly-fix", ("bfsig.items",)))
+        app = wait_for(lambda: env.get("sparkapplications", "sg-bf-sig-nightly-fix"), 30, "the signal's application")
+        assert app["spec"]["arguments"] == ["--config", "/etc/shardcdc/worker.properties",
+                                            "--run-id", f"sig-nightly-fix-{uid[:8]}", "--table", "items"]
+        run = f"sig-nightly-fix-{uid[:8]}"
+        producer = Producer({"bootstrap.servers": env.bootstrap})
+        for rec in (PlanRecord(run, "bfsig", "-", "items", ("id",), 2, 50, "even"),
+                    ChunkDone(Chunk(run, "bfsig", "-", "items", 0, ("id",), None, None), 30, "l", "h", 0, 1767323045000)):
+            producer.produce(topic, rec.value(), rec.key())
+        assert producer.flush(30) == 0
+        entry = wait_for(lambda: next((e for e in env.status("sg").get("backfills") or ()
+                                       if e.get("chunksDone") == 1), None), 30, "counts from the progress topic")
+        assert (entry["id"], entry["phase"], entry["chunksTotal"], entry["rows"], entry["signalId"]) == (
+            "sig-nightly-fix", "Pending", 2, 30, "nightly-fix")
+        assert env.condition("sg") == ("True", "BackfillInProgress")
+        worker.forward("stop-all", "stop-snapshot", None, ())
+        wait_for(lambda: env.get("sparkapplications", "sg-bf-sig-nightly-fix") is None, 30, "application deleted")
+        wait_for(lambda: env.backfills("sg") == [("sig-nightly-fix", "Cancelled")], 30, "Cancelled")
+        assert env.condition("sg") == ("False", "BackfillsComplete")
+    finally:
+        worker.close()

@@ -6,7 +6,17 @@ import pytest
 
 from cdcworker.backfill import chunking
 from cdcworker.backfill.gtid import GtidError, covers, parse
-from cdcworker.backfill.handoff import CATCHUP, HELD, JOINED, ChunkMark, ShardHandoff, TableMarks, smallest
+from cdcworker.backfill.handoff import (
+    CATCHUP,
+    HELD,
+    JOINED,
+    ChunkMark,
+    FinalChanges,
+    ShardHandoff,
+    TableMarks,
+    Verdict,
+    smallest,
+)
 from cdcworker.backfill.lanes import make_lanes
 from cdcworker.backfill.progress import (
     ChunkDone,
@@ -199,32 +209,65 @@ def _marks() -> TableMarks:
     return TableMarks.of([ChunkMark((10,), None, pos(8)), ChunkMark(None, (10,), pos(5))])
 
 
-def test_handoff_holds_then_emits_only_changes_after_each_keys_chunk() -> None:
-    held = ShardHandoff("-80", "r1", ("t",))
-    assert held.emit("t", (1,), pos(100))  # held emits live: suppressing would lose deletes
-    assert held.emit("other", None, pos(100))
-    h = held.to_catchup({"t": _marks()}, rejoin_at=pos(12))
-    assert h.catchup_start() == pos(5)
+def test_held_tables_are_held_back_and_the_catchup_emits_after_each_keys_chunk() -> None:
+    held = ShardHandoff("-80", "r1", ("t",), holds={"t": pos(2)})
+    assert not held.emit("t", (1,), pos(100))  # held back
+    assert held.emit("other", None, pos(100))  # other tables flow
+    h = held.to_catchup({"t": _marks()}, rejoin_at=pos(12)).with_finals({"t": {}})
+    assert h.catchup_start() == pos(2)  # the hold began before every chunk: replay from it
     assert not h.emit("t", (3,), pos(5)) and h.emit("t", (3,), pos(6))  # chunk 0: high 5
     assert not h.emit("t", (10,), pos(8)) and h.emit("t", (10,), pos(9))  # chunk 1: high 8
-    assert not h.emit("other", None, pos(12)) and h.emit("other", None, pos(13))
+    assert not h.emit("other", None, pos(12)) and h.emit("other", None, pos(13))  # emitted up to rejoin_at
     # A PK change from chunk 0 into chunk 1 at position 7: the delete is new, the create is in the read.
     assert h.emit_change("t", (3,), (11,), pos(7)) == (True, False)
     assert h.emit_change("t", None, (4,), pos(6)) == (False, True)
     assert not h.finished(pos(11)) and h.finished(pos(12))
     assert ShardHandoff("-80", "r1", ("t",), JOINED).emit("t", (1,), pos(1))
     # A worker behind the backfill (rejoin_at before chunk 1's high watermark 8): changes after
-    # rejoin_at were never emitted, so they are, even inside the chunk's read.
-    lagging = held.to_catchup({"t": _marks()}, rejoin_at=pos(6))
-    assert not lagging.emit("t", (10,), pos(6)) and lagging.emit("t", (10,), pos(7))
-    assert not lagging.emit("t", (3,), pos(5)) and lagging.emit("t", (3,), pos(6))
-    assert lagging.emit("t", None, pos(7)) and not lagging.emit("t", None, pos(6))
+    # rejoin_at were never emitted, but the chunk read holds them: the same rule applies.
+    lagging = held.to_catchup({"t": _marks()}, rejoin_at=pos(6)).with_finals({"t": {}})
+    assert not lagging.emit("t", (10,), pos(7)) and lagging.emit("t", (10,), pos(9))
+    assert lagging.emit("other", None, pos(7)) and not lagging.emit("other", None, pos(6))
+    assert lagging.finished(pos(8)) and not lagging.finished(pos(7))
+
+
+def test_final_changes_emit_deletes_before_the_high_watermark_once() -> None:
+    h = ShardHandoff("-80", "r1", ("t",), holds={"t": pos(2)}).to_catchup({"t": _marks()}, rejoin_at=pos(12))
+    acc = FinalChanges(h)
+    acc.change("t", None, (1,), pos(1))  # before the hold: emitted live
+    acc.change("t", (1,), None, pos(2))  # at the hold: emitted live
+    acc.change("t", None, (3,), pos(3))  # inserted and deleted during the run, before its chunk's high (5)
+    acc.change("t", (3,), None, pos(4))
+    acc.change("t", (4,), None, pos(3))  # existed before the run, deleted before its chunk: the topic holds it
+    acc.change("t", (6,), None, pos(3))  # deleted, then re-inserted before high: the snapshot row has it
+    acc.change("t", None, (6,), pos(4))
+    acc.change("t", (7,), None, pos(6))  # deleted after its chunk's high watermark: emitted anyway
+    acc.change("t", (2,), (12,), pos(4))  # a PK change from chunk 0 (high 5) into chunk 1 (high 8)
+    acc.change("t", (12,), None, pos(8))  # ...and the new key deleted at chunk 1's high
+    acc.change("t", (11,), (11,), pos(8))  # an update of a key: not a delete
+    acc.change("other", (5,), None, pos(3))  # not held
+    assert acc.finals == {"t": {(3,): pos(4), (4,): pos(3), (2,): pos(4), (12,): pos(8)}}
+    h = h.with_finals(acc.finals)
+    assert h.decide("t", (3,), pos(4)) == Verdict.FINAL and h.decide("t", (3,), pos(3)) == Verdict.SKIP
+    assert h.decide("t", (6,), pos(3)) == Verdict.SKIP and h.decide("t", (6,), pos(6)) == Verdict.EMIT
+    assert h.emit_change("t", (2,), (12,), pos(4)) == (True, False)
+    # A late table (chunks were done before its hold): any last change before the high is re-stated.
+    late = ShardHandoff("-80", "r1", ("t",), holds={"t": pos(6)}, late=("t",)).to_catchup({"t": _marks()}, pos(12))
+    acc = FinalChanges(late)
+    acc.change("t", None, (3,), pos(4))  # before the hold
+    acc.change("t", None, (11,), pos(7))
+    acc.change("t", (11,), (11,), pos(8))
+    acc.change("t", (12,), None, pos(7))
+    acc.change("t", None, (12,), pos(7))
+    assert acc.finals == {"t": {(11,): pos(8), (12,): pos(7)}}
+    assert late.catchup_start() == pos(5) and late.scan_window() == (pos(6), [pos(8)])
 
 
 def test_handoff_state_round_trips_through_the_offset_field() -> None:
-    h = ShardHandoff("-80", "r1", ("t",), CATCHUP, pos(12), {"t": _marks()})
+    h = ShardHandoff("-80", "r1", ("t",), CATCHUP, pos(12), {"t": _marks()}, {"t": pos(2)}, ("t",))
     d = h.to_offset_field()
-    assert d == {"run": "r1", "tables": ["t"], "phase": "catchup", "rejoin_at": pos(12)}
+    assert d == {"run": "r1", "tables": ["t"], "phase": "catchup", "rejoin_at": pos(12), "hold_from": {"t": pos(2)},
+                 "late": ["t"]}
     assert ShardHandoff.from_offset_field("-80", d, {"t": _marks()}) == h
     assert ShardHandoff.from_offset_field("-80", {"run": "r", "tables": ["t"]}).phase == HELD
 

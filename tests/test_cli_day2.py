@@ -8,14 +8,13 @@ worker's own server).
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from observability_fixtures import running
-from worker_fixtures import CUSTOMER_DDL, running_task, worker_config
+from worker_fixtures import CUSTOMER_DDL, running_task, wait_for, wait_positioned, worker_config
 
 from cdcworker import cli
 from localkafka import KafkaBroker
@@ -92,17 +91,12 @@ def live(kafka_broker: KafkaBroker) -> Iterator[tuple[VTGateSim, Any, str]]:
         sim.create_keyspace("commerce", ["-80", "80-"], ddl=[CUSTOMER_DDL])
         cfg = worker_config(kafka_broker, sim.address, "commerce")
         with running_task(cfg) as run:
-            deadline = time.monotonic() + 30
-            while run.task.metrics is None or run.task.processor is None:
-                assert time.monotonic() < deadline, "worker did not start"
-                time.sleep(0.05)
+            wait_positioned(sim, run)
             for i in range(1, 21):
                 sim.execute(f"INSERT INTO customer (id, email) VALUES ({i}, 'u{i}@x.io')", "commerce")
             sim.execute("UPDATE customer SET email = 'changed@x.io' WHERE id = 3", "commerce")
             sim.execute("DELETE FROM customer WHERE id = 4", "commerce")
-            while run.task.metrics.records_sent < 23:
-                assert time.monotonic() < deadline, "workload not streamed"
-                time.sleep(0.05)
+            wait_for(lambda: run.task.metrics.records_sent >= 23, what="the workload streamed")
             with running(run.task.metrics) as url:
                 yield sim, cfg, url
             run.stop()

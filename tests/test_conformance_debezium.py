@@ -225,7 +225,7 @@ def _streams_state(sim: VTGateSim) -> str:
         with vs.lock:
             lines.append(" ".join(f"{sg.keyspace}/{sg.shard}@{sg.gtid}{'+copy' if sg.table_pks else ''}"
                                   for sg in vs.sgtids))
-    heads = {ks: sim.positions(ks) for ks in KEYSPACES}
+    heads = {ks: sim.positions(ks) for ks in KEYSPACES if ks in sim.topo.keyspaces}  # other modules' keyspaces
     return f"streams: {lines}\nheads: {heads}"
 
 

@@ -21,7 +21,7 @@ import yaml
 from observability_fixtures import running
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
-from worker_fixtures import CUSTOMER_DDL, running_task, worker_config
+from worker_fixtures import CUSTOMER_DDL, running_task, wait_positioned, worker_config
 
 from cdcoperator.metrics import ConnectorMetrics
 from localkafka import KafkaBroker
@@ -104,10 +104,8 @@ def worker_exposition(kafka_broker: KafkaBroker) -> Iterator[str]:
         sim.create_keyspace("commerce", ["-80", "80-"], ddl=[CUSTOMER_DDL])
         cfg = worker_config(kafka_broker, sim.address, "commerce")
         with running_task(cfg) as run:
+            wait_positioned(sim, run)
             deadline = time.monotonic() + 30
-            while run.task.metrics is None or run.task.processor is None:
-                assert time.monotonic() < deadline, "worker did not start"
-                time.sleep(0.05)
             for i in range(1, 41):
                 sim.execute(f"INSERT INTO customer (id, email) VALUES ({i}, 'u{i}@x.io')", "commerce")
             with running(run.task.metrics) as url:

@@ -7,7 +7,7 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from worker_fixtures import running_task, worker_config
+from worker_fixtures import running_task, wait_positioned, worker_config
 from worker_fixtures import wait_for as _wait_for
 
 from cdcworker import exitcodes
@@ -116,7 +116,7 @@ def test_anonymised_columns_in_warn_mode_skip_only_that_table(sim: VTGateSim, ka
     sim.inject(FaultPlan(anonymise_columns=True))
     cfg = worker_config(kafka_broker, sim.address, "commerce", extra={"event.processing.failure.handling.mode": "warn"})
     with running_task(cfg) as run:
-        _wait_for(lambda: run.task.processor is not None and run.task.processor.stats.events_seen > 0, what="stream start")
+        wait_positioned(sim, run)
         sim.execute("INSERT INTO customer (id, email) VALUES (1, 'a@x')", "commerce")
         _wait_for(lambda: run.task.metrics is not None and run.task.metrics.erroneous >= 2, what="FIELD and ROW skipped")
         assert run.thread.is_alive()  # the task keeps streaming
@@ -136,7 +136,7 @@ def test_oversized_record_follows_the_mode(sim: VTGateSim, kafka_broker: KafkaBr
         extra={"producer.max.request.size": "4000", "event.processing.failure.handling.mode": mode},
     )
     with running_task(cfg) as run:
-        _wait_for(lambda: run.task.processor is not None and run.task.processor.stats.events_seen > 0, what="stream start")
+        wait_positioned(sim, run)
         sim.execute_transaction(
             [
                 "INSERT INTO customer (id, email) VALUES (1, 'small')",
@@ -172,11 +172,13 @@ def test_record_refused_by_the_broker_follows_the_mode(sim: VTGateSim, kafka_bro
     """
     from localkafka import create_topics
 
-    cfg = worker_config(kafka_broker, sim.address, "commerce", extra={"event.processing.failure.handling.mode": mode})
+    # Uncompressed, so the broker sees the record's own size (lz4, the default, shrinks it below the limit).
+    extra = {"event.processing.failure.handling.mode": mode, "producer.compression.type": "none"}
+    cfg = worker_config(kafka_broker, sim.address, "commerce", extra=extra)
     topic = f"{cfg.topic_prefix}.commerce.customer"
     create_topics(kafka_broker.bootstrap, [topic], partitions=1, config={"max.message.bytes": "6000"})
     with running_task(cfg) as run:
-        _wait_for(lambda: run.task.processor is not None and run.task.processor.stats.events_seen > 0, what="stream start")
+        wait_positioned(sim, run)
 
         def delivered(n: int) -> bool:
             sink = run.task.sink

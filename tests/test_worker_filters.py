@@ -7,7 +7,7 @@ import re
 from collections.abc import Iterator
 
 import pytest
-from worker_fixtures import running_task, worker_config
+from worker_fixtures import running_task, wait_positioned, worker_config
 from worker_fixtures import wait_for as _wait_for
 
 from cdcworker.filters import adjust_avro, adjust_avro_unicode, complement_regex, vstream_rules
@@ -89,7 +89,7 @@ def test_filters_and_column_options_give_exact_records(sim: VTGateSim, kafka_bro
     )
     prefix = cfg.topic_prefix
     with running_task(cfg) as run:
-        _wait_for(lambda: run.task.processor is not None and run.task.processor.stats.events_seen > 0, what="stream start")
+        wait_positioned(sim, run)
         assert run.task._rules == (("/(?i)^(?:(?:customer)|(?:orders_.*))$", ""),)
         sim.execute("INSERT INTO audit (id, what) VALUES (1, 'ignored')", "commerce")
         sim.execute("INSERT INTO customer (id, email, name, secret) VALUES (1, 'alice@x.io', 'Alice', 's1')", "commerce")
@@ -149,7 +149,7 @@ def test_exclude_list_key_columns_and_message_key_columns(sim: VTGateSim, kafka_
     )
     prefix = cfg.topic_prefix
     with running_task(cfg) as run:
-        _wait_for(lambda: run.task.processor is not None and run.task.processor.stats.events_seen > 0, what="stream start")
+        wait_positioned(sim, run)
         assert run.task._rules[0][0].startswith("/(?is)^(?:")
         sim.execute("INSERT INTO audit (id, what) VALUES (1, 'ignored')", "commerce")
         sim.execute("INSERT INTO customer (id, email, name, secret) VALUES (3, 'c@z.io', 'Carol', 's3')", "commerce")

@@ -8,8 +8,8 @@ import json
 from collections.abc import Iterator
 
 import pytest
-from test_worker_txmeta import caught_up, stored_offsets, wait_for
-from worker_fixtures import CUSTOMER_DDL, running_task, worker_config
+from test_worker_txmeta import stored_offsets
+from worker_fixtures import CUSTOMER_DDL, caught_up, running_task, wait_for, wait_positioned, worker_config
 
 from localkafka import KafkaBroker, consume_all
 from vtgatesim import VTGateSim
@@ -47,9 +47,9 @@ def test_heartbeats_while_idle_carry_the_position_and_low_watermark(
     assert cfg.source.heartbeat_interval_seconds == 1  # VTGate is asked for heartbeats too
     topic = f"__debezium-heartbeat.{cfg.topic_prefix}"
     with running_task(cfg) as run:
-        wait_for(lambda: sim.active_streams() == 1, "stream start")
+        wait_positioned(sim, run)
         sim.execute("INSERT INTO customer (id, email) VALUES (1, 'a@x.io')", "commerce")
-        wait_for(lambda: caught_up(sim, run), "insert delivered")
+        wait_for(lambda: caught_up(sim, run), what="insert delivered")
         commit_ms = max(sm.last_commit_ts or 0 for sm in run.task.metrics.shards) * 1000
 
         def later_beats() -> list[dict[str, object]]:
@@ -62,7 +62,7 @@ def test_heartbeats_while_idle_carry_the_position_and_low_watermark(
 
         # Idle now: heartbeats keep coming (VTGate's and our own timer) and, once Kafka holds the
         # insert, carry a low watermark at or after its commit.
-        wait_for(lambda: len(later_beats()) >= 2, "two idle heartbeats with the low watermark", timeout=20)
+        wait_for(lambda: len(later_beats()) >= 2, what="two idle heartbeats with the low watermark", timeout=20)
         run.stop()
 
     records = consume_all(kafka_broker.bootstrap, topic, read_committed=exactly_once)
@@ -89,15 +89,15 @@ def test_idle_position_moves_reach_the_stored_offset(sim: VTGateSim, kafka_broke
     replays from far back."""
     cfg = worker_config(kafka_broker, sim.address, "commerce", extra={"heartbeat.interval.ms": "1000"})
     with running_task(cfg) as run:
-        wait_for(lambda: sim.active_streams() == 1, "stream start")
+        wait_positioned(sim, run)
         for _ in range(3):
             sim.other("commerce", "80-")
-        wait_for(lambda: caught_up(sim, run), "OTHER events read")
+        wait_for(lambda: caught_up(sim, run), what="OTHER events read")
         def stored_at_head() -> bool:
             offsets = stored_offsets(kafka_broker, cfg)
             return bool(offsets) and {sg.shard: sg.gtid for sg in offsets[-1].vgtid} == sim.positions("commerce")
 
-        wait_for(stored_at_head, "offset at the head while idle")
+        wait_for(stored_at_head, what="offset at the head while idle")
         run.stop()
     beats = [json.loads(r.value or b"")["payload"] for r in consume_all(kafka_broker.bootstrap, f"__debezium-heartbeat.{cfg.topic_prefix}")]
     assert beats and list(beats[-1]) == ["vgtid", "ts_ms"]  # no low watermark field unless enabled
@@ -107,10 +107,12 @@ def test_keyspace_heartbeats_stream_the_heartbeat_table(sim: VTGateSim, kafka_br
     cfg = worker_config(kafka_broker, sim.address, "commerce", extra={"vitess.stream.keyspace.heartbeats": "true"})
     topic = f"{cfg.topic_prefix}.commerce.heartbeat"
     with running_task(cfg) as run:
-        wait_for(lambda: sim.active_streams() == 1, "stream start")
+        wait_positioned(sim, run)
+        # both shards resolved "current": earlier writes would be before the stream's start
+        wait_for(lambda: caught_up(sim, run), what="stream positioned")
         sim.write_heartbeat("commerce")
         sim.write_heartbeat("commerce")
-        wait_for(lambda: caught_up(sim, run), "heartbeat rows read")
+        wait_for(lambda: caught_up(sim, run), what="heartbeat rows read")
         run.stop()
     records = consume_all(kafka_broker.bootstrap, topic)
     payloads = [json.loads(r.value or b"")["payload"] for r in records]

@@ -7,8 +7,7 @@ import json
 from collections.abc import Iterator
 
 import pytest
-from test_worker_txmeta import caught_up, wait_for
-from worker_fixtures import CUSTOMER_DDL, running_task, worker_config
+from worker_fixtures import CUSTOMER_DDL, caught_up, running_task, wait_for, wait_positioned, worker_config
 
 from cdcworker.records.schema_change import schema_change_key_schema, schema_change_value_schema
 from localkafka import KafkaBroker, consume_all
@@ -27,12 +26,12 @@ def sim() -> Iterator[VTGateSim]:
 def test_ddl_records_and_new_columns_without_restart(sim: VTGateSim, kafka_broker: KafkaBroker) -> None:
     cfg = worker_config(kafka_broker, sim.address, "commerce", extra={"include.schema.changes": "true"})
     with running_task(cfg) as run:
-        wait_for(lambda: sim.active_streams() == 1, "stream start")
+        wait_positioned(sim, run)
         sim.execute("INSERT INTO customer (id, email) VALUES (1, 'a@x.io')", "commerce")
         sim.execute(ALTER, "commerce")
         sim.execute("INSERT INTO customer (id, email, age) VALUES (2, 'b@x.io', 42)", "commerce")
         sim.execute("UPDATE customer SET age = 7 WHERE id = 1", "commerce")
-        wait_for(lambda: caught_up(sim, run), "all delivered")
+        wait_for(lambda: caught_up(sim, run), what="all delivered")
         first_run = run.task.run_id
         assert run.stop().exit_code == 0
     assert first_run
@@ -61,6 +60,11 @@ def test_ddl_records_and_new_columns_without_restart(sim: VTGateSim, kafka_broke
 
     data = consume_all(kafka_broker.bootstrap, f"{cfg.topic_prefix}.commerce.customer")
     docs = [json.loads(r.value or b"") for r in data]
+    # the __debezium.context.* headers of the data records, as Debezium writes them
+    assert [r.headers for r in ddl] == [data[0].headers] * 2
+    assert [k for k, _ in data[0].headers] == [
+        f"__debezium.context.{k}" for k in ("connectorLogicalName", "taskId", "connectorName", "runId")
+    ]
     assert [(d["payload"]["op"], d["payload"]["after"]) for d in docs] == [
         ("c", {"id": 1, "email": "a@x.io"}),
         ("c", {"id": 2, "email": "b@x.io", "age": 42}),
@@ -80,10 +84,10 @@ def test_ddl_records_and_new_columns_without_restart(sim: VTGateSim, kafka_broke
 def test_no_schema_change_records_by_default(sim: VTGateSim, kafka_broker: KafkaBroker) -> None:
     cfg = worker_config(kafka_broker, sim.address, "commerce")
     with running_task(cfg) as run:
-        wait_for(lambda: sim.active_streams() == 1, "stream start")
+        wait_positioned(sim, run)
         sim.execute(ALTER, "commerce")
         sim.execute("INSERT INTO customer (id, email, age) VALUES (2, 'b@x.io', 42)", "commerce")
-        wait_for(lambda: caught_up(sim, run), "all delivered")
+        wait_for(lambda: caught_up(sim, run), what="all delivered")
         run.stop()
     from confluent_kafka.admin import AdminClient
 

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 from confluent_kafka import Producer
-from worker_fixtures import running_task, worker_config
+from worker_fixtures import running_task, wait_positioned, worker_config
 from worker_fixtures import wait_for as _wait_for
 
 from cdcworker.signals import Signal, SignalDispatcher
@@ -38,7 +38,7 @@ def test_signal_table_runs_an_ad_hoc_snapshot_next_to_the_live_stream(sim: VTGat
     cfg = worker_config(kafka_broker, sim.address, "commerce", extra={"signal.data.collection": "commerce.dbz_signal"})
     topic = f"{cfg.topic_prefix}.commerce.customer"
     with running_task(cfg) as run:
-        _wait_for(lambda: run.task.processor is not None and run.task.processor.stats.events_seen > 0, what="stream start")
+        wait_positioned(sim, run)
         data = json.dumps({"data-collections": ["commerce.customer"], "type": "blocking"})
         sim.execute(f"INSERT INTO dbz_signal (id, type, data) VALUES (1, 'execute-snapshot', '{data}')", "commerce")
         sim.execute("INSERT INTO customer (id, email) VALUES (100, 'live@x.io')", "commerce")
@@ -146,7 +146,7 @@ def test_ad_hoc_snapshot_resumes_after_a_restart(kafka_broker: KafkaBroker) -> N
         cfg = worker_config(kafka_broker, sim.address, "commerce", extra={"signal.data.collection": "commerce.dbz_signal"})
         topic = f"{cfg.topic_prefix}.commerce.customer"
         with running_task(cfg) as run:
-            _wait_for(lambda: run.task.processor is not None and run.task.processor.stats.events_seen > 0, what="stream start")
+            wait_positioned(sim, run)
             stall = sim.inject(FaultPlan(stall_after_events=40))  # the next VStream: the snapshot's copy
             data = json.dumps({"data-collections": ["commerce.customer"]})
             sim.execute(f"INSERT INTO dbz_signal (id, type, data) VALUES (1, 'execute-snapshot', '{data}')", "commerce")
@@ -192,3 +192,169 @@ def test_ad_hoc_snapshot_resumes_after_a_restart(kafka_broker: KafkaBroker) -> N
     assert {p["after"]["id"] for p in reads} >= set(range(1, rows + 1)) - {7}
     assert [p["source"]["snapshot"] for p in reads].count("last") == 1
     assert all(p["source"]["snapshot"] in ("true", "last") for p in reads)
+
+
+def test_resume_point_keeps_shards_between_two_tables_copying() -> None:
+    """A shard that finished one table and has not committed a batch of the next shows a gtid and
+    no ``table_p_ks``; as a resume point that would mean "copied", so its last copying entry (or,
+    with none, a fresh copy) is kept until the shard's COPY_COMPLETED."""
+    from cdcworker.offsets import ShardGtid, Vgtid
+    from cdcworker.offsets.vgtid import LastPK, PKField, PKRow, TableLastPK
+    from cdcworker.snapshot.vstream_copy import resumable_vgtid
+
+    lastpk = TableLastPK("account", LastPK((PKField("id", "INT64", 63, 0),), (PKRow((2,), b"40"),)))
+    copying = ShardGtid("ks", "-80", "MySQL56/a:1-5", (lastpk,))
+    between = ShardGtid("ks", "-80", "MySQL56/a:1-5")
+    fresh = ShardGtid("ks", "80-", "MySQL56/b:1-3")  # between its first (empty) table and the next
+    done = ShardGtid("ks", "c0-", "MySQL56/c:1-9")
+    got = resumable_vgtid(Vgtid((between, fresh, done)), {"c0-"}, {"-80": copying})
+    assert got == Vgtid((copying, ShardGtid("ks", "80-", ""), done))
+    assert [sg.copying for sg in got] == [True, True, False]
+    # a shard still in a table keeps its own (newer) entry
+    assert resumable_vgtid(Vgtid((copying,)), set(), {}) == Vgtid((copying,))
+
+
+def _reads(broker: KafkaBroker, topic: str) -> list[tuple[dict, str]]:
+    """(payload, run id) of every op=r record."""
+    out = []
+    for r in consume_all(broker.bootstrap, topic):
+        if r.value:
+            p = json.loads(r.value)["payload"]
+            if p["op"] == "r":
+                out.append((p, dict(r.headers)["__debezium.context.runId"].decode()))
+    return out
+
+
+def test_last_marker_when_the_last_table_is_empty(sim: VTGateSim, kafka_broker: KafkaBroker) -> None:
+    """Tables are copied in name order; ``zz_empty`` comes last and has no row: the last row of
+    ``customer`` carries ``"last"``, and the request completes."""
+    sim.execute("CREATE TABLE zz_empty (id BIGINT NOT NULL, v INT, PRIMARY KEY (id))", "commerce")
+    cfg = worker_config(kafka_broker, sim.address, "commerce", extra={"signal.data.collection": "commerce.dbz_signal"})
+    with running_task(cfg) as run:
+        wait_positioned(sim, run)
+        data = json.dumps({"data-collections": ["commerce.customer", "commerce.zz_empty"]})
+        sim.execute(f"INSERT INTO dbz_signal (id, type, data) VALUES (1, 'execute-snapshot', '{data}')", "commerce")
+        _wait_for(lambda: run.task.extras.engine.completed == ["1"], what="snapshot done")
+        _wait_for(lambda: run.task.sink.pending == 0, what="acks")
+        assert run.task.extras.engine.records == 6
+        assert run.stop().exit_code == 0
+    reads = [p for p, _ in _reads(kafka_broker, f"{cfg.topic_prefix}.commerce.customer")]
+    assert sorted(p["after"]["id"] for p in reads) == [1, 2, 3, 4, 5, 6]
+    assert sorted(p["source"]["snapshot"] for p in reads) == ["last"] + ["true"] * 5
+    assert f"{cfg.topic_prefix}.commerce.zz_empty" not in _topics(kafka_broker)
+
+
+def _topics(broker: KafkaBroker) -> set[str]:
+    from confluent_kafka.admin import AdminClient
+
+    return set(AdminClient({"bootstrap.servers": broker.bootstrap}).list_topics(timeout=10).topics)
+
+
+def test_stop_snapshot_mid_run_ends_with_one_last_marker(kafka_broker: KafkaBroker) -> None:
+    """A ``stop-snapshot`` while the copy is stalled half-way: the row held back goes out as
+    ``"last"`` (nothing read is dropped), the offset forgets the snapshot, and the live stream
+    stops remembering keys of the snapshotted table."""
+    from cdcworker.snapshot.vstream_copy import STATE_KEY, _WatchingSink
+    from vtgatesim.faults import FaultPlan
+
+    with VTGateSim(packet_size=64) as sim:
+        sim.create_keyspace("commerce", ["-80", "80-"], ddl=DDL)
+        values = ", ".join(f"({i}, 'u{i}@x.io')" for i in range(1, 81))
+        sim.execute(f"INSERT INTO customer (id, email) VALUES {values}", "commerce")
+        cfg = worker_config(kafka_broker, sim.address, "commerce", extra={"signal.data.collection": "commerce.dbz_signal"})
+        topic = f"{cfg.topic_prefix}.commerce.customer"
+        with running_task(cfg) as run:
+            wait_positioned(sim, run)
+            stall = sim.inject(FaultPlan(stall_after_events=40))
+            data = json.dumps({"data-collections": ["commerce.customer"]})
+            sim.execute(f"INSERT INTO dbz_signal (id, type, data) VALUES (1, 'execute-snapshot', '{data}')", "commerce")
+            _wait_for(stall.stalled.is_set, what="the copy to stall")
+            engine = run.task.extras.engine
+            _wait_for(lambda: engine._run is not None and engine._run.queue.empty() and engine._run.held is not None,
+                      what="the engine to drain the copied batches")
+            stop = json.dumps({"data-collections": ["commerce.customer"], "type": "incremental"})
+            sim.execute(f"INSERT INTO dbz_signal (id, type, data) VALUES (2, 'stop-snapshot', '{stop}')", "commerce")
+            _wait_for(lambda: not engine.active, what="the snapshot to stop")
+            assert engine.completed == []
+            assert not isinstance(run.task.processor.sink, _WatchingSink)
+            sim.execute("INSERT INTO customer (id, email) VALUES (100, 'live@x.io')", "commerce")
+            _wait_for(lambda: run.task.processor.stats.transactions > 0 and run.task.sink.pending == 0
+                      and {sg.shard: sg.gtid for sg in run.task.processor.position} == sim.positions("commerce"),
+                      what="the live insert")
+            emitted = engine.records
+            assert run.stop().exit_code == 0
+        offsets = [json.loads(r.value) for r in consume_all(kafka_broker.bootstrap, cfg.kafka.offsets_topic) if r.value]
+        assert STATE_KEY not in offsets[-1]
+    reads = [p for p, _ in _reads(kafka_broker, topic)]
+    assert 0 < len(reads) == emitted < 80
+    assert sorted(p["source"]["snapshot"] for p in reads) == ["last"] + ["true"] * (len(reads) - 1)
+    live = [json.loads(r.value)["payload"] for r in consume_all(kafka_broker.bootstrap, topic) if r.value]
+    assert [p["after"]["id"] for p in live if p["op"] == "c"] == [100]
+
+
+ACCOUNT_DDL = "CREATE TABLE account (id BIGINT NOT NULL, owner VARCHAR(32), PRIMARY KEY (id))"
+
+
+# The task streams shard -80 only, so the copy stream's events are deterministic: account's
+# batches, its "table done" VGTID (event 47), customer's FIELD and snapshot VGTID, customer's first
+# batch (COMMIT = event 60), then one batch per group. Stall points: before customer's first batch
+# (the shard is between the tables), right after it (the row held back for "last" is in it, so the
+# resume point is the VGTID before it, which has no table_p_ks: the case that used to skip the
+# rest of customer), and in the middle of customer.
+@pytest.mark.parametrize("stall_after", [52, 60, 61, 80])
+def test_multi_table_snapshot_resumes_in_the_second_table(kafka_broker: KafkaBroker, stall_after: int) -> None:
+    """Two tables copied in name order (``account``, then ``customer``); the task stops while the
+    copy is at or in ``customer``. The next run copies only what was left: ``account`` is not copied again beyond the batch of a held row, every row of
+    both tables ends up in Kafka, and exactly one read carries ``"last"``."""
+    from cdcworker.offsets import Vgtid
+    from cdcworker.snapshot.vstream_copy import STATE_KEY
+    from vtgatesim.faults import FaultPlan
+
+    rows = 60
+    with VTGateSim(packet_size=64) as sim:
+        sim.create_keyspace("commerce", ["-80", "80-"], ddl=[*DDL, ACCOUNT_DDL])
+        sim.execute("INSERT INTO account (id, owner) VALUES " + ", ".join(f"({i}, 'o{i}')" for i in range(1, rows + 1)), "commerce")
+        sim.execute("INSERT INTO customer (id, email) VALUES " + ", ".join(f"({i}, 'u{i}@x.io')" for i in range(1, rows + 1)), "commerce")
+        cfg = worker_config(kafka_broker, sim.address, "commerce",
+                            extra={"signal.data.collection": "commerce.dbz_signal", "vitess.shard": "-80"})
+        prefix = cfg.topic_prefix
+        expected = {int(row[0]) for row in sim.execute("SELECT id FROM account", "commerce/-80").rows}  # same for customer
+        assert 20 < len(expected) < rows
+        with running_task(cfg) as run:
+            wait_positioned(sim, run)
+            stall = sim.inject(FaultPlan(stall_after_events=stall_after))
+            data = json.dumps({"data-collections": ["commerce.customer", "commerce.account"]})
+            sim.execute(f"INSERT INTO dbz_signal (id, type, data) VALUES (1, 'execute-snapshot', '{data}')", "commerce")
+            _wait_for(stall.stalled.is_set, what="the copy to stall")
+            engine = run.task.extras.engine
+            _wait_for(lambda: engine._run is not None and engine._run.queue.empty(), what="the engine to drain")
+            assert engine.completed == []
+            assert run.stop().exit_code == 0
+        offsets = [json.loads(r.value) for r in consume_all(kafka_broker.bootstrap, cfg.kafka.offsets_topic) if r.value]
+        resume = Vgtid.from_json(json.loads(offsets[-1][STATE_KEY])["requests"][0]["vgtid"])
+        assert resume.copying, resume
+
+        with running_task(cfg) as run:
+            _wait_for(lambda: run.task.extras is not None and run.task.extras.engine is not None, what="extras")
+            _wait_for(lambda: run.task.extras.engine.completed == ["1"], what="the resumed snapshot to complete")
+            _wait_for(lambda: run.task.sink.pending == 0, what="acks")
+            assert run.stop().exit_code == 0
+
+    markers = []
+    first_run_ids: dict[str, set[int]] = {}
+    for table, column, value in (("account", "owner", "o{}"), ("customer", "email", "u{}@x.io")):
+        reads = _reads(kafka_broker, f"{prefix}.commerce.{table}")
+        by_run: dict[str, set[int]] = {}
+        for p, run_id in reads:
+            assert p["after"] == {"id": p["after"]["id"], column: value.format(p["after"]["id"])}
+            by_run.setdefault(run_id, set()).add(p["after"]["id"])
+            markers.append(p["source"]["snapshot"])
+        assert set().union(*by_run.values()) == expected, f"{table}: rows lost; resumed from {resume}"
+        first_run_ids[table] = next(iter(by_run.values()))  # dicts keep insertion order: run 1 first
+        if len(by_run) == 2:
+            first, second = by_run.values()
+            # at most the copy batch of the row held back for "last" (up to 14 rows here) per shard
+            assert len(first & second) <= 14, f"{table}: {sorted(first & second)} copied twice; resumed from {resume}"
+    assert sorted(markers).count("last") == 1
+    # the first run stopped at or in the second table: account was read (but for a held row)
+    assert len(expected - first_run_ids["account"]) <= 1

@@ -6,7 +6,7 @@ import json
 from collections.abc import Iterator
 
 import pytest
-from worker_fixtures import CUSTOMER_DDL, running_task, worker_config
+from worker_fixtures import CUSTOMER_DDL, running_task, wait_positioned, worker_config
 from worker_fixtures import wait_for as _wait_for
 
 from cdcworker.offsets import OffsetPartition, OffsetValue, offset_record_key
@@ -25,7 +25,7 @@ def test_streams_inserts_updates_deletes_as_debezium_records(sim: VTGateSim, kaf
     cfg = worker_config(kafka_broker, sim.address, "commerce")
     topic = f"{cfg.topic_prefix}.commerce.customer"
     with running_task(cfg) as run:
-        _wait_for(lambda: run.task.processor is not None and run.task.processor.stats.events_seen > 0, what="stream start")
+        wait_positioned(sim, run)
         sim.execute("INSERT INTO customer (id, email) VALUES (1, 'alice@domain.com')", "commerce")
         sim.execute("UPDATE customer SET email = 'alice@new.com' WHERE id = 1", "commerce")
         sim.execute("DELETE FROM customer WHERE id = 1", "commerce")
@@ -64,7 +64,7 @@ def test_offsets_are_written_in_connect_format_and_resume_without_loss(sim: VTGa
     cfg = worker_config(kafka_broker, sim.address, "commerce")
     topic = f"{cfg.topic_prefix}.commerce.customer"
     with running_task(cfg) as run:
-        _wait_for(lambda: run.task.processor is not None and run.task.processor.stats.events_seen > 0, what="stream start")
+        wait_positioned(sim, run)
         for i in range(1, 21):
             sim.execute(f"INSERT INTO customer (id, email) VALUES ({i}, 'u{i}@x.io')", "commerce")
         _wait_for(lambda: run.task.sink is not None and run.task.sink.records_sent >= 20, what="20 records")
@@ -97,7 +97,7 @@ def test_exactly_once_commits_records_and_offsets_in_one_transaction(sim: VTGate
     assert cfg.kafka.transactional
     topic = f"{cfg.topic_prefix}.commerce.customer"
     with running_task(cfg) as run:
-        _wait_for(lambda: run.task.processor is not None and run.task.processor.stats.events_seen > 0, what="stream start")
+        wait_positioned(sim, run)
         for i in range(1, 51):
             sim.execute(f"INSERT INTO customer (id, email) VALUES ({i}, 'u{i}@x.io')", "commerce")
         _wait_for(lambda: run.task.sink is not None and run.task.sink.durable is not None

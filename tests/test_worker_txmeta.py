@@ -10,13 +10,19 @@ from __future__ import annotations
 
 import itertools
 import json
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from test_txmeta_monitor import KEY_SCHEMA, VALUE_SCHEMA
-from worker_fixtures import CUSTOMER_DDL, RunningTask, running_task, worker_config
+from worker_fixtures import (
+    CUSTOMER_DDL,
+    caught_up,
+    running_task,
+    wait_for,
+    wait_positioned,
+    worker_config,
+)
 
 from cdcworker.config import WorkerConfig
 from cdcworker.offsets import OffsetPartition, OffsetValue, Vgtid, offset_record_key
@@ -34,30 +40,6 @@ def sim() -> Iterator[VTGateSim]:
     with VTGateSim() as s:
         s.create_keyspace("commerce", ["-80", "80-"], ddl=[CUSTOMER_DDL])
         yield s
-
-
-def wait_for(predicate: Callable[[], Any], what: str, timeout: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)  # polling a condition
-
-
-def started(run: RunningTask) -> bool:
-    p = run.task.processor
-    return p is not None and p.stats.events_seen > 0
-
-
-def caught_up(sim: VTGateSim, run: RunningTask, keyspace: str = "commerce") -> bool:
-    """Everything committed on the source was read and Kafka acknowledged it."""
-    p, sink = run.task.processor, run.task.sink
-    if p is None or sink is None:
-        return False
-    return {sg.shard: sg.gtid for sg in p.position} == sim.positions(keyspace) and sink.pending == 0
 
 
 def payload(r: ConsumedRecord) -> dict[str, Any]:
@@ -85,9 +67,9 @@ def esc(text: str) -> str:
 # ---------------------------------------------------------------------------------------------
 def test_begin_end_and_transaction_blocks_are_exact(sim: VTGateSim, kafka_broker: KafkaBroker) -> None:
     cfg = worker_config(kafka_broker, sim.address, "commerce", extra={"provide.transaction.metadata": "true"})
+    sim.execute("INSERT INTO customer (id, email) VALUES (1, 'a@x.io')", "commerce")  # before the stream
     with running_task(cfg) as run:
-        sim.execute("INSERT INTO customer (id, email) VALUES (1, 'a@x.io')", "commerce")
-        wait_for(lambda: started(run), "stream start")
+        wait_positioned(sim, run)
         # one transaction on -80 with three data events (insert, update, delete + tombstone)
         sim.execute_transaction(
             [
@@ -98,13 +80,13 @@ def test_begin_end_and_transaction_blocks_are_exact(sim: VTGateSim, kafka_broker
             "commerce",
         )
         sim.execute("INSERT INTO customer (id, email) VALUES (4, 'd@x.io')", "commerce")  # 80-
-        wait_for(lambda: caught_up(sim, run), "all delivered")
+        wait_for(lambda: caught_up(sim, run), what="all delivered")
         assert run.stop().exit_code == 0
 
     tx = consume_all(kafka_broker.bootstrap, tx_topic(cfg))
     data = consume_all(kafka_broker.bootstrap, data_topic(cfg))
     events = [r for r in data if r.value is not None]
-    # the first insert may precede the stream; the three-statement transaction and the 80- insert follow
+    # the three-statement transaction on -80 and the 80- insert (the first insert precedes the stream)
     ids = {payload(r)["source"]["vgtid"] for r in events}
     txn_ids = [payload(r)["id"] for r in tx if payload(r)["status"] == "BEGIN"]
     assert [payload(r)["status"] for r in tx] == ["BEGIN", "END"] * len(txn_ids)
@@ -169,16 +151,15 @@ def test_begin_end_and_transaction_blocks_are_exact(sim: VTGateSim, kafka_broker
 def test_restart_continues_without_duplicate_begin(sim: VTGateSim, kafka_broker: KafkaBroker) -> None:
     cfg = worker_config(kafka_broker, sim.address, "commerce", extra={"provide.transaction.metadata": "true"})
     with running_task(cfg) as run:
-        wait_for(lambda: run.task.processor is not None, "task start")
-        wait_for(lambda: sim.active_streams() == 1, "stream start")
+        wait_positioned(sim, run)
         for i in (1, 2, 3):
             sim.execute(f"INSERT INTO customer (id, email) VALUES ({i}, 'u{i}@x.io')", "commerce")
-        wait_for(lambda: caught_up(sim, run), "first batch")
+        wait_for(lambda: caught_up(sim, run), what="first batch")
         run.stop()
     for i in (5, 9):
         sim.execute(f"INSERT INTO customer (id, email) VALUES ({i}, 'u{i}@x.io')", "commerce")
     with running_task(cfg) as run:
-        wait_for(lambda: caught_up(sim, run), "second batch")
+        wait_for(lambda: caught_up(sim, run), what="second batch")
         run.stop()
     tx = [payload(r) for r in consume_all(kafka_broker.bootstrap, tx_topic(cfg))]
     begins = [p["id"] for p in tx if p["status"] == "BEGIN"]
@@ -203,7 +184,7 @@ def test_resume_from_an_offset_stored_mid_transaction(sim: VTGateSim, kafka_brok
         store.ensure_topic()
         store.write(cfg.name, OffsetPartition(cfg.topic_prefix), OffsetValue.build(before, txid, {dc: 1}))
     with running_task(cfg) as run:
-        wait_for(lambda: caught_up(sim, run), "replayed transaction")
+        wait_for(lambda: caught_up(sim, run), what="replayed transaction")
         run.stop()
     tx = [payload(r) for r in consume_all(kafka_broker.bootstrap, tx_topic(cfg))]
     assert [(p["status"], p["id"], p["event_count"]) for p in tx] == [("END", txid, 3)]
@@ -230,20 +211,20 @@ def test_ordered_metadata_orders_events_across_reparent_and_reshard(sim: VTGateS
     with running_task(cfg) as run:
         # "current" is resolved per shard when the stream starts: write only once the worker holds
         # real positions, or the first inserts may precede them (and are, rightly, not streamed).
-        wait_for(lambda: caught_up(sim, run), "stream positioned at the current GTIDs")
+        wait_for(lambda: caught_up(sim, run), what="stream positioned at the current GTIDs")
         for i in (1, 4):
             sim.execute(f"INSERT INTO customer (id, email) VALUES ({i}, 'v0')", "commerce")
         for n in range(1, 3):
             sim.execute(f"UPDATE customer SET email = 'v{n}' WHERE id IN (1, 4)", "commerce")
-        wait_for(lambda: caught_up(sim, run), "before reparent")
+        wait_for(lambda: caught_up(sim, run), what="before reparent")
         sim.reparent("commerce", "-80")
         for n in range(3, 5):
             sim.execute(f"UPDATE customer SET email = 'v{n}' WHERE id IN (1, 4)", "commerce")
-        wait_for(lambda: caught_up(sim, run), "after reparent")
+        wait_for(lambda: caught_up(sim, run), what="after reparent")
         sim.reshard("commerce", ["-40", "40-80", "80-c0", "c0-"])
         for n in range(5, 7):
             sim.execute(f"UPDATE customer SET email = 'v{n}' WHERE id IN (1, 4)", "commerce")
-        wait_for(lambda: caught_up(sim, run), "after reshard")
+        wait_for(lambda: caught_up(sim, run), what="after reshard")
         run.stop()
 
     records = [r for r in consume_all(kafka_broker.bootstrap, data_topic(cfg)) if r.value is not None]
@@ -299,9 +280,9 @@ def test_size_reducing_transforms(sim: VTGateSim, kafka_broker: KafkaBroker) -> 
         },
     )
     with running_task(cfg) as run:
-        wait_for(lambda: sim.active_streams() == 1, "stream start")
+        wait_positioned(sim, run)
         sim.execute("INSERT INTO customer (id, email) VALUES (1, 'a@x.io'), (4, 'd@x.io')", "commerce")
-        wait_for(lambda: caught_up(sim, run), "delivered")
+        wait_for(lambda: caught_up(sim, run), what="delivered")
         run.stop()
     from confluent_kafka.admin import AdminClient
 

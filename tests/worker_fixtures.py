@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import threading
-import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TypeVar
 
+from polling import wait_for as wait_for  # re-exported for the worker tests
+
 from cdcworker.config import WorkerConfig, load_config
 from cdcworker.task import TaskResult, WorkerTask
 from localkafka import KafkaBroker
+from vtgatesim import VTGateSim
 
 T = TypeVar("T")
 
@@ -88,13 +90,20 @@ def running_task(config: WorkerConfig) -> Iterator[RunningTask]:
             holder.thread.join(60)
 
 
-def wait_for(predicate: Callable[[], T], timeout: float = 30.0, what: str = "condition") -> T:
-    """Poll ``predicate`` until it returns something truthy (returned) or ``timeout`` passes (AssertionError)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)  # polling interval of a condition with a deadline, not synchronisation
+def caught_up(sim: VTGateSim, run: RunningTask, keyspace: str = "commerce") -> bool:
+    """Everything committed on the task's shards was read and Kafka acknowledged it."""
+    p, sink = run.task.processor, run.task.sink
+    if p is None or sink is None or p.position is None:
+        return False
+    source = sim.positions(keyspace)
+    held = {sg.shard: sg.gtid for sg in p.position}
+    return bool(held) and all(source.get(shard) == gtid for shard, gtid in held.items()) and sink.pending == 0
+
+
+def wait_positioned(sim: VTGateSim, run: RunningTask, keyspace: str = "commerce") -> None:
+    """Wait until the task holds a real position on every shard of ``keyspace``.
+
+    A start from ``current`` is resolved per shard when that shard's stream starts (as in VTGate),
+    so a write made before then is, rightly, not streamed: tests write only after this.
+    """
+    wait_for(lambda: caught_up(sim, run, keyspace), what="the stream positioned at the current GTIDs")

@@ -8,17 +8,17 @@ import datetime as dt
 import functools
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
 from . import binlog as bl
-from . import mysqltypes
+from . import mysqltypes, wire
 from . import sql as sqlp
 from .mysqltypes import MySQLError
 from .schema import NOW, TableSchema, column_from_def, table_from_create
-from .store import q
+from .store import ShardStore, q
 from .topology import CELL, Keyspace, Shard, Topology
 
 INT64 = 265
@@ -512,6 +512,14 @@ class Executor:
         return t
 
     def select(self, ks: Keyspace, shards: list[Shard], stmt: sqlp.Select, binds: dict[str, Any]) -> Result:
+        res, kinds, raw = self.select_raw(ks, shards, stmt, binds)
+        res.rows = [render_row(kinds, r) for r in raw]
+        return res
+
+    def select_raw(self, ks: Keyspace, shards: list[Shard], stmt: sqlp.Select, binds: dict[str, Any]
+                   ) -> tuple[Result, list[Any], list[tuple[Any, ...]]]:
+        """A SELECT's fields (in a row-less Result), output kinds and stored rows; `render_row` turns
+        each into MySQL text. Split so streaming can render outside the cluster lock."""
         schema = self.table_of(shards[0], stmt.table)
         cols = stmt.columns or [(("col", c.name), c.name) for c in schema.columns]
         aggs = [e[0] == "func" and e[1] in ("COUNT", "MIN", "MAX", "SUM") for e, _ in cols]
@@ -573,19 +581,43 @@ class Executor:
                     raw.sort(key=functools.partial(_order_key, idx), reverse=desc)
             if stmt.limit is not None:
                 raw = raw[stmt.offset: stmt.offset + stmt.limit]
-        for r in raw:
-            out: list[bytes | None] = []
-            for kind, v in zip(kinds, r, strict=True):
-                if v is None:
-                    out.append(None)
-                elif kind == "count":
-                    out.append(str(v).encode())
-                elif isinstance(kind, tuple):
-                    out.append(mysqltypes.to_text(kind[1].ct, v) if kind[0] != "SUM" else str(v).encode())
-                else:
-                    out.append(mysqltypes.to_text(kind.ct, v))
-            res.rows.append(out)
-        return res
+        return res, kinds, raw
+
+    def stream_select(self, sql: str, target: str = "", binds: dict[str, Any] | None = None) -> RowStream | None:
+        """A plain SELECT for the wire: fields now, `query.Row` encodings in batches as they are
+        rendered (outside the lock, from the rows read under it). None for any other statement.
+
+        A single-shard read of whole rows of a table with a primary key uses the shard's
+        encoded-row cache (see store.py): hits are taken under the lock with the read, so the
+        stream is one consistent snapshot; misses are rendered afterwards and cached.
+        """
+        stmt = self.parse(sql)
+        if not isinstance(stmt, sqlp.Select):
+            return None
+        tgt = Target.parse(target)
+        with self.topo.lock:
+            ks = self.resolve_keyspace(stmt, tgt)
+            shards = self.target_shards(ks, tgt)
+            tname = f"{ks.name}.{tgt.shard or '0'}.{tgt.tablet_type}"
+            try:
+                res, kinds, raw = self.select_raw(ks, shards, stmt, binds or {})
+            except MySQLError as e:
+                raise mysql_error_to_vt(e, tname) from None
+            store = shards[0].store
+            schema = store.table(stmt.table)
+            whole = (len(shards) == 1 and schema is not None and bool(schema.pk)
+                     and len(kinds) == len(schema.columns)
+                     and all(k is c for k, c in zip(kinds, schema.columns, strict=True)))
+            if whole:
+                assert schema is not None
+                cache = store.cached_rows(schema)
+                key = store.pk_key(schema)
+                hits: list[bytes | None] = [cache.get(key(r)) for r in raw] if cache else [None] * len(raw)
+                seen = store.writes
+        if not whole:
+            return RowStream(res.fields, _render_batches(kinds, raw))
+        assert schema is not None
+        return RowStream(res.fields, _cached_batches(store, schema, seen, key, kinds, raw, hits))
 
     # -- DML
     def dml(self, ks: Keyspace, shards: list[Shard], stmt: sqlp.Statement, binds: dict[str, Any],
@@ -819,6 +851,55 @@ class Executor:
                 s.store.delete(schema, old)
                 txn(s).record(schema, old, None)
                 res.rows_affected += 1
+
+
+STREAM_BATCH_ROWS = 256  # rows per StreamExecute response
+
+
+@dataclass
+class RowStream:
+    """A streamed SELECT: fields (query.Field kwargs) and batches of rows, each a `query.Row` encoded
+    as a `QueryResult.rows` entry (`wire.result_row`), so a batch joined is a row-only QueryResult."""
+
+    fields: list[dict[str, Any]]
+    batches: Iterator[list[bytes]]
+
+
+def render_row(kinds: Sequence[Any], r: Sequence[Any]) -> list[bytes | None]:
+    """One stored result row as MySQL text (kinds from `select_raw`)."""
+    out: list[bytes | None] = []
+    for kind, v in zip(kinds, r, strict=True):
+        if v is None:
+            out.append(None)
+        elif kind == "count":
+            out.append(str(v).encode())
+        elif isinstance(kind, tuple):
+            out.append(mysqltypes.to_text(kind[1].ct, v) if kind[0] != "SUM" else str(v).encode())
+        else:
+            out.append(mysqltypes.to_text(kind.ct, v))
+    return out
+
+
+def _render_batches(kinds: Sequence[Any], raw: Sequence[tuple[Any, ...]]) -> Iterator[list[bytes]]:
+    encode = wire.result_row
+    for i in range(0, len(raw), STREAM_BATCH_ROWS):
+        yield [encode(render_row(kinds, r)) for r in raw[i:i + STREAM_BATCH_ROWS]]
+
+
+def _cached_batches(store: ShardStore, schema: TableSchema, seen: int, key: Callable[[Sequence[Any]], Any],
+                    kinds: Sequence[Any], raw: Sequence[tuple[Any, ...]], hits: list[bytes | None]
+                    ) -> Iterator[list[bytes]]:
+    encode = wire.result_row
+    for i in range(0, len(raw), STREAM_BATCH_ROWS):
+        batch = hits[i:i + STREAM_BATCH_ROWS]
+        if None in batch:
+            new: dict[Any, bytes] = {}
+            for j, b in enumerate(batch):
+                if b is None:
+                    r = raw[i + j]
+                    batch[j] = new[key(r)] = encode(render_row(kinds, r))
+            store.cache_rows(schema, seen, new)
+        yield batch  # type: ignore[misc]  # every slot is filled now
 
 
 def _field(schema: TableSchema, c: Any, alias: str, database: str) -> dict[str, Any]:

@@ -21,14 +21,15 @@ from vitessapi import (
 )
 
 from . import sql as sqlp
-from .executor import Executor, Result, VTError, bind_value
+from . import wire
+from .executor import STREAM_BATCH_ROWS, Executor, Result, RowStream, VTError, bind_value
 from .topology import CELL, Keyspace, Shard
 from .vstream import VStream
 
 if TYPE_CHECKING:
     from .sim import VTGateSim
 
-STREAM_EXECUTE_ROWS = 256
+STREAM_EXECUTE_ROWS = STREAM_BATCH_ROWS
 
 
 def _status(code: int) -> grpc.StatusCode:
@@ -66,12 +67,12 @@ class VitessService:
             "VStream": grpc.unary_stream_rpc_method_handler(
                 self.vstream, request_deserializer=vtgate_pb2.VStreamRequest.FromString,
                 response_serializer=None),  # responses are already-serialized VStreamResponse bytes
+            # Execute/StreamExecute also answer in bytes: SELECT rows are sent as pre-encoded query.Rows
             "Execute": grpc.unary_unary_rpc_method_handler(
-                self.execute, request_deserializer=vtgate_pb2.ExecuteRequest.FromString,
-                response_serializer=vtgate_pb2.ExecuteResponse.SerializeToString),
+                self.execute, request_deserializer=vtgate_pb2.ExecuteRequest.FromString, response_serializer=None),
             "StreamExecute": grpc.unary_stream_rpc_method_handler(
                 self.stream_execute, request_deserializer=vtgate_pb2.StreamExecuteRequest.FromString,
-                response_serializer=vtgate_pb2.StreamExecuteResponse.SerializeToString),
+                response_serializer=None),
         })
 
     def vstream(self, req: vtgate_pb2.VStreamRequest, ctx: grpc.ServicerContext) -> Iterator[bytes]:
@@ -98,35 +99,54 @@ class VitessService:
         binds = {k: bind_value(v) for k, v in query.bind_variables.items()}
         return self.sim.execute(query.sql, session.target_string, binds)
 
-    def execute(self, req: vtgate_pb2.ExecuteRequest, ctx: grpc.ServicerContext) -> vtgate_pb2.ExecuteResponse:
+    def _stream_select(self, session: vtgate_pb2.Session, query: query_pb2.BoundQuery) -> RowStream | None:
+        binds = {k: bind_value(v) for k, v in query.bind_variables.items()}
+        return self.sim.executor.stream_select(query.sql, session.target_string, binds)
+
+    def execute(self, req: vtgate_pb2.ExecuteRequest, ctx: grpc.ServicerContext) -> bytes:
         session = vtgate_pb2.Session()
         session.CopyFrom(req.session)
         if not session.SessionUUID:
             session.SessionUUID = str(uuid.uuid4())
+        included = req.session.options.included_fields
         try:
+            # a SELECT outside a transaction: pre-encoded rows; anything else through the session
+            stream = None if session.in_transaction else self._stream_select(session, req.query)
+            if stream is not None:
+                head = _result_proto(Result(fields=stream.fields), included).SerializeToString()
+                rows = b"".join(b"".join(batch) for batch in stream.batches)
+                return wire.f_msg(2, session.SerializeToString()) + wire.f_msg(3, head + rows)
             binds = {k: bind_value(v) for k, v in req.query.bind_variables.items()}
             res = self.txns.execute(session, req.query.sql, binds)
         except VTError as e:
             rpc_error = vtrpc_pb2.RPCError(code=e.code, message=e.message)  # type: ignore[arg-type]
-            return vtgate_pb2.ExecuteResponse(error=rpc_error, session=session)
-        return vtgate_pb2.ExecuteResponse(session=session,
-                                          result=_result_proto(res, req.session.options.included_fields))
+            return vtgate_pb2.ExecuteResponse(error=rpc_error, session=session).SerializeToString()
+        return vtgate_pb2.ExecuteResponse(session=session, result=_result_proto(res, included)).SerializeToString()
 
-    def stream_execute(self, req: vtgate_pb2.StreamExecuteRequest,
-                       ctx: grpc.ServicerContext) -> Iterator[vtgate_pb2.StreamExecuteResponse]:
+    def stream_execute(self, req: vtgate_pb2.StreamExecuteRequest, ctx: grpc.ServicerContext) -> Iterator[bytes]:
+        """Fields first, then rows in batches of STREAM_EXECUTE_ROWS (always autocommit)."""
+        included = req.session.options.included_fields
         try:
-            res = self._run(req.session, req.query)
+            stream = self._stream_select(req.session, req.query)
+            if stream is None:
+                res = self._run(req.session, req.query)
         except VTError as e:
             ctx.abort(_status(e.code), e.message)
-        included = req.session.options.included_fields
-        head = _result_proto(Result(fields=res.fields), included)
-        yield vtgate_pb2.StreamExecuteResponse(result=head)
+        if stream is not None:
+            head = _result_proto(Result(fields=stream.fields), included).SerializeToString()
+            yield wire.f_msg(1, head)
+            for batch in stream.batches:
+                yield wire.f_msg(1, b"".join(batch))
+            return
+        yield vtgate_pb2.StreamExecuteResponse(result=_result_proto(Result(fields=res.fields), included)
+                                               ).SerializeToString()
         for i in range(0, len(res.rows), STREAM_EXECUTE_ROWS):
             part = _result_proto(Result(rows=res.rows[i:i + STREAM_EXECUTE_ROWS]), included)
-            yield vtgate_pb2.StreamExecuteResponse(result=part)
+            yield vtgate_pb2.StreamExecuteResponse(result=part).SerializeToString()
         if not res.rows and (res.rows_affected or res.insert_id):
             yield vtgate_pb2.StreamExecuteResponse(
-                result=query_pb2.QueryResult(rows_affected=res.rows_affected, insert_id=res.insert_id))
+                result=query_pb2.QueryResult(rows_affected=res.rows_affected, insert_id=res.insert_id)
+            ).SerializeToString()
 
 
 class SessionTransactions:

@@ -2,12 +2,21 @@
 
 The executor computes before/after images and calls the row primitives here; SQLite evaluates
 WHERE clauses, ordering and limits. All access happens under the shard lock.
+
+Next to the rows, each table with a primary key keeps a cache of its rows' ``query.Row`` encodings
+(MySQL text, framed as ``QueryResult.rows`` entries as Execute/StreamExecute send them), keyed by the stored primary-key value(s). Every
+write drops the keys it touches and bumps ``writes``; a reader that rendered rows outside the lock
+adds them only if no write happened since its read (``cache_rows``), so the cache never holds a
+rendering of a row other than the current one. MySQL serves such reads from its buffer pool at
+memory speed; the cache is what keeps the simulator's query path from being the bottleneck.
 """
 
 from __future__ import annotations
 
+import operator
 import sqlite3
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from .schema import TableSchema
@@ -24,6 +33,49 @@ class ShardStore:
         self.conn.execute("PRAGMA synchronous=OFF")
         self.tables: dict[str, TableSchema] = {}  # lower-case name -> schema
         self.sidecar: dict[str, TableSchema] = {}  # _vt tables (heartbeat), invisible to SQL
+        self.row_cache: dict[str, dict[Any, bytes]] = {}  # lower-case table -> pk key -> query.Row bytes
+        self.writes = 0  # bumped (under cache_lock) by every write: readers' cache validity check
+        self.cache_lock = threading.Lock()
+
+    # -- encoded-row cache
+    ROW_CACHE_LIMIT = 1_000_000  # rows per store; beyond it reads render without caching
+
+    @staticmethod
+    def pk_key(schema: TableSchema) -> Callable[[Sequence[Any]], Any]:
+        """The cache key of a full stored row: its PK value (one column) or tuple of values."""
+        return operator.itemgetter(*schema.pk_indexes)
+
+    def _touch(self, schema: TableSchema, rows: Iterable[Sequence[Any] | None] = (), drop: bool = False) -> None:
+        """A write to `schema`'s table: forget the cached encodings of `rows` (full stored rows)."""
+        with self.cache_lock:
+            self.writes += 1
+            name = schema.name.lower()
+            if drop or not schema.pk:
+                self.row_cache.pop(name, None)
+                return
+            cache = self.row_cache.get(name)
+            if not cache:
+                return
+            key = self.pk_key(schema)
+            for r in rows:
+                if r is not None:
+                    cache.pop(key(r), None)
+
+    def cached_rows(self, schema: TableSchema) -> dict[Any, bytes]:
+        """The table's cache (read without locking: entries are only ever valid or absent)."""
+        return self.row_cache.get(schema.name.lower()) or {}
+
+    def cache_rows(self, schema: TableSchema, seen_writes: int, items: dict[Any, bytes]) -> None:
+        """Add encodings rendered from rows read when ``writes == seen_writes``, unless a write
+        happened since (the rows may be stale) or the cache is full."""
+        if not schema.pk or not items:
+            return
+        with self.cache_lock:
+            if self.writes != seen_writes or self.tables.get(schema.name.lower()) is not schema:
+                return
+            cache = self.row_cache.setdefault(schema.name.lower(), {})
+            if sum(len(c) for c in self.row_cache.values()) + len(items) <= self.ROW_CACHE_LIMIT:
+                cache.update(items)
 
     def table(self, name: str) -> TableSchema | None:
         return self.tables.get(name.lower())
@@ -45,8 +97,10 @@ class ShardStore:
                 f"({', '.join(q(c) for c in kcols)})"
             )
         self.tables[schema.name.lower()] = schema
+        self._touch(schema, drop=True)
 
     def add_columns(self, schema: TableSchema, start: int) -> None:
+        self._touch(schema, drop=True)
         for i in range(start, len(schema.columns)):
             c = schema.columns[i]
             self.conn.execute(f"ALTER TABLE {q(schema.name)} ADD COLUMN {self._coldef(schema, i)}")
@@ -56,6 +110,9 @@ class ShardStore:
     def drop_table(self, name: str) -> None:
         self.conn.execute(f"DROP TABLE IF EXISTS {q(name)}")
         self.tables.pop(name.lower(), None)
+        with self.cache_lock:
+            self.writes += 1
+            self.row_cache.pop(name.lower(), None)
 
     # -- row primitives (stored values, in column order)
     def select_sql(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
@@ -83,11 +140,13 @@ class ShardStore:
         return None
 
     def insert(self, schema: TableSchema, row: Sequence[Any]) -> None:
+        self._touch(schema, (row,))
         cols = ", ".join(q(c.name) for c in schema.columns)
         marks = ", ".join("?" * len(schema.columns))
         self.conn.execute(f"INSERT INTO {q(schema.name)} ({cols}) VALUES ({marks})", list(row))
 
     def insert_many(self, schema: TableSchema, rows: Sequence[Sequence[Any]]) -> None:
+        self._touch(schema, rows)
         cols = ", ".join(q(c.name) for c in schema.columns)
         marks = ", ".join("?" * len(schema.columns))
         self.conn.executemany(f"INSERT INTO {q(schema.name)} ({cols}) VALUES ({marks})", [list(r) for r in rows])
@@ -100,11 +159,13 @@ class ShardStore:
         return f"rowid = (SELECT rowid FROM {q(schema.name)} WHERE {same} LIMIT 1)", list(old)
 
     def update(self, schema: TableSchema, old: Sequence[Any], new: Sequence[Any]) -> None:
+        self._touch(schema, (old, new))
         sets = ", ".join(f"{q(c.name)} = ?" for c in schema.columns)
         where, params = self._identify(schema, old)
         self.conn.execute(f"UPDATE {q(schema.name)} SET {sets} WHERE {where}", [*new, *params])
 
     def delete(self, schema: TableSchema, old: Sequence[Any]) -> None:
+        self._touch(schema, (old,))
         where, params = self._identify(schema, old)
         self.conn.execute(f"DELETE FROM {q(schema.name)} WHERE {where}", params)
 

@@ -19,7 +19,7 @@ import re
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
@@ -674,6 +674,13 @@ class ShardStream:
         if copied is not None:
             self.send_catchup_txn(e, copied)
             return
+        if isinstance(e.rows, bl.GeneratedRows):
+            # Rendered while sending and never cached: a huge generated transaction stays out of memory.
+            if self.vs.fault is None:
+                self.emit_generated(e)
+            else:
+                self.emit_txn_items(e, self.txn_items(e, None))
+            return
         tpl = e.cache.get(self.tkey)
         if tpl is None:
             tpl = e.cache[self.tkey] = self.txn_template(e)
@@ -686,10 +693,12 @@ class ShardStream:
 
     def txn_items(self, e: bl.Entry, copied: dict[str, Any] | None) -> list[tuple[TableSchema, TablePlan, bytes, int]]:
         """(schema, plan, ROW prefix, row data size) for each Rows_event this stream sends."""
+        return list(self.iter_txn_items(e, copied))
+
+    def iter_txn_items(self, e: bl.Entry, copied: dict[str, Any] | None) -> Iterator[tuple[TableSchema, TablePlan, bytes, int]]:
         internal = e.database == "_vt"
         if internal and not self.vs.flags.stream_keyspace_heartbeats:
-            return []
-        items = []
+            return
         ts = e.timestamp
         for rows in e.rows:
             schema = rows.schema
@@ -709,15 +718,17 @@ class ShardStream:
                         rows = bl.make_rows_events(schema, keep)[0]
             prefix = self.row_prefix(rows, plan, ts, internal)
             if prefix is not None:
-                items.append((schema, plan, prefix, rows.data_size))
-        return items
+                yield schema, plan, prefix, rows.data_size
 
-    def packets(self, e: bl.Entry, items: list[tuple[TableSchema, TablePlan, bytes, int]],
+    def packets(self, e: bl.Entry, items: Iterable[tuple[TableSchema, TablePlan, bytes, int]],
                 fields: bool) -> list[list[bytes]]:
         """vstreamer bufferAndTransmit: event prefixes per tablet packet (flush before an overflowing ROW)."""
+        return list(self.iter_packets(e, items, fields))
+
+    def iter_packets(self, e: bl.Entry, items: Iterable[tuple[TableSchema, TablePlan, bytes, int]],
+                     fields: bool) -> Iterator[list[bytes]]:
         ts = e.timestamp
         internal = e.database == "_vt"
-        out: list[list[bytes]] = []
         cur = [wire.event_prefix(wire.BEGIN, ts)]
         size = 0
         psize = self.packet_size
@@ -727,13 +738,12 @@ class ShardStream:
                 sent.add(id(schema))
                 cur.append(self.field_prefix(schema, plan, ts, internal))
             if size + dsize > psize and size > 0:
-                out.append(cur)
+                yield cur
                 cur = []
                 size = 0
             size += dsize
             cur.append(prefix)
-        out.append(cur)
-        return out
+        yield cur
 
     def txn_template(self, e: bl.Entry) -> TxnTemplate:
         items = self.txn_items(e, None)
@@ -786,6 +796,36 @@ class ShardStream:
             events = [len(p) for p in pk]
             events[-1] += 2
             self._send_txn_locked(out, [len(r) for r in out], events)
+
+    def emit_generated(self, e: bl.Entry) -> None:
+        """emit_txn_items for a GeneratedRows entry: each packet is rendered and queued as it fills.
+
+        The responses are emit_txn_items' (same packets, one current_time, VGTID + COMMIT in the
+        last); the stream lock is held until COMMIT, so no other shard's response comes between.
+        Queueing per packet bounds memory by the outbox (vtgate holds such a transaction whole
+        unless transaction_chunk_size is set; the client cannot tell the difference).
+        """
+        vs = self.vs
+        sfx = self.suffix
+        self.tablet_check()
+        self.align(e.timestamp)
+        ct = wire.ct_field(time.time_ns())
+        with vs.lock:
+            self.sg.set_gtid(e.position, e.encoded_position)
+            prev: list[bytes] | None = None
+            for p in self.iter_packets(e, self.iter_txn_items(e, None), fields=True):
+                if prev is not None and not self._send_packet_locked(ct.join(ct_parts(prev, sfx)), len(prev)):
+                    return
+                prev = p
+            assert prev is not None  # iter_packets always yields the BEGIN packet
+            last = (ct.join(ct_parts(prev, sfx)) + vs.vgtid_event(self.sg, sfx)
+                    + ct.join(ct_parts([wire.event_prefix(wire.COMMIT, e.timestamp)], sfx)))
+            self._send_packet_locked(last, len(prev) + 2)
+
+    def _send_packet_locked(self, response: bytes, events: int) -> bool:
+        self.tablet_events += events
+        self.vs.events_sent += events
+        return self.vs.send_group([response])
 
     def _send_txn_locked(self, out: list[bytes], sizes: list[int], events: list[int]) -> None:
         """Queue one transaction's responses (caller holds vs.lock, so shards never interleave).

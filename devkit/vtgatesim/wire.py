@@ -87,6 +87,12 @@ def encode_row(values: Sequence[bytes | None]) -> bytes:
     return body
 
 
+def result_row(values: Sequence[bytes | None]) -> bytes:
+    """A query.Row as one `QueryResult.rows` (field 4) entry: results are concatenations of these."""
+    body = encode_row(values)
+    return b"\x22" + uvarint(len(body)) + body
+
+
 def encode_row_change(before: bytes | None, after: bytes | None) -> bytes:
     """binlogdata.RowChange from already-encoded query.Row bodies."""
     out = b""

@@ -1,13 +1,19 @@
 """Deterministic workload generator: inserts, updates (incl. PK and cross-shard moves), deletes,
-multi-row and very large transactions, at a target rate."""
+multi-row and very large transactions, at a target rate; `commit_generated` for transactions too
+large to hold in memory (a 1,000,000-row insert)."""
 
 from __future__ import annotations
 
 import random
 import threading
 import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
+from . import binlog as bl
+from . import mysqltypes
+from .executor import binlog_image
 from .sim import VTGateSim
 
 TABLE_DDL = ("create table {t} (id bigint not null, name varchar(64), qty int, price decimal(10,2), "
@@ -88,3 +94,47 @@ class Workload:
 
     def stop(self) -> None:
         self._stop.set()
+
+
+def commit_generated(sim: VTGateSim, keyspace: str, shard: str, table: str, row_at: Callable[[int], Sequence[Any]],
+                     count: int, *, first: int = 1, store: bool = True, spill: bool = True,
+                     timestamp: int | None = None, chunk: int = 10_000) -> bl.Entry:
+    """Commit one INSERT of rows ``row_at(first) .. row_at(first + count - 1)`` on one shard, in bounded memory.
+
+    The binlog entry is a `binlog.GeneratedRows`: every stream renders, from `row_at`, the
+    Rows_events `executor.ShardTxn.commit` would have written for the same multi-row INSERT
+    (values normalized as the executor stores them, binlog images, ROWS_EVENT_MAX grouping), so the
+    wire is the ordinary path's (tests/test_vtgatesim_generated.py). `row_at` must be pure (Python
+    values in column order). The caller picks the shard (the vindex is not consulted). With
+    `store=False` the rows go to the binlog only (the shard's table does not hold them: a source
+    that is only streamed from its position, never copied or queried). With `spill` (default) the
+    events are rendered once here into a temporary file (`binlog.spill`; streams then read them at
+    replay speed); without, every stream renders them again from `row_at` (≈ 40 µs per 10-column row).
+    """
+    with sim.topo.lock:
+        sh = sim.topo.keyspace(keyspace).shards[shard]
+        schema = sh.store.table(table)
+        if schema is None:
+            raise KeyError(f"{keyspace}/{shard}: no table {table}")
+        cts = [c.ct for c in schema.columns]
+        norm = mysqltypes.normalize
+
+        def stored(i: int) -> tuple[Any, ...]:
+            return tuple(norm(ct, v) for ct, v in zip(cts, row_at(i), strict=True))
+
+        if store:
+            sh.store.begin()
+            try:
+                for lo in range(first, first + count, chunk):
+                    sh.store.insert_many(schema, [stored(i) for i in range(lo, min(lo + chunk, first + count))])
+            except BaseException:
+                sh.store.rollback()
+                raise
+            sh.store.commit()
+
+        def events() -> Iterator[bl.RowsEvent]:
+            return bl.iter_rows_events(schema, ((None, binlog_image(schema, stored(i)))
+                                                for i in range(first, first + count)))
+
+        rows = bl.spill(events()) if spill else bl.GeneratedRows(events, count)
+        return sh.binlog.append(bl.TXN, timestamp or int(time.time()), rows=rows, database=sh.database)

@@ -11,22 +11,26 @@ Engines (``spec.snapshot.backfill.engine``):
     mode (``waitAppCompletion``: the Job ends with the application); the driver and executor pod
     templates carry our labels and the connector's ownerReference.
 ``local``
-    the job runs in-process (``shardcdc backfill``, local mode): nothing to create here.
+    ``shardcdc backfill`` (threads, no Spark): in local mode a Job that ``shardcdc run`` runs as a
+    child process (``local.jobs``); on Kubernetes nothing is created (run it next to the workers).
 
-Names are deterministic (``<connector>-bf-<id>``), so a resubmission is idempotent (create once,
-409 means it exists), and the run id given to the job is stable too: a Spark retry or a recreated
-application resumes from the progress topic instead of starting over. Deleting a request from
-``spec.backfills`` (or a ``stop-snapshot`` signal) cancels it: its objects are deleted.
+Runs come from ``spec.backfills``, the initial snapshot, and ``execute-snapshot`` signals the
+workers hand over through the progress topic (``backfillfeed``). Names are deterministic
+(``<connector>-bf-<id>``), so a resubmission is idempotent (create once, 409 means it exists), and
+the run id given to the job is stable too: a Spark retry or a recreated application resumes from
+the progress topic instead of starting over. Deleting a request from ``spec.backfills`` (or a
+``stop-snapshot`` signal, for a signal's run) cancels it: its objects are deleted.
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from cdcoperator import naming
+from cdcoperator import backfillfeed, naming
 from cdcoperator.apply import CONFIG_MAPS, ApiError, ClusterApi, Kind
 from cdcoperator.conditions import BACKFILL_RUNNING, ConditionSpec
 from cdcoperator.model import BackfillEngine, BackfillRequest, ConnectorResource
@@ -41,6 +45,7 @@ from cdcoperator.objects import (
     worker_properties,
 )
 from cdcoperator.planner import TaskPlan
+from cdcworker.backfill.progress import SignalClosed
 
 SPARK_API_VERSION = "sparkoperator.k8s.io/v1beta2"
 SPARK_KIND = "SparkApplication"
@@ -55,7 +60,13 @@ INITIAL_ID = "initial"
 DEFAULT_TTL_SECONDS = 86_400
 MAX_RUN_NAME = 48  # room for Spark's "-driver" and executor suffixes within a DNS label
 
-PENDING, RUNNING, SUCCEEDED, FAILED = "Pending", "Running", "Succeeded", "Failed"
+PENDING, RUNNING, SUCCEEDED, FAILED, CANCELLED = "Pending", "Running", "Succeeded", "Failed", "Cancelled"
+FINAL = (SUCCEEDED, FAILED, CANCELLED)
+SIGNAL_PREFIX = "sig-"  # ids of signal-started runs (spec.backfills ids should not use it)
+MAX_ID = 40  # spec.backfills[].id's maxLength
+KEEP_CLOSED_SIGNAL_RUNS = 10  # finished signal runs still listed in status.backfills
+LOCAL_COMMAND = "shardcdc"  # the image's entry point (local mode maps it to this interpreter's CLI)
+Conditions = Mapping[str, str] | None
 # Per-task keys of the worker configuration: a backfill is not a task.
 _TASK_KEYS = ("tasks.max", "vitess.offset.storage.per.task", "vitess.offset.storage.task.key.gen",
               "vitess.prev.num.tasks", "shardcdc.task.id", "shardcdc.task.count", "shardcdc.task.generation",
@@ -114,14 +125,17 @@ def backfill_properties(cr: ConnectorResource) -> dict[str, str]:
     return props
 
 
-def job_arguments(cr: ConnectorResource, req: BackfillRequest) -> list[str]:
-    """Arguments of ``shardcdc backfill`` / ``spark_main.py``."""
+def job_arguments(cr: ConnectorResource, req: BackfillRequest, conditions: Conditions = None) -> list[str]:
+    """Arguments of ``shardcdc backfill`` / ``spark_main.py``. ``conditions`` (table -> condition)
+    are a signal's per-table additional conditions; a spec entry has one for all its tables."""
     settings = dict(cr.spec.snapshot.backfill.spark) if cr.spec.snapshot.backfill is not None else {}
     args = ["--config", CONFIG_FILE, "--run-id", run_id(cr, req.id)]
     for table in req.tables:
         args += ["--table", table]
     if req.condition:
         args += ["--condition", f"{table_pattern(req.tables)}={req.condition}"]
+    for table, condition in sorted((conditions or {}).items()):
+        args += ["--condition", f"{re.escape(table)}={condition}"]
     for flag, key in (("--chunk-size", "chunkSize"), ("--max-concurrent-chunks", "maxConcurrentChunksPerShard"),
                       ("--rows-per-second", "rowsPerSecondPerShard")):
         if settings.get(key) is not None:
@@ -171,7 +185,7 @@ def _spark_settings(cr: ConnectorResource) -> dict[str, Any]:
 
 
 def build_spark_application(cr: ConnectorResource, req: BackfillRequest,
-                            ttl_seconds: int = DEFAULT_TTL_SECONDS) -> dict[str, Any]:
+                            ttl_seconds: int = DEFAULT_TTL_SECONDS, conditions: Conditions = None) -> dict[str, Any]:
     """The ``SparkApplication`` of one backfill (spark-operator v1beta2)."""
     s = _spark_settings(cr)
     name = run_name(cr.name, req.id)
@@ -195,7 +209,7 @@ def build_spark_application(cr: ConnectorResource, req: BackfillRequest,
             "image": s.get("image") or cr.spec.worker.image,
             "imagePullPolicy": cr.spec.worker.image_pull_policy,
             "mainApplicationFile": SPARK_MAIN,
-            "arguments": job_arguments(cr, req),
+            "arguments": job_arguments(cr, req, conditions),
             "sparkConf": {"spark.kubernetes.submission.waitAppCompletion": "false",
                           **{str(k): str(v) for k, v in (s.get("sparkConf") or {}).items()}},
             # Chunks already done are skipped on a retry (progress topic): retrying is cheap and safe.
@@ -235,7 +249,7 @@ def build_pod_templates(cr: ConnectorResource, req: BackfillRequest) -> dict[str
                      "executor.yaml": json.dumps(_pod_template(cr, req, "executor"), sort_keys=True)}}
 
 
-def spark_submit_command(cr: ConnectorResource, req: BackfillRequest) -> list[str]:
+def spark_submit_command(cr: ConnectorResource, req: BackfillRequest, conditions: Conditions = None) -> list[str]:
     s = _spark_settings(cr)
     name = run_name(cr.name, req.id)
     image = s.get("image") or cr.spec.worker.image
@@ -260,10 +274,11 @@ def spark_submit_command(cr: ConnectorResource, req: BackfillRequest) -> list[st
            "--deploy-mode", "cluster", "--name", name]
     for k, v in conf.items():
         cmd += ["--conf", f"{k}={v}"]
-    return [*cmd, SPARK_MAIN, *job_arguments(cr, req)]
+    return [*cmd, SPARK_MAIN, *job_arguments(cr, req, conditions)]
 
 
-def build_submit_job(cr: ConnectorResource, req: BackfillRequest, ttl_seconds: int = DEFAULT_TTL_SECONDS) -> dict[str, Any]:
+def build_submit_job(cr: ConnectorResource, req: BackfillRequest, ttl_seconds: int = DEFAULT_TTL_SECONDS,
+                     conditions: Conditions = None) -> dict[str, Any]:
     """A Job owned by the CdcConnector that runs spark-submit in cluster mode and waits for the app."""
     s = _spark_settings(cr)
     name = run_name(cr.name, req.id)
@@ -274,7 +289,7 @@ def build_submit_job(cr: ConnectorResource, req: BackfillRequest, ttl_seconds: i
             "name": "spark-submit",
             "image": s.get("image") or cr.spec.worker.image,
             "imagePullPolicy": cr.spec.worker.image_pull_policy,
-            "command": spark_submit_command(cr, req),
+            "command": spark_submit_command(cr, req, conditions),
             "securityContext": {**_security_context(), "readOnlyRootFilesystem": True},
             "volumeMounts": [{"name": "templates", "mountPath": "/tmpl", "readOnly": True},
                              {"name": "tmp", "mountPath": "/tmp"}],
@@ -296,13 +311,43 @@ def build_submit_job(cr: ConnectorResource, req: BackfillRequest, ttl_seconds: i
     }
 
 
-def build_objects(cr: ConnectorResource, req: BackfillRequest) -> list[dict[str, Any]]:
-    """Everything one backfill needs, in creation order ([] for the local engine)."""
+def build_local_job(cr: ConnectorResource, req: BackfillRequest, ttl_seconds: int = DEFAULT_TTL_SECONDS,
+                    conditions: Conditions = None) -> dict[str, Any]:
+    """The ``local`` engine in local mode: a Job whose one container runs ``shardcdc backfill``
+    (threads, no Spark) with the connector's configuration; local mode's job runner starts it as
+    a child process of ``shardcdc run`` and reports the Job's status like the Job controller."""
+    name = run_name(cr.name, req.id)
+    mounts = [{"name": "config", "mountPath": CONFIG_DIR, "readOnly": True}]
+    container = {"name": "backfill", "image": cr.spec.worker.image, "imagePullPolicy": cr.spec.worker.image_pull_policy,
+                 "command": [LOCAL_COMMAND, "backfill", "--engine", "local", "--no-view",
+                             *job_arguments(cr, req, conditions)],
+                 "securityContext": {**_security_context(), "readOnlyRootFilesystem": True},
+                 "volumeMounts": mounts}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": _meta(cr, name, req.id),
+        "spec": {
+            "backoffLimit": 3,  # a retry resumes from the progress topic
+            "ttlSecondsAfterFinished": ttl_seconds,
+            "template": {"metadata": {"labels": labels(cr, req.id)},
+                         "spec": {"restartPolicy": "Never", "containers": [container],
+                                  "volumes": [_config_volume(cr, f"{name}-config")]}},
+        },
+    }
+
+
+def build_objects(cr: ConnectorResource, req: BackfillRequest, conditions: Conditions = None,
+                  local_jobs: bool = False) -> list[dict[str, Any]]:
+    """Everything one backfill needs, in creation order ([] for the local engine, except in local
+    mode, ``local_jobs``, where it is a Job that runs ``shardcdc backfill``)."""
     engine = engine_of(cr)
     if engine == BackfillEngine.SPARK_OPERATOR:
-        return [build_config_map(cr, req), build_spark_application(cr, req)]
+        return [build_config_map(cr, req), build_spark_application(cr, req, conditions=conditions)]
     if engine == BackfillEngine.SPARK_SUBMIT:
-        return [build_config_map(cr, req), build_pod_templates(cr, req), build_submit_job(cr, req)]
+        return [build_config_map(cr, req), build_pod_templates(cr, req), build_submit_job(cr, req, conditions=conditions)]
+    if engine == BackfillEngine.LOCAL and local_jobs:
+        return [build_config_map(cr, req), build_local_job(cr, req, conditions=conditions)]
     return []
 
 
@@ -359,20 +404,25 @@ def phase_of_job(job: Mapping[str, Any] | None) -> Phase:
 
 def status_entry(req: BackfillRequest, phase: Phase, engine: BackfillEngine | None, name: str,
                  previous: Mapping[str, Any] | None, now: str,
-                 progress: Mapping[str, int] | None = None) -> dict[str, Any]:
-    """One ``status.backfills[]`` item; ``startTime`` is kept from the previous status."""
+                 progress: Mapping[str, Any] | None = None, signal_id: str | None = None) -> dict[str, Any]:
+    """One ``status.backfills[]`` item. ``progress`` (from the progress topic) gives the counts and,
+    when the job recorded them, the start and end times; a ``startTime`` once set is kept, and set
+    to ``now`` when the run is first seen running with no time from the job."""
     prev = dict(previous or {})
+    prog = dict(progress or {})
     entry: dict[str, Any] = {"id": req.id, "phase": phase.phase, "message": phase.message, "runName": name,
                              "engine": str(engine) if engine is not None else "local"}
-    start = prev.get("startTime")
+    if signal_id is not None:
+        entry["source"], entry["signalId"] = "signal", signal_id
+    start = prev.get("startTime") or prog.get("startTime")
     if start is None and phase.phase in (RUNNING, SUCCEEDED, FAILED):
         start = now
     if start is not None:
         entry["startTime"] = start
-    if phase.phase in (SUCCEEDED, FAILED):
-        entry["completionTime"] = prev.get("completionTime") or phase.finished_at or now
+    if phase.phase in FINAL:
+        entry["completionTime"] = prev.get("completionTime") or phase.finished_at or prog.get("completionTime") or now
     for key in ("chunksDone", "chunksTotal", "rows"):
-        value = (progress or {}).get(key, prev.get(key))
+        value = prog.get(key, prev.get(key))
         if value is not None:
             entry[key] = int(value)
     return entry
@@ -388,20 +438,137 @@ def backfill_condition(entries: Iterable[Mapping[str, Any]]) -> ConditionSpec:
     if failed:
         return ConditionSpec(BACKFILL_RUNNING, False, "BackfillFailed", "failed: " + ", ".join(failed))
     if items:
-        return ConditionSpec(BACKFILL_RUNNING, False, "BackfillsComplete", f"{len(items)} backfill(s) succeeded")
+        cancelled = sum(1 for e in items if e.get("phase") == CANCELLED)
+        text = f"{len(items) - cancelled} backfill(s) succeeded" + (f", {cancelled} cancelled" if cancelled else "")
+        return ConditionSpec(BACKFILL_RUNNING, False, "BackfillsComplete", text)
     return ConditionSpec(BACKFILL_RUNNING, False, "NoBackfill", "")
 
 
-def to_cancel(cr: ConnectorResource, existing: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    """Owned backfill objects whose request is gone from the spec (cancellation by deletion)."""
-    wanted = {r.id for r in desired_requests(cr)}
+def to_cancel(cr: ConnectorResource, existing: Iterable[Mapping[str, Any]], wanted: Iterable[str] | None = None,
+              keep_signal_runs: bool = False) -> list[Mapping[str, Any]]:
+    """Owned backfill objects whose request is gone (cancellation by deletion). ``wanted``: the ids
+    still to run (default: the spec's); ``keep_signal_runs`` spares signal-started runs while the
+    progress topic has not been read (the operator does not know yet which are still wanted)."""
+    want = {r.id for r in desired_requests(cr)} if wanted is None else set(wanted)
     out = []
     for obj in existing:
         meta = obj.get("metadata") or {}
         lbl = meta.get("labels") or {}
-        if lbl.get(LABEL_BACKFILL_OF) == cr.name and lbl.get(LABEL_BACKFILL) not in wanted:
-            out.append(obj)
+        bid = str(lbl.get(LABEL_BACKFILL) or "")
+        if lbl.get(LABEL_BACKFILL_OF) != cr.name or bid in want:
+            continue
+        if keep_signal_runs and bid.startswith(SIGNAL_PREFIX):
+            continue
+        out.append(obj)
     return out
+
+
+# --- signal-started runs (pure) ---------------------------------------------------------------------
+
+
+def signal_backfill_id(signal_id: str) -> str:
+    """A DNS-label id for a signal's run: ``sig-<signal id>``, with a hash when the signal id is not
+    already a short DNS label (signal ids are free text, often UUIDs)."""
+    slug = re.sub(r"[^a-z0-9]+", "-", signal_id.lower()).strip("-")
+    plain = f"{SIGNAL_PREFIX}{slug}"
+    if slug and slug == signal_id and len(plain) <= MAX_ID:
+        return plain
+    digest = hashlib.sha256(signal_id.encode()).hexdigest()[:8]
+    room = MAX_ID - len(SIGNAL_PREFIX) - 9
+    return f"{SIGNAL_PREFIX}{slug[:room].strip('-')}-{digest}" if slug else f"{SIGNAL_PREFIX}{digest}"
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One run the operator manages: a spec entry, the initial snapshot, or a signal's request."""
+
+    req: BackfillRequest
+    conditions: Mapping[str, str] = field(default_factory=dict)  # per table (signals)
+    signal_id: str | None = None
+    cancelled_by: str | None = None  # the stop-snapshot signal that cancelled it
+    closed: bool = False  # the operator recorded its end in the progress topic: never launched again
+
+    @property
+    def active(self) -> bool:
+        return self.cancelled_by is None and not self.closed
+
+
+def launches(cr: ConnectorResource, view: backfillfeed.FeedView | None,
+             previous: Mapping[str, Mapping[str, Any]]) -> list[Launch]:
+    """The spec's requests, then the signals' (once the progress topic has been read), each id once.
+    Closed signal runs stay listed while the status has them, the newest ``KEEP_CLOSED_SIGNAL_RUNS``."""
+    out = [Launch(r) for r in desired_requests(cr)]
+    if view is None or not view.ready:
+        return out
+    seen = {x.req.id for x in out}
+    for rec in view.signals:
+        bid = signal_backfill_id(rec.signal_id)
+        if bid in seen or not rec.tables:
+            continue
+        seen.add(bid)
+        out.append(Launch(BackfillRequest(bid, rec.tables), dict(rec.conditions), rec.signal_id,
+                          view.stopped.get(rec.signal_id), rec.signal_id in view.closed))
+    closed = [x for x in out if x.closed]
+    drop = {x.req.id for x in closed[:-KEEP_CLOSED_SIGNAL_RUNS]} | {x.req.id for x in closed if x.req.id not in previous}
+    return [x for x in out if x.req.id not in drop]
+
+
+def signals_configured(cr: ConnectorResource) -> bool:
+    cfg = cr.spec.config
+    return bool(cfg.get("signal.data.collection")) or "kafka" in str(cfg.get("signal.enabled.channels", ""))
+
+
+def feed_needed(cr: ConnectorResource, previous: Mapping[str, Mapping[str, Any]]) -> bool:
+    """Read the progress topic only for connectors that can receive snapshot signals on an engine,
+    or that have runs not finished yet."""
+    if cr.spec.snapshot.backfill is not None and signals_configured(cr):
+        return True
+    if any(e.get("phase") not in FINAL for e in previous.values()):
+        return True
+    return any(r.id not in previous for r in desired_requests(cr))
+
+
+def progress_of(view: backfillfeed.FeedView | None, rid: str) -> dict[str, Any] | None:
+    """Status fields of one run from the progress topic (None when it has nothing on the run)."""
+    summary = view.runs.get(rid) if view is not None else None
+    if not summary:
+        return None
+    out: dict[str, Any] = {k: summary[k] for k in ("chunksDone", "chunksTotal", "rows")}
+    if summary.get("started_ms"):
+        out["startTime"] = backfillfeed.rfc3339(int(summary["started_ms"]))
+    if summary.get("finished_ms"):
+        out["completionTime"] = backfillfeed.rfc3339(int(summary["finished_ms"]))
+    for key in ("state", "error"):
+        if summary.get(key):
+            out[key] = summary[key]
+    return out
+
+
+def refine(phase: Phase, progress: Mapping[str, Any] | None) -> Phase:
+    """The Spark/Job phase with the job's own error (the object's state only says "failed")."""
+    if progress is None or not progress.get("error"):
+        return phase
+    if phase.phase == FAILED:
+        return Phase(FAILED, str(progress["error"]), phase.finished_at)
+    if phase.phase == RUNNING and progress.get("state") == "failed":
+        return Phase(RUNNING, f"{phase.message}; the last attempt failed: {progress['error']}")
+    return phase
+
+
+def phase_from_progress(progress: Mapping[str, Any] | None, previous: Mapping[str, Any] | None,
+                        pending: str) -> Phase:
+    """The ``local`` engine outside local mode runs next to the workers: its phase is what the job
+    recorded in the progress topic."""
+    state = (progress or {}).get("state")
+    if state in ("succeeded", "complete"):
+        return Phase(SUCCEEDED, "backfill completed", (progress or {}).get("completionTime"))
+    if state == "failed":
+        return Phase(FAILED, str((progress or {}).get("error") or "backfill failed"), (progress or {}).get("completionTime"))
+    if state == "running":
+        return Phase(RUNNING, "backfill running")
+    if previous is not None and previous.get("phase") in FINAL:
+        return Phase(str(previous["phase"]), str(previous.get("message") or ""))
+    return Phase(PENDING, pending)
 
 
 # --- reconcile (I/O through the operator's KubeApi) -------------------------------------------------
@@ -427,34 +594,54 @@ def selector(cr: ConnectorResource) -> str:
 
 
 async def reconcile_backfills(kube: ClusterApi, cr: ConnectorResource, existing_status: Mapping[str, Any],
-                              now: str) -> tuple[list[dict[str, Any]], ConditionSpec]:
+                              now: str, feeds: backfillfeed.ProgressFeeds | None = None
+                              ) -> tuple[list[dict[str, Any]], ConditionSpec]:
     """Create missing backfill objects, delete cancelled ones, and compute ``status.backfills`` and
     the ``BackfillRunning`` condition. Finished runs are not resubmitted (their objects may be gone
     after the TTL).
 
-    Both engines' kinds are listed whatever the engine, so a request removed after an engine change
-    is still cancelled; a kind that is not served (no spark-operator CRD) or not granted (the chart's
-    ``rbac.backfills.*`` switched off) lists as empty.
+    Runs come from the spec and, through the progress topic (``feeds``), from ``execute-snapshot``
+    signals; a ``stop-snapshot`` cancels the signal runs before it. Counts, times and the job's
+    error come from the progress topic too. Both engines' kinds are listed whatever the engine, so a
+    request removed after an engine change is still cancelled; a kind that is not served (no
+    spark-operator CRD) or not granted (the chart's ``rbac.backfills.*`` switched off) lists as
+    empty. ``kube.runs_local_jobs`` (local mode) makes the ``local`` engine a Job too.
     """
     engine = engine_of(cr)
     kinds = _kinds()
+    feeds = feeds if feeds is not None else backfillfeed.FEEDS
+    local_jobs = bool(getattr(kube, "runs_local_jobs", False))
+    previous = {str(e.get("id")): e for e in existing_status.get("backfills") or ()}
+    view = feeds.view(cr) if feed_needed(cr, previous) else None
+    ready = view is not None and view.ready
+    plan = launches(cr, view, previous)
     listed: list[dict[str, Any]] = []
     for k in ("SparkApplication", "Job", "ConfigMap"):
         listed += [{**o, "kind": k} for o in await kube.list_labelled(kinds[k], cr.namespace, selector(cr))]
-    for obj in to_cancel(cr, listed):
+    for obj in to_cancel(cr, listed, {x.req.id for x in plan if x.active}, keep_signal_runs=not ready):
         await kube.delete(kinds[obj["kind"]], cr.namespace, obj["metadata"]["name"])
     live = {(o["kind"], o["metadata"]["name"]): o for o in listed}
-    previous = {str(e.get("id")): e for e in existing_status.get("backfills") or ()}
     entries: list[dict[str, Any]] = []
-    for req in desired_requests(cr):
+    for launch in plan:
+        req = launch.req
         name = run_name(cr.name, req.id)
         prev = previous.get(req.id)
-        finished = prev is not None and prev.get("phase") in (SUCCEEDED, FAILED)
-        if engine == BackfillEngine.SPARK_OPERATOR or engine == BackfillEngine.SPARK_SUBMIT:
-            main_kind = "SparkApplication" if engine == BackfillEngine.SPARK_OPERATOR else "Job"
+        finished = prev is not None and prev.get("phase") in FINAL
+        progress = progress_of(view, run_id(cr, req.id))
+        objects = build_objects(cr, req, launch.conditions, local_jobs)
+        if not launch.active:
+            end = view.closed.get(launch.signal_id or "") if view is not None else None
+            if finished and prev is not None:
+                phase = Phase(str(prev["phase"]), str(prev.get("message") or ""))
+            elif end is not None:
+                phase = Phase(end.phase, end.message)
+            else:
+                phase = Phase(CANCELLED, f"stopped by signal {launch.cancelled_by}", now)
+        elif objects:
+            main_kind = objects[-1]["kind"]
             refused = ""
             if not finished:
-                for obj in build_objects(cr, req):
+                for obj in objects:
                     key = (obj["kind"], obj["metadata"]["name"])
                     if key not in live:
                         try:
@@ -462,7 +649,7 @@ async def reconcile_backfills(kube: ClusterApi, cr: ConnectorResource, existing_
                         except ApiError as exc:
                             if exc.status not in (403, 404):
                                 raise
-                            refused = _refusal(obj["kind"], exc.status, engine)
+                            refused = _refusal(obj["kind"], exc.status, engine or BackfillEngine.LOCAL)
                             break
                         if made is not None:
                             live[key] = made
@@ -472,13 +659,21 @@ async def reconcile_backfills(kube: ClusterApi, cr: ConnectorResource, existing_
             elif app is None and finished and prev is not None:
                 phase = Phase(str(prev["phase"]), str(prev.get("message") or ""))
             elif main_kind == "SparkApplication":
-                phase = phase_of_spark_application(app)
+                phase = refine(phase_of_spark_application(app), progress)
             else:
-                phase = phase_of_job(app)
+                phase = refine(phase_of_job(app), progress)
         else:
-            phase = Phase(str(prev["phase"]), str(prev.get("message") or "")) if prev else Phase(
-                PENDING, f"local engine: run `shardcdc backfill --run-id {run_id(cr, req.id)}` next to the workers")
-        entries.append(status_entry(req, phase, engine, name, prev, now))
+            phase = phase_from_progress(progress, prev, f"local engine: run `shardcdc backfill --run-id "
+                                                        f"{run_id(cr, req.id)}` next to the workers")
+        entries.append(status_entry(req, phase, engine, name, prev, now, progress, launch.signal_id))
+        if launch.signal_id is not None and phase.phase in FINAL and ready and view is not None \
+                and launch.signal_id not in view.closed:
+            feeds.close_signal(cr, SignalClosed(launch.signal_id, cr.spec.source.keyspace, phase.phase, phase.message))
+    if not ready:
+        # Signal runs known only from the status: kept as they are until the topic has been read.
+        ids = {e["id"] for e in entries}
+        entries += [dict(e) for e in existing_status.get("backfills") or ()
+                    if e.get("source") == "signal" and e.get("id") not in ids]
     return entries, backfill_condition(entries)
 
 

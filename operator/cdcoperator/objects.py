@@ -128,6 +128,9 @@ def worker_properties(cr: ConnectorResource, task: TaskPlan) -> dict[str, str]:
     # user-supplied Debezium properties; the CRD rejects the keys set above
     for key, value in sorted(spec.config.items()):
         props.setdefault(key, value)
+    if spec.snapshot.backfill is not None:
+        # execute-snapshot signals go to the backfill engine through the operator (docs/backfill.md)
+        props.setdefault("shardcdc.signal.snapshot.engine", "backfill")
     return props
 
 

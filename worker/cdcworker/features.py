@@ -59,8 +59,8 @@ def build_features(
     """``restored``: the task's own stored offset fields (None on a first start or a migration)."""
     txmeta = None
     if cfg.transactions.provide_metadata:
-        # Debezium adds the __debezium.context.* headers to data change records only: BEGIN/END,
-        # heartbeat and schema-change records carry none.
+        # Debezium adds the __debezium.context.* headers to data change and schema-change records
+        # only: BEGIN/END and heartbeat records carry none.
         txmeta = TransactionMonitor(TxMetaOptions.from_config(cfg), restored, epoch_start(cfg, start, restored))
     b = cfg.behaviour
     heartbeats = None

@@ -463,7 +463,7 @@ class StreamProcessor:
             shard = ddl.shard
             source_vgtid = local_vgtid_json(vgtid_json, shard) if self.features.local_vgtid else vgtid_json
             rec = self.features.schema_changes.record(shard, ddl.statement, ddl.timestamp, source_vgtid, time.time_ns() // 1_000_000)
-            self.sink.send_to_partition(rec.topic, SCHEMA_CHANGE_PARTITION, rec.key, rec.value, rec.headers)
+            self.sink.send_to_partition(rec.topic, SCHEMA_CHANGE_PARTITION, rec.key, rec.value, list(self.encoder.headers))  # Debezium: context headers as on data records
         self.position = position
         self.sink.commit_point(position)
         if self._signals is not None:

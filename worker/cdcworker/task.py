@@ -24,7 +24,7 @@ from cdcworker.features import build_features, tx_block_schema
 from cdcworker.filters import AnonymisedColumns, EventConversionError
 from cdcworker.offsets import OffsetPartition, Vgtid
 from cdcworker.offsets.migration import resolve_task_start
-from cdcworker.offsets.store import OffsetStore
+from cdcworker.offsets.store import OffsetStore, OffsetStoreError
 from cdcworker.offsets.value import offset_value_at
 from cdcworker.signals.runtime import TaskExtras
 from cdcworker.sink import KafkaSink, SinkError, TransactionalSink
@@ -100,12 +100,14 @@ def producer_config(config: WorkerConfig) -> dict[str, Any]:
     conf: dict[str, Any] = {
         "enable.idempotence": True,
         "acks": "all",
-        # Throughput without hurting latency: 5 ms of linger, large batches, and no compression
-        # (on loopback or a LAN, lz4 costs CPU the worker's own threads need more than bytes).
+        # Throughput without hurting latency: 5 ms of linger, large batches, and lz4. Debezium's
+        # values repeat their schema in every record, so lz4 shrinks a batch ~10x for little CPU,
+        # spent on librdkafka's own thread (no GIL): the broker then writes, copies and checksums a
+        # tenth of the bytes and acks sooner (BENCHMARKS.md, fifth measurement).
         "linger.ms": 5,
         "batch.size": 1_000_000,
         "batch.num.messages": 10_000,
-        "compression.type": "none",
+        "compression.type": "lz4",
         "queue.buffering.max.messages": max(config.behaviour.max_queue_size * 4, 10_000),
         "queue.buffering.max.kbytes": 65536,
         **producer_partitioner_config(),
@@ -147,6 +149,7 @@ class WorkerTask:
         self.processor: StreamProcessor | None = None
         self.sink: KafkaSink | None = None
         self._last_written: Any = None
+        self._offset_writes: _OffsetWrites | None = None  # queued periodic offset writes
         self._restored: Any = None  # the task's own stored OffsetValue, if any
         self.metrics: Any = None
         self.run_id = new_run_id()
@@ -185,17 +188,30 @@ class WorkerTask:
         value = offset_value_at(position)
         return value.with_fields(extra) if extra else value
 
-    def _write_offset(self, store: OffsetStore, position: Vgtid) -> None:
+    def _write_offset(self, store: OffsetStore, position: Vgtid, wait: bool = True) -> None:
+        """Store ``position`` (already durable in Kafka). ``wait=False``: the periodic flush queues
+        the record and goes on streaming (``_OffsetWrites``); every other write waits for the ack."""
         if isinstance(self.sink, TransactionalSink):
             return  # offsets are committed inside the Kafka transactions
+        writes = self._offset_writes
+        if writes is None or writes.store is not store:
+            writes = self._offset_writes = _OffsetWrites(store)
         extra = self.handoff.offset_extra() if self.handoff is not None else ()
         if position is None or (
             # Equal VGTIDs may still differ in offset fields (an ad-hoc snapshot's progress).
             position == self._last_written and offset_value_at(position) == offset_value_at(self._last_written)
             and extra == self._last_extra
         ):
+            if wait:
+                writes.drain()  # a stop: the last queued write has landed before the task ends
+            else:
+                writes.check()
             return
-        store.write(self.config.name, self._partition(), self._offset_value(position))
+        if wait:
+            writes.drain()  # an older queued write must not land after this one
+            store.write(self.config.name, self._partition(), self._offset_value(position))
+        else:
+            writes.queue(self.config.name, self._partition(), self._offset_value(position))
         self._last_written = position
         self._last_extra = extra
 
@@ -222,11 +238,13 @@ class WorkerTask:
 
     def _start_handoff(self, position: Vgtid) -> Vgtid:
         """Follow the backfills of the progress topic: restore the state stored with the offset."""
+        from cdcworker.backfill.catchup import finals_scanner
         from cdcworker.backfill.taskhandoff import ProgressFeed, TaskHandoff, progress_topic_of
 
         cfg = self.config
         feed = ProgressFeed(cfg.kafka.client_config("consumer"), progress_topic_of(cfg.topic_prefix), cfg.source.keyspace)
-        self.handoff = TaskHandoff(feed, self._restored.fields if self._restored is not None else None)
+        self.handoff = TaskHandoff(feed, self._restored.fields if self._restored is not None else None,
+                                   scan=finals_scanner(cfg))
         return self.handoff.start(position)
 
     def _handing_off(self) -> bool:
@@ -384,11 +402,14 @@ class WorkerTask:
                     self._call = call = stream_fn(self._request(position, journal_stops), metadata=metadata)
                     responses = _ResponseReader(call)
                     while True:
-                        # A timed wait, so offsets are flushed (and EOS batches committed) while idle.
-                        item = responses.next(timeout=0.005 if extras.busy else min(flush_every, 0.2))
+                        # A timed wait, so offsets are flushed (and EOS batches committed) while idle;
+                        # short while an exactly-once commit point waits for the stream to pause.
+                        wait = 0.005 if extras.busy or sink.commit_pending else min(flush_every, 0.2)
+                        item = responses.next(timeout=wait)
                         metrics.beat()
                         extras.poll(processor)
                         if item is _IDLE:
+                            sink.on_idle()
                             if features.heartbeats is not None:
                                 processor.tick()  # idle: heartbeats still go out
                         elif item is _END:
@@ -408,7 +429,8 @@ class WorkerTask:
                                 metrics.set_state("streaming")
                         if time.monotonic() >= next_flush:
                             durable = sink.durable_position()
-                            self._write_offset(store, durable)
+                            metrics.records_sent, metrics.records_acked = sink.records_sent, sink.records_sent - sink.pending
+                            self._write_offset(store, durable, wait=False)
                             if durable is processor.position and processor.stats.last_commit_ts:
                                 for sm in metrics.shards:
                                     if sm.last_commit_ts is not None:
@@ -541,6 +563,57 @@ class _ResponseReader:
         if item is not _END and not isinstance(item, BaseException):
             self._room.release()
         return item
+
+
+class _OffsetWrites:
+    """Periodic at-least-once offset writes that do not hold up the stream while the broker acks.
+
+    The value written is already durable (every record it covers was acknowledged), so the
+    write only has to land eventually and in order: the store's producer is idempotent and the
+    task's key always goes to one partition, so queued writes land in the order they were made.
+    A synchronous write (stop, hand-off, reassignment) drains the queue first. A failed write
+    fails the task at the next flush, as a synchronous one would have; the store's local view is
+    updated once the broker acknowledged (``OffsetStore.remember``).
+    """
+
+    def __init__(self, store: OffsetStore) -> None:
+        self.store = store
+        self._producer: Any = None
+        self._errors: list[Any] = []
+        self.in_flight = 0
+
+    def queue(self, name: str, partition: OffsetPartition, value: Any) -> None:
+        self.check()
+        if self._producer is None:
+            self._producer = self.store._own_producer()  # the producer of store.write: one order
+        written: list[tuple[bytes, bytes | None]] = []
+
+        def on_delivery(err: Any, _msg: object) -> None:
+            self.in_flight -= 1
+            if err is not None:
+                self._errors.append(err)
+            else:
+                self.store.remember(*written[0])
+
+        try:
+            written.append(self.store.produce(self._producer, name, partition, value, on_delivery))
+        except BufferError:
+            return  # not with one record per interval; the next flush writes a newer position
+        self.in_flight += 1
+
+    def check(self) -> None:
+        """Serve the acks of earlier writes; raise if one of them failed."""
+        if self.in_flight:
+            self._producer.poll(0)
+        if self._errors:
+            raise OffsetStoreError(f"offset not written: {self._errors[0]}")
+
+    def drain(self) -> None:
+        if self.in_flight:
+            timeout = self.store._timeout
+            if self._producer.flush(timeout):
+                raise OffsetStoreError(f"offset not acknowledged within {timeout}s")
+        self.check()
 
 
 class _HandoffChange(Exception):

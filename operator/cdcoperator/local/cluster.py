@@ -60,6 +60,10 @@ def _write_json(path: Path, doc: Mapping[str, Any], mode: int = 0o644) -> None:
 class LocalCluster:
     """In-memory objects of one local-mode instance; thread-safe (the kubelet reads Deployments)."""
 
+    # The backfill reconcile creates Jobs for the ``local`` engine here: local mode runs them
+    # (``local.jobs.ProcessJobs``); on Kubernetes that engine creates nothing.
+    runs_local_jobs = True
+
     def __init__(self, state_dir: Path, secrets_dir: Path | None = None) -> None:
         self.state_dir = Path(state_dir)
         self.secrets_dir = Path(secrets_dir) if secrets_dir is not None else None
@@ -237,6 +241,16 @@ class LocalCluster:
             made["metadata"]["resourceVersion"] = str(self._version)
             self._objects[key] = made
             return copy.deepcopy(made)
+
+    def set_status(self, kind: Kind, namespace: str, name: str, status: Mapping[str, Any]) -> None:
+        """Merge-patch an object's status (local mode's Job controller)."""
+        with self._lock:
+            obj = self._objects.get((kind.plural, namespace, name))
+            if obj is None:
+                return
+            obj["status"] = apply_merge_patch(obj.get("status") or {}, status)
+            self._version += 1
+            obj["metadata"]["resourceVersion"] = str(self._version)
 
     # --- for the kubelet ------------------------------------------------------------------------------
 

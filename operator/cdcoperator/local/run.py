@@ -58,9 +58,19 @@ def summary_line(body: Mapping[str, Any]) -> str:
     status = body.get("status") or {}
     ready = next((c["status"] for c in status.get("conditions") or () if c.get("type") == "Ready"), "Unknown")
     a = status.get("assignment") or {}
-    return (f"{body['metadata']['name']}  ready={ready}  state={(body.get('spec') or {}).get('state', 'running')}  "
+    line = (f"{body['metadata']['name']}  ready={ready}  state={(body.get('spec') or {}).get('state', 'running')}  "
             f"shards={(status.get('shards') or {}).get('servingCount', '-')}  tasks={a.get('tasks', '-')}  "
             f"generation={a.get('generation', '-')}  phase={a.get('phase', '-')}  lag={status.get('lag', '-')}")
+    return line + "".join(f"\n  {backfill_line(e)}" for e in status.get("backfills") or ())
+
+
+def backfill_line(entry: Mapping[str, Any]) -> str:
+    """One backfill: ``backfill b1  Running  3/8 chunks  12,000 rows``, with the message when not running."""
+    done, total = entry.get("chunksDone"), entry.get("chunksTotal")
+    chunks = f"  {done}/{total} chunks" if total is not None else ""
+    rows = f"  {int(entry['rows']):,} rows" if entry.get("rows") is not None else ""
+    note = f"  ({entry['message']})" if entry.get("message") and entry.get("phase") != "Running" else ""
+    return f"backfill {entry.get('id')}  {entry.get('phase')}{chunks}{rows}{note}"
 
 
 def run(args: argparse.Namespace) -> int:

@@ -28,9 +28,10 @@ from typing import Any
 
 import aiohttp
 
-from cdcoperator import naming
+from cdcoperator import backfillfeed, naming
 from cdcoperator.local.cluster import LocalCluster, connector_dir
 from cdcoperator.local.control import ControlHandlers, ControlServer
+from cdcoperator.local.jobs import ProcessJobs
 from cdcoperator.local.kubelet import ProcessKubelet
 from cdcoperator.planner import Plan
 from cdcoperator.reconcile import ReconcileContext, reconcile
@@ -70,6 +71,8 @@ class LocalRunner:
         self.kubelet = ProcessKubelet(self.cluster.deployments, self.cluster.resolve, self.dir / "pods",
                                       restart_backoff=restart_backoff, extra_env=worker_env,
                                       on_change=lambda _bodies: self.wake())
+        self.jobs = ProcessJobs(self.cluster, self.kubelet, self.dir / "jobs", on_change=self.wake,
+                                emit=lambda t, r, m: self._emit({}, t, r, m))
         self.control_enabled = control
         self.control: ControlServer | None = None
         self.reconciles = 0
@@ -119,6 +122,7 @@ class LocalRunner:
         self._loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
         self.kubelet.start()
+        self.jobs.start()
         try:
             async with aiohttp.ClientSession() as http:
                 if self.control_enabled:
@@ -150,7 +154,10 @@ class LocalRunner:
                     if self.control is not None:
                         await self.control.stop()
         finally:
-            # Graceful: SIGTERM every worker and wait for them to commit their offsets.
+            # Backfill jobs first (a run resumes from the progress topic), then the workers,
+            # gracefully: SIGTERM every worker and wait for them to commit their offsets.
+            await asyncio.to_thread(self.jobs.close)
+            backfillfeed.FEEDS.forget(self.namespace, self.name)
             await asyncio.to_thread(self.kubelet.close)
 
 

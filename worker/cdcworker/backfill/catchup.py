@@ -2,19 +2,22 @@
 
 ``HandoffProcessor`` is the worker's own ``StreamProcessor`` (same decoding, encoder, sink and
 commit points) with one difference: before a transaction's rows are encoded, each row change is
-judged by its shard's ``ShardHandoff``. ``run_catchup`` drives one such stream from the catch-up
-start to a target position (used by tests, the CLI and as the reference for wiring the rule into
-the worker's task loop, see docs/backfill.md).
+judged by its shard's ``ShardHandoff`` (held tables are dropped while ``held``; in the catch-up a
+change is kept after its key's chunk high watermark, or as the key's final change).
+``scan_finals`` is the catch-up's first pass (keys only, the held tables only) that finds those
+final changes. ``run_catchup`` drives one catch-up stream to a target position (used by tests and
+as the reference for the wiring in the worker's task loop, see docs/backfill.md).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import orjson
 
-from cdcworker.backfill.handoff import ShardHandoff
+from cdcworker.backfill.gtid import covers
+from cdcworker.backfill.handoff import CATCHUP, FinalChanges, Finals, ShardHandoff, Verdict
 from cdcworker.backfill.reconcile import KeyReader
 from cdcworker.backfill.rowchange import PartialChange
 from cdcworker.config import WorkerConfig
@@ -26,6 +29,7 @@ from vitessapi import binlogdata_pb2, vtgate_pb2, vtgateservice_pb2_grpc
 
 PRI_KEY_FLAG = 2
 ISINTEGRAL = 256
+_T = binlogdata_pb2.VEventType
 
 
 def key_reader_for(fe: Any) -> KeyReader | None:
@@ -33,6 +37,10 @@ def key_reader_for(fe: Any) -> KeyReader | None:
     if not idx:
         return None
     return KeyReader(idx, [bool(fe.fields[i].type & ISINTEGRAL) for i in idx])
+
+
+def _table(name: str, keyspace: str) -> str:
+    return name[len(keyspace) + 1:] if keyspace and name.startswith(keyspace + ".") else name
 
 
 class HandoffProcessor(StreamProcessor):
@@ -44,12 +52,13 @@ class HandoffProcessor(StreamProcessor):
         self.handoffs = dict(handoffs)
         self.key_readers: dict[tuple[str, str], KeyReader | None] = {}
         self.suppressed = 0
+        self.finals_emitted = 0
 
     def process(self, response: Any) -> None:
         for ev in response.events:
             if ev.type == FIELD:
                 fe = ev.field_event
-                self.key_readers[(fe.shard or ev.shard, fe.table_name)] = key_reader_for(fe)
+                self.key_readers[(fe.shard or ev.shard, _table(fe.table_name, fe.keyspace))] = key_reader_for(fe)
         super().process(response)
 
     def _emit(self, commit_seconds: int, vgtid_json: str) -> None:
@@ -58,31 +67,63 @@ class HandoffProcessor(StreamProcessor):
         deferred = self._deferred
         if deferred and self.handoffs:
             positions = {sg["shard"]: sg["gtid"] for sg in orjson.loads(vgtid_json)}
-            kept: list[tuple[TablePlan, Any]] = []
-            for plan, item in deferred:
-                pos = positions.get(plan.shard, "")
+            # Verdicts per half (old key, new key); FINAL counts only for a key's last change here.
+            judged: list[tuple[TablePlan, bool, list[tuple[Any, Verdict, Verdict]]]] = []
+            last: dict[tuple[str, str, Any], tuple[int, int]] = {}
+            for i, (plan, item) in enumerate(deferred):
                 many = not hasattr(item, "HasField")
-                changes = [c for rc in (item if many else (item,))
-                           if (c := self._judge(plan, rc, pos)) is not None]
-                self.suppressed += (len(item) if many else 1) - len(changes)
+                rows = []
+                for j, rc in enumerate(item if many else (item,)):
+                    vb, va = self._judge(plan, rc, positions.get(plan.shard, ""), last, (i, j))
+                    rows.append((rc, vb, va))
+                judged.append((plan, many, rows))
+            kept: list[tuple[TablePlan, Any]] = []
+            for i, (plan, many, rows) in enumerate(judged):
+                changes = []
+                for j, (rc, vb, va) in enumerate(rows):
+                    c = self._keep(plan, rc, vb, va, last, (i, j))
+                    if c is not None:
+                        changes.append(c)
+                self.suppressed += len(rows) - len(changes)
                 if changes:
                     kept.append((plan, changes if many else changes[0]))
             deferred[:] = kept
         super()._emit(commit_seconds, vgtid_json)
 
-    def _judge(self, plan: TablePlan, rc: Any, position: str) -> Any:
+    def _keys(self, plan: TablePlan, rc: Any) -> tuple[Any, Any]:
+        reader = self.key_readers.get((plan.shard, plan.table))
+        if reader is None:
+            return None, None
+        return (reader(rc.before) if rc.HasField("before") else None,
+                reader(rc.after) if rc.HasField("after") else None)
+
+    def _judge(self, plan: TablePlan, rc: Any, position: str, last: dict[tuple[str, str, Any], tuple[int, int]],
+               at: tuple[int, int]) -> tuple[Verdict, Verdict]:
         h = self.handoffs.get(plan.shard)
         if h is None:
-            return rc
-        reader = self.key_readers.get((plan.shard, f"{plan.keyspace}.{plan.table}")) or self.key_readers.get(
-            (plan.shard, plan.table)
-        )
+            return Verdict.EMIT, Verdict.EMIT
+        if plan.table not in h.tables or h.phase != CATCHUP:
+            v = h.decide(plan.table, None, position)  # whole tables: held, flowing, or after rejoin_at
+            return v, v
+        bk, ak = self._keys(plan, rc)
+        vb = h.decide(plan.table, bk, position) if rc.HasField("before") else Verdict.SKIP
+        va = h.decide(plan.table, ak, position) if rc.HasField("after") else Verdict.SKIP
+        for key, v in ((bk, vb), (ak, va)):
+            if v == Verdict.FINAL:
+                last[(plan.shard, plan.table, key)] = at
+        return vb, va
+
+    def _keep(self, plan: TablePlan, rc: Any, vb: Verdict, va: Verdict,
+              last: dict[tuple[str, str, Any], tuple[int, int]], at: tuple[int, int]) -> Any:
         has_b, has_a = rc.HasField("before"), rc.HasField("after")
-        bk = reader(rc.before) if reader is not None and has_b else None
-        ak = reader(rc.after) if reader is not None and has_a else None
-        if plan.table not in h.tables:
-            return rc if h.emit(plan.table, None, position) else None
-        eb, ea = h.emit_change(plan.table, bk, ak, position)
+        if Verdict.FINAL in (vb, va):
+            bk, ak = self._keys(plan, rc)
+            if vb == Verdict.FINAL and last.get((plan.shard, plan.table, bk)) != at:
+                vb = Verdict.SKIP
+            if va == Verdict.FINAL and last.get((plan.shard, plan.table, ak)) != at:
+                va = Verdict.SKIP
+            self.finals_emitted += 1 if Verdict.FINAL in (vb, va) else 0
+        eb, ea = bool(vb) and has_b, bool(va) and has_a
         if (eb or not has_b) and (ea or not has_a):
             return rc
         if eb:
@@ -92,6 +133,81 @@ class HandoffProcessor(StreamProcessor):
         return None
 
 
+# --- the first pass -------------------------------------------------------------------------------
+
+
+def scan_finals(vstream: Callable[[vtgate_pb2.VStreamRequest], Iterable[Any]], keyspace: str, tablet_type: str,
+                h: ShardHandoff) -> Finals:
+    """Read the shard's held tables from the smallest hold to every chunk high watermark (keys only)
+    and return each key's final change (``handoff.FinalChanges``)."""
+    window = h.scan_window()
+    if window is None:
+        return {t: {} for t in h.tables}
+    start, highs = window
+    acc = FinalChanges(h)
+    req = vtgate_pb2.VStreamRequest(
+        tablet_type=tablet_type,
+        vgtid=binlogdata_pb2.VGtid(shard_gtids=[binlogdata_pb2.ShardGtid(keyspace=keyspace, shard=h.shard, gtid=start)]),
+        filter=binlogdata_pb2.Filter(rules=[binlogdata_pb2.Rule(match=t) for t in h.tables]),
+    )
+    call: Any = vstream(req)
+    readers: dict[str, KeyReader | None] = {}
+    pending: list[tuple[str, Any, Any]] = []
+    try:
+        for resp in call:
+            for ev in resp.events:
+                t = ev.type
+                if t == _T.ROW:
+                    re = ev.row_event
+                    table = _table(re.table_name, re.keyspace or keyspace)
+                    reader = readers.get(table)
+                    for rc in re.row_changes:
+                        pending.append((table, reader(rc.before) if reader and rc.HasField("before") else None,
+                                        reader(rc.after) if reader and rc.HasField("after") else None))
+                elif t == _T.FIELD:
+                    fe = ev.field_event
+                    readers[_table(fe.table_name, fe.keyspace or keyspace)] = key_reader_for(fe)
+                elif t == _T.ROLLBACK:
+                    pending.clear()
+                elif t == _T.VGTID:
+                    pos = next((sg.gtid for sg in ev.vgtid.shard_gtids if sg.shard == h.shard), None)
+                    if pos is None:
+                        continue
+                    # Rows come before their transaction's VGTID: the transaction is complete here.
+                    for table, bk, ak in pending:
+                        acc.change(table, bk, ak, pos)
+                    pending.clear()
+                    if all(covers(pos, hi) for hi in highs):
+                        return acc.finals
+        raise RuntimeError(f"catch-up scan on {h.shard} ended before reaching its chunk high watermarks")
+    finally:
+        cancel = getattr(call, "cancel", None)
+        if cancel is not None:
+            cancel()
+
+
+def finals_scanner(config: WorkerConfig) -> Callable[[ShardHandoff], Finals]:
+    """``scan_finals`` over a channel of its own (the worker task's catch-up hook)."""
+    from cdcworker.source.channel import open_channel
+    from cdcworker.task import channel_settings
+
+    def scan(h: ShardHandoff) -> Finals:
+        settings = channel_settings(config)
+        channel = open_channel(settings)
+        try:
+            stub = vtgateservice_pb2_grpc.VitessStub(channel)
+            return scan_finals(lambda req: stub.VStream(req, metadata=settings.call_metadata()),
+                               config.source.keyspace, _tablet_type(config), h)
+        finally:
+            channel.close()
+
+    return scan
+
+
+def _tablet_type(config: WorkerConfig) -> str:
+    return config.source.tablet_type.upper().replace("MASTER", "PRIMARY")
+
+
 def run_catchup(
     config: WorkerConfig,
     handoffs: Mapping[str, ShardHandoff],
@@ -99,18 +215,20 @@ def run_catchup(
     until: Vgtid,
     timeout: float = 300.0,
 ) -> HandoffProcessor:
-    """Stream from ``start`` until every shard's position covers ``until``; flush; return stats."""
-    from cdcworker.backfill.gtid import covers
+    """Stream from ``start`` until every shard's position covers ``until``; flush; return stats.
+    States without finals get them scanned first."""
     from cdcworker.source.channel import open_channel
     from cdcworker.task import channel_settings, encoder_config, producer_config
 
+    scan = finals_scanner(config)
+    handoffs = {s: h if h.finals is not None else h.with_finals(scan(h)) for s, h in handoffs.items()}
     settings = channel_settings(config)
     channel = open_channel(settings)
     sink = KafkaSink(producer_config(config))
     proc = HandoffProcessor(encoder_config(config), sink, start, handoffs, lookahead_rows=1 << 30)
     stub = vtgateservice_pb2_grpc.VitessStub(channel)
     req = vtgate_pb2.VStreamRequest(
-        tablet_type=config.source.tablet_type.upper().replace("MASTER", "PRIMARY"),
+        tablet_type=_tablet_type(config),
         vgtid=start.to_proto(),
         filter=binlogdata_pb2.Filter(rules=[binlogdata_pb2.Rule(match="/.*")]),
     )

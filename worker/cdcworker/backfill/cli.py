@@ -7,6 +7,7 @@ import logging
 import os
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -72,9 +73,27 @@ def render(tracker: Any, run_id: str) -> Any:
     return table
 
 
+def _run_recorder(store: Any, config: Any) -> Callable[[Any], None]:
+    """Writes the run's ``run`` records (started, finished, error) for the operator's status; a
+    failure to write one is logged, never fatal (the chunks' records are what matters)."""
+    from confluent_kafka import KafkaException, Producer
+
+    from cdcworker.task import producer_config
+
+    producer = Producer(producer_config(config))
+
+    def record(rec: Any) -> None:
+        try:
+            store.write(producer, [rec], timeout=30)
+        except (KafkaException, RuntimeError) as exc:
+            log.warning("backfill %s: run record not written: %s", rec.run_id, exc)
+
+    return record
+
+
 def run(args: argparse.Namespace) -> int:
     from cdcworker.backfill.job import progress_store, run_backfill, spark_session, worker_config
-    from cdcworker.backfill.progress import ChunkDone, PlanRecord, ProgressTracker
+    from cdcworker.backfill.progress import ChunkDone, PlanRecord, ProgressTracker, RunStatus
 
     logging.basicConfig(level=os.environ.get("SHARDCDC_LOG_LEVEL", "WARNING").upper(),
                         format="%(asctime)s %(levelname)s %(name)s %(message)s", stream=sys.stderr)
@@ -91,8 +110,12 @@ def run(args: argparse.Namespace) -> int:
             elif rec.chunk.run_id == spec.run_id:
                 tracker.done(rec)
 
-    store = progress_store(spec, worker_config(spec))
+    config = worker_config(spec)
+    store = progress_store(spec, config)
     store.ensure_topic()
+    started_ms = int(time.time() * 1000)
+    record_run = _run_recorder(store, config)
+    record_run(RunStatus(spec.run_id, "running", started_ms))
     follower = threading.Thread(target=store.follow, args=(on_record, stop.is_set), daemon=True, name="progress")
     follower.start()
     spark = None
@@ -116,6 +139,7 @@ def run(args: argparse.Namespace) -> int:
     except Exception as exc:  # reported once, with the run id to resume with
         log.error("backfill %s failed: %s (rerun with --run-id %s to resume)", spec.run_id, exc, spec.run_id)
         print(f"backfill {spec.run_id} failed: {exc}", file=sys.stderr)
+        record_run(RunStatus(spec.run_id, "failed", started_ms, int(time.time() * 1000), str(exc)[:1000]))
         return 1
     finally:
         stop.set()
@@ -126,6 +150,7 @@ def run(args: argparse.Namespace) -> int:
             live.stop()
         if spark is not None:
             spark.stop()
+    record_run(RunStatus(spec.run_id, "succeeded", started_ms, int(time.time() * 1000)))
     print(f"backfill {result.run_id}: {result.chunks_read} chunks read, {result.chunks_skipped} already done, "
           f"{result.rows:,} rows in {result.seconds:.1f} s ({result.rows_per_second:,.0f} rows/s)")
     return 0

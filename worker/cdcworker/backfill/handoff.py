@@ -3,33 +3,39 @@
 Phases, per shard (the state lives in the worker's offset value, see ``to_offset_field``):
 
 ``held``
-    The backfill runs; the worker follows it and its stream keeps emitting every change, the
-    backfilled tables' too. Suppressing them here would lose deletes: a key deleted before its
-    chunk's read has no snapshot row, so a record the topic already held for it (from streaming
-    before the run) would never be deleted. Emitting them costs only transient states: a change
-    older than a key's snapshot row may land after it, and the catch-up re-emits every change
-    after the row's high watermark, so the last record per key is right.
+    The backfill runs. The backfilled ("held") tables' change events are not emitted; the other
+    tables keep flowing. ``holds[t]`` is the position from which table ``t`` is held: every change
+    of ``t`` up to it was emitted live (and is in Kafka before the worker announces the hold, so
+    before any chunk of the shard is read: ``HoldStarted`` in ``taskhandoff``).
 ``catchup``
-    Every chunk of the shard is done. The worker rewinds its stream to the smallest chunk high
-    watermark of the held tables and, from there, emits a held table's change for key K if it is
-    after the high watermark of K's own chunk (the chunk read already holds everything up to it)
-    or after ``rejoin_at`` (the position the stream had reached: it was never emitted); changes of
-    the other tables up to ``rejoin_at`` were emitted before the rewind and are not emitted again.
+    Every chunk of the shard is done. The stream is rewound to the smallest chunk high watermark
+    or hold position (every change not emitted live is replayed). A held table's change for key K
+    at position p is emitted when p is after H(K), the high watermark of K's own chunk (the chunk
+    read holds everything up to it). At or before H(K) it is emitted only if it is K's *final*
+    change: the last change of K in ``(holds[t], H(K)]`` when that change is a delete (K is absent
+    at H(K): no snapshot row, but the topic may hold an older record of K that must be deleted), or
+    any last change for a table held *late* (chunks were already done when the hold began, so the
+    worker may have emitted live records after their snapshot rows; re-stating the state at H(K)
+    puts the right record last). The finals come from a first pass over the window
+    (``FinalChanges``, driven by ``catchup.scan_finals``). Other tables: changes up to ``rejoin_at``
+    (where the stream was before the rewind) were emitted and are not emitted again.
 ``joined``
     Once the stream passed every chunk high watermark and ``rejoin_at`` the rule emits everything:
     the state can be dropped.
 
-Per key the topic then holds the snapshot row (state at its chunk's high watermark) followed by
-every later change, in order. The rule is a pure function of (state, table, key, position), so a
-crash in any phase resumes correctly from the stored offset and state.
+Per key the topic then holds: the live changes up to the hold, the snapshot row (state at H(K)) or,
+if K is absent at H(K), its final delete, then every change after H(K), in order. The rule is a
+pure function of (state, table, key, position) and the finals are a pure function of the binlog
+window, so a crash in any phase resumes correctly from the stored offset and state.
 """
 
 from __future__ import annotations
 
 import bisect
+import enum
 import itertools
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from cdcworker.backfill.gtid import covers
@@ -37,6 +43,14 @@ from cdcworker.backfill.spec import Key
 
 HELD, CATCHUP, JOINED = "held", "catchup", "joined"
 OFFSET_FIELD = "shardcdc_backfill"
+
+
+class Verdict(enum.IntEnum):
+    """What the catch-up does with one change of one key."""
+
+    SKIP = 0  # held, or at/before the key's high watermark and not its final change
+    EMIT = 1  # after the key's high watermark (or not a held table)
+    FINAL = 2  # the key's final change: emit the last change of the key in its transaction only
 
 
 @dataclass(frozen=True)
@@ -74,6 +88,9 @@ class TableMarks:
         return [m.high for m in self.marks]
 
 
+Finals = Mapping[str, Mapping[Key, str]]  # table -> key -> position of the key's final change
+
+
 @dataclass(frozen=True)
 class ShardHandoff:
     """One shard's hand-off state."""
@@ -84,25 +101,35 @@ class ShardHandoff:
     phase: str = HELD
     rejoin_at: str | None = None  # catchup: the stream position before the rewind
     marks: Mapping[str, TableMarks] = field(default_factory=dict)  # catchup: per held table
+    holds: Mapping[str, str] = field(default_factory=dict)  # table -> position the hold began at
+    late: tuple[str, ...] = ()  # tables whose hold began after some of their chunks were done
+    # catchup: each key's final change (None: not scanned yet). Derived from the binlog window,
+    # so it is neither stored nor compared: a restart scans again.
+    finals: Finals | None = field(default=None, compare=False)
+
+    def decide(self, table: str, key: Key | None, position: str) -> Verdict:
+        """The verdict on the change of ``table`` for ``key`` whose transaction ends at ``position``."""
+        if table not in self.tables:
+            # Other tables flow; in the catch-up they were already emitted up to rejoin_at.
+            if self.phase == CATCHUP and self.rejoin_at is not None and covers(self.rejoin_at, position):
+                return Verdict.SKIP
+            return Verdict.EMIT
+        if self.phase == JOINED:
+            return Verdict.EMIT
+        if self.phase == HELD:
+            return Verdict.SKIP
+        tm = self.marks.get(table)
+        if tm is None:
+            return Verdict.SKIP  # no chunk marks: cannot place it (the catch-up loads them first)
+        if key is None:  # keyless rows cannot be placed in a chunk: emit them after every chunk
+            return Verdict.EMIT if not any(covers(h, position) for h in tm.highs) else Verdict.SKIP
+        if not covers(tm.high_for(key), position):
+            return Verdict.EMIT
+        finals = (self.finals or {}).get(table)
+        return Verdict.FINAL if finals is not None and finals.get(key) == position else Verdict.SKIP
 
     def emit(self, table: str, key: Key | None, position: str) -> bool:
-        """Emit the change of ``table`` for ``key`` whose transaction ends at ``position``?"""
-        if table not in self.tables:
-            # Other tables: already emitted up to rejoin_at before the rewind.
-            return self.phase != CATCHUP or self.rejoin_at is None or not covers(self.rejoin_at, position)
-        if self.phase in (HELD, JOINED):
-            return True
-        # Changes up to rejoin_at were emitted live (``held`` emits everything); a change after it
-        # was not, even when a chunk read already holds it: the worker may lag behind the backfill
-        # (rejoin_at before a chunk's high watermark), and suppressing such a change would lose it
-        # (a delete leaves no snapshot row). Emitting it after the row is harmless: every later
-        # change of the key follows it in order.
-        if self.rejoin_at is not None and not covers(self.rejoin_at, position):
-            return True
-        tm = self.marks.get(table)
-        if tm is None or key is None:
-            return False  # cannot place it: the chunk read holds it (conservative for keyless rows)
-        return not covers(tm.high_for(key), position)
+        return self.decide(table, key, position) != Verdict.SKIP
 
     def emit_change(self, table: str, before: Key | None, after: Key | None, position: str) -> tuple[bool, bool]:
         """For a row change: (emit the part for the old key, emit the part for the new key).
@@ -116,9 +143,20 @@ class ShardHandoff:
         )
 
     def catchup_start(self) -> str | None:
-        """Where the rewound stream starts: the smallest chunk high watermark of the held tables."""
-        highs = [h for tm in self.marks.values() for h in tm.highs]
-        return smallest(highs)
+        """Where the rewound stream starts: the smallest chunk high watermark or hold position
+        (a change after it was either held or may have to follow a snapshot row)."""
+        return smallest([h for tm in self.marks.values() for h in tm.highs] + list(self.holds.values()))
+
+    def scan_window(self) -> tuple[str, list[str]] | None:
+        """(start, high watermarks) of the window the finals come from: from the smallest hold to
+        every chunk high watermark; None when no final change is possible (no hold, or every
+        chunk's high watermark is at or before its table's hold)."""
+        start = smallest(list(self.holds.values()))
+        if start is None:
+            return None
+        highs = [h for t, tm in self.marks.items() for h in tm.highs
+                 if t in self.holds and not covers(self.holds[t], h)]
+        return (start, highs) if highs else None
 
     def finished(self, position: str) -> bool:
         """True once the stream passed every chunk high watermark and ``rejoin_at``."""
@@ -130,21 +168,63 @@ class ShardHandoff:
         return all(covers(position, h) for h in highs)
 
     def to_catchup(self, marks: Mapping[str, TableMarks], rejoin_at: str | None) -> ShardHandoff:
-        return ShardHandoff(self.shard, self.run_id, self.tables, CATCHUP, rejoin_at, dict(marks))
+        return replace(self, phase=CATCHUP, rejoin_at=rejoin_at, marks=dict(marks), finals=None)
+
+    def with_finals(self, finals: Finals) -> ShardHandoff:
+        return replace(self, finals=finals)
 
     # --- offset value ------------------------------------------------------------------------
 
     def to_offset_field(self) -> dict[str, Any]:
         """What the worker stores next to the shard's gtid (marks are reloaded from the progress
-        topic, which holds them durably; the offset only says which run and phase)."""
+        topic, which holds them durably, and finals are scanned again)."""
         out: dict[str, Any] = {"run": self.run_id, "tables": list(self.tables), "phase": self.phase}
+        if self.holds:
+            out["hold_from"] = dict(sorted(self.holds.items()))
+        if self.late:
+            out["late"] = list(self.late)
         if self.rejoin_at is not None:
             out["rejoin_at"] = self.rejoin_at
         return out
 
     @classmethod
     def from_offset_field(cls, shard: str, d: Mapping[str, Any], marks: Mapping[str, TableMarks] | None = None) -> ShardHandoff:
-        return cls(shard, d["run"], tuple(d["tables"]), d.get("phase", HELD), d.get("rejoin_at"), dict(marks or {}))
+        return cls(shard, d["run"], tuple(d["tables"]), d.get("phase", HELD), d.get("rejoin_at"), dict(marks or {}),
+                   dict(d.get("hold_from") or {}), tuple(d.get("late") or ()))
+
+
+class FinalChanges:
+    """First pass of the catch-up: each held key's final change in ``(holds[t], H(K)]``.
+
+    Fed every change of the held tables in commit order (``change``), from the smallest hold to the
+    largest high watermark. A key is kept while its last change in its window is a delete (or, for
+    a late table, any change); a later insert or update of the key inside its window drops it. The
+    memory is one entry per key deleted in its window and not re-created (per key touched in the
+    window for late tables): bounded by the keys the window's transactions touched, never by the
+    table size.
+    """
+
+    def __init__(self, h: ShardHandoff) -> None:
+        self.h = h
+        self.finals: dict[str, dict[Key, str]] = {t: {} for t in h.tables}
+
+    def _in_window(self, table: str, key: Key, position: str) -> bool:
+        hold = self.h.holds.get(table)
+        tm = self.h.marks.get(table)
+        return (hold is not None and tm is not None and not covers(hold, position)
+                and covers(tm.high_for(key), position))
+
+    def change(self, table: str, before: Key | None, after: Key | None, position: str) -> None:
+        finals = self.finals.get(table)
+        if finals is None:
+            return
+        if before is not None and before != after and self._in_window(table, before, position):
+            finals[before] = position  # a delete (or the delete half of a primary-key change)
+        if after is not None and self._in_window(table, after, position):
+            if table in self.h.late:
+                finals[after] = position
+            else:
+                finals.pop(after, None)  # present at its high watermark: the snapshot row has it
 
 
 def smallest(positions: Sequence[str]) -> str | None:

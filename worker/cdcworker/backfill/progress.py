@@ -255,3 +255,92 @@ class ProgressTracker:
 
     def snapshot(self) -> Mapping[tuple[str, str], Totals]:
         return dict(self.items)
+
+
+# --- run status and launch requests (the operator's side of the topic) ------------------------
+#
+# Besides plans, chunks and hand-off markers the topic carries three small record kinds, so the
+# operator can follow runs and signals from Kafka alone (durable, ordered, compacted):
+#
+# * ``run``: written by ``shardcdc backfill`` (local and Spark) when a run starts and ends, with
+#   the error of a failed run: the status's started/finished/error come from here;
+# * ``signal``: an ``execute-snapshot`` / ``stop-snapshot`` signal a worker read (signal table or
+#   Kafka channel) on a connector whose backfills run on an engine. Keyed by the signal id: every
+#   task that sees the same signal writes the same key and the same bytes, so duplicates collapse;
+# * ``signal-closed``: written by the operator when a signal-started run ended (succeeded, failed,
+#   cancelled); a closed request is never launched again, whatever the status says.
+
+RUN = "run"
+SIGNAL = "signal"
+SIGNAL_CLOSED = "signal-closed"
+
+
+@dataclass(frozen=True, slots=True)
+class RunStatus:
+    """A run's lifecycle as the job saw it (``state``: running, succeeded, failed)."""
+
+    run_id: str
+    state: str
+    started_ms: int
+    finished_ms: int = 0
+    error: str = ""
+
+    def key(self) -> bytes:
+        return orjson.dumps([self.run_id, RUN])
+
+    def value(self) -> bytes:
+        return orjson.dumps({"type": RUN, "run": self.run_id, "state": self.state, "started_ms": self.started_ms,
+                             "finished_ms": self.finished_ms, "error": self.error})
+
+
+@dataclass(frozen=True, slots=True)
+class SignalRecord:
+    """A snapshot signal handed to the operator. ``tables`` are bare table names of the connector's
+    keyspace, ``conditions`` table -> additional condition; empty ``tables`` on a stop = every table."""
+
+    signal_id: str
+    signal: str  # "execute-snapshot" | "stop-snapshot"
+    keyspace: str
+    tables: tuple[str, ...] = ()
+    conditions: tuple[tuple[str, str], ...] = ()  # sorted (table, condition)
+    channel: str = "source"
+
+    def key(self) -> bytes:
+        return orjson.dumps([SIGNAL, self.keyspace, self.signal_id])
+
+    def value(self) -> bytes:
+        return orjson.dumps({"type": SIGNAL, "signal": self.signal, "id": self.signal_id, "keyspace": self.keyspace,
+                             "tables": list(self.tables), "conditions": dict(self.conditions),
+                             "channel": self.channel})
+
+
+@dataclass(frozen=True, slots=True)
+class SignalClosed:
+    """The operator's note that a signal-started run is over (``phase``: Succeeded, Failed, Cancelled)."""
+
+    signal_id: str
+    keyspace: str
+    phase: str
+    message: str = ""
+
+    def key(self) -> bytes:
+        return orjson.dumps([SIGNAL_CLOSED, self.keyspace, self.signal_id])
+
+    def value(self) -> bytes:
+        return orjson.dumps({"type": SIGNAL_CLOSED, "id": self.signal_id, "keyspace": self.keyspace,
+                             "phase": self.phase, "message": self.message})
+
+
+def parse_control(value: bytes) -> RunStatus | SignalRecord | SignalClosed | None:
+    """A run, signal or signal-closed record (None for every other kind)."""
+    d = orjson.loads(value)
+    kind = d.get("type")
+    if kind == RUN:
+        return RunStatus(d["run"], d["state"], int(d.get("started_ms") or 0), int(d.get("finished_ms") or 0),
+                         str(d.get("error") or ""))
+    if kind == SIGNAL:
+        return SignalRecord(d["id"], d["signal"], d["keyspace"], tuple(d.get("tables") or ()),
+                            tuple(sorted((d.get("conditions") or {}).items())), d.get("channel", "source"))
+    if kind == SIGNAL_CLOSED:
+        return SignalClosed(d["id"], d["keyspace"], d["phase"], d.get("message", ""))
+    return None

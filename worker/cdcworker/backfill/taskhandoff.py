@@ -6,17 +6,21 @@ when it is true, :meth:`TaskHandoff.advance` once everything streamed so far is 
 followed by a shard when the progress topic has its plan for that shard and no ``HandoffDone``
 marker for (run, shard):
 
-* no state -> ``held`` (the run's tables on that shard; extended if more plans show up);
+* no state -> ``held`` at the shard's position (``holds``: the run's tables on that shard;
+  extended if more plans show up); once the offset carrying the state is stored, a ``HoldStarted``
+  marker for (run, shard) goes to the progress topic: the job may read the shard's chunks from then
+  on (every live record of those tables is in Kafka before any snapshot row);
 * ``held`` and every chunk of those tables done -> ``catchup``: ``rejoin_at`` is the shard's
-  position, the shard's gtid is rewound to the smallest chunk high watermark;
+  position, the shard's gtid is rewound to the smallest chunk high watermark or hold, and the
+  first pass (``scan``) finds each key's final change;
 * ``catchup`` and the position passed every high watermark and ``rejoin_at`` -> the marker is
   written to the progress topic, then the state is dropped.
 
 Every change makes the task restart its stream from the returned position with a processor built
 for the new states, after writing the offset with the new state (one record: position and state
-move together). Entering ``held`` late (the run started before the worker saw it) is safe: the
-catch-up rewinds to the smallest chunk high watermark whatever the worker emitted meanwhile, and
-each key gets its snapshot row followed by every change after its own chunk's high watermark.
+move together). A table whose hold begins after some of its chunks are done (the job did not wait
+for the marker, or the worker was behind) is held *late*: its live records may have landed after
+snapshot rows, so the catch-up re-states each key's last change before its high watermark.
 """
 
 from __future__ import annotations
@@ -24,13 +28,15 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any, cast
 
+import orjson
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 from cdcworker.backfill.gtid import covers
-from cdcworker.backfill.handoff import CATCHUP, HELD, OFFSET_FIELD, ShardHandoff, marks_from_run
+from cdcworker.backfill.handoff import CATCHUP, HELD, OFFSET_FIELD, Finals, ShardHandoff, marks_from_run
 from cdcworker.backfill.progress import (
     ChunkDone,
     HandoffDone,
@@ -46,7 +52,37 @@ log = logging.getLogger(__name__)
 
 LOOKUP_INTERVAL = 2.0  # seconds between looks for a progress topic that does not exist yet
 
-__all__ = ["OFFSET_FIELD", "ProgressFeed", "TaskHandoff", "progress_topic_of"]
+__all__ = ["OFFSET_FIELD", "HoldStarted", "ProgressFeed", "TaskHandoff", "parse_hold", "progress_topic_of"]
+
+HOLD = "held"
+
+
+@dataclass(frozen=True, slots=True)
+class HoldStarted:
+    """Written by the worker once the offset holding (run, shard) back is stored: from here on
+    none of ``tables``' change events on the shard is emitted live until the catch-up. A job that
+    waits for it before reading the shard's chunks gets, per key, no live record after its
+    snapshot row (see docs/backfill.md)."""
+
+    run_id: str
+    keyspace: str
+    shard: str
+    tables: tuple[str, ...]
+    hold_from: Mapping[str, str]
+
+    def key(self) -> bytes:
+        return orjson.dumps([self.run_id, self.keyspace, self.shard, HOLD])
+
+    def value(self) -> bytes:
+        return orjson.dumps({"type": HOLD, "run": self.run_id, "keyspace": self.keyspace, "shard": self.shard,
+                             "tables": list(self.tables), "hold_from": dict(self.hold_from)})
+
+
+def parse_hold(value: bytes) -> HoldStarted | None:
+    d = orjson.loads(value)
+    if d.get("type") != HOLD:
+        return None
+    return HoldStarted(d["run"], d["keyspace"], d["shard"], tuple(d["tables"]), dict(d.get("hold_from") or {}))
 
 
 def progress_topic_of(topic_prefix: str) -> str:
@@ -129,12 +165,17 @@ class ProgressFeed:
         if keyspace == self.keyspace:
             self.runs.setdefault(run_id, RunState(run_id)).apply(rec)
 
-    def mark_handed_off(self, run_id: str, shard: str, position: str) -> None:
+    def _write(self, records: list[Any]) -> None:
         if self._producer is None:
             self._producer = Producer({**self.client_config, "enable.idempotence": True, "acks": "all"})
-        ProgressStore(self.client_config, self.topic).write(self._producer, [HandoffDone(run_id, self.keyspace, shard,
-                                                                                         position)])
+        ProgressStore(self.client_config, self.topic).write(self._producer, records)
+
+    def mark_handed_off(self, run_id: str, shard: str, position: str) -> None:
+        self._write([HandoffDone(run_id, self.keyspace, shard, position)])
         self.handed_off.add((run_id, shard))
+
+    def mark_held(self, h: ShardHandoff) -> None:
+        self._write([cast(Any, HoldStarted(h.run_id, self.keyspace, h.shard, h.tables, h.holds))])
 
     def close(self) -> None:
         if self._consumer is not None:
@@ -149,12 +190,15 @@ class ProgressFeed:
 class TaskHandoff:
     """The hand-off state of one task's shards (restored from its offset value)."""
 
-    def __init__(self, feed: ProgressFeed, stored: Mapping[str, Any] | None = None) -> None:
+    def __init__(self, feed: ProgressFeed, stored: Mapping[str, Any] | None = None,
+                 scan: Callable[[ShardHandoff], Finals] | None = None) -> None:
         self.feed = feed
+        self.scan = scan  # the catch-up's first pass (catchup.finals_scanner); None: no finals
         self.states: dict[str, ShardHandoff] = {}
         for shard, d in ((stored or {}).get(OFFSET_FIELD) or {}).items():
             self.states[shard] = ShardHandoff.from_offset_field(shard, d)
         self.transitions = 0
+        self._announced: set[tuple[str, str, tuple[str, ...]]] = set()  # (run, shard, tables) marked held
 
     @property
     def active(self) -> bool:
@@ -184,16 +228,20 @@ class TaskHandoff:
         for sg in position:
             shard, gtid = sg.shard, sg.gtid
             h = self.states.get(shard)
-            if h is None:
+            known = gtid.startswith("MySQL56/")
+            if h is None and known:  # a hold begins at a real position (not "current" or a copy)
                 run = self._pending(shard)
                 if run is not None:
-                    h = ShardHandoff(shard, run.run_id, self._tables(run, shard))
-            known = gtid.startswith("MySQL56/")
+                    h = ShardHandoff(shard, run.run_id, ())
             if h is not None and h.phase == HELD:
                 run = self.feed.runs.get(h.run_id)
                 tables = tuple(sorted(set(h.tables) | set(self._tables(run, shard) if run is not None else ())))
                 if tables != h.tables:
-                    h = ShardHandoff(shard, h.run_id, tables)
+                    # Tables join the hold here: their changes up to this position were emitted live.
+                    new = [t for t in tables if t not in h.holds]
+                    late = [t for t in new if run is not None and _any_done(run, shard, t)]
+                    h = replace(h, tables=tables, holds={**h.holds, **dict.fromkeys(new, gtid)},
+                                late=tuple(sorted({*h.late, *late})))
                 if run is not None and known and all(run.table_complete(shard, t) for t in h.tables):
                     h = h.to_catchup({t: marks_from_run(run.watermarks(shard, t)) for t in h.tables}, rejoin_at=gtid)
                     start = h.catchup_start()
@@ -206,10 +254,25 @@ class TaskHandoff:
                 states[shard] = h
         return states, gtids, done
 
-    def pending(self, position: Vgtid) -> bool:
-        """Would :meth:`advance` change anything at ``position``? (reads what was fetched; no I/O wait)."""
+    def pending(self, position: Vgtid | None) -> bool:
+        """Would :meth:`advance` change anything at ``position``? (reads what was fetched; no I/O wait).
+
+        Called right after the offset was written at ``position``: states that were in it are
+        announced (``HoldStarted``) if they were not yet."""
         self.feed.poll()
+        if position is None:
+            return False
+        self._announce()
         return self._next(position)[0] != self.states
+
+    def _announce(self) -> None:
+        for h in self.states.values():
+            ident = (h.run_id, h.shard, h.tables)
+            if ident not in self._announced:
+                self.feed.mark_held(h)
+                self._announced.add(ident)
+                log.info("shard %s: backfill %s: holding %s back since %s", h.shard, h.run_id, ", ".join(h.tables),
+                         ", ".join(sorted(set(h.holds.values()))))
 
     def advance(self, position: Vgtid) -> tuple[Vgtid, bool]:
         """Move each shard on at ``position`` (durable: everything before it is in Kafka); returns
@@ -225,6 +288,9 @@ class TaskHandoff:
             if old is None or old.phase != h.phase:
                 where = f" from {gtids[shard]} (rejoining at {h.rejoin_at})" if shard in gtids else ""
                 log.info("shard %s: backfill %s: %s %s%s", shard, h.run_id, h.phase, ", ".join(h.tables), where)
+        for shard, h in states.items():
+            if h.phase == CATCHUP and h.finals is None:
+                states[shard] = h.with_finals(self._finals(h))
         changed = states != self.states
         self.states = states
         if changed:
@@ -239,9 +305,26 @@ class TaskHandoff:
         (they are not in the offset value), and advance from the stored position."""
         self.feed.poll(to_end=True)
         for shard, h in list(self.states.items()):
+            if not h.holds:
+                # A state without hold positions (written before holds were recorded): its tables
+                # were emitted live, so they are held late from here.
+                sg = position.get(shard)
+                if sg is not None and sg.gtid.startswith("MySQL56/"):
+                    h = replace(h, holds=dict.fromkeys(h.tables, sg.gtid), late=h.tables)
             if h.phase == CATCHUP and not h.marks:
-                self.states[shard] = self._with_marks(h)
+                h = self._with_marks(h)
+            self.states[shard] = h
         return self.advance(position)[0]
+
+    def _finals(self, h: ShardHandoff) -> Finals:
+        if self.scan is None:
+            log.warning("shard %s: no catch-up scan configured: deletes before their chunk are not emitted", h.shard)
+            return {}
+        t0 = time.monotonic()
+        finals = self.scan(h)
+        log.info("shard %s: backfill %s: %d final change(s) before their chunks' high watermarks (scanned in %.1fs)",
+                 h.shard, h.run_id, sum(len(f) for f in finals.values()), time.monotonic() - t0)
+        return finals
 
     def _with_marks(self, h: ShardHandoff) -> ShardHandoff:
         run = self.feed.runs.get(h.run_id)
@@ -252,3 +335,7 @@ class TaskHandoff:
 
     def close(self) -> None:
         self.feed.close()
+
+
+def _any_done(run: RunState, shard: str, table: str) -> bool:
+    return any(s == shard and t == table for s, t, _ in run.done)

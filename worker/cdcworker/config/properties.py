@@ -641,6 +641,15 @@ _PROPERTIES: tuple[Property, ...] = (
         "Consumer group of the Kafka signal channel.",
         group="signals",
     ),
+    _p(
+        "shardcdc.signal.snapshot.engine",
+        E,
+        "vstream",
+        "execute-snapshot runs a VStream copy in the task (vstream) or is handed to the operator's backfill engine "
+        "via the progress topic (backfill; set by the operator when spec.snapshot.backfill is configured).",
+        allowed=("vstream", "backfill"),
+        group="signals",
+    ),
     # --- queue, batching, retries -----------------------------------------------------------------------------------
     _p(
         "max.queue.size",

@@ -616,7 +616,11 @@ class _Collector:
         yield counter("shardcdc_vstream_responses", "VStream responses received.", tm.responses)
         yield counter("shardcdc_vstream_events", "VEvents received (all types).", tm.vevents)
         yield counter("shardcdc_records_sent", "Records handed to the Kafka producer.", tm.records_sent)
-        yield counter("shardcdc_records_acked", "Records acknowledged by Kafka.", tm.records_acked)
+        yield counter(
+            "shardcdc_records_acked",
+            "Records acknowledged by Kafka (exactly-once: in committed transactions); updated at each offset flush.",
+            tm.records_acked,
+        )
         yield counter(
             "shardcdc_offsets_flushed", "Offset records written to the offsets topic.", tm.offsets_flushed
         )

@@ -23,7 +23,7 @@ import queue
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from cdcworker.events import EncoderConfig, TablePlan
 from cdcworker.snapshot import SnapshotEngine, SnapshotRequest, validate_condition
@@ -99,8 +99,18 @@ class SignalDispatcher:
         self.handled: list[Signal] = []  # for status and tests
         self._inbox: queue.SimpleQueue[Signal] = queue.SimpleQueue()
 
+    @property
+    def forwards(self) -> bool:
+        """The engine hands signals to the operator (``forward.BackfillSignalForwarder``)."""
+        return hasattr(self.engine, "forward")
+
     def submit(self, signal: Signal) -> None:
-        """Thread-safe: queue a signal (the Kafka channel's thread uses this)."""
+        """Thread-safe: queue a signal (the Kafka channel's thread uses this). A forwarding engine
+        is thread-safe and acts at once, so the channel commits its offset only after the signal
+        is durably handed over."""
+        if self.forwards:
+            self.dispatch(signal)
+            return
         self._inbox.put(signal)
 
     def poll(self) -> None:
@@ -118,11 +128,18 @@ class SignalDispatcher:
             if signal.type == EXECUTE_SNAPSHOT:
                 if self.engine is None:
                     raise ValueError("no snapshot engine is configured")
-                self.engine.start(snapshot_request(signal))
+                if self.forwards:
+                    cast(Any, self.engine).forward(signal.id, signal.type, snapshot_request(signal), (), signal.channel)
+                else:
+                    self.engine.start(snapshot_request(signal))
             elif signal.type == STOP_SNAPSHOT:
                 if self.engine is not None:
                     dcs = signal.data.get("data-collections") or []
-                    self.engine.cancel(None, tuple(str(c) for c in ([dcs] if isinstance(dcs, str) else dcs)))
+                    names = tuple(str(c) for c in ([dcs] if isinstance(dcs, str) else dcs))
+                    if self.forwards:
+                        cast(Any, self.engine).forward(signal.id, signal.type, None, names, signal.channel)
+                    else:
+                        self.engine.cancel(None, names)
             elif signal.type == LOG:
                 log.info("signal %s: %s", signal.id, signal.data.get("message", ""))
             else:
@@ -233,8 +250,16 @@ class KafkaSignalChannel:
                 log.warning("signal record at %s/%d ignored: %s", self._topic, msg.offset(), exc)
                 signal = None
             if signal is not None:
+                try:
+                    self._dispatcher.submit(signal)
+                except Exception as exc:  # e.g. the progress topic cannot be written: retry the record
+                    log.error("signal %s not handed over (%s); retrying", signal.id, exc)
+                    from confluent_kafka import TopicPartition
+
+                    self._consumer.seek(TopicPartition(self._topic, msg.partition() or 0, msg.offset() or 0))
+                    self._stop.wait(5.0)
+                    continue
                 self.received += 1
-                self._dispatcher.submit(signal)
             self._consumer.commit(message=msg, asynchronous=False)
 
     def close(self) -> None:

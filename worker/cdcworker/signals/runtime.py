@@ -12,11 +12,13 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from cdcworker.backfill.taskhandoff import progress_topic_of
 from cdcworker.config import WorkerConfig
 from cdcworker.events import EncoderConfig
 from cdcworker.filters import FailureHandler, FilterPolicy, vstream_rules
 from cdcworker.filters.failure import topic_limits
 from cdcworker.signals import KafkaSignalChannel, SignalDispatcher, SignalTap
+from cdcworker.signals.forward import BACKFILL, ENGINE_PROPERTY, BackfillSignalForwarder
 from cdcworker.snapshot.vstream_copy import VStreamCopyEngine
 
 log = logging.getLogger(__name__)
@@ -31,7 +33,7 @@ class TaskExtras:
     signal_tables: tuple[str, ...] = ()
     dispatcher: SignalDispatcher | None = None
     tap: SignalTap | None = None
-    engine: VStreamCopyEngine | None = None
+    engine: VStreamCopyEngine | BackfillSignalForwarder | None = None
     channel: KafkaSignalChannel | None = None
 
     @classmethod
@@ -52,7 +54,16 @@ class TaskExtras:
         sig = cfg.signals
         source = bool(sig.data_collection) and "source" in sig.channels
         kafka = "kafka" in sig.channels
-        if source or kafka:
+        if (source or kafka) and cfg.properties.get(ENGINE_PROPERTY) == BACKFILL:
+            # Backfills run on the connector's engine: hand snapshot signals to the operator.
+            extras.engine = BackfillSignalForwarder(
+                cfg.kafka.client_config("producer"),
+                progress_topic_of(cfg.topic_prefix),
+                cfg.source.keyspace,
+                replication_factor=cfg.kafka.offsets_replication_factor,
+            )
+            extras.dispatcher = SignalDispatcher(extras.engine)
+        elif source or kafka:
             tablet = cfg.source.tablet_type.upper()
             extras.engine = VStreamCopyEngine(
                 open_stream,

@@ -7,7 +7,10 @@ the very last one ``"last"``, and ``source.vgtid`` = the copy's VGTID (with ``ta
 Debezium's initial copy shows it). The engine stops the stream at COPY_COMPLETED.
 
 Both streams are turned into records on the task's processing thread (``pump``), between live
-transactions, so the sink sees one ordered sequence. Ordering against the live stream follows
+transactions, so the sink sees one ordered sequence. A ``stop-snapshot`` that ends the run emits the
+row held back for ``"last"`` with that marker (the next ``pump``), so every stopped or completed
+snapshot that emitted rows ends with exactly one ``"last"``; a multi-table request whose last
+tables are empty ends with the last row of the last non-empty table. Ordering against the live stream follows
 DBLog's rule: while a snapshot runs, the keys the live stream emits for the snapshotted tables are
 remembered, and a snapshot row whose key the live stream has already emitted is dropped (the live
 record is as new or newer). A snapshot row emitted first is simply overtaken by the live records
@@ -22,7 +25,10 @@ and resumes the copy from that VGTID; the row held back for ``"last"`` is never 
 the final marker is emitted exactly once after a stop. Resume is per shard: a shard whose entry
 has neither ``table_p_ks`` nor an empty gtid is done; VTGate reports only the table being copied
 in ``table_p_ks``, so for several tables the tables VTGate has not reached yet are inferred the
-way VTGate does (name order).
+way VTGate does (name order). Between two tables (the first one done, the next one's first batch
+not yet committed) a shard's VGTID has a gtid and no ``table_p_ks``, which a restart would read
+as "copied": until the shard's own COPY_COMPLETED the stored resume point keeps that shard's last
+entry with ``table_p_ks`` instead (``resumable_vgtid``), so the next tables are not skipped.
 """
 
 from __future__ import annotations
@@ -41,7 +47,7 @@ from typing import Any
 
 from cdcworker.events import EncoderConfig, SourceContext, TablePlan
 from cdcworker.filters.failure import EventLocation, FailureHandler
-from cdcworker.offsets import Vgtid
+from cdcworker.offsets import ShardGtid, Vgtid
 from cdcworker.offsets.value import Checkpoint
 from cdcworker.snapshot import SnapshotRequest
 from vitessapi import binlogdata_pb2, vtgate_pb2
@@ -71,6 +77,24 @@ def copy_rules(keyspace: str, request: SnapshotRequest) -> list[tuple[str, str]]
         else:
             rules.append(("/^" + _re2_literal(table) + "$", ""))
     return rules
+
+
+def resumable_vgtid(vgtid: Vgtid, done_shards: set[str], last_copying: dict[str, ShardGtid]) -> Vgtid:
+    """The copy stream's VGTID as a resume point: shards between two tables keep copying.
+
+    A shard that has not sent its COPY_COMPLETED but shows a gtid without ``table_p_ks`` has just
+    finished a table (or has not committed a batch of its first one yet). Resuming from that entry
+    would only stream, so it is replaced by the shard's newest entry with ``table_p_ks`` (VTGate
+    then finishes that table, with nothing left of it, and copies the tables after it), or, with
+    none yet, by ``gtid=""`` (the shard's copy starts over: no row of it was handed over yet).
+    """
+    out = []
+    for sg in vgtid:
+        if sg.copying or sg.shard in done_shards:
+            out.append(sg)
+        else:
+            out.append(last_copying.get(sg.shard) or ShardGtid(sg.keyspace, sg.shard, ""))
+    return Vgtid(tuple(out))
 
 
 class _WatchingSink:
@@ -114,6 +138,9 @@ class _Run:
         self.rows: list[tuple[TablePlan, Any]] = []
         self.held: tuple[TablePlan, Any, int, str] | None = None
         self.vgtid_json = ""
+        self.vgtid: Vgtid | None = None  # the newest VGTID of the copy stream
+        self.last_copying: dict[str, ShardGtid] = {}  # shard -> its newest entry with table_p_ks
+        self.done_shards: set[str] = set()  # shards whose COPY_COMPLETED arrived
         self.cancelled = False
         self.emitted = 0
         self.superseded = 0
@@ -162,6 +189,7 @@ class VStreamCopyEngine:
         self._stopped: dict[str, set[str]] = {}  # request id -> tables a stop-snapshot removed (restored)
         self._state_cache: tuple[Any, tuple[tuple[str, str], ...]] | None = None
         self._run: _Run | None = None
+        self._stopped_run: _Run | None = None  # stopped by a signal: its held row still to emit as "last"
         self.completed: list[str] = []  # request ids, in completion order
         self.records = 0
         self.superseded = 0  # reads dropped because the live stream had emitted the row already
@@ -170,7 +198,7 @@ class VStreamCopyEngine:
 
     @property
     def active(self) -> bool:
-        return self._run is not None or bool(self._queued)
+        return self._run is not None or bool(self._queued) or self._stopped_run is not None
 
     def start(self, request: SnapshotRequest) -> None:
         if not request.tables(self.keyspace):
@@ -263,14 +291,14 @@ class VStreamCopyEngine:
                 self._resume.pop(request_id, None)
                 self._stopped.pop(request_id, None)
             if self._run is not None and request_id in (None, self._run.request.id):
-                self._stop_run(complete=False)
+                self._stop_run(complete=False, signalled=True)
             return
         tables = {dc.partition(".")[2] or dc for dc in data_collections}
         run = self._run
         if run is not None:
             run.stopped_tables |= {t for t in tables if t in run.request.tables(self.keyspace)}
             if set(run.request.tables(self.keyspace)) <= run.stopped_tables:
-                self._stop_run(complete=False)
+                self._stop_run(complete=False, signalled=True)
 
     def close(self) -> None:
         self._queued.clear()
@@ -283,8 +311,12 @@ class VStreamCopyEngine:
         """Emit what the snapshot stream delivered, between live transactions; returns records sent."""
         if processor is None or not processor.between_transactions:
             return 0
+        if self._stopped_run is not None:
+            self._finish_stopped(processor)
         if self._run is None:
             if not self._queued:
+                if isinstance(processor.sink, _WatchingSink):
+                    processor.sink = processor.sink.inner  # stop remembering live keys
                 return 0
             self._launch(self._queued.popleft())
         run = self._run
@@ -327,6 +359,19 @@ class VStreamCopyEngine:
             sink.commit_point(self.decorate(position))
         return run.emitted - before
 
+    def _finish_stopped(self, processor: Any) -> None:
+        """After a ``stop-snapshot``: the held row goes out as ``"last"``, then a commit point."""
+        run, self._stopped_run = self._stopped_run, None
+        assert run is not None
+        live = processor.sink
+        sink = live.inner if isinstance(live, _WatchingSink) else live
+        before = run.emitted
+        self._emit_held(run, sink, "last")
+        if run.emitted != before:
+            position = dataclasses.replace(processor.position)
+            processor.position = position
+            sink.commit_point(self.decorate(position))
+
     def _launch(self, request: SnapshotRequest) -> None:
         tables = request.tables(self.keyspace)
         naming = self.encoder.topic_naming()
@@ -353,10 +398,11 @@ class VStreamCopyEngine:
         log.info("snapshot %s: copying %s of %s", request.id, ", ".join(tables), self.keyspace)
         run = _Run(request, self._open(req), topics, self._depth, resume)
         run.stopped_tables |= self._stopped.pop(request.id, set())
+        run.last_copying.update((sg.shard, ShardGtid.from_proto(sg)) for sg in shard_gtids if sg.table_p_ks)
         self._run = run
         run.thread.start()
 
-    def _stop_run(self, complete: bool) -> None:
+    def _stop_run(self, complete: bool, signalled: bool = False) -> None:
         run = self._run
         if run is None:
             return
@@ -364,6 +410,8 @@ class VStreamCopyEngine:
         with contextlib.suppress(Exception):
             run.call.cancel()
         self._run = None
+        if signalled:  # the next pump emits the held row and unwraps the live sink
+            self._stopped_run = run
         if complete:
             self.completed.append(run.request.id)
             log.info(
@@ -396,10 +444,16 @@ class VStreamCopyEngine:
                     where = EventLocation(fe.keyspace, key[0], fe.table_name, run.vgtid_json)
                     self.failures.handle("snapshot FIELD event cannot be planned", where, exc)
             elif t == _T.VGTID:
-                run.vgtid_json = Vgtid.from_proto(ev.vgtid).to_json()
+                run.vgtid = v = Vgtid.from_proto(ev.vgtid)
+                run.vgtid_json = v.to_json()
+                for sg in v:
+                    if sg.table_p_ks:
+                        run.last_copying[sg.shard] = sg
             elif t == _T.COMMIT:
                 self._flush(run, sink, ev.timestamp)
             elif t == _T.COPY_COMPLETED:
+                if ev.shard:
+                    run.done_shards.add(ev.shard)
                 self._flush(run, sink, 0)
                 if not ev.shard:
                     return True  # VTGate's final COPY_COMPLETED: every shard is copied
@@ -421,8 +475,8 @@ class VStreamCopyEngine:
                     self._emit_held(run, sink, "true")
                 run.held = (plan, rc, ts, run.vgtid_json)
                 run.held_prev = run.flushed_vgtid
-        if run.vgtid_json:
-            run.flushed_vgtid = run.vgtid_json
+        if run.vgtid is not None:
+            run.flushed_vgtid = resumable_vgtid(run.vgtid, run.done_shards, run.last_copying).to_json()
         run.resume_vgtid = run.held_prev if run.held is not None else run.flushed_vgtid
 
     def _superseded(self, run: _Run, plan: TablePlan, rc: Any, ts: int) -> bool:

@@ -1,0 +1,113 @@
+"""Snapshot signals for connectors whose backfills run on an engine (Spark, or local mode's runner).
+
+With ``shardcdc.signal.snapshot.engine=backfill`` (the operator sets it when
+``spec.snapshot.backfill`` is configured) a task does not copy tables itself: it hands each
+``execute-snapshot`` / ``stop-snapshot`` signal to the operator as a ``signal`` record in the
+progress topic (``<topic.prefix>.backfill-progress``), and the operator launches or cancels the
+backfill run exactly as for a ``spec.backfills[]`` entry.
+
+Why the progress topic: it is durable and ordered (one partition), the operator reads it anyway
+for the runs' progress, and it outlives worker and operator restarts. The record is written and
+acknowledged before the signal counts as handled: a source-channel signal is acted on at its
+COMMIT, before the task's offset passes it, and a Kafka-channel signal before the channel commits
+its consumer offset, so a crash in between replays the signal and writes the same record again.
+Its key is the signal id and its bytes depend only on the signal, so the several tasks that read
+the same Kafka signal (or a task replaying after a restart) write the same record: compaction and
+the operator's fold collapse them.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any, cast
+
+from cdcworker.backfill.progress import SignalRecord
+from cdcworker.snapshot import SnapshotRequest
+
+log = logging.getLogger(__name__)
+
+ENGINE_PROPERTY = "shardcdc.signal.snapshot.engine"
+BACKFILL = "backfill"
+WRITE_ATTEMPTS = 5
+
+
+def signal_record(signal_id: str, kind: str, keyspace: str, request: SnapshotRequest | None,
+                  data_collections: tuple[str, ...] = (), channel: str = "source") -> SignalRecord:
+    """The record for one signal (pure): bare table names of ``keyspace``, conditions per table."""
+    if request is not None:
+        tables = tuple(dict.fromkeys(request.tables(keyspace)))
+        conds = {t: c for t in tables if (c := request.condition(keyspace, t))}
+    else:
+        tables = tuple(dict.fromkeys(SnapshotRequest("", data_collections).tables(keyspace)))
+        conds = {}
+    return SignalRecord(signal_id, kind, keyspace, tables, tuple(sorted(conds.items())), channel)
+
+
+class BackfillSignalForwarder:
+    """Writes snapshot signals to the progress topic (thread-safe; each call waits for Kafka)."""
+
+    def __init__(self, client_config: Mapping[str, Any], topic: str, keyspace: str,
+                 replication_factor: int = -1) -> None:
+        from cdcworker.backfill.store import ProgressStore
+
+        self.store = ProgressStore(dict(client_config), topic, replication_factor)
+        self.keyspace = keyspace
+        self.written: list[SignalRecord] = []  # for status and tests
+        self._lock = threading.Lock()
+        self._producer: Any = None
+        self._topic_ready = False
+
+    # SnapshotEngine, for callers that only know that contract
+    def start(self, request: SnapshotRequest) -> None:
+        self.forward(request.id, "execute-snapshot", request)
+
+    def cancel(self, request_id: str | None = None, data_collections: tuple[str, ...] = ()) -> None:
+        self.forward(request_id or f"stop-{int(time.time() * 1000)}", "stop-snapshot", None, data_collections)
+
+    def forward(self, signal_id: str, kind: str, request: SnapshotRequest | None,
+                data_collections: tuple[str, ...] = (), channel: str = "source") -> SignalRecord | None:
+        rec = signal_record(signal_id, kind, self.keyspace, request, data_collections, channel)
+        if kind == "execute-snapshot" and not rec.tables:
+            log.warning("signal %s names no table of keyspace %s; ignored", signal_id, self.keyspace)
+            return None
+        with self._lock:
+            self._write(rec)
+            self.written.append(rec)
+        log.info("signal %s (%s %s) handed to the operator via %s", signal_id, kind, list(rec.tables) or "all",
+                 self.store.topic)
+        return rec
+
+    def _write(self, rec: SignalRecord) -> None:
+        from confluent_kafka import KafkaException, Producer
+
+        for attempt in range(WRITE_ATTEMPTS):
+            try:
+                if not self._topic_ready:
+                    self.store.ensure_topic()
+                    self._topic_ready = True
+                if self._producer is None:
+                    self._producer = Producer(self.store.client_config)
+                self.store.write(self._producer, [cast(Any, rec)], timeout=30)
+                return
+            except (KafkaException, TimeoutError) as exc:
+                if attempt + 1 == WRITE_ATTEMPTS:
+                    raise
+                log.warning("writing signal %s to %s failed (%s); retrying", rec.signal_id, self.store.topic, exc)
+                time.sleep(min(2.0 ** attempt, 10.0))  # backoff between retries of a failed write
+
+    @property
+    def active(self) -> bool:
+        return False  # nothing runs in the task
+
+    def pump(self, processor: Any) -> None:
+        """Nothing to pump: the operator runs the backfill."""
+
+    def restore(self, offset_fields: Any) -> None:
+        """No state in the offsets: the progress topic holds it."""
+
+    def close(self) -> None:
+        if self._producer is not None:
+            self._producer.flush(10)
