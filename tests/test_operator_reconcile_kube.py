@@ -323,6 +323,24 @@ def test_pause_resume_and_restart_annotation(env: Env) -> None:
     assert "shardcdc.io/restartedAt" not in tpl["pausable-g0-t0"]
     wait_for(lambda: env.nodes.pods_created.get("pausable-g0-t1") == 3, 20, "task 1's pod recreated")
     assert env.nodes.pods_created["pausable-g0-t0"] == 2  # once at start, once after the resume
+    env.wait_condition("pausable", "Ready", "True", "AllTasksStreaming")
+
+    # "all" (given right after the one-task restart): every task's template gets the same new stamp,
+    # so every pod is recreated once more, in the same generation and the same Deployments.
+    task1_stamp = tpl["pausable-g0-t1"]["shardcdc.io/restartedAt"]
+    env.kubectl("annotate", "cdc/pausable", "shardcdc.io/restart=all")
+    wait_for(lambda: "shardcdc.io/restart" not in ((env.get("pausable") or {})["metadata"].get("annotations") or {}),
+             20, "the one-shot annotation removed")
+    deps = env.children("deployments", "pausable")
+    assert sorted(deps) == ["pausable-g0-t0", "pausable-g0-t1"]
+    stamps = {n: d["spec"]["template"]["metadata"]["annotations"]["shardcdc.io/restartedAt"] for n, d in deps.items()}
+    assert stamps["pausable-g0-t0"] == stamps["pausable-g0-t1"] != task1_stamp
+    wait_for(lambda: (env.nodes.pods_created.get("pausable-g0-t0"), env.nodes.pods_created.get("pausable-g0-t1"))
+             == (3, 4), 20, "both pods recreated")
+    env.wait_condition("pausable", "Ready", "True", "AllTasksStreaming")
+    assert env.assignment("pausable")["generation"] == 0
+    assert [m for _, r, m in env.events("pausable") if r == "Restarted"] == [
+        "restarted task 1 of generation 0", "restarted tasks 0, 1 of generation 0"]
     # stopped: like paused, and once every worker has exited the offsets are recorded as final.
     env.kubectl("patch", "cdc/pausable", "--type=merge", "-p", '{"spec": {"state": "stopped"}}')
     a = wait_for(lambda: (a := env.assignment("pausable")).get("stoppedCleanly") and a, 20, "stoppedCleanly")
@@ -330,7 +348,7 @@ def test_pause_resume_and_restart_annotation(env: Env) -> None:
     assert [t["phase"] for t in a["taskStates"]] == ["Exited", "Exited"]
     reasons = [r for _, r, _ in env.events("pausable")]
     assert [r for r in reasons if r in ("Paused", "Resumed", "Restarted", "Stopped", "StoppedCleanly")] == [
-        "Paused", "Resumed", "Restarted", "Stopped", "StoppedCleanly"]
+        "Paused", "Resumed", "Restarted", "Restarted", "Stopped", "StoppedCleanly"]
 
 
 class SlamDoor:

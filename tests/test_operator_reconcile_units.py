@@ -19,7 +19,7 @@ from cdcoperator.discovery import (
 )
 from cdcoperator.model import ConnectorResource, VitessSource
 from cdcoperator.planner import Journal, TaskPhase, TaskReport, plan
-from cdcoperator.reconcile import build_status, merge_patch, parse_restart
+from cdcoperator.reconcile import build_status, merge_patch, parse_restart, restart_stamp
 from cdcoperator.taskstatus import PodSummary, journal_from, summarize_pod, task_report
 from kubetest.controlplane import free_port
 from vtgatesim import VTGateSim
@@ -168,6 +168,13 @@ def test_parse_restart() -> None:
     assert parse_restart("task=3", 3) is None
     assert parse_restart("task=x", 3) is None
     assert parse_restart("later", 3) is None
+
+
+def test_restart_stamps_within_one_second_differ() -> None:
+    first = dt.datetime(2024, 5, 6, 7, 8, 9, 100, tzinfo=dt.UTC)
+    assert restart_stamp(first) == "2024-05-06T07:08:09.000100Z"
+    assert restart_stamp(first + dt.timedelta(milliseconds=300)) == "2024-05-06T07:08:09.300100Z"
+    assert restart_stamp(first.astimezone(dt.timezone(dt.timedelta(hours=2)))) == "2024-05-06T07:08:09.000100Z"
 
 
 def test_merge_patch() -> None:

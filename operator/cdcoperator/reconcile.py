@@ -62,6 +62,7 @@ __all__ = [
     "parse_restart",
     "reconcile",
     "reshard_events",
+    "restart_stamp",
 ]
 
 log = logging.getLogger("cdcoperator.reconcile")
@@ -98,6 +99,13 @@ class ReconcileContext:
 
 
 # --- pure helpers -----------------------------------------------------------------------------------
+
+
+def restart_stamp(now: _dt.datetime) -> str:
+    """The ``restartedAt`` template annotation: UTC with microseconds, not metav1.Time's seconds,
+    so two restarts within one second (``task=1``, then ``all``) each change the template; with the
+    same value the second would recreate no pod."""
+    return now.astimezone(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def parse_restart(value: str, tasks: int) -> tuple[int, ...] | None:
@@ -405,7 +413,7 @@ async def _restart(ctx: ReconcileContext, body: Mapping[str, Any], cr: Connector
             ctx.emit(body, "Warning", "RestartIgnored",
                      f"{naming.RESTART_ANNOTATION}={value!r} is not 'all' or 'task=<id>' with id < {g.tasks}")
         else:
-            stamp = cond.format_time(ctx.clock())
+            stamp = restart_stamp(ctx.clock())
             for tid in tasks:
                 dep = naming.task_object_name(cr.name, g.generation, tid)
                 await ctx.kube.annotate_pod_template(cr.namespace, dep, RESTARTED_AT_ANNOTATION, stamp)
