@@ -578,6 +578,11 @@ def test_field_numbers_of_key_messages() -> None:
     }
     assert numbers(binlogdata_pb2.TableLastPK.DESCRIPTOR) == {"table_name": 1, "lastpk": 3}
     assert numbers(vtgate_pb2.Session.DESCRIPTOR)["target_string"] == 5
+    # upstream vtgate.proto (main): ShardSession 5 is vindex_only, ExecuteRequest 8 is prepared
+    assert numbers(vtgate_pb2.Session.ShardSession.DESCRIPTOR) == {
+        "target": 1, "transaction_id": 2, "tablet_alias": 3, "reserved_id": 4, "vindex_only": 5, "rows_affected": 6,
+    }
+    assert numbers(vtgate_pb2.ExecuteRequest.DESCRIPTOR) == {"caller_id": 1, "session": 2, "query": 3, "prepared": 8}
     lengths = query_pb2.Row.DESCRIPTOR.fields_by_name["lengths"]
     assert lengths.type == lengths.TYPE_SINT64
     assert lengths.is_packed
