@@ -16,6 +16,7 @@ from vtgatesim_fixtures import (
 
 from vitessapi import binlogdata_pb2, query_pb2, vtctldata_pb2, vtctlservice_pb2_grpc, vtgate_pb2
 from vtgatesim import VTGateSim
+from vtgatesim.reshard import hash_streams
 from vtgatesim.workload import Workload
 
 T = binlogdata_pb2.VEventType
@@ -37,15 +38,97 @@ def test_reshard_follows_journal(sim: VTGateSim, stub: Any) -> None:
     r.close()
 
 
-def test_reshard_journal_events_and_stop_on_reshard(sim: VTGateSim, stub: Any) -> None:
+def fnv1_63(text: str) -> int:
+    """64-bit FNV-1 (Go's hash/fnv New64) with the top bit dropped, as workflow.HashStreams returns it."""
+    h = 0xCBF29CE484222325
+    for b in text.encode():
+        h = ((h * 0x100000001B3) % 2**64) ^ b
+    return h % 2**63
+
+
+def test_journal_id_is_hash_streams() -> None:
+    assert fnv1_63("a") == 0xAF63BD4C8601B7BE - 2**63  # the FNV-1 64 test vector for "a", top bit dropped
+    # target keyspace, then the sorted "shard:uid" of every stream (uids from 1 on each new target primary)
+    assert hash_streams("commerce", {"80-": [1], "-80": [1]}) == fnv1_63("commerce-80:180-:1")
+    assert hash_streams("commerce", {"0": [1, 2]}) == fnv1_63("commerce0:10:2")
+
+
+def expected_journal(sim: VTGateSim, keyspace: str, sources: list[str], targets: list[str], streams: str,
+                     local_position: str) -> binlogdata_pb2.Journal:
+    """A source shard's journal built by hand from the reference (traffic_switcher createJournals)."""
+    return binlogdata_pb2.Journal(
+        id=fnv1_63(keyspace + streams),
+        migration_type=binlogdata_pb2.SHARDS,
+        tables=["/.*"],
+        local_position=local_position,
+        shard_gtids=[binlogdata_pb2.ShardGtid(keyspace=keyspace, shard=t, gtid=sim.position(keyspace, t))
+                     for t in targets],
+        participants=[binlogdata_pb2.KeyspaceShard(keyspace=keyspace, shard=s) for s in sources])
+
+
+def vgtid(*shard_gtids: tuple[str, str, str]) -> binlogdata_pb2.VGtid:
+    return binlogdata_pb2.VGtid(shard_gtids=[binlogdata_pb2.ShardGtid(keyspace=k, shard=s, gtid=g)
+                                             for k, s, g in shard_gtids])
+
+
+def test_stream_follows_two_successive_reshards(sim: VTGateSim, stub: Any) -> None:
+    sim.create_keyspace("commerce", ["-80", "80-"], ddl=[CUSTOMER])
+    r = Reader(stub, request(("commerce", "", "current")))
+    assert sorted(x.events[0].shard for x in (r.next(), r.next())) == ["-80", "80-"]
+    split = sim.reshard("commerce", 4)
+    assert split.id == fnv1_63("commerce-40:140-80:180-c0:1c0-:1")
+    sim.execute("insert into customer (id, email) values (1, 'a')", "commerce")  # id 1 -> -40
+    resp = r.next()
+    assert [e.type for e in resp.events] == [T.BEGIN, T.FIELD, T.ROW, T.VGTID, T.COMMIT]
+    assert resp.events[2].shard == "-40"
+    quarters = ["-40", "40-80", "80-c0", "c0-"]
+    assert resp.events[3].vgtid == vgtid(*[("commerce", s, sim.position("commerce", s)) for s in quarters])
+    # the merge journals every quarter with another id (other target shards), so the stream follows it too
+    merge = sim.reshard("commerce", ["0"])
+    assert merge.id == fnv1_63("commerce0:10:20:30:4") != split.id
+    sim.execute("insert into customer (id, email) values (2, 'b')", "commerce")
+    resp = r.next()
+    assert [e.type for e in resp.events] == [T.BEGIN, T.FIELD, T.ROW, T.VGTID, T.COMMIT]
+    assert [c.after.values for c in resp.events[2].row_event.row_changes] == [b"2b"]
+    assert resp.events[3].vgtid == vgtid(("commerce", "0", sim.position("commerce", "0")))
+    r.close()
+
+
+def test_journal_event_and_vgtid_after_following(sim: VTGateSim, stub: Any) -> None:
     sim.create_keyspace("commerce", ddl=[CUSTOMER])
-    r = Reader(stub, request(("commerce", "0", "current"), stop_on_reshard=True))
+    r = Reader(stub, request(("commerce", "0", "current"), include_reshard_journal_events=True))
     r.next()
+    before = sim.position("commerce", "0")
     sim.reshard("commerce", 2)
     resp = r.next()
     assert [e.type for e in resp.events] == [T.BEGIN, T.JOURNAL, T.VGTID, T.COMMIT]
-    assert resp.events[1].journal.migration_type == binlogdata_pb2.SHARDS
-    assert r.end() is None  # the stream ends cleanly after the journal
+    assert resp.events[1].journal == expected_journal(sim, "commerce", ["0"], ["-80", "80-"], "-80:180-:1", before)
+    assert resp.events[1].keyspace == "commerce" and resp.events[1].shard == "0"
+    assert resp.events[2].vgtid == vgtid(("commerce", "0", sim.position("commerce", "0")))
+    # the stream keeps going on the new shards, from the journal's positions
+    sim.execute("insert into customer (id, email) values (200, 'z')", "commerce")  # id 200 -> 80-
+    resp = r.next()
+    assert [e.type for e in resp.events] == [T.BEGIN, T.FIELD, T.ROW, T.VGTID, T.COMMIT]
+    assert resp.events[2].shard == "80-"
+    assert resp.events[3].vgtid == vgtid(("commerce", "-80", sim.position("commerce", "-80")),
+                                         ("commerce", "80-", sim.position("commerce", "80-")))
+    r.close()
+
+
+def test_reshard_journal_events_and_stop_on_reshard(sim: VTGateSim, stub: Any) -> None:
+    sim.create_keyspace("commerce", ["-80", "80-"], ddl=[CUSTOMER])
+    r = Reader(stub, request(("commerce", "", "current"), stop_on_reshard=True))
+    r.next(), r.next()
+    before = sim.positions("commerce")
+    sim.reshard("commerce", ["0"])
+    journals = {}
+    for _ in range(2):  # one JOURNAL per participant
+        resp = r.next()
+        assert [e.type for e in resp.events] == [T.BEGIN, T.JOURNAL, T.VGTID, T.COMMIT]
+        journals[resp.events[1].shard] = resp.events[1].journal
+    for shard in ("-80", "80-"):
+        assert journals[shard] == expected_journal(sim, "commerce", ["-80", "80-"], ["0"], "0:10:2", before[shard])
+    assert r.end() is None  # the stream ends cleanly after the journal, without the new shard
 
 
 def test_not_all_participants_and_deleted_shard(sim: VTGateSim, stub: Any) -> None:
@@ -66,6 +149,26 @@ def test_not_all_participants_and_deleted_shard(sim: VTGateSim, stub: Any) -> No
         f'error starting stream from shard GTID keyspace:"commerce" shard:"-80" gtid:"{pos}": failed to determine '
         "if keyspace commerce has been resharded: shard provided in VGTID, -80, not found in the commerce keyspace"
     )
+
+
+def test_reshard_delete_old_then_old_position_fails(sim: VTGateSim, stub: Any) -> None:
+    sim.create_keyspace("commerce", ddl=[CUSTOMER])
+    sim.execute("insert into customer (id, email) values (1, 'a')", "commerce")
+    pos = sim.position("commerce", "0")
+    sim.reshard("commerce", ["-80", "80-"], delete_old=True)
+    assert sorted(sim.topo.keyspace("commerce").shards) == ["-80", "0", "80-"]
+    assert sim.topo.keyspace("commerce").shards["0"].deleted
+    with pytest.raises(grpc.RpcError) as ei:
+        list(stub.VStream(request(("commerce", "0", pos))))
+    assert ei.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert ei.value.details() == (
+        f'error starting stream from shard GTID keyspace:"commerce" shard:"0" gtid:"{pos}": failed to determine '
+        "if keyspace commerce has been resharded: shard provided in VGTID, 0, not found in the commerce keyspace"
+    )
+    # a VGTID naming the new shards streams on
+    r = Reader(stub, request(("commerce", "-80", "current"), ("commerce", "80-", "current")))
+    assert sorted(x.events[0].shard for x in (r.next(), r.next())) == ["-80", "80-"]
+    r.close()
 
 
 def test_execute_show_and_errors(sim: VTGateSim, stub: Any) -> None:

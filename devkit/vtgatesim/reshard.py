@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-import zlib
 from typing import TYPE_CHECKING
 
 from cdcworker import keyrange
@@ -18,8 +17,7 @@ if TYPE_CHECKING:
     from .sim import VTGateSim
 
 
-def reshard(sim: VTGateSim, keyspace: str, targets: list[str], delete_old: bool = False,
-            workflow: str = "reshard") -> binlogdata_pb2.Journal:
+def reshard(sim: VTGateSim, keyspace: str, targets: list[str], delete_old: bool = False) -> binlogdata_pb2.Journal:
     """Split or merge the serving shards of `keyspace` into `targets` (a full, non-overlapping cover)."""
     topo = sim.topo
     with topo.lock:
@@ -61,14 +59,20 @@ def reshard(sim: VTGateSim, keyspace: str, targets: list[str], delete_old: bool 
             s.serving = False
         for t in new:
             t.serving = True
+        # Each target primary is a new tablet whose _vt.vreplication ids start at 1, with one
+        # Reshard stream per overlapping source shard.
+        streams = {t.name: list(range(1, 1 + sum(keyrange.overlaps(s.key_range, t.key_range) for s in sources)))
+                   for t in new}
         journal = binlogdata_pb2.Journal(
-            id=zlib.crc32(f"{keyspace}/{workflow}".encode()) or 1,
+            id=hash_streams(keyspace, streams),
             migration_type=binlogdata_pb2.SHARDS,
-            tables=[t.name for t in tables],
+            # the Match of the streams' filter rules: a Reshard stream copies "/.*" (in its keyrange)
+            tables=["/.*"],
             shard_gtids=[binlogdata_pb2.ShardGtid(keyspace=keyspace, shard=t.name, gtid=t.binlog.position) for t in new],
             participants=[binlogdata_pb2.KeyspaceShard(keyspace=keyspace, shard=n)
                           for n in keyrange.sort_shards(s.name for s in sources)],
-            source_workflows=[workflow],
+            # source_workflows lists the other VReplication workflows running on the source shards
+            # (StreamMigrator.StopStreams); the simulator runs none.
         )
         now = int(time.time())
         for s in sources:
@@ -80,6 +84,16 @@ def reshard(sim: VTGateSim, keyspace: str, targets: list[str], delete_old: bool 
             delete_shards(sim, keyspace, [s.name for s in sources])
         ks.sequences.clear()
         return journal
+
+
+def hash_streams(target_keyspace: str, streams: dict[str, list[int]]) -> int:
+    """workflow.HashStreams, the journal id: 64-bit FNV-1 over the target keyspace and the sorted
+    "shard:uid" of every stream of the migration, top bit dropped. It differs per migration
+    (other target shards), so a VStream can tell successive reshards' journals apart."""
+    h = 0xCBF29CE484222325
+    for b in (target_keyspace + "".join(sorted(f"{s}:{u}" for s, uids in streams.items() for u in uids))).encode():
+        h = ((h * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF) ^ b
+    return h & 0x7FFFFFFFFFFFFFFF
 
 
 def delete_shards(sim: VTGateSim, keyspace: str, names: list[str]) -> None:
