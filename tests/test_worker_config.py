@@ -513,7 +513,7 @@ def test_kafka_client_settings_pass_through() -> None:
         "compression.type": "lz4",
     }
     assert config.kafka.client_config("admin")["request.timeout.ms"] == "1000"
-    assert dict(config.kafka.topic_creation_configs) == {"cleanup.policy": "compact"}
+    assert dict(config.kafka.topic_creation[-1].configs) == {"cleanup.policy": "compact"}
     assert config.redacted()["sasl.jaas.config"] == "[hidden]"
 
 

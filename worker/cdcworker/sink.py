@@ -16,9 +16,12 @@ import collections
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer
+
+if TYPE_CHECKING:
+    from cdcworker.topiccreator import TopicCreator
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +89,14 @@ class KafkaSink:
 
     _begin_needed = False  # TransactionalSink: the next record opens a Kafka transaction
 
+    # Creates missing topics (topic.creation.*); None leaves them to the broker's auto-creation.
+    topics: TopicCreator | None = None
+
+    def ensure_topic(self, topic: str) -> None:
+        """Called on the first use of a topic by whoever makes its records, never per record."""
+        if self.topics is not None:
+            self.topics.ensure(topic)
+
     def send(self, topic: str, key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes]] | None) -> None:
         # The per-record hot path: one produce call, two counters, a poll every _poll_every records.
         if self._begin_needed:
@@ -123,6 +134,7 @@ class KafkaSink:
         self, topic: str, partition: int, key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes]] | None
     ) -> None:
         """``send`` to an explicit partition (Debezium sends heartbeats and schema changes to 0)."""
+        self.ensure_topic(topic)  # rare records (a heartbeat, a DDL): a set lookup is nothing here
         seg = self._open
         kwargs: dict[str, Any] = {"partition": partition, "headers": headers}
         if self._dr is not None:

@@ -161,6 +161,9 @@ class StreamProcessor:
         self.journal_stops = journal_stops
         self.on_heartbeat = on_heartbeat
         self.plans: dict[tuple[str, str], TablePlan] = {}
+        # Plans whose topic may not exist yet (topic.creation.*): moved to ``plans`` by the table's
+        # first ROW, which creates the topic, so a lookup happens once per table, not per record.
+        self._unready: dict[tuple[str, str], TablePlan] = {}
         self.stats = StreamStats()
         # Position of the last commit point handed to the sink (the resume point of a reconnect).
         self.position = start
@@ -241,6 +244,8 @@ class StreamProcessor:
         signals = self._signals
         if signals is not None and table in signals.tables:
             signals.row(key, _row_event(src))
+        if plan is None and self._unready:
+            plan = self._first_use(key)
         if plan is None:
             if internal:
                 return  # _vt sidecar rows we did not ask to publish (DBZ-4667)
@@ -325,6 +330,7 @@ class StreamProcessor:
         key = (fe.shard or ev_shard, fe.table_name)
         if self._signals is not None and fe.table_name in self._signals.tables:
             self._signals.field(key, fe)
+        self._unready.pop(key, None)
         if self._policy is not None and not self._policy.captures(fe.keyspace, _strip_keyspace(fe.table_name, fe.keyspace)):
             self.plans.pop(key, None)
             self._unplanned[key] = "filtered"
@@ -340,6 +346,17 @@ class StreamProcessor:
             return
         self._unplanned.pop(key, None)
         self._plan_bytes[key] = _takes_bytes(plan)
+        topics = getattr(self.sink, "topics", None)  # a KafkaSink's TopicCreator, if it creates topics
+        if topics is not None and plan.topic not in topics.known:
+            self._unready[key] = self.plans.pop(key)
+
+    def _first_use(self, key: tuple[str, str]) -> TablePlan | None:
+        """The first ROW of a table whose topic may be missing: create the topic, then use the plan."""
+        plan = self._unready.pop(key, None)
+        if plan is not None:
+            self.sink.ensure_topic(plan.topic)
+            self.plans[key] = plan
+        return plan
 
     def _skip_unplanned(self, key: tuple[str, str], rows: int) -> bool:
         """ROWs of a filtered table (counted) or of one whose FIELD failed (already reported)."""
@@ -428,7 +445,12 @@ class StreamProcessor:
         assert self._txmeta is not None
         rec = self._txmeta.begin(txn_id, self._begin_ts * 1000, self._begin_shard, vgtid)
         if rec is not None:
-            self.sink.send(rec.topic, rec.key, rec.value, rec.headers)
+            self._send_tx(rec)
+
+    def _send_tx(self, rec: Any) -> None:
+        """A BEGIN or END record (one per transaction): its topic is created on first use."""
+        self.sink.ensure_topic(rec.topic)
+        self.sink.send(rec.topic, rec.key, rec.value, rec.headers)
 
     def _commit(self, timestamp: int, ddl: binlogdata_pb2.VEvent | None = None) -> None:
         pending = self._pending_vgtid
@@ -449,8 +471,7 @@ class StreamProcessor:
             self._emit(timestamp, vgtid_json)
             end = txmeta.end(timestamp * 1000)
             if end.record is not None:
-                rec = end.record
-                self.sink.send(rec.topic, rec.key, rec.value, rec.headers)
+                self._send_tx(end.record)
             # Debezium's offset after END still names the transaction and its counters.
             o = end.offset
             position = Checkpoint(vgtid.shard_gtids, o.transaction_id, tuple(o.collection_counts.items()), o.extra)

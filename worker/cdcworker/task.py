@@ -31,6 +31,7 @@ from cdcworker.sink import KafkaSink, SinkError, TransactionalSink
 from cdcworker.source.channel import ChannelSettings, TlsSettings, open_channel
 from cdcworker.source.retry import Backoff, classify
 from cdcworker.streaming import ProtocolError, ReassignmentNeeded, StreamProcessor, raw_responses
+from cdcworker.topiccreator import topic_creator
 from vitessapi import binlogdata_pb2, vtgate_pb2, vtgateservice_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -279,6 +280,7 @@ class WorkerTask:
                 max_batch_records=max(cfg.behaviour.max_batch_size, 1) * 4,
                 max_batch_seconds=max(cfg.behaviour.poll_interval_ms, 1) / 1000.0,
             )
+        sink.topics = topic_creator(cfg.kafka)
         sink._durable = start  # nothing new is durable until the first commit point
         self._last_written = start
         return sink

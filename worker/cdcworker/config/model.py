@@ -121,6 +121,26 @@ class TaskIdentity:
 
 
 @dataclass(frozen=True, slots=True)
+class TopicCreationGroup:
+    """A Kafka Connect topic creation group (``TopicCreationGroup``): which topics it takes, and how
+    they are created. Patterns match the whole topic name, case-sensitively, as Java's ``matches``."""
+
+    name: str
+    include: re.Pattern[str] | None  # None: no include regex, so the group takes no topic
+    exclude: re.Pattern[str] | None
+    partitions: int  # -1: the broker's num.partitions
+    replication_factor: int  # -1: the broker's default.replication.factor
+    configs: Mapping[str, str]  # topic-level configs (cleanup.policy, ...)
+
+    def matches(self, topic: str) -> bool:
+        return (
+            self.include is not None
+            and self.include.fullmatch(topic) is not None
+            and (self.exclude is None or self.exclude.fullmatch(topic) is None)
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class KafkaConfig:
     """Kafka clients, offsets topic and delivery guarantee."""
 
@@ -134,10 +154,11 @@ class KafkaConfig:
     exactly_once_source_support: str
     transactional: bool  # derived: one Kafka transaction per batch
     transactional_id: str | None
-    topic_creation_enable: bool
-    topic_creation_partitions: int
-    topic_creation_replication_factor: int
-    topic_creation_configs: Mapping[str, str] = field(repr=False)
+    topic_creation_enable: bool  # topic.creation.enable as set
+    # The groups a missing topic is created by: topic.creation.groups in order, then "default" (which
+    # takes every topic). Empty when topics are left to the broker: creation disabled, or (as in Kafka
+    # Connect) no topic.creation.* setting given.
+    topic_creation: tuple[TopicCreationGroup, ...] = field(repr=False)
     # Java client property names, prefixes stripped; `common` (security.protocol, sasl.*, ssl.*) applies to all.
     common: Mapping[str, str] = field(repr=False)
     producer: Mapping[str, str] = field(repr=False)

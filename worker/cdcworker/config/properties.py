@@ -591,12 +591,20 @@ _PROPERTIES: tuple[Property, ...] = (
         "TableTopicNamingStrategy: schema-change topic name.",
         group="topics",
     ),
-    _p("topic.creation.enable", B, True, "Create missing topics.", group="topics"),
+    _p(
+        "topic.creation.enable",
+        B,
+        True,
+        "Create a missing topic when the task first writes to it, as Kafka Connect does when any other "
+        "topic.creation.* setting is given (without one, topics are left to the broker's auto-creation).",
+        group="topics",
+    ),
     _p(
         "topic.creation.default.partitions",
         I,
         1,
-        "Partitions of created topics; -1 uses the broker default.",
+        "Partitions of topics created by the default group; -1 uses the broker's num.partitions. "
+        "Kafka Connect requires it (no default) once topic creation is configured.",
         minimum=-1,
         group="topics",
     ),
@@ -604,8 +612,18 @@ _PROPERTIES: tuple[Property, ...] = (
         "topic.creation.default.replication.factor",
         I,
         -1,
-        "Replication of created topics; -1 uses the broker default.",
+        "Replication factor of topics created by the default group; -1 uses the broker default. "
+        "Kafka Connect requires it (no default) once topic creation is configured.",
         minimum=-1,
+        group="topics",
+    ),
+    _p(
+        "topic.creation.groups",
+        LST,
+        (),
+        "Topic creation groups besides default, in matching order: a new topic takes the settings of the "
+        "first group whose topic.creation.<group>.include regexes match it and .exclude ones do not, else "
+        "the default group's.",
         group="topics",
     ),
     # --- heartbeats ------------------------------------------------------------------------------------------------
@@ -925,7 +943,11 @@ PREFIX_FAMILIES: tuple[PrefixFamily, ...] = (
         ("key.password", "keystore.password", "truststore.password", "keystore.key"),
     ),
     PrefixFamily(
-        "topic.creation.default.", "Topic-level configs of created topics (e.g. cleanup.policy).", "topics"
+        "topic.creation.",
+        "Topic creation groups (Kafka Connect): topic.creation.<group>.include / .exclude (regex lists), "
+        ".partitions and .replication.factor (default: the default group's), and topic-level configs of "
+        "the topics a group creates (e.g. topic.creation.default.cleanup.policy).",
+        "topics",
     ),
     PrefixFamily("transforms.", "Single message transform settings.", "transforms"),
     PrefixFamily("config.providers.", "Config provider classes and parameters.", "providers"),

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
 
+from cdcworker.config import topic_creation
 from cdcworker.config.errors import HIDDEN, ConfigError, Problem
 from cdcworker.config.loader import RawConfig
 from cdcworker.config.model import (
@@ -27,6 +28,7 @@ from cdcworker.config.model import (
     TaskIdentity,
     TlsConfig,
     TopicConfig,
+    TopicCreationGroup,
     TransactionConfig,
     Transform,
     TransformConfig,
@@ -218,6 +220,7 @@ class _Validator:
             self.rule_formats,
             self.rule_queue,
             self.rule_topics,
+            self.rule_topic_creation,
             self.rule_tls,
             self.rule_signals,
             self.rule_transforms,
@@ -446,6 +449,26 @@ class _Validator:
         if not str(self.get("topic.delimiter")):
             self.problem("topic.delimiter", "must not be empty")
 
+    def rule_topic_creation(self) -> None:
+        found, warnings = topic_creation.problems(
+            self.families.get(topic_creation.PREFIX, {}),
+            self.strs("topic.creation.groups"),
+            self.get("topic.creation.default.partitions"),
+            self.get("topic.creation.default.replication.factor"),
+        )
+        self.problems.extend(found)
+        self.warnings.extend(warnings)
+
+    def topic_creation_groups(self) -> tuple[TopicCreationGroup, ...]:
+        if not topic_creation.uses_topic_creation(bool(self.get("topic.creation.enable")), self.explicit):
+            return ()
+        return topic_creation.build_groups(
+            self.families.get(topic_creation.PREFIX, {}),
+            self.strs("topic.creation.groups"),
+            self.int_("topic.creation.default.partitions"),
+            self.int_("topic.creation.default.replication.factor"),
+        )
+
     def rule_tls(self) -> None:
         files = (
             "shardcdc.vitess.tls.ca.file",
@@ -613,9 +636,7 @@ class _Validator:
             transactional=transactional,
             transactional_id=f"{name}-{task.context_task_id}" if transactional else None,
             topic_creation_enable=bool(g("topic.creation.enable")),
-            topic_creation_partitions=_int(g("topic.creation.default.partitions")),
-            topic_creation_replication_factor=_int(g("topic.creation.default.replication.factor")),
-            topic_creation_configs=_frozen(fam.get("topic.creation.default.", {})),
+            topic_creation=self.topic_creation_groups(),
             common=_frozen(common),
             producer=_frozen(fam.get("producer.", {})),
             consumer=_frozen(fam.get("consumer.", {})),

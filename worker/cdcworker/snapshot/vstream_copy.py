@@ -498,6 +498,7 @@ class VStreamCopyEngine:
         if held is None:
             return
         plan, rc, ts, vgtid_json = held
+        sink.ensure_topic(plan.topic)  # a table the live stream has not written to yet: its first use
         ctx = SourceContext(plan.keyspace, plan.shard, ts, vgtid_json, marker)
         try:
             recs = plan.encode_change(rc, ctx, time.time_ns(), "r")
