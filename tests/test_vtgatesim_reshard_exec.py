@@ -12,11 +12,20 @@ from vtgatesim_fixtures import (
     request,
     sim_fixture,  # noqa: F401
     stub_fixture,  # noqa: F401
+    vgtid,
 )
 
-from vitessapi import binlogdata_pb2, query_pb2, vtctldata_pb2, vtctlservice_pb2_grpc, vtgate_pb2
+from vitessapi import (
+    binlogdata_pb2,
+    query_pb2,
+    topodata_pb2,
+    vtctldata_pb2,
+    vtctlservice_pb2_grpc,
+    vtgate_pb2,
+)
 from vtgatesim import VTGateSim
 from vtgatesim.reshard import hash_streams
+from vtgatesim.server import STREAM_EXECUTE_ROWS
 from vtgatesim.workload import Workload
 
 T = binlogdata_pb2.VEventType
@@ -64,11 +73,6 @@ def expected_journal(sim: VTGateSim, keyspace: str, sources: list[str], targets:
         shard_gtids=[binlogdata_pb2.ShardGtid(keyspace=keyspace, shard=t, gtid=sim.position(keyspace, t))
                      for t in targets],
         participants=[binlogdata_pb2.KeyspaceShard(keyspace=keyspace, shard=s) for s in sources])
-
-
-def vgtid(*shard_gtids: tuple[str, str, str]) -> binlogdata_pb2.VGtid:
-    return binlogdata_pb2.VGtid(shard_gtids=[binlogdata_pb2.ShardGtid(keyspace=k, shard=s, gtid=g)
-                                             for k, s, g in shard_gtids])
 
 
 def test_stream_follows_two_successive_reshards(sim: VTGateSim, stub: Any) -> None:
@@ -141,13 +145,18 @@ def test_not_all_participants_and_deleted_shard(sim: VTGateSim, stub: Any) -> No
     assert err is not None and err.code() == grpc.StatusCode.INTERNAL
     assert "not all journaling participants are in the stream" in err.details()
     sim.delete_shards("commerce", ["-80", "80-"])
+    assert_shard_gone(stub, "-80", pos)
+
+
+def assert_shard_gone(stub: Any, shard: str, pos: str) -> None:
+    """vstream_manager.keyspaceHasBeenResharded: the VGTID names a shard the topology no longer has."""
     with pytest.raises(grpc.RpcError) as ei:
-        list(stub.VStream(request(("commerce", "-80", pos))))
-    # vstream_manager.keyspaceHasBeenResharded: the VGTID names a shard the topology no longer has
+        list(stub.VStream(request(("commerce", shard, pos))))
     assert ei.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     assert ei.value.details() == (
-        f'error starting stream from shard GTID keyspace:"commerce" shard:"-80" gtid:"{pos}": failed to determine '
-        "if keyspace commerce has been resharded: shard provided in VGTID, -80, not found in the commerce keyspace"
+        f'error starting stream from shard GTID keyspace:"commerce" shard:"{shard}" gtid:"{pos}": failed to '
+        f"determine if keyspace commerce has been resharded: shard provided in VGTID, {shard}, not found in the "
+        "commerce keyspace"
     )
 
 
@@ -158,13 +167,7 @@ def test_reshard_delete_old_then_old_position_fails(sim: VTGateSim, stub: Any) -
     sim.reshard("commerce", ["-80", "80-"], delete_old=True)
     assert sorted(sim.topo.keyspace("commerce").shards) == ["-80", "0", "80-"]
     assert sim.topo.keyspace("commerce").shards["0"].deleted
-    with pytest.raises(grpc.RpcError) as ei:
-        list(stub.VStream(request(("commerce", "0", pos))))
-    assert ei.value.code() == grpc.StatusCode.FAILED_PRECONDITION
-    assert ei.value.details() == (
-        f'error starting stream from shard GTID keyspace:"commerce" shard:"0" gtid:"{pos}": failed to determine '
-        "if keyspace commerce has been resharded: shard provided in VGTID, 0, not found in the commerce keyspace"
-    )
+    assert_shard_gone(stub, "0", pos)
     # a VGTID naming the new shards streams on
     r = Reader(stub, request(("commerce", "-80", "current"), ("commerce", "80-", "current")))
     assert sorted(x.events[0].shard for x in (r.next(), r.next())) == ["-80", "80-"]
@@ -201,6 +204,37 @@ def test_vtctld_discovery(sim: VTGateSim) -> None:
     srv = vt.GetSrvKeyspaces(vtctldata_pb2.GetSrvKeyspacesRequest(keyspace="commerce")).srv_keyspaces["zone1"]
     assert [s.name for s in srv.partitions[0].shard_references] == ["-40", "40-80", "80-c0", "c0-"]
     ch.close()
+
+
+def test_vtctld_get_keyspace(sim: VTGateSim) -> None:
+    sim.create_keyspace("commerce", 2)
+    ch = grpc.insecure_channel(sim.address)
+    vt = vtctlservice_pb2_grpc.VtctldStub(ch)
+    got = vt.GetKeyspace(vtctldata_pb2.GetKeyspaceRequest(keyspace="commerce"))
+    assert got == vtctldata_pb2.GetKeyspaceResponse(keyspace=vtctldata_pb2.Keyspace(
+        name="commerce", keyspace=topodata_pb2.Keyspace(sidecar_db_name="_vt", durability_policy="none")))
+    with pytest.raises(grpc.RpcError) as ei:
+        vt.GetKeyspace(vtctldata_pb2.GetKeyspaceRequest(keyspace="nope"))
+    assert ei.value.code() == grpc.StatusCode.NOT_FOUND
+    assert ei.value.details() == "node doesn't exist: keyspaces/nope/Keyspace"
+    ch.close()
+
+
+def test_stream_execute_sends_rows_after_the_fields(sim: VTGateSim, stub: Any) -> None:
+    sim.create_keyspace("commerce", ddl=[CUSTOMER])
+    n = STREAM_EXECUTE_ROWS + 44
+    sim.execute("insert into customer (id, email) values " + ", ".join(f"({i}, 'e{i}')" for i in range(1, n + 1)),
+                "commerce")
+    stream = list(stub.StreamExecute(vtgate_pb2.StreamExecuteRequest(
+        session=vtgate_pb2.Session(target_string="commerce"),
+        query=query_pb2.BoundQuery(sql="select id, email from customer where id > 0 order by id"))))
+    assert len(stream) == 3
+    assert [f.name for f in stream[0].result.fields] == ["id", "email"] and not stream[0].result.rows
+    assert [len(x.result.rows) for x in stream[1:]] == [STREAM_EXECUTE_ROWS, 44]
+    assert all(not x.result.fields for x in stream[1:])
+    rows = [r for x in stream[1:] for r in x.result.rows]
+    assert [r.values for r in rows] == [f"{i}e{i}".encode() for i in range(1, n + 1)]
+    assert list(rows[-1].lengths) == [len(str(n)), len(str(n)) + 1]
 
 
 def test_workload_is_deterministic_and_matches_truth() -> None:

@@ -12,6 +12,7 @@ from vtgatesim_fixtures import (
     request,
     sim_fixture,  # noqa: F401
     stub_fixture,  # noqa: F401
+    vgtid,
 )
 
 from vitessapi import binlogdata_pb2, query_pb2, vtgate_pb2
@@ -257,4 +258,106 @@ def test_anonymised_field_names(sim: VTGateSim, stub: Any) -> None:
     r.next()
     sim.execute("insert into customer (id, email) values (1, 'a')", "commerce")
     assert [f.name for f in r.next().events[1].field_event.fields] == ["@1", "@2"]
+    r.close()
+
+
+def test_regex_keyspace_expands_to_matching_keyspaces(sim: VTGateSim, stub: Any) -> None:
+    for ks, shards in (("commerce", None), ("customer", ["-80", "80-"]), ("other", None)):
+        sim.create_keyspace(ks, shards, ddl=[CUSTOMER])
+    r = Reader(stub, request(("/^c", "", "current")))  # every shard of commerce and customer
+    first = [r.next() for _ in range(3)]
+    assert sorted((x.events[1].keyspace, x.events[1].shard) for x in first) == [
+        ("commerce", "0"), ("customer", "-80"), ("customer", "80-")]
+    assert all([e.type for e in x.events] == [T.VGTID, T.OTHER] for x in first)
+    sim.execute("insert into customer (id, email) values (1, 'a')", "customer")
+    resp = r.next()
+    assert resp.events[-2].vgtid == vgtid(*[(k, s, sim.position(k, s))
+                                             for k, s in (("commerce", "0"), ("customer", "-80"), ("customer", "80-"))])
+    sim.execute("insert into customer (id, email) values (1, 'a')", "other")
+    sim.execute("insert into customer (id, email) values (2, 'b')", "commerce")
+    resp = r.next()  # nothing from `other`
+    assert resp.events[2].row_event.table_name == "commerce.customer"
+    r.close()
+
+
+def test_regex_keyspace_that_does_not_compile(sim: VTGateSim, stub: Any) -> None:
+    unsharded(sim)
+    with pytest.raises(grpc.RpcError) as ei:
+        list(stub.VStream(request(("/(", "", "current"))))
+    # vterrors.Wrapf of Go's regexp error: code Unknown
+    assert ei.value.code() == grpc.StatusCode.UNKNOWN
+    assert ei.value.details() == "failed to compile regexp using /(: error parsing regexp: missing closing ): `(`"
+
+
+def test_empty_keyspace_with_current_streams_every_keyspace(sim: VTGateSim, stub: Any) -> None:
+    sim.create_keyspace("commerce", ddl=[CUSTOMER])
+    sim.create_keyspace("customer", ["-80", "80-"], ddl=[CUSTOMER])
+    r = Reader(stub, request(("", "", "current")))
+    first = [r.next() for _ in range(3)]
+    assert sorted((x.events[1].keyspace, x.events[1].shard) for x in first) == [
+        ("commerce", "0"), ("customer", "-80"), ("customer", "80-")]
+    sim.execute("insert into customer (id, email) values (1, 'a')", "commerce")
+    resp = r.next()
+    assert [e.type for e in resp.events] == [T.BEGIN, T.FIELD, T.ROW, T.VGTID, T.COMMIT]
+    assert resp.events[3].vgtid == vgtid(*[(k, s, sim.position(k, s))
+                                            for k, s in (("commerce", "0"), ("customer", "-80"), ("customer", "80-"))])
+    r.close()
+
+
+def test_unspecified_shard_with_an_explicit_gtid_is_invalid(sim: VTGateSim, stub: Any) -> None:
+    unsharded(sim)
+    pos = sim.position("commerce", "0")
+    with pytest.raises(grpc.RpcError) as ei:
+        list(stub.VStream(request(("commerce", "", pos))))
+    assert ei.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert ei.value.details() == ("if shards are unspecified, the Gtid value must be 'current' or empty; got: "
+                                  f'shard_gtids:{{keyspace:"commerce" gtid:"{pos}"}}')
+
+
+def test_tables_to_copy_limits_the_copy_not_the_stream(sim: VTGateSim, stub: Any) -> None:
+    sim.create_keyspace("commerce", ddl=[CUSTOMER, "create table product (sku varchar(10), primary key (sku))"])
+    sim.execute("insert into customer (id, email) values (1, 'a')", "commerce")
+    sim.execute("insert into product (sku) values ('p1')", "commerce")
+    pos = sim.position("commerce", "0")
+    r = Reader(stub, request(("commerce", "0", ""), tables_to_copy=["product"]))
+    resps = [r.next() for _ in range(5)]
+    assert [[T.Name(e.type) for e in x.events] for x in resps] == [
+        ["BEGIN", "FIELD"], ["VGTID"], ["ROW", "VGTID", "COMMIT"], ["BEGIN", "VGTID", "COMMIT"],
+        ["COPY_COMPLETED", "COPY_COMPLETED"]]
+    assert resps[0].events[1].field_event.table_name == "commerce.product"
+    assert resps[2].events[0].row_event.row_changes[0].after.values == b"p1"
+    assert resps[3].events[1].vgtid == vgtid(("commerce", "0", pos))
+    # customer was not copied, but its changes stream
+    sim.execute("insert into customer (id, email) values (2, 'b')", "commerce")
+    resp = r.next()
+    assert [T.Name(e.type) for e in resp.events] == ["BEGIN", "FIELD", "ROW", "VGTID", "COMMIT"]
+    assert resp.events[2].row_event.row_changes[0].after.values == b"2b"
+    r.close()
+
+
+def test_copy_in_several_batches_with_exact_lastpks(sim: VTGateSim, stub: Any) -> None:
+    sim.packet_size = 4  # two 2-byte rows ("1", "a") per batch
+    unsharded(sim)
+    sim.execute("insert into customer (id, email) values " + ", ".join(f"({i}, '{c}')" for i, c in
+                                                                        enumerate("abcdef", 1)), "commerce")
+    pos = sim.position("commerce", "0")
+    r = Reader(stub, request(("commerce", "0", "")))
+    resps = [r.next() for _ in range(9)]
+    assert [[T.Name(e.type) for e in x.events] for x in resps] == [
+        ["BEGIN", "FIELD"], ["VGTID"],
+        ["ROW", "ROW", "VGTID", "COMMIT"], ["BEGIN"],
+        ["ROW", "ROW", "VGTID", "COMMIT"], ["BEGIN"],
+        ["ROW", "ROW", "VGTID", "COMMIT"],
+        ["BEGIN", "VGTID", "COMMIT"], ["COPY_COMPLETED", "COPY_COMPLETED"]]
+    assert resps[1].events[0].vgtid == vgtid(("commerce", "0", pos))
+
+    def lastpk(v: bytes) -> binlogdata_pb2.TableLastPK:
+        return binlogdata_pb2.TableLastPK(table_name="customer", lastpk=query_pb2.QueryResult(
+            fields=[query_pb2.Field(name="id", type=query_pb2.INT64)], rows=[query_pb2.Row(lengths=[1], values=v)]))
+
+    for resp, last, rows in ((resps[2], b"2", [b"1a", b"2b"]), (resps[4], b"4", [b"3c", b"4d"]),
+                             (resps[6], b"6", [b"5e", b"6f"])):
+        assert [e.row_event.row_changes[0].after.values for e in resp.events[:2]] == rows
+        assert resp.events[2].vgtid == vgtid(("commerce", "0", pos), pks=[lastpk(last)])
+    assert resps[7].events[1].vgtid == vgtid(("commerce", "0", pos))
     r.close()

@@ -80,4 +80,11 @@ def request(*sgs: tuple[str, str, str], **flags: Any) -> vtgate_pb2.VStreamReque
     return req
 
 
+def vgtid(*shard_gtids: tuple[str, str, str], pks: list[binlogdata_pb2.TableLastPK] | None = None
+          ) -> binlogdata_pb2.VGtid:
+    """An expected VGtid: (keyspace, shard, gtid) per entry, every entry with table_p_ks `pks`."""
+    return binlogdata_pb2.VGtid(shard_gtids=[binlogdata_pb2.ShardGtid(keyspace=k, shard=s, gtid=g, table_p_ks=pks)
+                                             for k, s, g in shard_gtids])
+
+
 CUSTOMER = "create table customer (id bigint not null auto_increment, email varchar(128), primary key (id))"

@@ -15,7 +15,6 @@ configuration (`TxnTemplate`): the ROW/BEGIN/COMMIT bytes with slots for `curren
 
 from __future__ import annotations
 
-import re
 import threading
 import time
 from collections import deque
@@ -28,8 +27,8 @@ from vitessapi import binlogdata_pb2, query_pb2
 
 from . import binlog as bl
 from . import mysqltypes, wire
-from .executor import FAILED_PRECONDITION, INTERNAL, INVALID_ARGUMENT, UNAVAILABLE, VTError
-from .filters import FilterError, Rules, TablePlan, project, row_matches
+from .executor import FAILED_PRECONDITION, INTERNAL, INVALID_ARGUMENT, UNAVAILABLE, UNKNOWN, VTError
+from .filters import FilterError, Rules, TablePlan, compile_regexp, plan_fields, project, row_matches
 from .gtid import GtidParseError, GtidSet
 from .schema import TableSchema
 from .topology import CELL, Shard
@@ -171,9 +170,9 @@ def resolve(sim: VTGateSim, vgtid: binlogdata_pb2.VGtid) -> list[SGtid]:
             sgs = [binlogdata_pb2.ShardGtid(keyspace=k, gtid="current") for k in names]
         else:
             try:
-                rx = re.compile(ks_in.strip("/"))
-            except re.error as e:
-                raise VTError(INVALID_ARGUMENT, f"failed to compile regexp using {ks_in}: {e}") from None
+                rx = compile_regexp(ks_in.strip("/"))
+            except FilterError as e:  # vterrors.Wrapf of Go's regexp error keeps its code: Unknown
+                raise VTError(UNKNOWN, f"failed to compile regexp using {ks_in}: {e}") from None
             sgs = [binlogdata_pb2.ShardGtid(keyspace=k, gtid=sgs[0].gtid) for k in names if rx.search(k)]
     out: list[SGtid] = []
     for sg in sgs:
@@ -453,22 +452,24 @@ class ShardStream:
     def tname(self, table: str) -> str:
         return f"{self.sg.keyspace}.{table}" if self.qualify else table
 
-    def plan(self, schema: TableSchema) -> TablePlan | None:
+    def plan(self, schema: TableSchema, at: str = "") -> TablePlan | None:
+        """The table's plan. A filter the planbuilder refuses fails the tablet stream with its error
+        (code Unknown), which vtgate retries as ephemeral; the binlog vstreamer wraps it with the
+        position reached (`at`: the one including the transaction being parsed)."""
         key = id(schema)
         if key not in self.plans:
             try:
                 self.plans[key] = self.vs.rules.plan(schema, self.ks.vindex_column(schema.name), self.ks.sharded)
-            except (FilterError, KeyError, ValueError) as e:
-                raise VTError(INVALID_ARGUMENT, f"error building plan for table {schema.name}: {e}") from None
+            except FilterError as e:
+                where = f"stream (at source tablet) error @ {at.split('/', 1)[-1]}: " if at else ""
+                raise _TabletError(UNKNOWN, f"vttablet: rpc error: code = Unknown desc = {where}{e}") from None
         return self.plans[key]
 
     def simple(self, etype: int, ts: int, ct: bytes, body: bytes = b"") -> bytes:
         return wire.event(wire.event_prefix(etype, ts, body), ct, self.suffix)
 
     def field_prefix(self, schema: TableSchema, plan: TablePlan, ts: int, internal: bool = False) -> bytes:
-        fields = schema.fields(self.shard.database, self.anonymise)
-        if plan.columns is not None:
-            fields = [fields[i] for i in plan.columns]
+        fields = plan_fields(plan, schema.fields(self.shard.database, self.anonymise))
         fe = binlogdata_pb2.FieldEvent(table_name=self.tname(schema.name), fields=fields, keyspace=self.sg.keyspace,
                                        shard=self.sg.shard, enum_set_string_values=True, is_internal_table=internal)
         return wire.event_prefix(wire.FIELD, ts, wire.f_msg(6, fe.SerializeToString()))
@@ -702,7 +703,7 @@ class ShardStream:
         ts = e.timestamp
         for rows in e.rows:
             schema = rows.schema
-            plan = TablePlan() if internal else self.plan(schema)
+            plan = TablePlan() if internal else self.plan(schema, e.position)
             if plan is None:
                 continue
             if copied is not None:
@@ -865,7 +866,7 @@ class ShardStream:
     def send_ddl(self, e: bl.Entry) -> None:
         now = time.time_ns()
         ct = wire.ct_field(now)
-        schema_match = self.vs.rules.rule_for(e.ddl_table) is not None and e.database == self.shard.database
+        schema_match = self.vs.rules.matches(e.ddl_table) and e.database == self.shard.database
         if schema_match:
             ev = self.simple(wire.DDL, e.timestamp, ct, wire.f_str(4, e.statement))
         else:
