@@ -7,7 +7,17 @@ topic must never change.
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
+import pty
+import re
+import select
+import struct
+import subprocess
+import sys
+import termios
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -157,13 +167,26 @@ def test_list_prints_connects_document(kafka_broker: KafkaBroker, topic: str, ca
 
 def test_set_and_reset_write_exact_records(kafka_broker: KafkaBroker, topic: str, capsys: Any,
                                            tmp_path: Path) -> None:
-    common = ("--local", "--bootstrap-servers", kafka_broker.bootstrap, "--offsets-topic", topic)
+    state = tmp_path / "state"
+    local = ("--local", "--state-dir", str(state), "--bootstrap-servers", kafka_broker.bootstrap,
+             "--offsets-topic", topic)
     before = read(kafka_broker, topic)
 
+    # `shardcdc run` never ran it here, so nothing shows it is stopped: refused, as in a cluster.
+    for args in (("reset",), ("set", f"--shard=-80={G1}")):
+        rc, out, err = shardcdc(capsys, "offsets", args[0], "orders", *local, *args[1:], "--yes")
+        assert (rc, out) == (3, "")
+        assert err == (f"refusing to change the offsets of default/orders: no `shardcdc run` state of it under {state}, "
+                       "so nothing shows it is stopped; give the --state-dir of its `shardcdc run`, or "
+                       "--force-offline if no worker of it runs anywhere\n")
+    assert read(kafka_broker, topic) == before
+
+    # --force-offline: the check is the user's, and a warning says so.
+    common = (*local, "--force-offline")
     # Without --yes and without a terminal nothing is written.
     rc, out, err = shardcdc(capsys, "offsets", "reset", "orders", *common)
     assert rc == 0 and "nothing changed" in out
-    assert "not checking that connector 'orders' is stopped" in err
+    assert "--force-offline: not checking that connector 'orders' is stopped" in err
     assert read(kafka_broker, topic) == before
 
     rc, out, _ = shardcdc(capsys, "offsets", "set", "orders", *common, f"--shard=-80={G1}", "--yes")
@@ -196,7 +219,92 @@ def test_errors_are_one_line_messages(kafka_broker: KafkaBroker, topic: str, cap
     rc, _, err = shardcdc(capsys, "offsets", "list", "orders", *common, "--offsets-topic", "no-such-topic",
                           "--timeout", "5")
     assert rc == 1 and "offsets topic 'no-such-topic' not found" in err
-    rc, _, err = shardcdc(capsys, "offsets", "set", "orders", *common, "--offsets-topic", topic, "--yes")
+    rc, _, err = shardcdc(capsys, "offsets", "set", "orders", *common, "--offsets-topic", topic, "--yes",
+                          "--force-offline")
     assert rc == 1 and "give --shard SHARD=GTID (repeatable) or --offsets-file FILE" in err
     rc, _, err = shardcdc(capsys, "offsets", "list", "--local", "--offsets-topic", topic)
     assert rc == 1 and "give the connector NAME" in err
+
+
+# --- the confirmation prompt, answered on a terminal ------------------------------------------------------
+
+
+class Terminal:
+    """``shardcdc`` on a pseudo-terminal (stdin, stdout and stderr): what a user at the prompt sees and types."""
+
+    def __init__(self, *args: str) -> None:
+        self.master, slave = pty.openpty()
+        # 250 columns: one line per record, as the expected text below is written.
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 250, 0, 0))
+        self.proc = subprocess.Popen([sys.executable, "-m", "cdcworker.cli", *args], stdin=slave, stdout=slave,
+                                     stderr=slave, env={**os.environ, "NO_COLOR": "1", "COLUMNS": "250"})
+        os.close(slave)
+        self.raw = b""
+
+    def text(self) -> str:
+        """The output as shown: escape sequences (styles, cursor) removed, CRLF as LF."""
+        plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", self.raw.decode(errors="replace"))
+        return plain.replace("\r\n", "\n")
+
+    def _read(self, deadline: float) -> bool:
+        """One chunk of output (False at end of output); fails at the deadline."""
+        remaining = deadline - time.monotonic()
+        assert remaining > 0, f"timed out; output so far: {self.text()!r}"
+        ready, _, _ = select.select([self.master], [], [], remaining)
+        if not ready:
+            return True
+        try:
+            chunk = os.read(self.master, 4096)
+        except OSError:  # EIO: every holder of the terminal's other end has exited
+            return False
+        self.raw += chunk
+        return bool(chunk)
+
+    def wait_for_text(self, text: str, timeout: float = 60.0) -> str:
+        deadline = time.monotonic() + timeout
+        while text not in self.text():
+            assert self._read(deadline), f"exited before showing {text!r}: {self.text()!r}"
+        return self.text()
+
+    def answer(self, line: str) -> None:
+        os.write(self.master, line.encode() + b"\n")
+
+    def finish(self, timeout: float = 60.0) -> tuple[int, str]:
+        deadline = time.monotonic() + timeout
+        while self._read(deadline):
+            pass
+        rc = self.proc.wait(timeout=max(deadline - time.monotonic(), 1))
+        os.close(self.master)
+        return rc, self.text()
+
+
+def test_confirmation_prompt_on_a_terminal(kafka_broker: KafkaBroker, topic: str) -> None:
+    common = ("--local", "--force-offline", "--bootstrap-servers", kafka_broker.bootstrap, "--offsets-topic", topic)
+    warning = ("warning: --force-offline: not checking that connector 'orders' is stopped; if a worker of it runs, "
+               "it overwrites these offsets (or resumes from the wrong place)\n")
+    before = read(kafka_broker, topic)
+
+    # "n": nothing is written.
+    term = Terminal("offsets", "reset", "orders", *common)
+    prompt = "write these 3 records? [y/n] (n): "
+    assert term.wait_for_text(prompt) == (
+        f"{warning}reset: 3 records of orders in topic {topic}:\n"
+        f"  delete  server=orders task0_1_0: -80@{G1}, 80-@{G1}\n"
+        f"  delete  server=orders task0_2_1: -80@{G2}\n"
+        f"  delete  server=orders task1_2_1: 80-@{G3}\n{prompt}")
+    term.answer("n")
+    rc, shown = term.finish()
+    assert (rc, shown.split(prompt)[1]) == (0, "n\ndeclined: nothing changed\n")
+    assert read(kafka_broker, topic) == before
+
+    # "y": exactly the change shown is written.
+    term = Terminal("offsets", "set", "orders", *common, f"--shard=-80={G1}")
+    prompt = "write these 1 records? [y/n] (n): "
+    assert term.wait_for_text(prompt) == (
+        f"{warning}set: 1 records of orders in topic {topic}:\n"
+        f"  change  server=orders task0_2_1: -80@{G2} -> -80@{G1}\n{prompt}")
+    term.answer("y")
+    rc, shown = term.finish()
+    assert (rc, shown.split(prompt)[1]) == (0, "y\nwrote 1 records\n")
+    key = offset_record_key("orders", OffsetPartition.for_task("orders", 0, 2, 1))
+    assert read(kafka_broker, topic) == {**before, key: value({"-80": G1}).to_bytes()}

@@ -10,73 +10,22 @@ deliveries.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-from operator_kube_fixtures import wait_for
+from local_mode_fixtures import Run, control, positions, ready, shardcdc
+from polling import wait_for
 
 from cdcoperator.local.control import ControlClient, ControlError
 from cdcworker.verify import compare, materialise
 from localkafka import KafkaBroker, consume_all
-from localkafka.children import bound_preexec, stop_group
 from vtgatesim import VTGateSim
 from vtgatesim.workload import Workload
 
 STEP = 60.0
-
-
-class Run:
-    """A ``shardcdc run`` process and its output."""
-
-    def __init__(self, manifest: Path, state: Path, log: Path) -> None:
-        self.log = log
-        with log.open("ab") as out:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "cdcworker.cli", "run", "-f", str(manifest), "--state-dir", str(state),
-                 "--resync-seconds", "1", "--restart-backoff", "2"],
-                stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "GRPC_VERBOSITY": "ERROR"},
-                preexec_fn=bound_preexec())
-
-    def stop(self) -> int:
-        stop_group(self.proc, timeout=90)
-        return int(self.proc.returncode)
-
-    def output(self) -> str:
-        return self.log.read_text(errors="replace")
-
-    def alive(self) -> None:
-        if self.proc.poll() is not None:  # not an AssertionError: wait_for must not keep polling
-            raise RuntimeError(f"shardcdc run exited with {self.proc.returncode}:\n{self.output()[-3000:]}")
-
-
-def shardcdc(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "cdcworker.cli", *args], capture_output=True, text=True, timeout=60)
-
-
-def ready(client: ControlClient, generation: int, tasks: int, shards: int) -> dict[str, Any] | None:
-    status = client.get().get("status") or {}
-    a = status.get("assignment") or {}
-    cond = next((c for c in status.get("conditions") or () if c["type"] == "Ready"), {})
-    ok = (cond.get("status") == "True" and a.get("generation") == generation and a.get("tasks") == tasks
-          and len(a.get("shards") or ()) == shards)
-    return a if ok else None
-
-
-def positions(client: ControlClient) -> dict[str, str]:
-    out = {}
-    for task in ((client.get().get("status") or {}).get("assignment") or {}).get("taskStates") or ():
-        for part in (task.get("position") or "").split(";"):
-            if "@" in part:
-                shard, gtid = part.split("@", 1)
-                out[shard] = gtid
-    return out
 
 
 @pytest.fixture
@@ -119,7 +68,7 @@ spec:
     run = Run(manifest, state, tmp_path / "run.log")
     writer = threading.Thread(target=workload.run, kwargs={"rate": 40.0}, daemon=True)
     try:
-        client = wait_for(lambda: run.alive() or _find(state), STEP, "the control endpoint")
+        client = wait_for(lambda: run.alive() or control(state, "shop"), STEP, "the control endpoint")
         wait_for(lambda: ready(client, 0, 1, 2), STEP, "generation 0 streaming")
         writer.start()
         pods = client.pods()
@@ -165,7 +114,7 @@ spec:
     more.run(transactions=40)
     run = Run(manifest, state, tmp_path / "run2.log")
     try:
-        client = wait_for(lambda: run.alive() or _find(state), STEP, "the control endpoint again")
+        client = wait_for(lambda: run.alive() or control(state, "shop"), STEP, "the control endpoint again")
         a3 = wait_for(lambda: ready(client, 3, 1, 4), STEP, "generation 3 with one task")
         assert (a3["previousTasks"], [t["shards"] for t in a3["taskStates"]]) == (2, [["-40", "40-80", "80-c0", "c0-"]])
         final = sim.positions("shop")
@@ -180,11 +129,3 @@ spec:
     assert diff.empty, diff.summary()
     assert materialised.duplicates == 0
 
-
-def _find(state: Path) -> ControlClient | None:
-    try:
-        client = ControlClient.find("shop", state_dir=state)
-        client.get()
-        return client
-    except ControlError:
-        return None

@@ -140,8 +140,10 @@ class ControlServer:
 class ControlClient:
     """Talks to a running ``shardcdc run`` found by connector name under the state directory."""
 
-    def __init__(self, url: str, token: str, namespace: str, name: str, timeout: float = 10.0) -> None:
+    def __init__(self, url: str, token: str, namespace: str, name: str, timeout: float = 10.0,
+                 pid: int | None = None) -> None:
         self.url, self.token, self.namespace, self.name, self.timeout = url, token, namespace, name, timeout
+        self.pid = pid  # the instance's process, from control.json: tells a stale file from a hung instance
 
     @classmethod
     def find(cls, name: str, namespace: str = "default", state_dir: Path | None = None) -> ControlClient:
@@ -153,7 +155,7 @@ class ControlClient:
                                f"(no {path})") from None
         except ValueError as exc:
             raise ControlError(f"{path} is not valid JSON: {exc}") from None
-        return cls(doc["url"], doc["token"], namespace, name)
+        return cls(doc["url"], doc["token"], namespace, name, pid=int(doc["pid"]) if doc.get("pid") else None)
 
     def _call(self, method: str, sub: str = "", body: Any = None) -> dict[str, Any]:
         data = json.dumps(body).encode() if body is not None else None

@@ -2,9 +2,13 @@
 
 Changing offsets under a running worker is useless at best (the worker overwrites them with its
 next flush) and harmful at worst, so ``reset`` and ``set`` refuse unless the connector is stopped:
-``spec.state: stopped`` and every worker exited (``status.assignment.phase: Stopped``). Without a
-cluster (``--local``, ``-f``) or with ``--force-offline`` that check is the user's, and a warning
-says so. Every change is printed first and needs a yes (``--yes`` for scripts).
+``spec.state: stopped`` and every worker exited (``status.assignment.phase: Stopped``). In a
+cluster the CdcConnector's status says so. Without one (``--local``, ``-f``) the local-mode
+instance is asked (``cdcworker.admin.localmode``): a running ``shardcdc run`` by the same rule on
+its live status, and no running instance means no worker (they die with it); a connector that
+``shardcdc run`` never ran under the state directory cannot be shown stopped and is refused.
+``--force-offline`` skips the check (the user's then, and a warning says so). Every change is
+printed first and needs a yes (``--yes`` for scripts).
 
 Exit codes: 0 done (or nothing to do, or declined), 1 error, 3 refused because the connector runs.
 """
@@ -33,9 +37,12 @@ from cdcworker.admin.offsetsops import (
 )
 from cdcworker.admin.target import Target, TargetError, add_kafka_arguments, add_kube_arguments, resolve
 
-__all__ = ["EXIT_REFUSED", "register", "stopped_problem"]
+__all__ = ["EXIT_REFUSED", "KUBECTL_STOP", "LOCAL_STOP", "register", "stopped_problem"]
 
 EXIT_REFUSED = 3
+KUBECTL_STOP = "set it to 'stopped' first (kubectl patch cdc/<name> --type=merge -p '{\"spec\":{\"state\":\"stopped\"}}')"
+LOCAL_STOP = ("set it to 'stopped' first (in the manifest: the running `shardcdc run` re-applies it), or stop "
+              "`shardcdc run` (Ctrl-C: every worker commits and exits)")
 
 
 def register(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], int]:
@@ -54,6 +61,8 @@ def register(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], 
         else:
             sub.add_argument("--force-offline", action="store_true",
                              help="skip the stopped check (you make sure no worker of the connector runs)")
+            sub.add_argument("--state-dir", type=Path, default=None,
+                             help="with --local/-f: the state directory given to `shardcdc run`")
             sub.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
         if action == "set":
             sub.add_argument("--shard", action="append", default=[], metavar="SHARD=GTID",
@@ -63,13 +72,12 @@ def register(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], 
     return run
 
 
-def stopped_problem(body: Any) -> str | None:
+def stopped_problem(body: Any, how_to_stop: str = KUBECTL_STOP) -> str | None:
     """Why a CdcConnector is not safe to change offsets of (None: it is stopped, every worker exited)."""
     spec = body.get("spec") or {}
     state = spec.get("state") or "running"
     if state != "stopped":
-        return f"spec.state is {state!r}; set it to 'stopped' first (kubectl patch cdc/<name> --type=merge " \
-               "-p '{\"spec\":{\"state\":\"stopped\"}}')"
+        return f"spec.state is {state!r}; {how_to_stop}"
     meta = body.get("metadata") or {}
     status = body.get("status") or {}
     if int(status.get("observedGeneration") or -1) != int(meta.get("generation") or 0):
@@ -105,7 +113,10 @@ def _confirm(changes: Sequence[Change], args: argparse.Namespace, console: Conso
         return False
     from rich.prompt import Confirm
 
-    return Confirm.ask(f"write these {len(changes)} records?", default=False, console=console)
+    if Confirm.ask(f"write these {len(changes)} records?", default=False, console=console):
+        return True
+    console.print("declined: nothing changed")
+    return False
 
 
 def _plan(args: argparse.Namespace, records: Any, name: str) -> list[Change]:
@@ -122,6 +133,27 @@ def _plan(args: argparse.Namespace, records: Any, name: str) -> list[Change]:
             raise OffsetsError(f"--shard {item!r}: expected SHARD=GTID")
         positions[shard] = gtid
     return plan_set_shards(records, name, positions)
+
+
+def _local_problem(args: argparse.Namespace, target: Target, err: Console) -> tuple[str, str | None]:
+    """The connector's namespace/name and why it is not stopped, asked of its ``shardcdc run`` instance."""
+    from cdcworker.admin.localmode import LocalModeError, find_local, state_dir
+
+    root = state_dir(args.state_dir)
+    namespace = args.namespace or target.namespace or "default"
+    where = f"{namespace}/{target.name}"
+    try:
+        conn = find_local(target.name, namespace, root)
+    except LocalModeError as exc:
+        return where, str(exc)
+    if conn is None:
+        return where, (f"no `shardcdc run` state of it under {root}, so nothing shows it is stopped; give the "
+                       "--state-dir of its `shardcdc run`, or --force-offline if no worker of it runs anywhere")
+    if conn.running:
+        return where, stopped_problem(conn.body, LOCAL_STOP)
+    err.print(f"`shardcdc run` for {where} is not running (state in {conn.where}): no worker of it runs",
+              markup=False, soft_wrap=True)
+    return where, None
 
 
 def _require_topic(target: Target, timeout: float) -> None:
@@ -148,16 +180,17 @@ def run(args: argparse.Namespace, console: Console | None = None) -> int:
         err.print(f"shardcdc offsets: {exc}", markup=False)
         return 1
     if args.action != "list":
-        if target.source == "cluster" and not args.force_offline:
-            problem = stopped_problem(target.body)
-            if problem is not None:
-                err.print(f"refusing to change the offsets of {target.namespace}/{target.name}: {problem}",
-                          markup=False)
-                return EXIT_REFUSED
+        if args.force_offline:
+            err.print(f"[yellow]warning[/]: --force-offline: not checking that connector {target.name!r} is stopped; "
+                      "if a worker of it runs, it overwrites these offsets (or resumes from the wrong place)")
         else:
-            why = "--force-offline" if target.source == "cluster" else "no cluster"
-            err.print(f"[yellow]warning[/]: {why}: not checking that connector {target.name!r} is stopped; if a "
-                      "worker of it runs, it overwrites these offsets (or resumes from the wrong place)")
+            if target.source == "cluster":
+                where, problem = f"{target.namespace}/{target.name}", stopped_problem(target.body)
+            else:
+                where, problem = _local_problem(args, target, err)
+            if problem is not None:
+                err.print(f"refusing to change the offsets of {where}: {problem}", markup=False, soft_wrap=True)
+                return EXIT_REFUSED
     try:
         _require_topic(target, args.timeout)
         with OffsetStore(target.client_config, target.offsets_topic, timeout=args.timeout) as store:

@@ -1,14 +1,18 @@
 """``shardcdc status``: a connector's generation, tasks, shards, positions and lag.
 
-Two sources:
+Three sources:
 
 * the cluster (default): CdcConnector resources, read through the kubeconfig; everything shown
   comes from ``status`` as the operator wrote it (conditions, ``assignment.taskStates``, shards);
+* local mode (``--local``): the connectors ``shardcdc run`` runs or ran under the state directory,
+  from a running instance's control endpoint (live status), else from its saved state file; the
+  same status, written by the same reconcile, in the same table;
 * workers (``--url``, repeatable): each worker's ``/status`` document, e.g. the tasks of a local-mode
   connector or port-forwarded pods; per-shard positions and lag come from the workers themselves.
 
 ``--json`` prints the raw documents for scripts. Exit code 0 when every connector shown is Ready
-(or every worker is streaming), 1 otherwise, 2 when nothing could be read.
+(or every worker is streaming), 1 otherwise (a local-mode connector whose ``shardcdc run`` is not
+running is not Ready, whatever its saved status says), 2 when nothing could be read.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import json
 import time
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -32,6 +37,9 @@ def register(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], 
     parser.add_argument("name", nargs="?", help="one connector (default: every connector of the namespace)")
     add_kube_arguments(parser)
     parser.add_argument("-A", "--all-namespaces", action="store_true", help="connectors of every namespace")
+    parser.add_argument("--local", action="store_true",
+                        help="connectors of `shardcdc run` (local mode; -n defaults to 'default') instead of the cluster")
+    parser.add_argument("--state-dir", type=Path, default=None, help="the state directory given to `shardcdc run`")
     parser.add_argument("--url", action="append", default=[],
                         help="a worker's status endpoint (http://host:port, repeatable) instead of the cluster")
     parser.add_argument("--json", action="store_true", help="print the documents as JSON")
@@ -46,8 +54,9 @@ def _cond(status: Mapping[str, Any], type_: str) -> Mapping[str, Any]:
     return {}
 
 
-def render_connector(body: Mapping[str, Any], console: Console) -> bool:
-    """Print one CdcConnector; True when it is Ready for its current spec."""
+def render_connector(body: Mapping[str, Any], console: Console, source: str | None = None) -> bool:
+    """Print one CdcConnector (``source``: where it was read, when not the cluster); True when it is
+    Ready for its current spec."""
     meta, spec, status = body.get("metadata") or {}, body.get("spec") or {}, body.get("status") or {}
     ready = _cond(status, "Ready")
     current = status.get("observedGeneration") == meta.get("generation")
@@ -58,6 +67,8 @@ def render_connector(body: Mapping[str, Any], console: Console) -> bool:
     head.add_column(style="bold")
     head.add_column()
     head.add_row("connector", f"{meta.get('namespace', '')}/{meta.get('name', '')}")
+    if source is not None:
+        head.add_row("source", source)
     head.add_row("state", f"{spec.get('state', 'running')} (spec.tasks {spec.get('tasks', 1)})")
     head.add_row("ready", f"{'[green]' if ok else '[red]'}{ready.get('status', 'Unknown')}[/] "
                           f"{ready.get('reason', '')}: {ready.get('message', '')}"
@@ -122,18 +133,66 @@ def render_workers(docs: Sequence[tuple[str, Mapping[str, Any] | str]], console:
 
 def run(args: argparse.Namespace, console: Console | None = None) -> int:
     out = console or Console()
-    err = Console(stderr=True)
     if args.url:
-        docs: list[tuple[str, Mapping[str, Any] | str]] = []
-        for url in args.url:
-            try:
-                docs.append((url, fetch_worker_status(url, args.timeout)))
-            except (OSError, ValueError) as exc:
-                docs.append((url, str(exc)))
-        if args.json:
-            out.print_json(data={u: d for u, d in docs})
-            return 0 if all(not isinstance(d, str) for _, d in docs) else 1
-        return 0 if render_workers(docs, out) else 1
+        return _run_workers(args, out)
+    if args.local:
+        return _run_local(args, out)
+    return _run_cluster(args, out)
+
+
+def _run_workers(args: argparse.Namespace, out: Console) -> int:
+    docs: list[tuple[str, Mapping[str, Any] | str]] = []
+    for url in args.url:
+        try:
+            docs.append((url, fetch_worker_status(url, args.timeout)))
+        except (OSError, ValueError) as exc:
+            docs.append((url, str(exc)))
+    if args.json:
+        out.print_json(data={u: d for u, d in docs})
+        return 0 if all(not isinstance(d, str) for _, d in docs) else 1
+    return 0 if render_workers(docs, out) else 1
+
+
+def _run_local(args: argparse.Namespace, out: Console) -> int:
+    from cdcworker.admin.localmode import LocalConnector, LocalModeError, find_local, local_names, state_dir
+
+    err = Console(stderr=True)
+    root = state_dir(args.state_dir)
+    namespace = None if args.all_namespaces else (args.namespace or "default")
+    if args.name and namespace is not None:
+        names = [(namespace, args.name)]
+    else:
+        names = [(ns, n) for ns, n in local_names(root, namespace) if not args.name or n == args.name]
+    found: list[LocalConnector] = []
+    try:
+        for ns, name in names:
+            conn = find_local(name, ns, root, timeout=args.timeout)
+            if conn is not None:
+                found.append(conn)
+    except LocalModeError as exc:
+        err.print(f"shardcdc status: {exc}", markup=False, soft_wrap=True)
+        return 2
+    if not found:
+        what = f"{namespace}/{args.name}" if args.name and namespace else "connector"
+        err.print(f"shardcdc status: no local-mode {what} under {root} (no `shardcdc run` state)", markup=False,
+                  soft_wrap=True)
+        return 2
+    if args.json:
+        out.print_json(data={"items": [c.body for c in found], "time": time.time(),
+                             "local": [{"namespace": c.namespace, "name": c.name, "running": c.running,
+                                        "source": c.where} for c in found]})
+        return 0
+    ok = True
+    for conn in found:
+        source = (f"local mode: `shardcdc run` at {conn.where}" if conn.running else
+                  f"local mode: [red]not running[/] (status as last saved in {conn.where})")
+        ok = render_connector(conn.body, out, source) and conn.running and ok
+        out.print()
+    return 0 if ok else 1
+
+
+def _run_cluster(args: argparse.Namespace, out: Console) -> int:
+    err = Console(stderr=True)
     try:
         api, default_ns = kube_api(args.kubeconfig, args.context)
     except TargetError as exc:
