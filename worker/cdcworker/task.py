@@ -369,6 +369,10 @@ class WorkerTask:
             flush_every = cfg.kafka.offset_flush_interval_ms / 1000.0
             next_flush = time.monotonic() + flush_every
             result: TaskResult | None = None
+            # snapshot.mode=initial_only: copy, store the position, stop before streaming any change.
+            copy_only = cfg.source.snapshot_mode == "initial_only"
+            if copy_only and not position.copying:
+                result = TaskResult(exitcodes.OK, _SNAPSHOT_DONE + " earlier (stored offset)", position)
             encoder = encoder_config(cfg, self.run_id)
             # Transaction metadata, heartbeats, schema changes: built once, kept across reconnects.
             features = build_features(
@@ -426,6 +430,10 @@ class WorkerTask:
                             processor.process(item)
                             if processor.stats.transactions:
                                 backoff.reset()
+                            if copy_only and not processor.position.copying:
+                                call.cancel()  # every shard's copy ended at this commit point
+                                result = TaskResult(exitcodes.OK, _SNAPSHOT_DONE, processor.position)
+                                break
                             if metrics.state != "streaming" and not processor.position.copying:
                                 # Copy finished or reconnected: the operator's Ready waits for this.
                                 metrics.set_state("streaming")
@@ -523,6 +531,8 @@ def _report_journal(metrics: Any, exc: ReassignmentNeeded) -> None:
     except OSError:
         log.debug("no termination log at %s", path)
 
+
+_SNAPSHOT_DONE = "snapshot.mode=initial_only: the initial snapshot completed"
 
 _IDLE = object()
 _END = object()

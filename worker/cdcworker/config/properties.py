@@ -386,7 +386,8 @@ _PROPERTIES: tuple[Property, ...] = (
         "snapshot.mode",
         E,
         "initial",
-        "initial: copy then stream; never: stream only; initial_only: copy then stop.",
+        "initial: copy then stream; never: stream only; initial_only: copy, store the position and exit 0 "
+        "before streaming (a restart after a complete copy exits at once; an interrupted copy resumes).",
         allowed=("initial", "never", "initial_only"),
         group="snapshot",
     ),
