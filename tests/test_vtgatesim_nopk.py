@@ -13,6 +13,7 @@ from typing import Any
 from vtgatesim_fixtures import (
     Reader,
     request,
+    row_values,
     sim_fixture,  # noqa: F401
     stub_fixture,  # noqa: F401
 )
@@ -26,20 +27,8 @@ TAGS = "create table tags (id bigint, code varchar(8) not null, note varchar(8),
 PRI_KEY_FLAG, UNIQUE_KEY_FLAG, NOT_NULL_FLAG = 2, 4, 1
 
 
-def _row(r: query_pb2.Row) -> list[bytes | None]:
-    out: list[bytes | None] = []
-    p = 0
-    for n in r.lengths:
-        if n < 0:
-            out.append(None)
-        else:
-            out.append(r.values[p:p + n])
-            p += n
-    return out
-
-
 def _changes(resp: Any) -> list[tuple[list[bytes | None] | None, list[bytes | None] | None]]:
-    return [(_row(rc.before) if rc.HasField("before") else None, _row(rc.after) if rc.HasField("after") else None)
+    return [(row_values(rc.before) if rc.HasField("before") else None, row_values(rc.after) if rc.HasField("after") else None)
             for e in resp.events if e.type == T.ROW for rc in e.row_event.row_changes]
 
 
@@ -101,7 +90,7 @@ def _lastpks(responses: list[Any]) -> list[tuple[str, list[str], list[list[bytes
         for e in resp.events:
             if e.type == T.VGTID:
                 for p in e.vgtid.shard_gtids[0].table_p_ks:
-                    out.append((p.table_name, [f.name for f in p.lastpk.fields], [_row(x) for x in p.lastpk.rows]))
+                    out.append((p.table_name, [f.name for f in p.lastpk.fields], [row_values(x) for x in p.lastpk.rows]))
     return out
 
 
@@ -114,7 +103,7 @@ def test_copy_orders_and_resumes_by_pk_equivalent_or_all_columns(sim: VTGateSim,
     for resp in out:
         for e in resp.events:
             if e.type == T.ROW:
-                copied[e.row_event.table_name.split(".")[-1]] += [_row(rc.after) for rc in e.row_event.row_changes]
+                copied[e.row_event.table_name.split(".")[-1]] += [row_values(rc.after) for rc in e.row_event.row_changes]
     # logs: every column is the key (NULL first, as MySQL orders); tags: the NOT NULL unique key `code`.
     assert copied["logs"] == [[None, b"n", b"0"], [b"1", b"a", b"3"], [b"1", b"z", b"9"], [b"2", b"b", b"1"]]
     assert copied["tags"] == [[b"8", b"a", b"x"], [b"9", b"b", None]]
@@ -128,6 +117,6 @@ def test_copy_orders_and_resumes_by_pk_equivalent_or_all_columns(sim: VTGateSim,
                 query_pb2.Field(name="n", type=query_pb2.INT32)],
         rows=[query_pb2.Row(lengths=[1, 1, 1], values=b"1a3")]))
     resumed = _copy(stub, [lastpk])
-    rows = [_row(rc.after) for resp in resumed for e in resp.events if e.type == T.ROW
+    rows = [row_values(rc.after) for resp in resumed for e in resp.events if e.type == T.ROW
             and e.row_event.table_name.endswith("logs") for rc in e.row_event.row_changes]
     assert rows == [[b"1", b"z", b"9"], [b"2", b"b", b"1"]]

@@ -12,6 +12,7 @@ from typing import Any
 from vtgatesim_fixtures import (
     Reader,
     request,
+    row_values,
     sim_fixture,  # noqa: F401
     stub_fixture,  # noqa: F401
 )
@@ -39,18 +40,6 @@ BINLOG: list[list[bytes | None]] = [  # vstreamer binlog rendering: streaming ph
 ]
 
 
-def _values(row: query_pb2.Row) -> list[bytes | None]:
-    out: list[bytes | None] = []
-    off = 0
-    for n in row.lengths:
-        if n < 0:
-            out.append(None)
-            continue
-        out.append(row.values[off:off + n])
-        off += n
-    return out
-
-
 def _row_bytes(values: list[bytes | None]) -> query_pb2.Row:
     return query_pb2.Row(lengths=[-1 if v is None else len(v) for v in values],
                          values=b"".join(v for v in values if v is not None))
@@ -68,8 +57,8 @@ def test_streaming_rows_use_binlog_rendering(sim: VTGateSim, stub: Any) -> None:
     # an update carries binlog renderings in both images
     sim.execute("update num set f = 0.25, z = 9 where id = 1", "commerce")
     ch = r.next().events[1].row_event.row_changes[0]
-    assert _values(ch.before) == BINLOG[0]
-    assert _values(ch.after) == [b"1", b"2.5E-01", b"1E+20", b".50", b"000000005", b"9", b"1.500"]
+    assert row_values(ch.before) == BINLOG[0]
+    assert row_values(ch.after) == [b"1", b"2.5E-01", b"1E+20", b".50", b"000000005", b"9", b"1.500"]
     r.close()
 
 
@@ -109,7 +98,7 @@ def test_catch_up_after_copy_compares_binlog_decimal_keys(sim: VTGateSim, stub: 
     while True:
         resp = r.next()
         types.append([T.Name(e.type) for e in resp.events])
-        rows += [_values(c.after) for e in resp.events if e.type == T.ROW for c in e.row_event.row_changes]
+        rows += [row_values(c.after) for e in resp.events if e.type == T.ROW for c in e.row_event.row_changes]
         if resp.events[-1].type == T.COPY_COMPLETED:
             break
     # catch-up streams only the update of the copied row (binlog rendering), then the copy resumes (text)

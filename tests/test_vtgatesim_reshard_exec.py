@@ -26,7 +26,6 @@ from vitessapi import (
 from vtgatesim import VTGateSim
 from vtgatesim.reshard import hash_streams
 from vtgatesim.server import STREAM_EXECUTE_ROWS
-from vtgatesim.workload import Workload
 
 T = binlogdata_pb2.VEventType
 
@@ -236,14 +235,3 @@ def test_stream_execute_sends_rows_after_the_fields(sim: VTGateSim, stub: Any) -
     assert [r.values for r in rows] == [f"{i}e{i}".encode() for i in range(1, n + 1)]
     assert list(rows[-1].lengths) == [len(str(n)), len(str(n)) + 1]
 
-
-def test_workload_is_deterministic_and_matches_truth() -> None:
-    truths = []
-    for _ in range(2):
-        s = VTGateSim()
-        s.create_keyspace("ks", 2)
-        wl = Workload(s, "ks", seed=7, large_every=20, large_rows=50)
-        wl.ensure_table()
-        wl.run(transactions=60)
-        truths.append(s.source_truth("ks", "items"))
-    assert truths[0] == truths[1] and len(truths[0]) > 50

@@ -6,6 +6,7 @@ from typing import Any
 
 from vtgatesim_fixtures import (
     CUSTOMER,
+    row_values,
     sim_fixture,  # noqa: F401
     stub_fixture,  # noqa: F401
 )
@@ -20,15 +21,8 @@ def run(stub: Any, sql: str, target: str = "") -> vtgate_pb2.ExecuteResponse:
     return resp
 
 
-def _rows(resp: vtgate_pb2.ExecuteResponse) -> list[list[bytes]]:
-    out = []
-    for r in resp.result.rows:
-        vals, off = [], 0
-        for n in r.lengths:
-            vals.append(r.values[off:off + n])
-            off += n
-        out.append(vals)
-    return out
+def _rows(resp: vtgate_pb2.ExecuteResponse) -> list[list[bytes | None]]:
+    return [row_values(r) for r in resp.result.rows]
 
 
 def test_show_vitess_shards_tablets_and_tables(sim: VTGateSim, stub: Any) -> None:

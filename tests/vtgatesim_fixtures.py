@@ -10,8 +10,8 @@ from typing import Any
 import grpc
 import pytest
 
-from vitessapi import binlogdata_pb2, vtgate_pb2, vtgateservice_pb2_grpc
-from vtgatesim import VTGateSim
+from vitessapi import binlogdata_pb2, query_pb2, vtgate_pb2, vtgateservice_pb2_grpc
+from vtgatesim import VTGateSim, wire
 
 T = binlogdata_pb2.VEventType
 
@@ -78,6 +78,11 @@ def request(*sgs: tuple[str, str, str], **flags: Any) -> vtgate_pb2.VStreamReque
     if rules is not None:
         req.filter.CopyFrom(binlogdata_pb2.Filter(rules=[binlogdata_pb2.Rule(match=m, filter=f) for m, f in rules]))
     return req
+
+
+def row_values(row: query_pb2.Row) -> list[bytes | None]:
+    """A query.Row's column values (None for NULL: length -1)."""
+    return wire.row_values(row.lengths, row.values)
 
 
 def vgtid(*shard_gtids: tuple[str, str, str], pks: list[binlogdata_pb2.TableLastPK] | None = None

@@ -920,7 +920,8 @@ class ShardStream:
             self.check_cancel()
             lastpk: tuple[Any, ...] | None = None
             if t0.name in inpks:
-                raw = _lastpk_values(inpks[t0.name].lastpk)
+                row = inpks[t0.name].lastpk.rows[0]
+                raw = wire.row_values(row.lengths, row.values)
                 cts = [t0.column(c).ct for c in t0.copy_key]
                 if len(raw) != len(cts):
                     raise VTError(INVALID_ARGUMENT, f"lastpk for table {t0.name} does not match its primary key")
@@ -1018,19 +1019,6 @@ class ShardStream:
         c = wire.ct_field(time.time_ns())
         self.emit([[self.simple(wire.BEGIN, 0, c), self.simple(wire.COMMIT, 0, c)]], set_gtid=self.sg.gtid,
                   vgtid_at=(0, 1))
-
-
-def _lastpk_values(qr: query_pb2.QueryResult) -> list[bytes | None]:
-    row = qr.rows[0]
-    out: list[bytes | None] = []
-    off = 0
-    for n in row.lengths:
-        if n < 0:
-            out.append(None)
-            continue
-        out.append(row.values[off:off + n])
-        off += n
-    return out
 
 
 def _stored(ct: Any, v: bytes | None) -> Any:

@@ -87,6 +87,19 @@ def encode_row(values: Sequence[bytes | None]) -> bytes:
     return body
 
 
+def row_values(lengths: Iterable[int], values: bytes) -> list[bytes | None]:
+    """The column values of a query.Row given its `lengths` and `values` (None where a length is -1)."""
+    out: list[bytes | None] = []
+    off = 0
+    for n in lengths:
+        if n < 0:
+            out.append(None)
+            continue
+        out.append(values[off:off + n])
+        off += n
+    return out
+
+
 def result_row(values: Sequence[bytes | None]) -> bytes:
     """A query.Row as one `QueryResult.rows` (field 4) entry: results are concatenations of these."""
     body = encode_row(values)

@@ -26,9 +26,22 @@ class WorkloadStats:
     rows: int = 0
 
 
+@dataclass(frozen=True)
+class Step:
+    """What one transaction did: `op` is insert, update, pk_update or delete; `ids` the rows' ids
+    (for pk_update the old id, then the new one: in a sharded keyspace the row may change shard)."""
+
+    op: str
+    ids: tuple[int, ...]
+
+
 class Workload:
+    """`clock` (monotonic seconds) and `sleep` pace `run`; tests pass a fake pair to count what a
+    rate produces without waiting. The default sleep returns early on stop()."""
+
     def __init__(self, sim: VTGateSim, keyspace: str, table: str = "items", seed: int = 1,
-                 large_every: int = 0, large_rows: int = 1000, batch_max: int = 5) -> None:
+                 large_every: int = 0, large_rows: int = 1000, batch_max: int = 5,
+                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], object] | None = None) -> None:
         self.sim, self.keyspace, self.table = sim, keyspace, table
         self.rng = random.Random(seed)
         self.large_every, self.large_rows, self.batch_max = large_every, large_rows, batch_max
@@ -36,12 +49,14 @@ class Workload:
         self.next_id = 1
         self.stats = WorkloadStats()
         self._stop = threading.Event()
+        self.clock = clock
+        self.sleep = sleep if sleep is not None else self._stop.wait
 
     def ensure_table(self) -> None:
         self.sim.execute(TABLE_DDL.format(t=self.table) .replace("create table", "create table if not exists"),
                          self.keyspace)
 
-    def step(self) -> None:
+    def step(self) -> Step:
         """One transaction (deterministic for a given seed)."""
         rng, t = self.rng, self.table
         self.stats.transactions += 1
@@ -57,40 +72,41 @@ class Workload:
                 vals.append(f"({i}, 'n{i}', {rng.randint(0, 1000)}, {rng.randint(0, 99999) / 100:.2f})")
             self.sim.execute(f"insert into {t} (id, name, qty, price) values {', '.join(vals)}", self.keyspace)
             self.stats.rows += count
-        elif op < 0.8:
+            return Step("insert", tuple(self.ids[-count:]))
+        self.stats.rows += 1
+        if op < 0.8:
             i = rng.choice(self.ids)
             self.sim.execute(f"update {t} set qty = qty + 1, name = 'u{rng.randint(0, 9999)}' where id = {i}",
                              self.keyspace)
-            self.stats.rows += 1
-        elif op < 0.9:
+            return Step("update", (i,))
+        i = self.ids.pop(rng.randrange(len(self.ids)))
+        if op < 0.9:
             # primary-key (and vindex) update: in a sharded keyspace the row may move to another shard
-            i = self.ids.pop(rng.randrange(len(self.ids)))
             j = self.next_id
             self.next_id += 1
             self.ids.append(j)
             self.sim.execute(f"update {t} set id = {j} where id = {i}", self.keyspace)
-            self.stats.rows += 1
-        else:
-            i = self.ids.pop(rng.randrange(len(self.ids)))
-            self.sim.execute(f"delete from {t} where id = {i}", self.keyspace)
-            self.stats.rows += 1
+            return Step("pk_update", (i, j))
+        self.sim.execute(f"delete from {t} where id = {i}", self.keyspace)
+        return Step("delete", (i,))
 
     def run(self, transactions: int | None = None, rate: float = 0.0, duration: float | None = None) -> None:
         """Run `transactions` steps (or until stop()/duration) at `rate` transactions per second (0 = max)."""
-        start = time.monotonic()
+        start = self.clock()
         done = 0
         while not self._stop.is_set():
             if transactions is not None and done >= transactions:
                 break
-            if duration is not None and time.monotonic() - start >= duration:
+            if duration is not None and self.clock() - start >= duration:
                 break
             self.step()
             done += 1
             if rate > 0:
-                due = start + done / rate
-                delay = due - time.monotonic()
+                # transaction n is due at start + n / rate, so pacing does not drift; after slow steps
+                # the next ones run without waiting until the schedule is met again
+                delay = start + done / rate - self.clock()
                 if delay > 0:
-                    self._stop.wait(delay)  # pacing, not synchronisation
+                    self.sleep(delay)  # pacing, not synchronisation
 
     def stop(self) -> None:
         self._stop.set()
