@@ -324,7 +324,7 @@ def _log_acks(task: Any, acks: list[tuple[Any, ...]]) -> None:
     class StampedReader(base_reader):  # type: ignore[misc, valid-type]
         """Stamps each response when the reader thread pulls it; the stamp follows it to `next`."""
 
-        def __init__(self, call: Any, depth: int = 16) -> None:
+        def __init__(self, call: Any, depth: int = 16, max_bytes: int = 0) -> None:
             self.stamps: collections.deque[int] = collections.deque()
 
             def stamped() -> Any:
@@ -332,6 +332,7 @@ def _log_acks(task: Any, acks: list[tuple[Any, ...]]) -> None:
                     self.stamps.append(time.time_ns())
                     yield r
 
+            assert not max_bytes, "the latency probe reads without a byte bound"
             super().__init__(stamped(), depth)
 
         def next(self, timeout: float) -> Any:

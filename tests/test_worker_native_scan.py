@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 from events_fixtures import delete, field, field_event, insert, update
+from worker_fixtures import RecordingSink
 
 from cdcworker.events import EncoderConfig, native
 from cdcworker.offsets import Vgtid
 from cdcworker.offsets.vgtid import ShardGtid
-from cdcworker.sink import KafkaSink
 from cdcworker.streaming import Features, StreamProcessor
 from cdcworker.txmeta import TransactionMonitor
 from cdcworker.txmeta.epoch import EpochError, EpochProvider, ShardEpochMap, next_epoch_map
@@ -36,26 +36,6 @@ def _native_built() -> None:
 _T = binlogdata_pb2.VEventType
 UUID_A = "0b7e9d2a-1111-2222-3333-444455556666"
 UUID_B = "9f0c1d2e-aaaa-bbbb-cccc-ddddeeeeffff"
-
-
-class RecordingSink(KafkaSink):
-    """The sink interface the processor uses, recording instead of producing."""
-
-    def __init__(self) -> None:  # no producer
-        self.records: list[tuple[Any, ...]] = []
-        self.points: list[str] = []
-        self.records_sent = 0
-
-    def send(self, topic: str, key: bytes | None, value: bytes | None, headers: Any) -> None:
-        self.records.append((topic, None, key, value, list(headers or [])))
-        self.records_sent += 1
-
-    def send_to_partition(self, topic: str, partition: int, key: bytes | None, value: bytes | None, headers: Any) -> None:
-        self.records.append((topic, partition, key, value, list(headers or [])))
-        self.records_sent += 1
-
-    def commit_point(self, position: Any) -> None:
-        self.points.append(repr(position))
 
 
 def _fields() -> list[query_pb2.Field]:

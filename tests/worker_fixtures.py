@@ -7,11 +7,12 @@ import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from polling import wait_for as wait_for  # re-exported for the worker tests
 
 from cdcworker.config import WorkerConfig, load_config
+from cdcworker.sink import KafkaSink
 from cdcworker.task import TaskResult, WorkerTask
 from localkafka import KafkaBroker
 from vtgatesim import VTGateSim
@@ -50,6 +51,26 @@ def worker_config(
         **(extra or {}),
     }
     return load_config([], env={}, overrides=props)
+
+
+class RecordingSink(KafkaSink):
+    """The sink interface the processor uses, recording instead of producing."""
+
+    def __init__(self) -> None:  # no producer
+        self.records: list[tuple[Any, ...]] = []
+        self.points: list[str] = []
+        self.records_sent = 0
+
+    def send(self, topic: str, key: bytes | None, value: bytes | None, headers: Any) -> None:
+        self.records.append((topic, None, key, value, list(headers or [])))
+        self.records_sent += 1
+
+    def send_to_partition(self, topic: str, partition: int, key: bytes | None, value: bytes | None, headers: Any) -> None:
+        self.records.append((topic, partition, key, value, list(headers or [])))
+        self.records_sent += 1
+
+    def commit_point(self, position: Any) -> None:
+        self.points.append(repr(position))
 
 
 @dataclass

@@ -5,8 +5,9 @@ transaction's COMMIT timestamp and its ending VGTID (``source.ts_ms``, ``source.
 only arrive after the rows. VTGate normally sends a whole transaction in one response, so the
 processor holds references to a transaction's row changes (no copies) until its COMMIT and then
 encodes them with the exact context Debezium would use. A transaction larger than
-``lookahead_rows`` is streamed instead of buffered (memory stays bounded, unlike Debezium): its
-rows are encoded with the position and timestamp known at that point, a documented difference.
+``lookahead_rows`` (or, with ``max_queue_bytes``, in serialized row changes) is streamed instead
+of buffered (memory stays bounded, unlike Debezium): its rows are encoded with the position and
+timestamp known at that point, a documented difference.
 
 Input: with the native extension (``events/native.py``) the task asks gRPC for the responses as
 raw bytes; ``_rowenc.scan`` walks the wire format, ROW events reach the table's column program as
@@ -88,6 +89,14 @@ def _row_event(src: Any) -> Any:
     return src
 
 
+def _row_change_bytes(rcs: Any) -> int:
+    """Serialized size of a ROW event's row changes (max.queue.size.in.bytes), the same on every path:
+    the scanner's RowChange bytes summed in C, or (parsed responses, the fallback) upb's sizes."""
+    if type(rcs) is list:
+        return sum(map(len, rcs))
+    return sum(rc.ByteSize() for rc in rcs)
+
+
 def _takes_bytes(plan: TablePlan) -> bool:
     """The plan encodes serialized RowChanges as they are. A subclass that reads the message
     itself (filters.FilteredTablePlan with skipped operations) gets parsed RowChanges."""
@@ -138,6 +147,7 @@ class StreamStats:
     transactions: int = 0
     last_event_time: float = 0.0
     last_commit_ts: int = 0  # source commit time (s) of the newest transaction
+    peak_queue_bytes: int = 0  # most row-change bytes held at once (with max.queue.size.in.bytes)
     copy_completed_shards: set[str] = field(default_factory=set)
 
 
@@ -154,10 +164,13 @@ class StreamProcessor:
         on_heartbeat: Callable[[binlogdata_pb2.VEvent], None] | None = None,
         metrics: Any = None,
         features: Features | None = None,
+        max_queue_bytes: int = 0,
     ) -> None:
         self.encoder = encoder
         self.sink = sink
         self.lookahead_rows = lookahead_rows
+        # max.queue.size.in.bytes: row-change bytes a transaction may hold before it is streamed.
+        self.max_queue_bytes = max_queue_bytes
         self.journal_stops = journal_stops
         self.on_heartbeat = on_heartbeat
         self.plans: dict[tuple[str, str], TablePlan] = {}
@@ -171,6 +184,7 @@ class StreamProcessor:
         # (plan, row changes of one ROW event): RowChange messages or serialized RowChanges.
         self._deferred: list[tuple[TablePlan, Any]] = []
         self._deferred_rows = 0
+        self._deferred_bytes = 0  # counted only with max_queue_bytes, as Debezium's queue does
         self._plan_bytes: dict[tuple[str, str], bool] = {}  # plan takes serialized RowChanges
         self._shard_gtids: dict[tuple[str, str, str], tuple[ShardGtid, str]] = {}  # see _vgtid
         self._streaming_txn = False  # this transaction outgrew the lookahead and is streamed
@@ -187,7 +201,7 @@ class StreamProcessor:
         self._begin_shard = ""
         self._keeps_partial = not isinstance(sink, TransactionalSink)
         if metrics is not None:
-            metrics.queue(lookahead_rows, lookahead_rows)  # the rows a transaction may buffer
+            metrics.queue(lookahead_rows, lookahead_rows, 0, max_queue_bytes)  # what a transaction may buffer
         self._policy = f.policy
         self._failures = f.failures if f.failures is not None else FailureHandler("fail", metrics)
         self._signals = f.signals
@@ -253,13 +267,17 @@ class StreamProcessor:
                 return
             re = _row_event(src)
             raise ProtocolError(f"ROW for {re.keyspace}/{re.shard} {re.table_name} before its FIELD event")
+        if self.max_queue_bytes:
+            self._deferred_bytes += _row_change_bytes(rcs)
         if type(rcs) is list and not self._plan_bytes.get(key, True):
             rcs = [_RowChange(rc) for rc in rcs]  # a plan that reads the message (skipped operations)
         self._deferred.append((plan, rcs))
         n = len(rcs)
         self.stats.rows_seen += n
         self._deferred_rows += n
-        if self._deferred_rows >= self.lookahead_rows:
+        if self._deferred_rows >= self.lookahead_rows or (
+            self.max_queue_bytes and self._deferred_bytes >= self.max_queue_bytes
+        ):
             self._stream_out()
 
     def _event(self, ev: Any) -> None:
@@ -311,12 +329,16 @@ class StreamProcessor:
                 filtered = self._policy.stats.filtered - self._filtered_reported
                 self._filtered_reported += filtered
             self.metrics.queue_remaining = self.lookahead_rows - self._deferred_rows
+            self.metrics.queue_bytes = self._deferred_bytes
             self.metrics.on_response(events, stats.rows_seen - self._rows_reported, filtered, now)
             self._rows_reported = stats.rows_seen
 
     def _clear_deferred(self) -> None:
         self._deferred.clear()
         self._deferred_rows = 0
+        if self._deferred_bytes:
+            self.stats.peak_queue_bytes = max(self.stats.peak_queue_bytes, self._deferred_bytes)
+            self._deferred_bytes = 0
 
     @property
     def between_transactions(self) -> bool:
@@ -433,7 +455,10 @@ class StreamProcessor:
         """A transaction too large to hold: encode what we have with the context known now."""
         vgtid_json = self.position.to_json()
         if not self._streaming_txn:
-            log.info("transaction exceeds %d buffered rows; streaming it without waiting for COMMIT", self.lookahead_rows)
+            log.info(
+                "transaction exceeds %d buffered rows or %d bytes (max.queue.size, max.queue.size.in.bytes); "
+                "streaming it without waiting for COMMIT", self.lookahead_rows, self.max_queue_bytes,
+            )
             self._streaming_txn = True
             if self._txmeta is not None and self._in_txn:
                 # Its ending VGTID is not known yet: the transaction is identified (and ranked)

@@ -29,6 +29,9 @@ from cdcworker.offsets.value import offset_value_at
 from cdcworker.signals.runtime import TaskExtras
 from cdcworker.sink import KafkaSink, SinkError, TransactionalSink
 from cdcworker.source.channel import ChannelSettings, TlsSettings, open_channel
+from cdcworker.source.reader import END as _END
+from cdcworker.source.reader import IDLE as _IDLE
+from cdcworker.source.reader import ResponseReader as _ResponseReader
 from cdcworker.source.retry import Backoff, classify
 from cdcworker.streaming import ProtocolError, ReassignmentNeeded, StreamProcessor, raw_responses
 from cdcworker.topiccreator import topic_creator
@@ -397,6 +400,7 @@ class WorkerTask:
                     position,
                     **self._handoff_kwargs(),
                     lookahead_rows=cfg.behaviour.max_queue_size if not self._handing_off() else 1 << 30,
+                    max_queue_bytes=cfg.behaviour.max_queue_size_in_bytes if not self._handing_off() else 0,
                     journal_stops=journal_stops,
                     metrics=metrics,
                     on_heartbeat=lambda ev: metrics.on_heartbeat(ev.timestamp, durable=sink.pending == 0),
@@ -406,7 +410,7 @@ class WorkerTask:
                     # Parsed responses while handing off: the hand-off processor reads FIELD events.
                     stream_fn = stub.VStream if self._handing_off() else vstream
                     self._call = call = stream_fn(self._request(position, journal_stops), metadata=metadata)
-                    responses = _ResponseReader(call)
+                    responses = _ResponseReader(call, max_bytes=cfg.behaviour.max_queue_size_in_bytes)
                     while True:
                         # A timed wait, so offsets are flushed (and EOS batches committed) while idle;
                         # short while an exactly-once commit point waits for the stream to pause.
@@ -533,49 +537,6 @@ def _report_journal(metrics: Any, exc: ReassignmentNeeded) -> None:
 
 
 _SNAPSHOT_DONE = "snapshot.mode=initial_only: the initial snapshot completed"
-
-_IDLE = object()
-_END = object()
-
-
-class _ResponseReader:
-    """Reads the VStream on its own thread into a small bounded queue.
-
-    The bound is the back-pressure: while the processor is blocked on Kafka the queue fills, the
-    reader stops pulling, and gRPC flow control stops VTGate. The timed ``next`` lets the task
-    flush offsets while the source is idle.
-    """
-
-    def __init__(self, call: Any, depth: int = 16) -> None:
-        import queue
-
-        # A C SimpleQueue bounded by a semaphore: a fraction of queue.Queue's per-item locking.
-        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self._room = threading.BoundedSemaphore(depth)
-        self._empty = queue.Empty
-        self._thread = threading.Thread(target=self._run, args=(call,), name="vstream-reader", daemon=True)
-        self._thread.start()
-
-    def _run(self, call: Any) -> None:
-        put = self._queue.put
-        room = self._room.acquire
-        try:
-            for response in call:
-                room()
-                put(response)
-            put(_END)
-        except BaseException as exc:  # handed to the processing thread, which decides
-            put(exc)
-
-    def next(self, timeout: float) -> Any:
-        try:
-            item = self._queue.get(timeout=timeout)
-        except self._empty:
-            return _IDLE
-        if item is not _END and not isinstance(item, BaseException):
-            self._room.release()
-        return item
-
 
 class _OffsetWrites:
     """Periodic at-least-once offset writes that do not hold up the stream while the broker acks.

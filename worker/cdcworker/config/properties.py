@@ -682,7 +682,10 @@ _PROPERTIES: tuple[Property, ...] = (
         "max.queue.size.in.bytes",
         L,
         0,
-        "Bytes buffered between VStream and Kafka; 0 means unbounded by bytes.",
+        "Bytes buffered between VStream and Kafka; 0 means unbounded by bytes. Bounds the serialized row "
+        "changes a transaction holds until its COMMIT (beyond it the transaction is streamed, as beyond "
+        "max.queue.size rows) and the responses read ahead of processing (the reader then stops pulling, "
+        "and gRPC flow control holds VTGate).",
         minimum=0,
         group="queue",
     ),

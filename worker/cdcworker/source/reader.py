@@ -1,0 +1,90 @@
+"""Reads the VStream on its own thread into a small bounded queue.
+
+The bound is the back-pressure: while the processor is blocked on Kafka the queue fills, the
+reader stops pulling, and gRPC flow control stops VTGate. The queue holds at most ``depth``
+responses and, with ``max_bytes`` (``max.queue.size.in.bytes``), at most that many bytes of them
+plus the one response the reader holds while it waits. The timed ``next`` lets the task flush
+offsets while the source is idle.
+"""
+
+from __future__ import annotations
+
+import collections
+import queue
+import threading
+from typing import Any
+
+IDLE = object()  # ``next`` timed out: nothing arrived
+END = object()  # VTGate completed the stream
+
+
+class ResponseReader:
+    def __init__(self, call: Any, depth: int = 16, max_bytes: int = 0) -> None:
+        # A C SimpleQueue bounded by a semaphore: a fraction of queue.Queue's per-item locking.
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._room = threading.BoundedSemaphore(depth)
+        self._max_bytes = max_bytes
+        # Byte accounting only when bounded by bytes: a lock per response is not free.
+        self._budget = threading.Condition()
+        self._sizes: collections.deque[int] = collections.deque()  # of queued responses, in order
+        self.queued_bytes = 0
+        self.peak_bytes = 0
+        self.waiting = threading.Event()  # set while the reader holds a response for lack of room
+        self._closed = False
+        target = self._run_bounded if max_bytes > 0 else self._run
+        if max_bytes > 0:
+            call.add_callback(self._close)  # a cancelled call wakes a reader waiting for room
+        self._thread = threading.Thread(target=target, args=(call,), name="vstream-reader", daemon=True)
+        self._thread.start()
+
+    def _run(self, call: Any) -> None:
+        put = self._queue.put
+        room = self._room.acquire
+        try:
+            for response in call:
+                room()
+                put(response)
+            put(END)
+        except BaseException as exc:  # handed to the processing thread, which decides
+            put(exc)
+
+    def _run_bounded(self, call: Any) -> None:
+        put = self._queue.put
+        room = self._room.acquire
+        budget = self._budget
+        try:
+            for response in call:
+                # Raw responses (the native path) are bytes; parsed ones are sized by upb.
+                size = len(response) if type(response) is bytes else response.ByteSize()
+                room()
+                with budget:
+                    if self.queued_bytes >= self._max_bytes and not self._closed:
+                        self.waiting.set()
+                        # After a cancel the next pull raises CANCELLED, which the processor reads.
+                        budget.wait_for(lambda: self.queued_bytes < self._max_bytes or self._closed)
+                        self.waiting.clear()
+                    self.queued_bytes += size
+                    self.peak_bytes = max(self.peak_bytes, self.queued_bytes)
+                    self._sizes.append(size)
+                put(response)
+            put(END)
+        except BaseException as exc:
+            put(exc)
+
+    def _close(self) -> None:
+        with self._budget:
+            self._closed = True
+            self._budget.notify()
+
+    def next(self, timeout: float) -> Any:
+        try:
+            item = self._queue.get(timeout=timeout)
+        except queue.Empty:
+            return IDLE
+        if item is not END and not isinstance(item, BaseException):
+            self._room.release()
+            if self._max_bytes > 0:
+                with self._budget:
+                    self.queued_bytes -= self._sizes.popleft()
+                    self._budget.notify()
+        return item
