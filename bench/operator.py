@@ -1,19 +1,32 @@
-"""Operator benchmark: ``kubectl apply`` of a CdcConnector to every task Deployment created, and
-``kubectl scale`` to the next generation's Deployments, against the real API server.
+"""Operator benchmark against the real API server: ``kubectl apply`` of a CdcConnector to every task
+Deployment created (and to Ready), and ``kubectl scale`` to the new generation running.
 
 The operator (kopf, ``cdcoperator.handlers``) runs in-process with ``KopfRunner`` against the
 kubetest control plane (real etcd + kube-apiserver, ``make kube``); shards come from the VTGate
-test server (vtctld ``FindAllShardsInKeyspace``), which answers at once. No kubelet runs, so no
-pod ever starts: a drained generation's workers count as exited as soon as their Deployments are
-scaled to zero, and the scale figure is the operator's own path (drain, re-plan, create).
+test server (vtctld ``FindAllShardsInKeyspace``), which answers at once; a real Kafka broker
+(``localkafka``) holds no offsets, so the scan before generation 0 finds nothing to adopt. There is
+no kubelet: ``FakeNodes`` (``kubetest.fakenodes``, the tests' stand-in for the Deployment
+controller and kubelet) runs as its own process and keeps one Running/Ready pod per Deployment
+replica on 127.0.0.1, each with a ``/status`` document saying ``streaming`` — what the operator
+reads of a worker. A drained generation's workers exit as soon as FakeNodes deletes their pods.
 
     .venv/bin/python bench/operator.py --shards 1 16 256 --runs 3
 
-For each shard count N: apply with ``tasks: N`` (N Deployments + N ConfigMaps of generation 0),
-then ``kubectl scale --replicas=N/2`` (generation 1: N/2 Deployments; skipped for N=1, where the
-task count cannot change). The connector is deleted between runs. The drain needs a second
-reconcile after the workers stopped, which the level-based timer provides: the resync interval
-(``--resync``, default 1 s; the chart's default is 10 s) bounds that part of the scale time.
+For each shard count N, per run (the connector ``cN`` is deleted after each run):
+
+* apply with ``tasks: N``: time to all N Deployments of generation 0, and to ``Ready=True`` for
+  generation 0 (N pods Running, every status document streaming, observed by the operator);
+* N > 1: ``kubectl scale --replicas=N/2``: time to generation 1's N/2 Deployments, to their N/2
+  pods Running/Ready, and to ``Ready=True`` (``AllTasksStreaming``) for generation 1 with
+  ``observedGeneration`` current: the new generation running, issue 6's figure;
+* N = 1: ``kubectl scale --replicas=2``: the task count is ``min(spec.tasks, shards)`` = 1 still,
+  so no new generation starts; the figure is the time until the status has observed the new spec
+  (``observedGeneration``) and still says Ready for generation 0 with one task, and the script
+  checks that no generation-1 object appeared.
+
+The drain takes a second reconcile after the workers exited: the pod watch triggers none, the
+level-based timer does, so the resync interval (``--resync``, default 1 s; the chart's default is
+10 s) bounds part of the scale time. Polling the API every 20 ms is the measurement's resolution.
 """
 
 from __future__ import annotations
@@ -22,14 +35,118 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
+NS = "bench"
+GROUP_PATH = f"/apis/shardcdc.io/v1alpha1/namespaces/{NS}/cdcconnectors"
+
+# Figure -> its table heading, in print order.
+FIGURES = {
+    "apply_deployments": "apply -> all Deployments",
+    "apply_ready": "apply -> Ready (gen 0)",
+    "scale_deployments": "scale -> new gen's Deployments",
+    "scale_pods": "scale -> new gen's pods Running",
+    "scale_ready": "scale -> new gen Ready",
+    "scale_observed": "scale 1->2 -> observed, same gen Ready",
+}
+
+
+@dataclass
+class Results:
+    figures: dict[str, list[float]] = field(default_factory=lambda: {k: [] for k in FIGURES})
+
+    def row(self, shards: int) -> str:
+        cells = []
+        for key in FIGURES:
+            xs = self.figures[key]
+            cells.append(f"{statistics.median(xs):.2f} s ({', '.join(f'{x:.2f}' for x in xs)})" if xs else "n/a")
+        return f"| {shards} | " + " | ".join(cells) + " |"
+
+
+class Probe:
+    """Reads what the measurement waits for: the connector's status, its Deployments and pods."""
+
+    def __init__(self, kube: Any, timeout: float) -> None:
+        self.kube, self.timeout = kube, timeout
+
+    def connector(self, name: str) -> dict[str, Any]:
+        return self.kube._call("GET", f"{GROUP_PATH}/{name}", allow=(404,)) or {}
+
+    def _items(self, kind: str, name: str, gen: int) -> list[dict[str, Any]]:
+        prefix = "/apis/apps/v1" if kind == "deployments" else "/api/v1"
+        out = self.kube._call("GET", f"{prefix}/namespaces/{NS}/{kind}",
+                              query={"labelSelector": f"shardcdc.io/connector={name},shardcdc.io/generation={gen}"})
+        return list((out or {}).get("items") or [])
+
+    def deployments(self, name: str, gen: int) -> int:
+        return len(self._items("deployments", name, gen))
+
+    def running_pods(self, name: str, gen: int) -> int:
+        def ready(pod: dict[str, Any]) -> bool:
+            status = pod.get("status") or {}
+            return status.get("phase") == "Running" and any(
+                c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or ())
+
+        return sum(1 for p in self._items("pods", name, gen) if ready(p))
+
+    def ready(self, name: str, gen: int, tasks: int) -> bool:
+        """Ready=True for the current spec, in generation ``gen`` with ``tasks`` tasks."""
+        body = self.connector(name)
+        status = body.get("status") or {}
+        a = status.get("assignment") or {}
+        cond = next((c for c in status.get("conditions") or () if c.get("type") == "Ready"), {})
+        return (status.get("observedGeneration") == (body.get("metadata") or {}).get("generation")
+                and a.get("generation") == gen and a.get("tasks") == tasks
+                and (cond.get("status"), cond.get("reason")) == ("True", "AllTasksStreaming"))
+
+    def wait(self, pred: Callable[[], bool], what: str, since: float) -> float:
+        """Seconds from ``since`` until ``pred`` holds."""
+        deadline = time.monotonic() + self.timeout
+        while not pred():
+            if time.monotonic() > deadline:
+                raise SystemExit(f"timed out: {what}")
+            time.sleep(0.02)  # polling the API: the measurement's resolution
+        return time.monotonic() - since
+
+
+def one_run(plane: Any, probe: Probe, sim_address: str, bootstrap: str, n: int, res: Results) -> str:
+    name = f"c{n}"  # the same names every run: FakeNodes keeps one status server per Deployment name
+    body = {"apiVersion": "shardcdc.io/v1alpha1", "kind": "CdcConnector",
+            "metadata": {"name": name, "namespace": NS},
+            "spec": {"source": {"vitess": {"vtgate": sim_address, "vtctld": sim_address, "keyspace": f"ks{n}"}},
+                     "kafka": {"bootstrapServers": bootstrap, "topicPrefix": name},
+                     "tasks": n}}
+    f = res.figures
+    t0 = time.monotonic()
+    plane.kubectl("-n", NS, "apply", "-f", "-", input=json.dumps(body), check=True)
+    f["apply_deployments"].append(probe.wait(lambda: probe.deployments(name, 0) == n, f"{n} Deployments", t0))
+    f["apply_ready"].append(probe.wait(lambda: probe.ready(name, 0, n), f"{name} Ready in generation 0", t0))
+    if n > 1:
+        half = n // 2
+        t0 = time.monotonic()
+        plane.kubectl("-n", NS, "scale", f"cdc/{name}", f"--replicas={half}", check=True)
+        f["scale_deployments"].append(probe.wait(lambda: probe.deployments(name, 1) == half, "gen 1 objects", t0))
+        f["scale_pods"].append(probe.wait(lambda: probe.running_pods(name, 1) == half, "gen 1 pods", t0))
+        f["scale_ready"].append(probe.wait(lambda: probe.ready(name, 1, half), f"{name} Ready in gen 1", t0))
+        note = f"scale {n}->{half}: {f['scale_ready'][-1]:.2f}s"
+    else:
+        t0 = time.monotonic()
+        plane.kubectl("-n", NS, "scale", f"cdc/{name}", "--replicas=2", check=True)
+        f["scale_observed"].append(probe.wait(lambda: probe.ready(name, 0, 1), f"{name} observed tasks: 2", t0))
+        assert probe.deployments(name, 1) == 0, "a 1-shard connector started a generation 1"
+        a = probe.connector(name)["status"]["assignment"]
+        note = f"scale 1->2: still generation {a['generation']} with {a['tasks']} task ({f['scale_observed'][-1]:.2f}s)"
+    plane.kubectl("-n", NS, "delete", "cdc", name, "--wait=true", "--timeout=300s", check=True)
+    probe.wait(lambda: probe.running_pods(name, 0) + probe.running_pods(name, 1) == 0, "pods gone", time.monotonic())
+    return f"apply->Ready {f['apply_ready'][-1]:.2f}s, {note}"
 
 
 def main() -> int:
@@ -45,66 +162,49 @@ def main() -> int:
 
     from cdcoperator.apply import KubeApi
     from kubetest.fixtures import shared_control_plane
+    from localkafka import KafkaBroker
+    from localkafka.children import bound_preexec, stop_group
     from vtgatesim import VTGateSim
 
     plane = shared_control_plane()
     plane.kubectl("apply", "-f", str(ROOT / "crds" / "shardcdc.io_cdcconnectors.yaml"), check=True)
     plane.kubectl("wait", "--for=condition=Established", "crd/cdcconnectors.shardcdc.io", "--timeout=60s",
                   check=True)
-    ns = "bench"
-    plane.kubectl("create", "namespace", ns)
-    results: dict[int, dict[str, list[float]]] = {}
-    with VTGateSim() as sim, plane.api_client() as admin, tempfile.TemporaryDirectory() as tmp:
-        kube = KubeApi(admin)
+    plane.ensure_namespace(NS)
+    results: dict[int, Results] = {}
+    loads: list[tuple[float, float, float]] = []
+    with (VTGateSim() as sim, KafkaBroker() as broker, plane.api_client() as admin,
+          tempfile.TemporaryDirectory() as tmp):
         for n in args.shards:
             sim.create_keyspace(f"ks{n}", n)
-
-        def deployments(name: str, gen: int) -> int:
-            out = kube._call("GET", f"/apis/apps/v1/namespaces/{ns}/deployments",
-                             query={"labelSelector": f"shardcdc.io/connector={name},shardcdc.io/generation={gen}"})
-            return len((out or {}).get("items") or [])
-
-        def wait(pred: Any, what: str) -> None:
-            deadline = time.monotonic() + args.timeout
-            while not pred():
-                if time.monotonic() > deadline:
-                    raise SystemExit(f"timed out: {what}")
-                time.sleep(0.02)  # polling the API: the measurement's resolution
-
-        log = Path(tmp) / "operator.log"
-        with (plane.kubeconfig_env(),
-              KopfRunner(["run", "--standalone", "-n", ns, "-m", "cdcoperator.handlers"], timeout=60) as runner):
-            for n in args.shards:
-                res = results.setdefault(n, {"apply": [], "scale": []})
-                for run in range(args.runs):
-                    name = f"c{n}r{run}"
-                    body = {"apiVersion": "shardcdc.io/v1alpha1", "kind": "CdcConnector",
-                            "metadata": {"name": name, "namespace": ns},
-                            "spec": {"source": {"vitess": {"vtgate": sim.address, "vtctld": sim.address,
-                                                           "keyspace": f"ks{n}"}},
-                                     "kafka": {"bootstrapServers": "kafka:9092", "topicPrefix": name},
-                                     "tasks": n}}
-                    t0 = time.monotonic()
-                    plane.kubectl("-n", ns, "apply", "-f", "-", input=json.dumps(body), check=True)
-                    wait(lambda name=name, n=n: deployments(name, 0) == n, f"{n} deployments of {name}")
-                    res["apply"].append(time.monotonic() - t0)
-                    if n > 1:
-                        t0 = time.monotonic()
-                        plane.kubectl("-n", ns, "scale", f"cdc/{name}", f"--replicas={n // 2}", check=True)
-                        wait(lambda name=name, n=n: deployments(name, 1) == n // 2, f"generation 1 of {name}")
-                        res["scale"].append(time.monotonic() - t0)
-                    plane.kubectl("-n", ns, "delete", "cdc", name, "--wait=true", "--timeout=300s", check=True)
-                    print(f"shards={n} run={run}: apply {res['apply'][-1]:.2f}s"
-                          + (f", scale {res['scale'][-1]:.2f}s" if res["scale"] else ""), file=sys.stderr, flush=True)
-        log.write_text(runner.output)
-        if runner.exception is not None:
-            raise runner.exception
-    print("\nshards | apply -> all Deployments (median, runs) | scale -> next generation's Deployments")
+        nodes_log = Path(tmp) / "fakenodes.log"
+        with nodes_log.open("wb") as log_out:
+            nodes = subprocess.Popen(
+                [sys.executable, "-m", "kubetest.fakenodes", "--namespace", NS, "--kubeconfig",
+                 str(plane.kubeconfig_path)], stdout=log_out, stderr=subprocess.STDOUT, preexec_fn=bound_preexec())
+        probe = Probe(KubeApi(admin), args.timeout)
+        try:
+            with (plane.kubeconfig_env(),
+                  KopfRunner(["run", "--standalone", "-n", NS, "-m", "cdcoperator.handlers"], timeout=60) as runner):
+                for n in args.shards:
+                    res = results.setdefault(n, Results())
+                    for run in range(args.runs):
+                        loads.append(os.getloadavg())
+                        line = one_run(plane, probe, sim.address, broker.bootstrap, n, res)
+                        print(f"shards={n} run={run}: {line} (load {loads[-1][0]:.2f})", file=sys.stderr, flush=True)
+            if runner.exception is not None:
+                raise runner.exception
+        finally:
+            stop_group(nodes, timeout=30)
+            if nodes.returncode not in (0, None):
+                print(f"FakeNodes exited with {nodes.returncode}:\n{nodes_log.read_text()[-3000:]}", file=sys.stderr)
+    print("\n| shards | " + " | ".join(FIGURES.values()) + " |")
+    print("| ---: | " + " | ".join("---:" for _ in FIGURES) + " |")
     for n, res in results.items():
-        apply_m = statistics.median(res["apply"])
-        scale = f"{statistics.median(res['scale']):.2f} s" if res["scale"] else "n/a"
-        print(f"{n:>6} | {apply_m:.2f} s ({', '.join(f'{x:.2f}' for x in res['apply'])}) | {scale}"
-              + (f" ({', '.join(f'{x:.2f}' for x in res['scale'])})" if res["scale"] else ""))
+        print(res.row(n))
+    one = [x[0] for x in loads]
+    print(f"\n1-minute load average at the start of each run: min {min(one):.2f}, median "
+          f"{statistics.median(one):.2f}, max {max(one):.2f} ({os.cpu_count()} CPUs)")
     return 0
 
 

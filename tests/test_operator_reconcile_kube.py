@@ -2,7 +2,7 @@
 
 The operator runs in-process with ``KopfRunner`` under the least-privilege identity of
 ``operator/rbac.yaml`` (a ServiceAccount token), so every test also proves the RBAC suffices.
-There is no kubelet: ``FakeNodes`` (tests/operator_kube_fixtures.py) keeps one pod per Deployment
+There is no kubelet: ``FakeNodes`` (devkit/kubetest/fakenodes.py) keeps one pod per Deployment
 replica, Running on 127.0.0.1 with a status-document server per task whose content tests script;
 task phases (streaming, reshard journals, exits) are simulated through exactly what the operator
 reads: the pods (kopf index) and the ``/status`` documents.
