@@ -77,6 +77,7 @@ class VitessService:
 
     def vstream(self, req: vtgate_pb2.VStreamRequest, ctx: grpc.ServicerContext) -> Iterator[bytes]:
         sim = self.sim
+        sim.vstream_calls.append((req, tuple((k, v) for k, v in ctx.invocation_metadata())))
         try:
             vs = VStream(sim, req, sim.faults.take())
         except VTError as e:

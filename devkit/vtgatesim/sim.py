@@ -27,6 +27,7 @@ class VTGateSim:
         self.packet_size = packet_size
         self.streams_lock = threading.Lock()
         self.streams: list[VStream] = []
+        self.vstream_calls: list[tuple[Any, tuple[tuple[str, str | bytes], ...]]] = []  # (request, metadata), for tests
         self.tablet_restarts = 0  # tablet streams vtgate restarted after a retryable error
         self.skew_pauses = 0  # times minimize_skew held a shard stream back
         self.skew_timeout = 600.0  # seconds a paused stream waits before its tablet stream is restarted (10 min)

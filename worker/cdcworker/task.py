@@ -484,7 +484,8 @@ class WorkerTask:
                     else:
                         reason = str(exc) if isinstance(exc, AnonymisedColumns) else "VTGate ended the stream"
                     if backoff.exhausted():
-                        result = TaskResult(exitcodes.FAILED, f"giving up after {backoff.attempts} retries: {reason}", position)
+                        limit = f"errors.max.retries={cfg.behaviour.errors_max_retries}"
+                        result = TaskResult(exitcodes.FAILED, f"giving up after {backoff.attempts} retries ({limit}): {reason}", position)
                         break
                     metrics.on_reconnect(exc.code().name if isinstance(exc, grpc.RpcError) else "EOF")
                     metrics.set_state("reconnecting", reason)
