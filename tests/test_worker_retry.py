@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from worker_fixtures import CUSTOMER_DDL, running_task, wait_for, worker_config
+from worker_fixtures import CUSTOMER_DDL, running_task, start_here, wait_for, worker_config
 
 from cdcworker import exitcodes
 from cdcworker.config import WorkerConfig
@@ -36,11 +36,9 @@ def sim() -> Iterator[VTGateSim]:
 
 
 def _config(broker: KafkaBroker, sim: VTGateSim, extra: dict[str, str] | None = None) -> WorkerConfig:
-    """Starts at the shards' positions now (so earlier writes are not streamed); reconnects fast."""
-    start = [{"keyspace": "commerce", "shard": s, "gtid": g} for s, g in sim.positions("commerce").items()]
+    """Starts at the shards' positions now (later writes are streamed); reconnects fast."""
     props = {
-        "vitess.shard": "-80,80-",
-        "vitess.vgtid": json.dumps(start),
+        **start_here(sim),
         "retriable.restart.connector.wait.ms": "50",
         "shardcdc.retry.backoff.max.ms": "200",
         **(extra or {}),

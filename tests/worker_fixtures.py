@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import uuid
 from collections.abc import Iterator, Mapping
@@ -51,6 +52,14 @@ def worker_config(
         **(extra or {}),
     }
     return load_config([], env={}, overrides=props)
+
+
+def start_here(sim: VTGateSim, keyspace: str = "commerce") -> dict[str, str]:
+    """Properties that start a task at the shards' positions now: later writes are streamed,
+    earlier ones not, whenever the task connects (no wait for it to be positioned)."""
+    positions = sim.positions(keyspace)
+    start = [{"keyspace": keyspace, "shard": shard, "gtid": gtid} for shard, gtid in positions.items()]
+    return {"vitess.shard": ",".join(positions), "vitess.vgtid": json.dumps(start)}
 
 
 class RecordingSink(KafkaSink):

@@ -107,6 +107,9 @@ class KafkaSink:
             self._produce(topic, value, key, -1, self._dr, None, 0, headers)  # type: ignore[arg-type]
         except BufferError:
             self._send_when_room(topic, key, value, headers)
+        except KafkaException as exc:  # zero-cost until raised; MSG_SIZE_TOO_LARGE goes to the caller
+            self._raise_if_fatal(exc)
+            raise
         self._open.produced += 1
         self.records_sent = n = self.records_sent + 1
         if n % self._poll_every == 0:
@@ -129,6 +132,9 @@ class KafkaSink:
                 return
             except BufferError:
                 continue
+            except KafkaException as exc:
+                self._raise_if_fatal(exc)
+                raise
 
     def send_to_partition(
         self, topic: str, partition: int, key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes]] | None
@@ -146,8 +152,22 @@ class KafkaSink:
             except BufferError:
                 self.producer.poll(0.05)
                 self._advance()
+            except KafkaException as exc:
+                self._raise_if_fatal(exc)
+                raise
         seg.produced += 1
         self.records_sent += 1
+
+    def _raise_if_fatal(self, exc: KafkaException) -> None:
+        """A fatal error leaves the producer unusable (a fenced transactional producer, a broken
+        idempotent sequence): the task stops with the cause instead of a stack trace."""
+        err: KafkaError = exc.args[0]
+        # produce() in the fatal state raises _FATAL without the fatal flag (that is on the cause).
+        if err.fatal() or err.code() == KafkaError._FATAL:
+            raise SinkError(self._fatal_reason(err)) from exc
+
+    def _fatal_reason(self, err: KafkaError) -> str:
+        return f"fatal Kafka producer error, the producer cannot continue: {err.str()}"
 
     def send_many(self, records: Iterable[tuple[str, bytes | None, bytes | None, list[tuple[str, bytes]]]]) -> None:
         for topic, key, value, headers in records:
@@ -221,19 +241,11 @@ def _rejected(seg: Segment) -> str:
     return f"Kafka rejected {len(seg.errors)} record(s){where}: {seg.errors[0]}"
 
 
-def fatal_kafka_error_handler(stop: Callable[[str], None]) -> Callable[[KafkaError], None]:
-    """An ``error_cb`` that stops the worker on fatal producer errors (e.g. fenced by a zombie)."""
-
-    def on_error(err: KafkaError) -> None:
-        if err.fatal():
-            stop(f"fatal Kafka producer error: {err.str()}")
-        else:
-            log.warning("kafka: %s", err.str())
-
-    return on_error
+__all__ = ["KafkaException", "KafkaSink", "Segment", "SinkError"]
 
 
-__all__ = ["KafkaException", "KafkaSink", "Segment", "SinkError", "fatal_kafka_error_handler"]
+# A newer producer with this transactional.id took over (librdkafka's local code, the broker's two).
+_FENCED = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH})
 
 
 OffsetWriter = Callable[[Producer, Any], None]
@@ -266,6 +278,7 @@ class TransactionalSink(KafkaSink):
         super().__init__(producer_config)
         import time
 
+        self.transactional_id = producer_config.get("transactional.id")
         self._clock = clock or time.monotonic
         self._offset_writer = offset_writer
         self._max_records = max_batch_records
@@ -282,7 +295,11 @@ class TransactionalSink(KafkaSink):
         self.producer.init_transactions(timeout)
 
     def _begin(self) -> None:
-        self.producer.begin_transaction()
+        try:
+            self.producer.begin_transaction()
+        except KafkaException as exc:  # after a fence: the producer is in its fatal state
+            self._raise_if_fatal(exc)
+            raise
         self._in_txn = True
         self._begin_needed = False
         self._txn_started = self._clock()
@@ -317,13 +334,14 @@ class TransactionalSink(KafkaSink):
             return  # records of an unfinished Vitess transaction are in it; wait for its end
         if not self._in_txn:
             self._begin()
-        self._offset_writer(self.producer, self._point)
         try:
+            self._offset_writer(self.producer, self._point)
             self.producer.commit_transaction(self._timeout)
         except KafkaException as exc:
+            self._raise_if_fatal(exc)  # fenced: the transaction is void and the task stops
             err = exc.args[0]
             if err.txn_requires_abort():
-                self.producer.abort_transaction(self._timeout)
+                self._abort(self._timeout)
             raise SinkError(f"Kafka transaction commit failed: {err.str()}") from exc
         self._in_txn = False
         self._begin_needed = True
@@ -367,9 +385,7 @@ class TransactionalSink(KafkaSink):
             if self._records_at_point == self._txn_records:
                 self.commit()
             else:
-                self.producer.abort_transaction(timeout)
-                self._in_txn = False
-                self._begin_needed = True
+                self._abort(timeout)
         return self._durable
 
     def rewind(self, handed_over: Any) -> Any:
@@ -377,12 +393,37 @@ class TransactionalSink(KafkaSink):
         transaction holds part of a Vitess transaction (which the new stream replays), after
         aborting it, from the last committed position."""
         if self._in_txn and self._records_at_point != self._txn_records:
-            self.producer.abort_transaction(self._timeout)
-            self._in_txn = False
-            self._begin_needed = True
+            self._abort(self._timeout)
             self._point = self._durable
             return self._durable
         return handed_over
+
+    def _abort(self, timeout: float) -> None:
+        """Abort the open transaction. A fenced producer's was voided by the fence: its fatal error
+        is raised by the next begin or commit (this may run while reconnecting, or stopping)."""
+        try:
+            self.producer.abort_transaction(timeout)
+        except KafkaException as exc:
+            if not exc.args[0].fatal():
+                raise
+        self._in_txn = False
+        self._begin_needed = True
+
+    def _fatal_reason(self, err: KafkaError) -> str:
+        if err.code() == KafkaError._FATAL:
+            # produce() only says "Fatal error"; in the fatal state the transactional API returns
+            # the cause at once, without a request.
+            try:
+                self.producer.abort_transaction(0)
+            except KafkaException as exc:
+                err = exc.args[0] if exc.args[0].fatal() else err
+        if err.code() in _FENCED:
+            return (
+                f"fenced: another producer started with this task's transactional.id {self.transactional_id!r} "
+                "(a second worker for the same task, such as a zombie); this worker stops without committing "
+                f"and the newer one continues from the last committed offset. Kafka: {err.str()}"
+            )
+        return super()._fatal_reason(err)
 
     @property
     def pending(self) -> int:
