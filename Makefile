@@ -42,7 +42,7 @@ $(STAMPS)/venv: pyproject.toml constraints.txt
 ## The native row encoder (cdcworker._rowenc, pyproject ext-modules) rebuilt in place when its C source
 ## changes. Optional: without a C compiler this warns and the pure-Python encoder is used.
 .PHONY: native
-NATIVE_SRC := $(wildcard worker/cdcworker/_native/*.c)
+NATIVE_SRC := $(wildcard worker/cdcworker/_native/*.c worker/cdcworker/_native/*.h)
 native: $(STAMPS)/native
 $(STAMPS)/native: $(STAMPS)/venv $(NATIVE_SRC)
 	-PYTHONWARNINGS=ignore $(PY) -c "from setuptools import setup; setup()" -q build_ext --inplace

@@ -2,11 +2,15 @@
 with no gRPC and no Kafka (a sink that only counts), on the benchmark's 10-column rows.
 
     .venv/bin/python bench/processor_micro.py --per-txn 20 --rows 20000 --repeat 5 [--ordered] [--parsed]
+    .venv/bin/python bench/processor_micro.py --sinks counting,native,confluent   # + a real broker
 
 ``--parsed`` feeds upb-parsed responses (the path without the native scanner; the parse is timed,
 as gRPC's deserializer runs it in the worker process) instead of raw bytes;
 prints the best of ``--repeat`` runs (process CPU per row), the figure least disturbed by a shared
-machine. ``PYTHONPATH=<other tree>/worker`` measures another source tree the same way (A/B).
+machine. ``--sinks`` also runs the stage on the worker's real sinks against a local broker (6
+partitions, at-least-once): ``native`` (nativesink, the C producer) and ``confluent`` (sink.KafkaSink),
+timing the stage's own thread (``thread_time``: encode, produce, delivery reports, final flush) and
+the process (librdkafka's threads too), runs interleaved sink by sink. ``PYTHONPATH=<other tree>/worker`` measures another source tree the same way (A/B).
 """
 
 from __future__ import annotations
@@ -81,6 +85,33 @@ def responses(rows: int, per_txn: int) -> list[bytes]:
     return [r.SerializeToString() for r in out]
 
 
+def make_sink(kind: str, bootstrap: str) -> Any:
+    from cdcworker.events import producer_partitioner_config
+    from cdcworker.nativesink import NativeKafkaSink
+
+    conf = {"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all", "linger.ms": 5,
+            "batch.size": 1_000_000, "batch.num.messages": 10_000, "compression.type": "lz4",
+            "queue.buffering.max.messages": 100_000, "queue.buffering.max.kbytes": 65536,
+            **producer_partitioner_config()}
+    return {"native": NativeKafkaSink, "confluent": KafkaSink}[kind](conf)
+
+
+def run_sink(data: list[bytes], rows: int, kind: str, bootstrap: str, topic_prefix: str) -> tuple[float, float]:
+    """(thread CPU, process CPU) per row of the stage on a real sink, final flush included."""
+    start = Vgtid((ShardGtid("bench", "-80", f"MySQL56/{UUID}:1-1"), ShardGtid("bench", "80-", f"MySQL56/{UUID}:1-1")))
+    headers = tuple(context_headers(topic_prefix, "0", run_id="00000000-0000-7000-8000-000000000000"))
+    sink = make_sink(kind, bootstrap)
+    proc = StreamProcessor(EncoderConfig(topic_prefix, headers=headers), sink, start)
+    t0, p0 = time.thread_time(), time.process_time()
+    for d in data:
+        proc.process(d)
+    sink.flush(60)
+    t1, p1 = time.thread_time(), time.process_time()
+    assert sink.records_sent == rows and sink.durable_position() is proc.position, "not every record acknowledged"
+    sink.close()
+    return (t1 - t0) / rows * 1e6, (p1 - p0) / rows * 1e6
+
+
 def run_once(data: list[bytes], rows: int, ordered: bool, parsed: bool) -> float:
     start = Vgtid((ShardGtid("bench", "-80", f"MySQL56/{UUID}:1-1"), ShardGtid("bench", "80-", f"MySQL56/{UUID}:1-1")))
     features = Features()
@@ -106,8 +137,32 @@ def main() -> None:
     p.add_argument("--repeat", type=int, default=5)
     p.add_argument("--ordered", action="store_true", help="ordered transaction metadata on")
     p.add_argument("--parsed", action="store_true", help="upb-parsed responses instead of raw bytes")
+    p.add_argument("--sinks", default="", help="counting,native,confluent: real sinks against a local broker")
     args = p.parse_args()
     data = responses(args.rows, args.per_txn)
+    if args.sinks:
+        from localkafka import KafkaBroker, create_topics
+
+        kinds = args.sinks.split(",")
+        broker = KafkaBroker()
+        broker.start()
+        try:
+            res: dict[str, list[tuple[float, float]]] = {k: [] for k in kinds}
+            for run in range(args.repeat):
+                for kind in kinds:
+                    if kind == "counting":
+                        us = run_once(data, args.rows, False, False)
+                        res[kind].append((us, us))
+                        continue
+                    prefix = f"m{run}{kind}"
+                    create_topics(broker.bootstrap, [f"{prefix}.bench.bench"], partitions=6)
+                    res[kind].append(run_sink(data, args.rows, kind, broker.bootstrap, prefix))
+            for kind, rs in res.items():
+                print(f"{kind}: stage thread {min(r[0] for r in rs):.2f} us/row (best), process {min(r[1] for r in rs):.2f}; "
+                      f"runs {[(round(a, 1), round(b, 1)) for a, b in rs]}")
+        finally:
+            broker.close()
+        return
     runs = [run_once(data, args.rows, args.ordered, args.parsed) for _ in range(args.repeat)]
     print(f"per_txn={args.per_txn} ordered={args.ordered} input={'parsed' if args.parsed else 'raw'}: "
           f"best {min(runs):.2f} us/row of {[round(r, 2) for r in runs]}")

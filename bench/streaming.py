@@ -419,7 +419,9 @@ def run_worker(broker: Any, sim: SimProcess, final: dict[str, str], mode: str, t
         errf = tempfile.TemporaryFile("w+")  # noqa: SIM115 - read after the process ends
         env = dict(os.environ)
         if encoder:
-            env["SHARDCDC_NATIVE"] = "0" if encoder == "python" else "1"
+            # native: encoder + producer in C; encoder: C encoder on confluent-kafka's producer;
+            # python: neither (SHARDCDC_NATIVE, nativesink.native_sinks)
+            env["SHARDCDC_NATIVE"] = {"python": "0", "encoder": "encoder"}.get(encoder, "1")
         env.update(env_extra or {})
         if tree:  # --base-tree: the worker imports cdcworker from another source tree (A/B)
             env["PYTHONPATH"] = tree + os.pathsep + env.get("PYTHONPATH", "")
@@ -849,7 +851,7 @@ def main() -> None:
     p.add_argument("--replay-runs", type=int, default=1)
     p.add_argument("--modes", default="at-least-once,exactly-once")
     p.add_argument("--profile", default="", help="py-spy speedscope output prefix")
-    p.add_argument("--encoders", default="native", help="native,python: A/B the row encoder (SHARDCDC_NATIVE)")
+    p.add_argument("--encoders", default="native", help="native,encoder,python: A/B the row encoder and producer (SHARDCDC_NATIVE)")
     p.add_argument("--props", default="", help="extra worker properties k=v,k=v (e.g. tx metadata)")
     p.add_argument("--filters", action="store_true", help="table/column filter options on (FILTER_PROPS)")
     p.add_argument("--ab-props", default="", help="A/B: also run with these extra properties (k=v,...), "

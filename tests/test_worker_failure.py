@@ -127,8 +127,12 @@ def test_anonymised_columns_in_warn_mode_skip_only_that_table(sim: VTGateSim, ka
 # --- records over the producer's max.request.size ---------------------------------------------------
 
 
+@pytest.mark.parametrize("producer", ["native", "confluent"])
 @pytest.mark.parametrize("mode", ["warn", "fail"])
-def test_oversized_record_follows_the_mode(sim: VTGateSim, kafka_broker: KafkaBroker, mode: str) -> None:
+def test_oversized_record_follows_the_mode(sim: VTGateSim, kafka_broker: KafkaBroker, mode: str, producer: str,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    if producer == "confluent":  # the path without the native producer (nativesink.native_sinks)
+        monkeypatch.setenv("SHARDCDC_NATIVE", "encoder")
     cfg = worker_config(
         kafka_broker,
         sim.address,
@@ -163,8 +167,12 @@ def test_oversized_record_follows_the_mode(sim: VTGateSim, kafka_broker: KafkaBr
 # --- records the broker refuses (topic max.message.bytes < record, producer limit larger) -----------
 
 
+@pytest.mark.parametrize("producer", ["native", "confluent"])
 @pytest.mark.parametrize("mode", ["warn", "fail"])
-def test_record_refused_by_the_broker_follows_the_mode(sim: VTGateSim, kafka_broker: KafkaBroker, mode: str) -> None:
+def test_record_refused_by_the_broker_follows_the_mode(sim: VTGateSim, kafka_broker: KafkaBroker, mode: str, producer: str,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    if producer == "confluent":  # the path without the native producer (nativesink.native_sinks)
+        monkeypatch.setenv("SHARDCDC_NATIVE", "encoder")
     """MSG_SIZE_TOO_LARGE in a delivery report: warn drops that record only, fail names the offset.
 
     Each statement waits for the previous record's delivery report, so the big record is alone

@@ -416,6 +416,7 @@ class StreamProcessor:
         if not deferred:
             return
         send = self.sink.send
+        rows_sender = getattr(self.sink, "rows_sender", None)  # the native sink's C loop
         now = time.time_ns()
         tx = self._tx_blocks
         tx_bytes = self._tx_bytes
@@ -436,6 +437,7 @@ class StreamProcessor:
                     send,
                     functools.partial(self._bad_row, plan, vgtid_json=vgtid_json),
                     functools.partial(self._bad_record, plan, vgtid_json=vgtid_json),
+                    rows_sender() if rows_sender is not None else None,
                 )
                 continue
             for rc in rcs:

@@ -22,6 +22,7 @@ from cdcworker.events import EncoderConfig, TopicNaming, TypeOptions, producer_p
 from cdcworker.events.encoder import context_headers, new_run_id
 from cdcworker.features import build_features, tx_block_schema
 from cdcworker.filters import AnonymisedColumns, EventConversionError
+from cdcworker.nativesink import sink_classes
 from cdcworker.offsets import OffsetPartition, Vgtid
 from cdcworker.offsets.migration import resolve_task_start
 from cdcworker.offsets.store import OffsetStore, OffsetStoreError
@@ -267,8 +268,9 @@ class WorkerTask:
     def _make_sink(self, store: OffsetStore, start: Vgtid) -> KafkaSink:
         cfg = self.config
         conf = producer_config(cfg)
+        alo, eos = sink_classes()  # the native producer when built (nativesink)
         if not cfg.kafka.transactional:
-            sink = KafkaSink(conf)
+            sink = alo(conf)
         else:
             conf["transactional.id"] = cfg.kafka.transactional_id
             partition = self._partition()
@@ -276,7 +278,7 @@ class WorkerTask:
             def write(producer: Any, position: Vgtid) -> None:
                 store.produce(producer, cfg.name, partition, self._offset_value(position))
 
-            sink = TransactionalSink(
+            sink = eos(
                 conf,
                 write,
                 # A Kafka transaction costs a few ms to commit: batch several poll batches.

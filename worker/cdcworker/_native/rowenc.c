@@ -23,6 +23,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "rowenc.h"
+
 enum {
     OP_DROP = 0,     /* column dropped (no converter): bytes skipped, no output */
     OP_PY,           /* Python converter + orjson for every value */
@@ -993,6 +995,12 @@ done:
     return out;
 }
 
+PyObject *rowenc_program_encode(PyObject *program, PyObject *rowchange) {
+    return Program_encode((Program *)program, rowchange);
+}
+
+int rowenc_is_program(PyObject *obj) { return PyObject_TypeCheck(obj, &ProgramType); }
+
 static PyMethodDef module_methods[] = {
     {"scan", (PyCFunction)rowenc_scan, METH_O,
      "scan(VStreamResponse bytes) -> [(type, start, end[, table, shard, is_internal, [RowChange bytes]])] or None"},
@@ -1010,6 +1018,10 @@ PyMODINIT_FUNC PyInit__rowenc(void) {
     Py_INCREF(&ProgramType);
     if (PyModule_AddObject(m, "Program", (PyObject *)&ProgramType) < 0) {
         Py_DECREF(&ProgramType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    if (kafkaprod_add_types(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -239,7 +239,7 @@ RESERVED_ENV_TOOLING = frozenset(
         "SHARDCDC_KUBE_HOME",  # Makefile: kube-apiserver, etcd, kubectl
         "SHARDCDC_DEBEZIUM_HOME",  # Makefile: Kafka Connect + Debezium for the conformance test
         "SHARDCDC_HELM",  # Makefile: the helm binary
-        "SHARDCDC_NATIVE",  # 0 forces the pure-Python row encoder
+        "SHARDCDC_NATIVE",  # 0: pure-Python encoder and producer path; encoder: C encoder, confluent-kafka producer
         "SHARDCDC_WORKER_IMAGE",  # operator: default worker image
         "SHARDCDC_TERMINATION_LOG",  # worker: where the reshard report goes
     }

@@ -503,6 +503,7 @@ class TablePlan:
         send: Callable[[str, bytes | None, bytes | None, Headers], None],
         on_bad_row: Callable[[Exception], list[OutRecord]],
         on_bad_record: Callable[[OutRecord, Exception], None],
+        producer: Any = None,
     ) -> None:
         """Encode and ``send`` the records of several row changes of this table, in order.
 
@@ -511,6 +512,10 @@ class TablePlan:
         transaction metadata, the block bytes ``tx_bytes`` returns (``tx`` semantics: None drops
         the record); everything else goes through ``encode_change``'s exact path. Only for plans
         where ``sends_natively`` holds. ``rcs`` are serialized RowChanges or RowChange messages.
+
+        ``producer``: the native sink's producer (``nativesink``); its ``send_rows`` runs this
+        loop's insert/same-key-update branch in C, without transaction metadata, and hands each
+        other row back here (the same bytes either way: tests/test_worker_native_sink.py).
         """
         enc = self._native.encode  # type: ignore[union-attr]
         t = self._tails(source, insert_op, now_ns)
@@ -518,7 +523,17 @@ class TablePlan:
         prefix = self._value_prefix + b'{"before":'
         topic, headers, dc = self.topic, self._headers, self.data_collection
         join = b"".join
-        for rc in rcs:
+        rows_c = producer.send_rows if producer is not None and tx_bytes is None and type(rcs) is list else None
+        program = self._native
+        n = len(rcs)  # type: ignore[arg-type]
+        i = 0
+        while True:
+            if rows_c is not None:
+                i = rows_c(program, topic, rcs, i, prefix, tail_i, tail_u, headers)
+            if i >= n:
+                break
+            rc = rcs[i]  # type: ignore[index]
+            i += 1
             if type(rc) is not bytes:
                 rc = rc.SerializeToString()
             value = None

@@ -1,0 +1,188 @@
+"""The native producer (``nativesink``, ``_native/kafkaprod.c``) against confluent-kafka's path.
+
+The same VStream responses go through ``StreamProcessor`` once with ``NativeKafkaSink`` and once
+with ``sink.KafkaSink`` into one topic on a real broker: the two halves of every partition must be
+the same records (key, value, headers) in the same order, and both sinks must report every record
+acknowledged at the stream's last commit point. The transactions mix what the C loop sends itself
+(inserts, same-key updates) with what it hands back to the Python path (deletes with their
+tombstones, primary-key changes) inside one ROW event, so the hand-over keeps the order. A tiny
+librdkafka queue makes the C loop wait for room (its back-pressure path) without losing a record.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from events_fixtures import delete, field, field_event, insert, update
+
+import cdcworker.streaming as streaming
+from cdcworker.events import EncoderConfig, producer_partitioner_config
+from cdcworker.events.encoder import context_headers
+from cdcworker.nativesink import NativeKafkaSink, NativeTransactionalSink, native_sinks
+from cdcworker.offsets import Vgtid
+from cdcworker.offsets.vgtid import ShardGtid
+from cdcworker.sink import KafkaSink, TransactionalSink
+from localkafka import ConsumedRecord, KafkaBroker, consume_all, create_topics
+from vitessapi import binlogdata_pb2 as b
+from vitessapi import vtgate_pb2
+
+T = b.VEventType
+UUID = "6a7e9d2a-1111-2222-3333-444455556666"
+FIELDS = [field("id", "INT64", "bigint", flags=3), field("name", "VARCHAR", "varchar(64)"),
+          field("qty", "INT32", "int")]
+SHARDS = ("-80", "80-")
+
+
+def row(i: int, name: str = "", qty: int = 1) -> tuple[bytes, bytes, bytes]:
+    return str(i).encode(), (name or f"item-{i}").encode(), str(qty).encode()
+
+
+def responses() -> list[bytes]:
+    """FIELD per shard, then transactions alternating over the shards, each one ROW event."""
+    seq = dict.fromkeys(SHARDS, 1)
+    out = [vtgate_pb2.VStreamResponse(events=[
+        b.VEvent(type=T.FIELD, field_event=field_event("shop.items", FIELDS, "shop", s), shard=s) for s in SHARDS])]
+
+    def txn(shard: str, changes: list[Any]) -> None:
+        seq[shard] += 1
+        vgtid = b.VGtid(shard_gtids=[b.ShardGtid(keyspace="shop", shard=s, gtid=f"MySQL56/{UUID}:1-{n}")
+                                     for s, n in seq.items()])
+        out.append(vtgate_pb2.VStreamResponse(events=[
+            b.VEvent(type=T.BEGIN, timestamp=1_700_000_000, shard=shard),
+            b.VEvent(type=T.ROW, shard=shard, row_event=b.RowEvent(table_name="shop.items", keyspace="shop",
+                                                                   shard=shard, row_changes=changes)),
+            b.VEvent(type=T.VGTID, shard=shard, vgtid=vgtid),
+            b.VEvent(type=T.COMMIT, timestamp=1_700_000_000, shard=shard),
+        ]))
+
+    for n in range(40):
+        base = n * 100
+        shard = SHARDS[n % 2]
+        if n % 4 == 3:  # the C loop stops at each delete / key change and resumes after it
+            txn(shard, [insert(*row(base + 1)), update(row(base + 1), row(base + 1, qty=2)),
+                        delete(*row(base - 99)), insert(*row(base + 2)),
+                        update(row(base - 98), row(base + 98)), insert(*row(base + 3))])
+        else:
+            txn(shard, [insert(*row(base + i)) for i in range(1, 31)])
+    return [r.SerializeToString() for r in out]
+
+
+SINKS: dict[str, tuple[type[KafkaSink], dict[str, Any]]] = {
+    "native": (NativeKafkaSink, {}),
+    "confluent": (KafkaSink, {}),
+    "native-small-queue": (NativeKafkaSink, {"queue.buffering.max.messages": 7}),
+}
+
+
+def producer_conf(bootstrap: str, **extra: Any) -> dict[str, Any]:
+    return {"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all", "linger.ms": 5,
+            "compression.type": "lz4", **producer_partitioner_config(), **extra}
+
+
+def run_stream(sink: KafkaSink, data: list[bytes], prefix: str) -> Vgtid:
+    start = Vgtid(tuple(ShardGtid("shop", s, f"MySQL56/{UUID}:1-1") for s in SHARDS))
+    headers = tuple(context_headers(prefix, "0", run_id="00000000-0000-7000-8000-000000000000"))
+    proc = streaming.StreamProcessor(EncoderConfig(prefix, headers=headers), sink, start)
+    for d in data:
+        proc.process(d)
+    sink.flush(60)
+    assert sink.durable_position() is proc.position, "the last commit point is not durable"
+    assert sink.pending == 0
+    sink.close()
+    return proc.position
+
+
+@pytest.fixture
+def fixed_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Envelope ts_ms from one fixed processing time, so two runs write the same bytes."""
+    monkeypatch.setattr(streaming, "time", SimpleNamespace(time_ns=lambda: 1_750_000_000_123_456_789,
+                                                           time=lambda: 1_750_000_000.0, monotonic=time.monotonic))
+
+
+@pytest.fixture(scope="module")
+def data() -> list[bytes]:
+    return responses()
+
+
+def halves(records: list[ConsumedRecord]) -> Iterator[tuple[list[Any], list[Any]]]:
+    by_partition: dict[int, list[Any]] = {}
+    for r in records:
+        by_partition.setdefault(r.partition, []).append((r.key, r.value, r.headers))
+    for recs in by_partition.values():
+        assert len(recs) % 2 == 0
+        yield recs[: len(recs) // 2], recs[len(recs) // 2 :]
+
+
+def test_native_sink_is_in_use_here() -> None:
+    assert native_sinks(), "the native producer must be built here (make native)"
+
+
+@pytest.mark.parametrize("other", ["confluent", "native-small-queue"])
+def test_native_and_confluent_sinks_write_the_same_records(
+    kafka_broker: KafkaBroker, data: list[bytes], fixed_clock: None, other: str
+) -> None:
+    prefix = f"ns{time.time_ns() % 10**9}"
+    topic = f"{prefix}.shop.items"
+    create_topics(kafka_broker.bootstrap, [topic], partitions=6)
+    ends = []
+    python_sends = 0
+
+    def counting(send: Any) -> Any:
+        def counted(*args: Any) -> None:
+            nonlocal python_sends
+            python_sends += 1
+            send(*args)
+
+        return counted
+
+    for kind in ("native", other):
+        cls, extra = SINKS[kind]
+        sink = cls(producer_conf(kafka_broker.bootstrap, **extra))
+        if kind == "native":
+            sink.send = counting(sink.send)  # type: ignore[method-assign]
+        ends.append(run_stream(sink, data, prefix))
+    assert ends[0] == ends[1]
+    # The C loop sent every insert and same-key update; only deletes (+ tombstones) and the key
+    # changes (delete + tombstone + create) took the Python path: 5 records in 10 transactions.
+    assert python_sends == 10 * 5
+    records = consume_all(kafka_broker.bootstrap, topic)
+    # 30 rows x 30 transactions, 10 transactions of 5 records + delete, tombstone, and a key change
+    # as delete + tombstone + create: 900 + 10 x 9 per run.
+    assert len(records) == 2 * (30 * 30 + 10 * 9)
+    compared = 0
+    for first, second in halves(records):
+        assert first == second
+        compared += len(first)
+    assert compared == 30 * 30 + 10 * 9
+    tombstones = [r for r in records if r.value is None]
+    assert len(tombstones) == 2 * 10 * 2
+
+
+def test_native_transactional_sink_commits_the_same_records(
+    kafka_broker: KafkaBroker, data: list[bytes], fixed_clock: None
+) -> None:
+    prefix = f"nt{time.time_ns() % 10**9}"
+    topic = f"{prefix}.shop.items"
+    offsets = f"{prefix}.offsets"
+    create_topics(kafka_broker.bootstrap, [topic], partitions=6)
+    create_topics(kafka_broker.bootstrap, [offsets], partitions=1)
+    written: list[Vgtid] = []
+
+    def write(producer: Any, position: Vgtid) -> None:
+        producer.produce(offsets, key=b"k", value=position.to_json().encode(), partition=0)
+        written.append(position)
+
+    for cls in (NativeTransactionalSink, TransactionalSink):
+        conf = producer_conf(kafka_broker.bootstrap, **{"transactional.id": f"{prefix}-{cls.__name__}"})
+        run_stream(cls(conf, write, max_batch_records=64), data, prefix)
+    records = consume_all(kafka_broker.bootstrap, topic, read_committed=True)
+    assert len(records) == 2 * (30 * 30 + 10 * 9)
+    for first, second in halves(records):
+        assert first == second
+    stored = [r.value for r in consume_all(kafka_broker.bootstrap, offsets, read_committed=True)]
+    assert stored == [p.to_json().encode() for p in written]
+    assert stored[-1] == written[-1].to_json().encode()

@@ -1,0 +1,645 @@
+/*
+ * cdcworker._rowenc.Producer: the worker's Kafka producer without a Python object per record.
+ *
+ * confluent-kafka's Producer costs the streaming stage most of its CPU per record: produce()
+ * converts the header list and builds a callback state, and every delivery report builds a
+ * Message and calls Python (tests/BENCHMARKS.md: ~8 us of ~20 us per row). This type drives the
+ * same librdkafka that confluent-kafka bundles (resolved with dlopen/dlsym from the path Python
+ * passes, so nothing is linked or vendored at build time) and keeps the sink's durability
+ * bookkeeping in C:
+ *
+ *  - records are produced into numbered *segments* (the records between two commit points); a
+ *    record's opaque is its segment number, and the delivery-report callback only counts
+ *    (done, and failed records are queued with their error for Python to judge);
+ *  - done_through() says up to which segment every record is settled, so the Python sink maps
+ *    segment numbers to positions and never advances past a record Kafka did not acknowledge;
+ *  - send_rows() is the hot loop of TablePlan.send_rows: it encodes each row with a column
+ *    Program and produces the record, stopping at the first row that needs the Python path.
+ *
+ * Transactions (exactly-once) use the same handle. Errors become the exceptions confluent-kafka
+ * raises (KafkaException(KafkaError(...))) through a factory Python passes in, so callers and
+ * the failure-handling mode see one error model. The GIL is released around every call that can
+ * block (poll, flush, transaction calls); the delivery callback takes it only for failed records.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+
+#include "rowenc.h"
+
+/* --- the librdkafka API subset (stable C ABI; see librdkafka's rdkafka.h) ----------------- */
+
+typedef struct rk_s rk_t;
+typedef struct rk_conf_s rk_conf_t;
+typedef struct rk_topic_s rk_topic_t;
+typedef struct rk_error_s rk_error_t;
+typedef struct rk_headers_s rk_headers_t;
+
+typedef struct {
+    int err;
+    rk_topic_t *rkt;
+    int32_t partition;
+    void *payload;
+    size_t len;
+    void *key;
+    size_t key_len;
+    int64_t offset;
+    void *_private;
+} rk_message_t;
+
+enum { VT_END = 0, VT_TOPIC = 1, VT_RKT, VT_PARTITION, VT_VALUE, VT_KEY, VT_OPAQUE, VT_MSGFLAGS,
+       VT_TIMESTAMP, VT_HEADER, VT_HEADERS };
+
+typedef struct {
+    int vtype;
+    union {
+        const char *cstr;
+        int i;
+        int32_t i32;
+        struct { void *ptr; size_t size; } mem;
+        rk_headers_t *headers;
+        void *ptr;
+        char _pad[64];
+    } u;
+} rk_vu_t;
+
+#define ERR_QUEUE_FULL (-184)
+#define MSG_F_FREE 0x1
+#define MSG_F_COPY 0x2
+
+static struct {
+    int loaded;
+    rk_conf_t *(*conf_new)(void);
+    int (*conf_set)(rk_conf_t *, const char *, const char *, char *, size_t);
+    void (*conf_destroy)(rk_conf_t *);
+    void (*conf_set_dr_msg_cb)(rk_conf_t *, void (*)(rk_t *, const rk_message_t *, void *));
+    void (*conf_set_error_cb)(rk_conf_t *, void (*)(rk_t *, int, const char *, void *));
+    void (*conf_set_opaque)(rk_conf_t *, void *);
+    rk_t *(*new_)(int, rk_conf_t *, char *, size_t);
+    void (*destroy)(rk_t *);
+    rk_error_t *(*produceva)(rk_t *, const rk_vu_t *, size_t);
+    int (*poll)(rk_t *, int);
+    int (*flush)(rk_t *, int);
+    int (*outq_len)(rk_t *);
+    int (*error_code)(const rk_error_t *);
+    const char *(*error_string)(const rk_error_t *);
+    int (*error_is_fatal)(const rk_error_t *);
+    int (*error_is_retriable)(const rk_error_t *);
+    int (*error_txn_requires_abort)(const rk_error_t *);
+    void (*error_destroy)(rk_error_t *);
+    rk_headers_t *(*headers_new)(size_t);
+    int (*header_add)(rk_headers_t *, const char *, ssize_t, const void *, ssize_t);
+    rk_headers_t *(*headers_copy)(const rk_headers_t *);
+    void (*headers_destroy)(rk_headers_t *);
+    const char *(*topic_name)(const rk_topic_t *);
+    const char *(*err2str)(int);
+    int (*fatal_error)(rk_t *, char *, size_t);
+    rk_error_t *(*init_transactions)(rk_t *, int);
+    rk_error_t *(*begin_transaction)(rk_t *);
+    rk_error_t *(*commit_transaction)(rk_t *, int);
+    rk_error_t *(*abort_transaction)(rk_t *, int);
+} K;
+
+static int load_librdkafka(const char *path) {
+    if (K.loaded) return 0;
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        PyErr_Format(PyExc_ImportError, "cannot load librdkafka from %s: %s", path, dlerror());
+        return -1;
+    }
+#define SYM(field, name)                                                                 \
+    do {                                                                                 \
+        *(void **)(&K.field) = dlsym(h, name);                                           \
+        if (!K.field) {                                                                  \
+            PyErr_Format(PyExc_ImportError, "librdkafka at %s lacks %s", path, name);    \
+            return -1;                                                                   \
+        }                                                                                \
+    } while (0)
+    SYM(conf_new, "rd_kafka_conf_new");
+    SYM(conf_set, "rd_kafka_conf_set");
+    SYM(conf_destroy, "rd_kafka_conf_destroy");
+    SYM(conf_set_dr_msg_cb, "rd_kafka_conf_set_dr_msg_cb");
+    SYM(conf_set_error_cb, "rd_kafka_conf_set_error_cb");
+    SYM(conf_set_opaque, "rd_kafka_conf_set_opaque");
+    SYM(new_, "rd_kafka_new");
+    SYM(destroy, "rd_kafka_destroy");
+    SYM(produceva, "rd_kafka_produceva");
+    SYM(poll, "rd_kafka_poll");
+    SYM(flush, "rd_kafka_flush");
+    SYM(outq_len, "rd_kafka_outq_len");
+    SYM(error_code, "rd_kafka_error_code");
+    SYM(error_string, "rd_kafka_error_string");
+    SYM(error_is_fatal, "rd_kafka_error_is_fatal");
+    SYM(error_is_retriable, "rd_kafka_error_is_retriable");
+    SYM(error_txn_requires_abort, "rd_kafka_error_txn_requires_abort");
+    SYM(error_destroy, "rd_kafka_error_destroy");
+    SYM(headers_new, "rd_kafka_headers_new");
+    SYM(header_add, "rd_kafka_header_add");
+    SYM(headers_copy, "rd_kafka_headers_copy");
+    SYM(headers_destroy, "rd_kafka_headers_destroy");
+    SYM(topic_name, "rd_kafka_topic_name");
+    SYM(err2str, "rd_kafka_err2str");
+    SYM(fatal_error, "rd_kafka_fatal_error");
+    SYM(init_transactions, "rd_kafka_init_transactions");
+    SYM(begin_transaction, "rd_kafka_begin_transaction");
+    SYM(commit_transaction, "rd_kafka_commit_transaction");
+    SYM(abort_transaction, "rd_kafka_abort_transaction");
+#undef SYM
+    K.loaded = 1;
+    return 0;
+}
+
+/* --- the Producer type ---------------------------------------------------------------------- */
+
+typedef struct {
+    int64_t produced, done;
+    int sealed;
+} Seg;
+
+typedef struct {
+    PyObject_HEAD
+    rk_t *rk;
+    PyObject *make_error; /* (code, reason, fatal, retriable, txn_requires_abort) -> exception */
+    PyObject *errors;     /* list of (seq, code, reason, topic, partition, key, value) */
+    Seg *segs;            /* segments base_seq .. base_seq + nsegs - 1; the last one is open */
+    Py_ssize_t nsegs, cap, head; /* segs[head..nsegs) are unsettled */
+    int64_t base_seq;
+    int64_t records_sent, poll_every;
+    int fatal_code;       /* set by the error callback on a fatal error */
+    char fatal_reason[512];
+} Producer;
+
+static Seg *open_seg(Producer *self) { return &self->segs[self->nsegs - 1]; }
+static int64_t open_seq(Producer *self) { return self->base_seq + self->nsegs - 1; }
+
+static int push_seg(Producer *self) {
+    if (self->head > 0 && self->head >= self->nsegs / 2) { /* drop settled segments */
+        memmove(self->segs, self->segs + self->head, (size_t)(self->nsegs - self->head) * sizeof(Seg));
+        self->base_seq += self->head;
+        self->nsegs -= self->head;
+        self->head = 0;
+    }
+    if (self->nsegs == self->cap) {
+        Py_ssize_t cap = self->cap ? self->cap * 2 : 64;
+        Seg *s = PyMem_Realloc(self->segs, (size_t)cap * sizeof(Seg));
+        if (!s) { PyErr_NoMemory(); return -1; }
+        self->segs = s;
+        self->cap = cap;
+    }
+    self->segs[self->nsegs++] = (Seg){0, 0, 0};
+    return 0;
+}
+
+/* Raise the exception the Python factory builds for (code, reason, flags). */
+static void raise_kafka(Producer *self, int code, const char *reason, int fatal, int retriable, int abortable) {
+    PyObject *exc = PyObject_CallFunction(self->make_error, "isiii", code, reason ? reason : "", fatal, retriable,
+                                          abortable);
+    if (exc) {
+        PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+        Py_DECREF(exc);
+    }
+}
+
+static void raise_error_obj(Producer *self, rk_error_t *err) {
+    raise_kafka(self, K.error_code(err), K.error_string(err), K.error_is_fatal(err), K.error_is_retriable(err),
+                K.error_txn_requires_abort(err));
+    K.error_destroy(err);
+}
+
+static void on_delivery(rk_t *rk, const rk_message_t *m, void *opaque) {
+    Producer *self = opaque;
+    int64_t seq = (int64_t)(intptr_t)m->_private;
+    Py_ssize_t i = (Py_ssize_t)(seq - self->base_seq);
+    if (i >= 0 && i < self->nsegs) self->segs[i].done++;
+    if (!m->err) return;
+    /* A refused record: Python decides (failure-handling mode) before anything passes it. */
+    PyGILState_STATE g = PyGILState_Ensure();
+    const char *topic = m->rkt ? K.topic_name(m->rkt) : "";
+    PyObject *t = Py_BuildValue("(Lissiy#y#)", (long long)seq, m->err, K.err2str(m->err), topic, (int)m->partition,
+                                (const char *)m->key, (Py_ssize_t)(m->key ? m->key_len : 0),
+                                (const char *)m->payload, (Py_ssize_t)(m->payload ? m->len : 0));
+    if (!t || PyList_Append(self->errors, t) < 0) PyErr_WriteUnraisable((PyObject *)self);
+    Py_XDECREF(t);
+    PyGILState_Release(g);
+}
+
+static void on_error(rk_t *rk, int err, const char *reason, void *opaque) {
+    Producer *self = opaque;
+    char buf[512];
+    int code = K.fatal_error(rk, buf, sizeof(buf));
+    if (code && !self->fatal_code) { /* the first fatal error stops the producer for good */
+        self->fatal_code = code;
+        snprintf(self->fatal_reason, sizeof(self->fatal_reason), "%s", buf);
+    }
+}
+
+static int Producer_init(Producer *self, PyObject *args, PyObject *kwds) {
+    const char *libpath;
+    PyObject *config, *make_error;
+    static char *kwlist[] = {"library", "config", "make_error", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "sO!O", kwlist, &libpath, &PyDict_Type, &config, &make_error))
+        return -1;
+    if (self->rk) { PyErr_SetString(PyExc_RuntimeError, "Producer already initialised"); return -1; }
+    if (load_librdkafka(libpath) < 0) return -1;
+    self->make_error = Py_NewRef(make_error);
+    self->errors = PyList_New(0);
+    self->poll_every = 512;
+    if (!self->errors || push_seg(self) < 0) return -1;
+    self->base_seq = 1; /* segment numbers start at 1: an opaque of 0 never names a segment */
+    rk_conf_t *conf = K.conf_new();
+    char errstr[512];
+    PyObject *k, *v;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(config, &pos, &k, &v)) {
+        PyObject *ks = PyObject_Str(k), *vs = NULL;
+        if (PyBool_Check(v)) vs = PyUnicode_FromString(v == Py_True ? "true" : "false");
+        else vs = PyObject_Str(v);
+        if (!ks || !vs) { Py_XDECREF(ks); Py_XDECREF(vs); K.conf_destroy(conf); return -1; }
+        const char *kc = PyUnicode_AsUTF8(ks), *vc = PyUnicode_AsUTF8(vs);
+        int rc = kc && vc ? K.conf_set(conf, kc, vc, errstr, sizeof(errstr)) : -1;
+        Py_DECREF(ks);
+        Py_DECREF(vs);
+        if (rc != 0) {
+            if (!PyErr_Occurred()) raise_kafka(self, -186 /* _INVALID_ARG */, errstr, 0, 0, 0);
+            K.conf_destroy(conf);
+            return -1;
+        }
+    }
+    K.conf_set_dr_msg_cb(conf, on_delivery);
+    K.conf_set_error_cb(conf, on_error);
+    K.conf_set_opaque(conf, self);
+    self->rk = K.new_(0 /* RD_KAFKA_PRODUCER */, conf, errstr, sizeof(errstr));
+    if (!self->rk) {
+        K.conf_destroy(conf);
+        raise_kafka(self, -186, errstr, 0, 0, 0);
+        return -1;
+    }
+    return 0;
+}
+
+static void Producer_dealloc(Producer *self) {
+    if (self->rk) {
+        rk_t *rk = self->rk;
+        self->rk = NULL;
+        Py_BEGIN_ALLOW_THREADS K.destroy(rk);
+        Py_END_ALLOW_THREADS
+    }
+    Py_XDECREF(self->make_error);
+    Py_XDECREF(self->errors);
+    PyMem_Free(self->segs);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int poll_nogil(Producer *self, int ms) {
+    /* A non-blocking poll keeps the GIL: handing it over and back costs more than serving the
+     * queued delivery reports (the callback needs the GIL only for a failed record). */
+    if (ms == 0) return K.poll(self->rk, 0);
+    int n;
+    Py_BEGIN_ALLOW_THREADS n = K.poll(self->rk, ms);
+    Py_END_ALLOW_THREADS
+    return n;
+}
+
+/* Build librdkafka headers from a list of (str, bytes) pairs; NULL with no error for None. */
+static int make_headers(PyObject *headers, rk_headers_t **out) {
+    *out = NULL;
+    if (headers == Py_None) return 0;
+    if (!PyList_Check(headers) && !PyTuple_Check(headers)) {
+        PyErr_SetString(PyExc_TypeError, "headers must be a list of (str, bytes) pairs");
+        return -1;
+    }
+    PyObject *seq = PySequence_Fast(headers, "headers");
+    if (!seq) return -1;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    rk_headers_t *h = K.headers_new((size_t)n);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *pair = PySequence_Fast_GET_ITEM(seq, i);
+        const char *name, *val = NULL;
+        Py_ssize_t nlen, vlen = 0;
+        PyObject *value;
+        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2 ||
+            !(name = PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(pair, 0), &nlen))) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "a header must be a (str, bytes) pair");
+            goto fail;
+        }
+        value = PyTuple_GET_ITEM(pair, 1);
+        if (value != Py_None) {
+            if (!PyBytes_Check(value)) { PyErr_SetString(PyExc_TypeError, "header values must be bytes"); goto fail; }
+            val = PyBytes_AS_STRING(value);
+            vlen = PyBytes_GET_SIZE(value);
+        }
+        K.header_add(h, name, nlen, val, vlen); /* a None value: NULL, size 0 */
+    }
+    Py_DECREF(seq);
+    *out = h;
+    return 0;
+fail:
+    Py_DECREF(seq);
+    K.headers_destroy(h);
+    return -1;
+}
+
+/* Produce one record into the open segment, waiting (GIL released) while librdkafka's queue is
+ * full: that wait is the worker's back-pressure point. Takes ownership of hdrs; of payload only
+ * with MSG_F_FREE (freed here on failure). Returns 0, or -1 with an exception set. */
+static int produce(Producer *self, const char *topic, int32_t partition, const char *key, Py_ssize_t klen,
+                   char *value, Py_ssize_t vlen, int flags, rk_headers_t *hdrs) {
+    if (self->fatal_code) {
+        raise_kafka(self, self->fatal_code, self->fatal_reason, 1, 0, 0);
+        goto fail;
+    }
+    rk_vu_t vu[7];
+    int n = 0;
+    vu[n].vtype = VT_TOPIC; vu[n++].u.cstr = topic;
+    vu[n].vtype = VT_PARTITION; vu[n++].u.i32 = partition;
+    vu[n].vtype = VT_VALUE; vu[n].u.mem.ptr = value; vu[n++].u.mem.size = value ? (size_t)vlen : 0;
+    vu[n].vtype = VT_KEY; vu[n].u.mem.ptr = (void *)key; vu[n++].u.mem.size = key ? (size_t)klen : 0;
+    vu[n].vtype = VT_OPAQUE; vu[n++].u.ptr = (void *)(intptr_t)open_seq(self);
+    vu[n].vtype = VT_MSGFLAGS; vu[n++].u.i = flags;
+    if (hdrs) { vu[n].vtype = VT_HEADERS; vu[n++].u.headers = hdrs; }
+    for (;;) {
+        rk_error_t *err = K.produceva(self->rk, vu, (size_t)n);
+        if (!err) break;
+        if (K.error_code(err) != ERR_QUEUE_FULL) {
+            raise_error_obj(self, err);
+            goto fail;
+        }
+        K.error_destroy(err);
+        poll_nogil(self, 50);
+        if (PyErr_CheckSignals() < 0) goto fail;
+    }
+    open_seg(self)->produced++;
+    if (++self->records_sent % self->poll_every == 0) K.poll(self->rk, 0);
+    return 0;
+fail:
+    if (hdrs) K.headers_destroy(hdrs);
+    if (flags & MSG_F_FREE) free(value);
+    return -1;
+}
+
+static int bytes_or_none(PyObject *o, const char **p, Py_ssize_t *n, const char *what) {
+    if (o == Py_None) { *p = NULL; *n = 0; return 0; }
+    if (!PyBytes_Check(o)) { PyErr_Format(PyExc_TypeError, "%s must be bytes or None", what); return -1; }
+    *p = PyBytes_AS_STRING(o);
+    *n = PyBytes_GET_SIZE(o);
+    return 0;
+}
+
+static int send_one(Producer *self, const char *topic, int32_t partition, PyObject *key, PyObject *value,
+                    PyObject *headers) {
+    const char *k, *v;
+    Py_ssize_t kn, vn;
+    rk_headers_t *h;
+    if (bytes_or_none(key, &k, &kn, "key") < 0 || bytes_or_none(value, &v, &vn, "value") < 0) return -1;
+    if (make_headers(headers, &h) < 0) return -1;
+    return produce(self, topic, partition, k, kn, (char *)v, vn, MSG_F_COPY, h);
+}
+
+/* send(topic, key, value, headers): one record into the open segment (partitioned by the key). */
+static PyObject *Producer_send(Producer *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4) { PyErr_SetString(PyExc_TypeError, "send(topic, key, value, headers)"); return NULL; }
+    const char *topic = PyUnicode_AsUTF8(args[0]);
+    if (!topic || send_one(self, topic, -1, args[1], args[2], args[3]) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+/* produce(topic, value=None, key=None, partition=-1, headers=None): confluent-kafka's call shape,
+ * for code that writes through a producer object (the offset record of an exactly-once batch). */
+static PyObject *Producer_produce(Producer *self, PyObject *args, PyObject *kwds) {
+    const char *topic;
+    PyObject *value = Py_None, *key = Py_None, *headers = Py_None;
+    int partition = -1;
+    static char *kwlist[] = {"topic", "value", "key", "partition", "headers", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "s|OOiO", kwlist, &topic, &value, &key, &partition, &headers))
+        return NULL;
+    if (send_one(self, topic, partition, key, value, headers) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+/* send_rows(program, topic, rcs, start, prefix, tail_insert, tail_update, headers) -> index
+ *
+ * Encodes and produces rcs[start:] (serialized RowChanges) while each row is an insert or an
+ * update that keeps its key, the records TablePlan.send_rows writes from the native images as
+ * prefix + before + ',"after":' + after + tail. Returns the index of the first row it did not
+ * send (len(rcs) when all were): the caller sends that one through the Python path and calls
+ * again after it. Any error from the encoder also stops at that row (the Python path re-raises
+ * it under the failure-handling mode); produce errors raise. */
+static PyObject *Producer_send_rows(Producer *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 8) {
+        PyErr_SetString(PyExc_TypeError, "send_rows(program, topic, rcs, start, prefix, tail_i, tail_u, headers)");
+        return NULL;
+    }
+    PyObject *program = args[0], *rcs = args[2], *prefix = args[4], *tails[2] = {args[5], args[6]};
+    if (!rowenc_is_program(program)) { PyErr_SetString(PyExc_TypeError, "send_rows: not a Program"); return NULL; }
+    const char *topic = PyUnicode_AsUTF8(args[1]);
+    Py_ssize_t i = PyLong_AsSsize_t(args[3]);
+    if (!topic || (i == -1 && PyErr_Occurred())) return NULL;
+    if (!PyList_Check(rcs) || !PyBytes_Check(prefix) || !PyBytes_Check(tails[0]) || !PyBytes_Check(tails[1])) {
+        PyErr_SetString(PyExc_TypeError, "send_rows: rcs must be a list, prefix and tails bytes");
+        return NULL;
+    }
+    rk_headers_t *tmpl;
+    if (make_headers(args[7], &tmpl) < 0) return NULL;
+    static const char AFTER[] = ",\"after\":";
+    const Py_ssize_t after_n = (Py_ssize_t)sizeof(AFTER) - 1;
+    Py_ssize_t n = PyList_GET_SIZE(rcs);
+    for (; i < n; i++) {
+        PyObject *rc = PyList_GET_ITEM(rcs, i);
+        if (!PyBytes_Check(rc)) break;
+        PyObject *images = rowenc_program_encode(program, rc);
+        if (!images) { PyErr_Clear(); break; } /* the Python path raises it under the failure mode */
+        if (images == Py_None) { Py_DECREF(images); break; }
+        PyObject *b = PyTuple_GET_ITEM(images, 0), *a = PyTuple_GET_ITEM(images, 1);
+        PyObject *okey = PyTuple_GET_ITEM(images, 2), *nkey = PyTuple_GET_ITEM(images, 3);
+        int insert = b == Py_None;
+        if (a == Py_None || (!insert && PyObject_RichCompareBool(okey, nkey, Py_EQ) != 1)) {
+            PyErr_Clear();
+            Py_DECREF(images);
+            break; /* delete or key change: delete + tombstone + create, the Python path */
+        }
+        PyObject *tail = tails[insert ? 0 : 1];
+        const char *bp = insert ? "null" : PyBytes_AS_STRING(b);
+        Py_ssize_t bn = insert ? 4 : PyBytes_GET_SIZE(b);
+        Py_ssize_t pn = PyBytes_GET_SIZE(prefix), an = PyBytes_GET_SIZE(a), tn = PyBytes_GET_SIZE(tail);
+        Py_ssize_t vn = pn + bn + after_n + an + tn;
+        char *value = malloc((size_t)vn), *w = value;
+        if (!value) { Py_DECREF(images); PyErr_NoMemory(); goto fail; }
+        memcpy(w, PyBytes_AS_STRING(prefix), (size_t)pn); w += pn;
+        memcpy(w, bp, (size_t)bn); w += bn;
+        memcpy(w, AFTER, (size_t)after_n); w += after_n;
+        memcpy(w, PyBytes_AS_STRING(a), (size_t)an); w += an;
+        memcpy(w, PyBytes_AS_STRING(tail), (size_t)tn);
+        const char *kp = NULL;
+        Py_ssize_t kn = 0;
+        if (nkey != Py_None) { kp = PyBytes_AS_STRING(nkey); kn = PyBytes_GET_SIZE(nkey); }
+        rk_headers_t *h = tmpl ? K.headers_copy(tmpl) : NULL;
+        int rc_ = produce(self, topic, -1, kp, kn, value, vn, MSG_F_FREE, h); /* owns value and h */
+        Py_DECREF(images);
+        if (rc_ < 0) {
+            /* Nothing was queued for this row: the Python path produces it again and meets the
+             * same error under the failure-handling mode. Interrupts and exits propagate. */
+            if (!PyErr_ExceptionMatches(PyExc_Exception)) goto fail;
+            PyErr_Clear();
+            break;
+        }
+    }
+    if (tmpl) K.headers_destroy(tmpl);
+    return PyLong_FromSsize_t(i);
+fail:
+    if (tmpl) K.headers_destroy(tmpl);
+    return NULL;
+}
+
+/* seal() -> the number of the segment it closes; a new segment opens. */
+static PyObject *Producer_seal(Producer *self, PyObject *unused) {
+    int64_t seq = open_seq(self);
+    open_seg(self)->sealed = 1;
+    if (push_seg(self) < 0) return NULL;
+    return PyLong_FromLongLong((long long)seq);
+}
+
+/* done_through() -> the highest segment number up to which every segment is sealed and every
+ * record in it settled (acknowledged or failed; failures are in take_errors()); 0 if none. */
+static PyObject *Producer_done_through(Producer *self, PyObject *unused) {
+    while (self->head < self->nsegs - 1) {
+        Seg *s = &self->segs[self->head];
+        if (!s->sealed || s->done < s->produced) break;
+        self->head++;
+    }
+    return PyLong_FromLongLong((long long)(self->base_seq + self->head - 1));
+}
+
+/* take_errors() -> failed records since the last call: (seq, code, reason, topic, partition, key, value). */
+static PyObject *Producer_take_errors(Producer *self, PyObject *unused) {
+    PyObject *out = self->errors, *fresh = PyList_New(0);
+    if (!fresh) return NULL;
+    self->errors = fresh;
+    return out;
+}
+
+/* forget() -> settle every segment (exactly-once: a committed transaction made them all durable). */
+static PyObject *Producer_forget(Producer *self, PyObject *unused) {
+    for (Py_ssize_t i = self->head; i < self->nsegs; i++) self->segs[i].done = self->segs[i].produced;
+    Py_RETURN_NONE;
+}
+
+static PyObject *Producer_poll(Producer *self, PyObject *arg) {
+    double t = PyFloat_AsDouble(arg);
+    if (t == -1.0 && PyErr_Occurred()) return NULL;
+    return PyLong_FromLong(poll_nogil(self, t < 0 ? -1 : (int)(t * 1000)));
+}
+
+static PyObject *Producer_flush(Producer *self, PyObject *args) {
+    double t = -1;
+    if (!PyArg_ParseTuple(args, "|d", &t)) return NULL;
+    int left;
+    Py_BEGIN_ALLOW_THREADS K.flush(self->rk, t < 0 ? -1 : (int)(t * 1000));
+    left = K.outq_len(self->rk);
+    Py_END_ALLOW_THREADS
+    return PyLong_FromLong(left);
+}
+
+static PyObject *txn_result(Producer *self, rk_error_t *err) {
+    if (err) { raise_error_obj(self, err); return NULL; }
+    Py_RETURN_NONE;
+}
+
+/* A blocking transaction call with an optional timeout in seconds, the GIL released. */
+static PyObject *timed_txn(Producer *self, PyObject *args, rk_error_t *(*call)(rk_t *, int)) {
+    double t = -1;
+    rk_error_t *err;
+    if (!PyArg_ParseTuple(args, "|d", &t)) return NULL;
+    Py_BEGIN_ALLOW_THREADS err = call(self->rk, t < 0 ? -1 : (int)(t * 1000));
+    Py_END_ALLOW_THREADS
+    return txn_result(self, err);
+}
+
+static PyObject *Producer_init_transactions(Producer *self, PyObject *args) {
+    return timed_txn(self, args, K.init_transactions);
+}
+
+static PyObject *Producer_begin_transaction(Producer *self, PyObject *unused) {
+    return txn_result(self, K.begin_transaction(self->rk));
+}
+
+static PyObject *Producer_commit_transaction(Producer *self, PyObject *args) {
+    return timed_txn(self, args, K.commit_transaction);
+}
+
+static PyObject *Producer_abort_transaction(Producer *self, PyObject *args) {
+    return timed_txn(self, args, K.abort_transaction);
+}
+
+/* fatal_error() -> (code, reason) of the producer's fatal error, or None. */
+static PyObject *Producer_fatal_error(Producer *self, PyObject *unused) {
+    if (!self->fatal_code) Py_RETURN_NONE;
+    return Py_BuildValue("(is)", self->fatal_code, self->fatal_reason);
+}
+
+static Py_ssize_t Producer_len(Producer *self) { return self->rk ? K.outq_len(self->rk) : 0; }
+
+static PyObject *Producer_get_pending(Producer *self, void *unused) {
+    int64_t n = 0;
+    for (Py_ssize_t i = self->head; i < self->nsegs; i++) n += self->segs[i].produced - self->segs[i].done;
+    return PyLong_FromLongLong((long long)n);
+}
+
+static PyObject *Producer_get_records_sent(Producer *self, void *unused) {
+    return PyLong_FromLongLong((long long)self->records_sent);
+}
+
+static PyMethodDef Producer_methods[] = {
+    {"send", (PyCFunction)(void (*)(void))Producer_send, METH_FASTCALL, "send(topic, key, value, headers)"},
+    {"produce", (PyCFunction)(void (*)(void))Producer_produce, METH_VARARGS | METH_KEYWORDS,
+     "produce(topic, value=None, key=None, partition=-1, headers=None)"},
+    {"send_rows", (PyCFunction)(void (*)(void))Producer_send_rows, METH_FASTCALL,
+     "send_rows(program, topic, rcs, start, prefix, tail_insert, tail_update, headers) -> next index"},
+    {"seal", (PyCFunction)Producer_seal, METH_NOARGS, "seal() -> number of the closed segment"},
+    {"done_through", (PyCFunction)Producer_done_through, METH_NOARGS, "highest fully settled segment number"},
+    {"take_errors", (PyCFunction)Producer_take_errors, METH_NOARGS, "failed records since the last call"},
+    {"forget", (PyCFunction)Producer_forget, METH_NOARGS, "settle every segment (a committed transaction)"},
+    {"poll", (PyCFunction)Producer_poll, METH_O, "poll(timeout_seconds) -> events served"},
+    {"flush", (PyCFunction)Producer_flush, METH_VARARGS, "flush([timeout_seconds]) -> records still queued"},
+    {"init_transactions", (PyCFunction)Producer_init_transactions, METH_VARARGS, NULL},
+    {"begin_transaction", (PyCFunction)Producer_begin_transaction, METH_NOARGS, NULL},
+    {"commit_transaction", (PyCFunction)Producer_commit_transaction, METH_VARARGS, NULL},
+    {"abort_transaction", (PyCFunction)Producer_abort_transaction, METH_VARARGS, NULL},
+    {"fatal_error", (PyCFunction)Producer_fatal_error, METH_NOARGS, "(code, reason) of a fatal error, or None"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef Producer_getset[] = {
+    {"pending", (getter)Producer_get_pending, NULL, "records produced and not yet settled", NULL},
+    {"records_sent", (getter)Producer_get_records_sent, NULL, "records produced", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PySequenceMethods Producer_seq = {.sq_length = (lenfunc)Producer_len};
+
+static PyTypeObject ProducerType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "cdcworker._rowenc.Producer",
+    .tp_basicsize = sizeof(Producer),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "The worker's Kafka producer with segment bookkeeping in C (see kafkaprod.c).",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Producer_init,
+    .tp_dealloc = (destructor)Producer_dealloc,
+    .tp_methods = Producer_methods,
+    .tp_getset = Producer_getset,
+    .tp_as_sequence = &Producer_seq,
+};
+
+int kafkaprod_add_types(PyObject *module) {
+    if (PyType_Ready(&ProducerType) < 0) return -1;
+    Py_INCREF(&ProducerType);
+    if (PyModule_AddObject(module, "Producer", (PyObject *)&ProducerType) < 0) {
+        Py_DECREF(&ProducerType);
+        return -1;
+    }
+    return 0;
+}

@@ -1,0 +1,13 @@
+/* What rowenc.c and kafkaprod.c share inside the cdcworker._rowenc module. */
+#ifndef CDCWORKER_ROWENC_H
+#define CDCWORKER_ROWENC_H
+#include <Python.h>
+
+/* Program.encode(rowchange_bytes): (before, after, before_key, after_key), None, or NULL (error). */
+PyObject *rowenc_program_encode(PyObject *program, PyObject *rowchange);
+int rowenc_is_program(PyObject *obj);
+
+/* Adds the Producer type (kafkaprod.c) to the module. */
+int kafkaprod_add_types(PyObject *module);
+
+#endif

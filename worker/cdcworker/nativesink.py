@@ -1,0 +1,184 @@
+"""The sink on the native producer (``cdcworker._rowenc.Producer``, ``_native/kafkaprod.c``).
+
+Same contract as ``sink.KafkaSink`` / ``sink.TransactionalSink`` (the durable position never passes
+a record Kafka did not acknowledge; exactly-once commits records and offset together), with the
+per-record work in C: produce without converting headers in Python, delivery reports that only
+count (no ``Message`` object and no Python call per record), and ``send_rows``, which encodes and
+produces a ROW event's inserts and same-key updates in one call. Segment numbers from the C side
+map to positions here; refused records come back from ``take_errors`` and go through the same
+failure-handling hook as the confluent-kafka path.
+
+It drives the librdkafka that confluent-kafka loaded (same build, same settings), found in the
+process's memory map, so nothing is linked at build time. ``native_sinks()`` says whether it is
+in use: the extension is built, ``SHARDCDC_NATIVE`` is not ``0`` or ``encoder`` (the A/B switch
+that keeps the native encoder on confluent-kafka's producer), and the library is found.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import logging
+import os
+from collections.abc import Callable
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException
+
+from cdcworker.events import native
+from cdcworker.sink import KafkaSink, SinkError, TransactionalSink
+
+log = logging.getLogger(__name__)
+
+
+@functools.cache
+def librdkafka_path() -> str | None:
+    """The librdkafka shared object confluent-kafka's extension loaded, from /proc/self/maps."""
+    import confluent_kafka.cimpl  # noqa: F401  - loads the library
+
+    try:
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                path = line.rsplit(None, 1)[-1]
+                if "librdkafka" in os.path.basename(path) and ".so" in path:
+                    return path
+    except OSError:
+        pass
+    return None
+
+
+def _kafka_error(code: int, reason: str, fatal: int, retriable: int, abortable: int) -> KafkaException:
+    return KafkaException(KafkaError(code, reason, fatal=bool(fatal), retriable=bool(retriable),
+                                     txn_requires_abort=bool(abortable)))
+
+
+def native_sinks() -> bool:
+    """The worker's sinks run on the native producer."""
+    return (native.enabled() and os.environ.get(native.ENV) != "encoder"
+            and hasattr(native._rowenc, "Producer") and librdkafka_path() is not None)
+
+
+class _Refused:
+    """What the failure-handling hook reads of a refused record (confluent-kafka's Message API)."""
+
+    __slots__ = ("_key", "_partition", "_topic", "_value")
+
+    def __init__(self, topic: str, partition: int, key: bytes | None, value: bytes | None) -> None:
+        self._topic, self._partition, self._key, self._value = topic, partition, key, value
+
+    def topic(self) -> str:
+        return self._topic
+
+    def partition(self) -> int:
+        return self._partition
+
+    def key(self) -> bytes | None:
+        return self._key
+
+    def value(self) -> bytes | None:
+        return self._value
+
+
+class _NativeSends:
+    """The record-producing methods of both native sinks (first in their MRO)."""
+
+    producer: Any
+    _begin_needed: bool
+    _on_fatal: Callable[[KafkaError], None] | None = None
+
+    def _make_producer(self, config: dict[str, Any]) -> Any:
+        # librdkafka takes strings; Python callbacks (error_cb, logger...) stay on this side.
+        plain = {k: v for k, v in config.items() if not callable(v)}
+        hook = config.get("error_cb")
+        self._on_fatal = hook if callable(hook) else None
+        return native._rowenc.Producer(librdkafka_path(), plain, _kafka_error)
+
+    def send(self, topic: str, key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes]] | None) -> None:
+        if self._begin_needed:
+            self._begin()  # type: ignore[attr-defined]
+        self.producer.send(topic, key, value, headers)
+
+    def send_to_partition(
+        self, topic: str, partition: int, key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes]] | None
+    ) -> None:
+        self.ensure_topic(topic)  # type: ignore[attr-defined]  # rare records: a set lookup
+        if self._begin_needed:
+            self._begin()  # type: ignore[attr-defined]
+        self.producer.produce(topic, value, key, partition, headers)
+
+    def rows_sender(self) -> Any:
+        """The producer for ``TablePlan.send_rows``'s native loop, with a transaction open."""
+        if self._begin_needed:
+            self._begin()  # type: ignore[attr-defined]
+        return self.producer
+
+    @property
+    def records_sent(self) -> int:
+        return int(self.producer.records_sent) - self._records_base
+
+    @records_sent.setter
+    def records_sent(self, n: int) -> None:  # KafkaSink.__init__ sets 0
+        self._records_base = int(self.producer.records_sent) - n
+
+    _records_base = 0
+
+    def _check_fatal(self) -> None:
+        fatal = self.producer.fatal_error()
+        if fatal is not None:
+            code, reason = fatal
+            if self._on_fatal is not None:
+                self._on_fatal(KafkaError(code, reason, fatal=True))
+            raise SinkError(f"fatal Kafka producer error: {reason}")
+
+
+class NativeKafkaSink(_NativeSends, KafkaSink):
+    """At-least-once on the native producer: segments are numbered in C, positions kept here."""
+
+    _tracks_acks = False  # no Python delivery callbacks: the C side counts
+
+    def __init__(self, producer_config: dict[str, Any], poll_every: int = 512) -> None:
+        super().__init__(producer_config, poll_every)
+        self._positions: collections.deque[tuple[int, Any]] = collections.deque()
+        self._failed: dict[int, list[KafkaError]] = {}
+
+    def commit_point(self, position: Any) -> None:
+        self._positions.append((self.producer.seal(), position))
+        self.producer.poll(0)
+
+    def _advance(self) -> None:
+        p = self.producer
+        for seq, code, reason, topic, partition, key, value in p.take_errors():
+            err = KafkaError(code, reason)
+            if not self._delivery_error(err, _Refused(topic, partition, key, value)):
+                self._failed.setdefault(seq, []).append(err)
+        if self._failed:
+            seq = min(self._failed)
+            errors = self._failed[seq]
+            position: Any = next((pos for s, pos in self._positions if s == seq), None)
+            where = f" (records before offset {position.to_json()})" if hasattr(position, "to_json") else ""
+            raise SinkError(f"Kafka rejected {len(errors)} record(s){where}: {errors[0]}")
+        self._check_fatal()
+        through = p.done_through()
+        positions = self._positions
+        while positions and positions[0][0] <= through:
+            self._durable = positions.popleft()[1]
+
+    @property
+    def pending(self) -> int:
+        return int(self.producer.pending)
+
+
+class NativeTransactionalSink(_NativeSends, TransactionalSink):
+    """Exactly-once on the native producer: TransactionalSink's batching and commit rules as they are."""
+
+    def commit(self) -> None:
+        self._check_fatal()
+        super().commit()
+        self.producer.forget()
+
+
+def sink_classes() -> tuple[type[KafkaSink], type[TransactionalSink]]:
+    """(at-least-once, exactly-once) sink classes for this process."""
+    if native_sinks():
+        return NativeKafkaSink, NativeTransactionalSink
+    return KafkaSink, TransactionalSink
