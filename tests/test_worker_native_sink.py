@@ -5,12 +5,15 @@ with ``sink.KafkaSink`` into one topic on a real broker: the two halves of every
 the same records (key, value, headers) in the same order, and both sinks must report every record
 acknowledged at the stream's last commit point. The transactions mix what the C loop sends itself
 (inserts, same-key updates) with what it hands back to the Python path (deletes with their
-tombstones, primary-key changes) inside one ROW event, so the hand-over keeps the order. A tiny
-librdkafka queue makes the C loop wait for room (its back-pressure path) without losing a record.
+tombstones, primary-key changes) inside one ROW event, so the hand-over keeps the order; with
+transaction metadata (plain, ordered, ordered without ``transaction.id``) the C loop writes the
+``transaction`` blocks and their counters. A tiny librdkafka queue makes the C loop wait for room
+(its back-pressure path) without losing a record.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from types import SimpleNamespace
@@ -26,6 +29,8 @@ from cdcworker.nativesink import NativeKafkaSink, NativeTransactionalSink, nativ
 from cdcworker.offsets import Vgtid
 from cdcworker.offsets.vgtid import ShardGtid
 from cdcworker.sink import KafkaSink, TransactionalSink
+from cdcworker.txmeta import TransactionMonitor
+from cdcworker.txmeta.monitor import TxMetaOptions
 from localkafka import ConsumedRecord, KafkaBroker, consume_all, create_topics
 from vitessapi import binlogdata_pb2 as b
 from vitessapi import vtgate_pb2
@@ -83,10 +88,20 @@ def producer_conf(bootstrap: str, **extra: Any) -> dict[str, Any]:
             "compression.type": "lz4", **producer_partitioner_config(), **extra}
 
 
-def run_stream(sink: KafkaSink, data: list[bytes], prefix: str) -> Vgtid:
+TXMETA: dict[str, TxMetaOptions | None] = {
+    "no-txmeta": None,
+    "plain": TxMetaOptions("p.transaction"),
+    "ordered": TxMetaOptions("p.transaction", ordered=True),
+    "ordered-no-id": TxMetaOptions("p.transaction", ordered=True, remove_fields=frozenset({"transaction.id"})),
+}
+
+
+def run_stream(sink: KafkaSink, data: list[bytes], prefix: str, txmeta: str = "no-txmeta") -> Vgtid:
     start = Vgtid(tuple(ShardGtid("shop", s, f"MySQL56/{UUID}:1-1") for s in SHARDS))
     headers = tuple(context_headers(prefix, "0", run_id="00000000-0000-7000-8000-000000000000"))
-    proc = streaming.StreamProcessor(EncoderConfig(prefix, headers=headers), sink, start)
+    opts = TXMETA[txmeta]
+    features = streaming.Features(txmeta=TransactionMonitor(opts, None, start) if opts is not None else None)
+    proc = streaming.StreamProcessor(EncoderConfig(prefix, headers=headers), sink, start, features=features)
     for d in data:
         proc.process(d)
     sink.flush(60)
@@ -121,9 +136,12 @@ def test_native_sink_is_in_use_here() -> None:
     assert native_sinks(), "the native producer must be built here (make native)"
 
 
-@pytest.mark.parametrize("other", ["confluent", "native-small-queue"])
+@pytest.mark.parametrize(("other", "txmeta"), [
+    ("confluent", "no-txmeta"), ("native-small-queue", "no-txmeta"),
+    ("confluent", "plain"), ("confluent", "ordered"), ("confluent", "ordered-no-id"),
+])
 def test_native_and_confluent_sinks_write_the_same_records(
-    kafka_broker: KafkaBroker, data: list[bytes], fixed_clock: None, other: str
+    kafka_broker: KafkaBroker, data: list[bytes], fixed_clock: None, other: str, txmeta: str
 ) -> None:
     prefix = f"ns{time.time_ns() % 10**9}"
     topic = f"{prefix}.shop.items"
@@ -144,12 +162,18 @@ def test_native_and_confluent_sinks_write_the_same_records(
         sink = cls(producer_conf(kafka_broker.bootstrap, **extra))
         if kind == "native":
             sink.send = counting(sink.send)  # type: ignore[method-assign]
-        ends.append(run_stream(sink, data, prefix))
+        ends.append(run_stream(sink, data, prefix, txmeta))
     assert ends[0] == ends[1]
     # The C loop sent every insert and same-key update; only deletes (+ tombstones) and the key
-    # changes (delete + tombstone + create) took the Python path: 5 records in 10 transactions.
-    assert python_sends == 10 * 5
+    # changes (delete + tombstone + create) took the Python path: 5 records in 10 transactions;
+    # and BEGIN/END, 2 per transaction, with transaction metadata (to their own topic).
+    assert python_sends == 10 * 5 + (0 if txmeta == "no-txmeta" else 40 * 2)
     records = consume_all(kafka_broker.bootstrap, topic)
+    if txmeta != "no-txmeta":
+        blocks = [json.loads(r.value)["payload"]["transaction"] for r in records if r.value]
+        assert all(b is not None and b["total_order"] >= 1 for b in blocks)
+        assert ("id" in blocks[0]) == (txmeta != "ordered-no-id")
+        assert ("transaction_rank" in blocks[0]) == txmeta.startswith("ordered")
     # 30 rows x 30 transactions, 10 transactions of 5 records + delete, tombstone, and a key change
     # as delete + tombstone + create: 900 + 10 x 9 per run.
     assert len(records) == 2 * (30 * 30 + 10 * 9)

@@ -438,6 +438,7 @@ class StreamProcessor:
                     functools.partial(self._bad_row, plan, vgtid_json=vgtid_json),
                     functools.partial(self._bad_record, plan, vgtid_json=vgtid_json),
                     rows_sender() if rows_sender is not None else None,
+                    self._txmeta,
                 )
                 continue
             for rc in rcs:

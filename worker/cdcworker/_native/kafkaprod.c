@@ -420,17 +420,42 @@ static PyObject *Producer_produce(Producer *self, PyObject *args, PyObject *kwds
     Py_RETURN_NONE;
 }
 
-/* send_rows(program, topic, rcs, start, prefix, tail_insert, tail_update, headers) -> index
+/* The `transaction` block of send_rows: the envelope around it per op, the block template cut
+ * at its counters, and the counters (see TransactionMonitor.native_blocks). */
+typedef struct {
+    PyObject *pre[2], *post[2]; /* [insert, update]: the tail before and after the block */
+    PyObject *parts[3];         /* the template's bytes around up to two numbers */
+    Py_ssize_t nparts;
+    int kinds[2];               /* 1: total_order, 2: data_collection_order */
+    long long total, order;     /* counters of the previous record */
+} TxBlock;
+
+static int parse_tx(PyObject *o, TxBlock *tx) {
+    PyObject *parts;
+    if (!PyArg_ParseTuple(o, "SSSSO!iiLL", &tx->pre[0], &tx->post[0], &tx->pre[1], &tx->post[1], &PyTuple_Type,
+                          &parts, &tx->kinds[0], &tx->kinds[1], &tx->total, &tx->order))
+        return -1;
+    tx->nparts = PyTuple_GET_SIZE(parts);
+    if (tx->nparts < 1 || tx->nparts > 3) { PyErr_SetString(PyExc_ValueError, "1 to 3 template parts"); return -1; }
+    for (Py_ssize_t k = 0; k < tx->nparts; k++) {
+        tx->parts[k] = PyTuple_GET_ITEM(parts, k);
+        if (!PyBytes_Check(tx->parts[k])) { PyErr_SetString(PyExc_TypeError, "template parts are bytes"); return -1; }
+    }
+    return 0;
+}
+
+/* send_rows(program, topic, rcs, start, prefix, tail_insert, tail_update, headers, tx=None) -> index
  *
  * Encodes and produces rcs[start:] (serialized RowChanges) while each row is an insert or an
  * update that keeps its key, the records TablePlan.send_rows writes from the native images as
- * prefix + before + ',"after":' + after + tail. Returns the index of the first row it did not
- * send (len(rcs) when all were): the caller sends that one through the Python path and calls
- * again after it. Any error from the encoder also stops at that row (the Python path re-raises
- * it under the failure-handling mode); produce errors raise. */
+ * prefix + before + ',"after":' + after + tail (with tx: + pre + block + post, the block's
+ * counters moving by one per record). Returns the index of the first row it did not send
+ * (len(rcs) when all were): the caller sends that one through the Python path and calls again
+ * after it. Any error from the encoder or the producer also stops at that row, nothing of it
+ * queued (the Python path meets it again under the failure-handling mode). */
 static PyObject *Producer_send_rows(Producer *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 8) {
-        PyErr_SetString(PyExc_TypeError, "send_rows(program, topic, rcs, start, prefix, tail_i, tail_u, headers)");
+    if (nargs != 8 && nargs != 9) {
+        PyErr_SetString(PyExc_TypeError, "send_rows(program, topic, rcs, start, prefix, tail_i, tail_u, headers, tx)");
         return NULL;
     }
     PyObject *program = args[0], *rcs = args[2], *prefix = args[4], *tails[2] = {args[5], args[6]};
@@ -442,6 +467,9 @@ static PyObject *Producer_send_rows(Producer *self, PyObject *const *args, Py_ss
         PyErr_SetString(PyExc_TypeError, "send_rows: rcs must be a list, prefix and tails bytes");
         return NULL;
     }
+    TxBlock tx;
+    int with_tx = nargs == 9 && args[8] != Py_None;
+    if (with_tx && parse_tx(args[8], &tx) < 0) return NULL;
     rk_headers_t *tmpl;
     if (make_headers(args[7], &tmpl) < 0) return NULL;
     static const char AFTER[] = ",\"after\":";
@@ -461,18 +489,43 @@ static PyObject *Producer_send_rows(Producer *self, PyObject *const *args, Py_ss
             Py_DECREF(images);
             break; /* delete or key change: delete + tombstone + create, the Python path */
         }
-        PyObject *tail = tails[insert ? 0 : 1];
         const char *bp = insert ? "null" : PyBytes_AS_STRING(b);
         Py_ssize_t bn = insert ? 4 : PyBytes_GET_SIZE(b);
-        Py_ssize_t pn = PyBytes_GET_SIZE(prefix), an = PyBytes_GET_SIZE(a), tn = PyBytes_GET_SIZE(tail);
-        Py_ssize_t vn = pn + bn + after_n + an + tn;
+        Py_ssize_t pn = PyBytes_GET_SIZE(prefix), an = PyBytes_GET_SIZE(a);
+        /* the pieces after the after-image: a tail, or pre + block + post */
+        const char *piece[7];
+        Py_ssize_t piece_n[7], npieces = 0, rest = 0;
+        char nums[2][24];
+        if (!with_tx) {
+            PyObject *tail = tails[insert ? 0 : 1];
+            piece[npieces] = PyBytes_AS_STRING(tail);
+            piece_n[npieces++] = PyBytes_GET_SIZE(tail);
+        } else {
+            int op = insert ? 0 : 1;
+            long long counters[3] = {0, tx.total + 1, tx.order + 1};
+            piece[npieces] = PyBytes_AS_STRING(tx.pre[op]);
+            piece_n[npieces++] = PyBytes_GET_SIZE(tx.pre[op]);
+            for (Py_ssize_t k = 0; k < tx.nparts; k++) {
+                piece[npieces] = PyBytes_AS_STRING(tx.parts[k]);
+                piece_n[npieces++] = PyBytes_GET_SIZE(tx.parts[k]);
+                if (k + 1 < tx.nparts) {
+                    int len = snprintf(nums[k], sizeof(nums[k]), "%lld", counters[tx.kinds[k] == 2 ? 2 : 1]);
+                    piece[npieces] = nums[k];
+                    piece_n[npieces++] = len;
+                }
+            }
+            piece[npieces] = PyBytes_AS_STRING(tx.post[op]);
+            piece_n[npieces++] = PyBytes_GET_SIZE(tx.post[op]);
+        }
+        for (Py_ssize_t k = 0; k < npieces; k++) rest += piece_n[k];
+        Py_ssize_t vn = pn + bn + after_n + an + rest;
         char *value = malloc((size_t)vn), *w = value;
         if (!value) { Py_DECREF(images); PyErr_NoMemory(); goto fail; }
         memcpy(w, PyBytes_AS_STRING(prefix), (size_t)pn); w += pn;
         memcpy(w, bp, (size_t)bn); w += bn;
         memcpy(w, AFTER, (size_t)after_n); w += after_n;
         memcpy(w, PyBytes_AS_STRING(a), (size_t)an); w += an;
-        memcpy(w, PyBytes_AS_STRING(tail), (size_t)tn);
+        for (Py_ssize_t k = 0; k < npieces; k++) { memcpy(w, piece[k], (size_t)piece_n[k]); w += piece_n[k]; }
         const char *kp = NULL;
         Py_ssize_t kn = 0;
         if (nkey != Py_None) { kp = PyBytes_AS_STRING(nkey); kn = PyBytes_GET_SIZE(nkey); }
@@ -486,6 +539,7 @@ static PyObject *Producer_send_rows(Producer *self, PyObject *const *args, Py_ss
             PyErr_Clear();
             break;
         }
+        if (with_tx) { tx.total++; tx.order++; }
     }
     if (tmpl) K.headers_destroy(tmpl);
     return PyLong_FromSsize_t(i);
@@ -597,7 +651,7 @@ static PyMethodDef Producer_methods[] = {
     {"produce", (PyCFunction)(void (*)(void))Producer_produce, METH_VARARGS | METH_KEYWORDS,
      "produce(topic, value=None, key=None, partition=-1, headers=None)"},
     {"send_rows", (PyCFunction)(void (*)(void))Producer_send_rows, METH_FASTCALL,
-     "send_rows(program, topic, rcs, start, prefix, tail_insert, tail_update, headers) -> next index"},
+     "send_rows(program, topic, rcs, start, prefix, tail_insert, tail_update, headers, tx=None) -> next index"},
     {"seal", (PyCFunction)Producer_seal, METH_NOARGS, "seal() -> number of the closed segment"},
     {"done_through", (PyCFunction)Producer_done_through, METH_NOARGS, "highest fully settled segment number"},
     {"take_errors", (PyCFunction)Producer_take_errors, METH_NOARGS, "failed records since the last call"},

@@ -504,6 +504,7 @@ class TablePlan:
         on_bad_row: Callable[[Exception], list[OutRecord]],
         on_bad_record: Callable[[OutRecord, Exception], None],
         producer: Any = None,
+        tx_native: Any = None,
     ) -> None:
         """Encode and ``send`` the records of several row changes of this table, in order.
 
@@ -514,8 +515,9 @@ class TablePlan:
         where ``sends_natively`` holds. ``rcs`` are serialized RowChanges or RowChange messages.
 
         ``producer``: the native sink's producer (``nativesink``); its ``send_rows`` runs this
-        loop's insert/same-key-update branch in C, without transaction metadata, and hands each
-        other row back here (the same bytes either way: tests/test_worker_native_sink.py).
+        loop's insert/same-key-update branch in C and hands each other row back here (the same
+        bytes either way: tests/test_worker_native_sink.py). With transaction metadata it needs
+        ``tx_native``, the ``TransactionMonitor`` whose ``native_blocks`` describe the blocks.
         """
         enc = self._native.encode  # type: ignore[union-attr]
         t = self._tails(source, insert_op, now_ns)
@@ -523,13 +525,23 @@ class TablePlan:
         prefix = self._value_prefix + b'{"before":'
         topic, headers, dc = self.topic, self._headers, self.data_collection
         join = b"".join
-        rows_c = producer.send_rows if producer is not None and tx_bytes is None and type(rcs) is list else None
+        rows_c = None
+        if producer is not None and type(rcs) is list and (tx_bytes is None or tx_native is not None):
+            rows_c = producer.send_rows
         program = self._native
         n = len(rcs)  # type: ignore[arg-type]
         i = 0
         while True:
             if rows_c is not None:
-                i = rows_c(program, topic, rcs, i, prefix, tail_i, tail_u, headers)
+                if tx_bytes is None:
+                    i = rows_c(program, topic, rcs, i, prefix, tail_i, tail_u, headers)
+                else:
+                    blocks = tx_native.native_blocks(dc)
+                    if blocks is not None:  # None: a resumed transaction's replay, row by row below
+                        j = rows_c(program, topic, rcs, i, prefix, tail_i, tail_u, headers,
+                                   (pre_i, post_i, pre_u, post_u, *blocks))
+                        tx_native.count_events(dc, j - i)
+                        i = j
             if i >= n:
                 break
             rc = rcs[i]  # type: ignore[index]

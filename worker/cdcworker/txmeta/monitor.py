@@ -170,6 +170,7 @@ class TransactionMonitor:
         # Per transaction: the block as a %-template for (total_order, data_collection_order).
         self._template = b""
         self._numbers = 2  # how many of the two counters the template holds (RemoveField)
+        self._native_parts: tuple[tuple[bytes, ...], int, int] = ((b"",), 0, 0)  # native_blocks
         if restored:
             tx = restored.get(TRANSACTION_ID_KEY)
             if isinstance(tx, str):
@@ -293,6 +294,22 @@ class TransactionMonitor:
             return self._template
         return self._template % (order if "total_order" in self._exclude else total)
 
+    def native_blocks(self, data_collection: str) -> tuple[tuple[bytes, ...], int, int, int, int] | None:
+        """``block_bytes`` for the C loop of ``TablePlan.send_rows``: the block template cut at its
+        counters, which counter goes in each cut (1 total_order, 2 data_collection_order, 0 none)
+        and both counters before the next record (``count_events`` moves them afterwards). None
+        while records of a resumed transaction are being dropped: those take ``block_bytes``."""
+        if self._skip_total or self.transaction_id is None:
+            return None
+        parts, first, second = self._native_parts
+        return parts, first, second, self.total, self.counts.get(data_collection, 0)
+
+    def count_events(self, data_collection: str, n: int) -> None:
+        """``n`` records of ``data_collection`` went out with the blocks ``native_blocks`` described."""
+        if n:
+            self.total += n
+            self.counts[data_collection] = self.counts.get(data_collection, 0) + n
+
     def _compile_template(self) -> None:
         """The block of this transaction with ``%d`` where the counters go (built once per BEGIN)."""
         ex = self._exclude
@@ -308,6 +325,11 @@ class TransactionMonitor:
         template = b"{" + b",".join(parts) + b"}"
         self._template = template % () if numbers == 0 else template
         self._numbers = numbers
+        if numbers == 0:
+            self._native_parts = ((self._template,), 0, 0)
+        else:
+            first = 1 if "total_order" not in ex else 2
+            self._native_parts = (_cut_at_counters(template), first, 2 if numbers == 2 else 0)
 
     def end(self, ts_ms: int) -> EndResult:
         """A COMMIT: the END record (if a transaction was open) and the offset it carries."""
@@ -391,3 +413,24 @@ class TransactionMonitor:
         body = dumps(value)
         out = self._value_prefix + body + b"}" if self._value_prefix else body
         return OutRecord(self.opts.topic, key, out, list(self.opts.headers))
+
+
+def _cut_at_counters(template: bytes) -> tuple[bytes, ...]:
+    """A ``%``-template's literal bytes between its ``%d`` counters (``%%`` is one ``%``)."""
+    parts: list[bytes] = []
+    cur = bytearray()
+    i, n = 0, len(template)
+    while i < n:
+        c = template[i]
+        if c == 0x25 and i + 1 < n and template[i + 1] in (0x25, 0x64):  # "%%" or "%d"
+            if template[i + 1] == 0x25:
+                cur.append(0x25)
+            else:
+                parts.append(bytes(cur))
+                cur = bytearray()
+            i += 2
+            continue
+        cur.append(c)
+        i += 1
+    parts.append(bytes(cur))
+    return tuple(parts)
