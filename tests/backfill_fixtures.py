@@ -132,15 +132,16 @@ def catchup_start(h: dict[str, ShardHandoff]) -> Vgtid:
     return Vgtid.of(KS, {s: h[s].catchup_start() or "" for s in SHARDS})
 
 
-def assert_topics_equal_source(broker: KafkaBroker, sim: VTGateSim, prefix: str) -> dict[str, Any]:
+def assert_topics_equal_source(broker: KafkaBroker, sim: VTGateSim, prefix: str,
+                               read_committed: bool = False) -> dict[str, Any]:
     """Materialise each table's topic in order per key: must equal the source exactly."""
     out: dict[str, Any] = {}
     for table in ("items", "orders"):
-        state = materialise(consume_all(broker.bootstrap, f"{prefix}.{KS}.{table}"))
+        state = materialise(consume_all(broker.bootstrap, f"{prefix}.{KS}.{table}", read_committed=read_committed))
         diff = compare(state, sim.source_truth(KS, table), "id")
         assert diff.empty, f"{table}: {diff.summary()}"
         out[table] = state
-    state = materialise(consume_all(broker.bootstrap, f"{prefix}.{KS}.lines"))
+    state = materialise(consume_all(broker.bootstrap, f"{prefix}.{KS}.lines", read_committed=read_committed))
     got = {(as_text(r["order_id"]), as_text(r["line"])): as_text(r["qty"]) for r in state.rows.values()}
     want = {(r["order_id"].decode(), r["line"].decode()): r["qty"].decode()  # type: ignore[union-attr]
             for r in sim.source_truth(KS, "lines")}

@@ -242,15 +242,53 @@ class WorkerTask:
     # --- backfill hand-off (docs/backfill.md, "Wiring into the worker") -------------------------
 
     def _start_handoff(self, position: Vgtid) -> Vgtid:
-        """Follow the backfills of the progress topic: restore the state stored with the offset."""
+        """Follow the backfills of the progress topic: restore the state stored with the offset. A
+        connector whose initial snapshot is a backfill (``shardcdc.backfill.initial.run``) starts,
+        the first time, at the shards' current positions with every table held for that run."""
         from cdcworker.backfill.catchup import finals_scanner
-        from cdcworker.backfill.taskhandoff import ProgressFeed, TaskHandoff, progress_topic_of
+        from cdcworker.backfill.taskhandoff import (
+            INITIAL_RUN_PROPERTY,
+            ProgressFeed,
+            TaskHandoff,
+            progress_topic_of,
+        )
 
         cfg = self.config
         feed = ProgressFeed(cfg.kafka.client_config("consumer"), progress_topic_of(cfg.topic_prefix), cfg.source.keyspace)
         self.handoff = TaskHandoff(feed, self._restored.fields if self._restored is not None else None,
                                    scan=finals_scanner(cfg))
-        return self.handoff.start(position)
+        initial = cfg.properties.get(INITIAL_RUN_PROPERTY) or None
+        fresh = initial is not None and all(sg.gtid == "current" for sg in position)
+        if fresh:
+            position = self._current_positions(position)  # a hold begins at a real position
+        return self.handoff.start(position, initial_run=initial, fresh=fresh)
+
+    def _current_positions(self, position: Vgtid) -> Vgtid:
+        """``position`` with every shard's ``current`` replaced by the shard's position now."""
+        from cdcworker.backfill.vtgate import VTGateClient
+        from cdcworker.offsets import ShardGtid
+
+        cfg = self.config
+        client = VTGateClient(channel_settings(cfg), cfg.source.keyspace, cfg.source.tablet_type)
+        try:
+            return Vgtid(tuple(ShardGtid(sg.keyspace, sg.shard, client.current_position(sg.shard), sg.table_p_ks)
+                               for sg in position))
+        finally:
+            client.close()
+
+    def _store_handoff(self, store: OffsetStore, position: Vgtid) -> None:
+        """Store ``position`` with the hand-off states now (they must be durable before a ``held``
+        marker says so), then announce new holds. Exactly-once: an offset record alone in a Kafka
+        transaction (the states would otherwise wait for the next transaction's commit)."""
+        sink = self.sink
+        if isinstance(sink, TransactionalSink):
+            sink.commit_point(Vgtid(tuple(position)))  # a new object: commit() skips the durable one
+            sink.commit()
+        else:
+            if sink is not None:
+                sink._durable = position  # a rewound shard is durable only up to its catch-up start
+            self._write_offset(store, position)
+        self.handoff.announce()
 
     def _handing_off(self) -> bool:
         return self.handoff is not None and self.handoff.active
@@ -346,6 +384,8 @@ class WorkerTask:
             for sg in position:
                 metrics.shard(sg.shard, sg.keyspace)
             self.sink = sink = self._make_sink(store, position)
+            if self._handing_off():
+                self._store_handoff(store, position)  # states start() created are stored before any hold is announced
             metrics.set_position_sources(
                 read=lambda: self.processor.position if self.processor else position,
                 durable=lambda: sink.durable,
@@ -462,8 +502,7 @@ class WorkerTask:
                     position = sink.rewind(processor.position)
                     sink.flush(cfg.behaviour.shutdown_grace_ms / 1000.0)
                     position, _ = self.handoff.advance(position)
-                    sink._durable = position  # a rewound shard is durable only up to its catch-up start
-                    self._write_offset(store, position)
+                    self._store_handoff(store, position)
                     if self._call is not None:
                         self._call.cancel()
                 except ReassignmentNeeded as exc:

@@ -9,3 +9,7 @@ topic), ``job`` (driver planning, executor chunk processing, local and Spark eng
 (the post-backfill catch-up stream), ``cli`` (``shardcdc backfill``), ``spark_main``
 (``spark-submit`` entry point). See docs/backfill.md.
 """
+
+# The Spark version the job is built for: the pyspark the Spark image installs (its pin in
+# constraints.txt, which a test keeps equal) and the SparkApplication's ``sparkVersion``.
+SPARK_VERSION = "4.3.0"

@@ -11,13 +11,15 @@ as the reference for the wiring in the worker's task loop, see docs/backfill.md)
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+import grpc
 import orjson
 
 from cdcworker.backfill.gtid import covers
-from cdcworker.backfill.handoff import CATCHUP, FinalChanges, Finals, ShardHandoff, Verdict
+from cdcworker.backfill.handoff import CATCHUP, FinalChanges, ShardHandoff, Verdict, WindowScan
 from cdcworker.backfill.reconcile import KeyReader
 from cdcworker.backfill.rowchange import PartialChange
 from cdcworker.config import WorkerConfig
@@ -26,6 +28,8 @@ from cdcworker.offsets import Vgtid
 from cdcworker.sink import KafkaSink
 from cdcworker.streaming import FIELD, StreamProcessor
 from vitessapi import binlogdata_pb2, vtgate_pb2, vtgateservice_pb2_grpc
+
+log = logging.getLogger(__name__)
 
 PRI_KEY_FLAG = 2
 ISINTEGRAL = 256
@@ -135,20 +139,17 @@ class HandoffProcessor(StreamProcessor):
 
 # --- the first pass -------------------------------------------------------------------------------
 
+OnChange = Callable[[str, Any, Any, str], None]  # (table, old key, new key, transaction position)
 
-def scan_finals(vstream: Callable[[vtgate_pb2.VStreamRequest], Iterable[Any]], keyspace: str, tablet_type: str,
-                h: ShardHandoff) -> Finals:
-    """Read the shard's held tables from the smallest hold to every chunk high watermark (keys only)
-    and return each key's final change (``handoff.FinalChanges``)."""
-    window = h.scan_window()
-    if window is None:
-        return {t: {} for t in h.tables}
-    start, highs = window
-    acc = FinalChanges(h)
+
+def _read_window(vstream: Callable[[vtgate_pb2.VStreamRequest], Iterable[Any]], keyspace: str, tablet_type: str,
+                 shard: str, start: str, highs: list[str], rules: list[binlogdata_pb2.Rule], on_change: OnChange) -> None:
+    """Stream ``shard`` from ``start`` until every one of ``highs`` is covered, calling ``on_change``
+    per row change (primary keys only) once its transaction is complete."""
     req = vtgate_pb2.VStreamRequest(
         tablet_type=tablet_type,
-        vgtid=binlogdata_pb2.VGtid(shard_gtids=[binlogdata_pb2.ShardGtid(keyspace=keyspace, shard=h.shard, gtid=start)]),
-        filter=binlogdata_pb2.Filter(rules=[binlogdata_pb2.Rule(match=t) for t in h.tables]),
+        vgtid=binlogdata_pb2.VGtid(shard_gtids=[binlogdata_pb2.ShardGtid(keyspace=keyspace, shard=shard, gtid=start)]),
+        filter=binlogdata_pb2.Filter(rules=rules),
     )
     call: Any = vstream(req)
     readers: dict[str, KeyReader | None] = {}
@@ -170,28 +171,61 @@ def scan_finals(vstream: Callable[[vtgate_pb2.VStreamRequest], Iterable[Any]], k
                 elif t == _T.ROLLBACK:
                     pending.clear()
                 elif t == _T.VGTID:
-                    pos = next((sg.gtid for sg in ev.vgtid.shard_gtids if sg.shard == h.shard), None)
+                    pos = next((sg.gtid for sg in ev.vgtid.shard_gtids if sg.shard == shard), None)
                     if pos is None:
                         continue
                     # Rows come before their transaction's VGTID: the transaction is complete here.
                     for table, bk, ak in pending:
-                        acc.change(table, bk, ak, pos)
+                        on_change(table, bk, ak, pos)
                     pending.clear()
                     if all(covers(pos, hi) for hi in highs):
-                        return acc.finals
-        raise RuntimeError(f"catch-up scan on {h.shard} ended before reaching its chunk high watermarks")
+                        return
+        raise RuntimeError(f"catch-up scan on {shard} ended before reaching its chunk high watermarks")
     finally:
         cancel = getattr(call, "cancel", None)
         if cancel is not None:
             cancel()
 
 
-def finals_scanner(config: WorkerConfig) -> Callable[[ShardHandoff], Finals]:
+def scan_finals(vstream: Callable[[vtgate_pb2.VStreamRequest], Iterable[Any]], keyspace: str, tablet_type: str,
+                h: ShardHandoff) -> WindowScan:
+    """Read the shard's held tables from the smallest hold to every chunk high watermark (keys only)
+    and return each key's final change (``handoff.FinalChanges``). Tables with an additional
+    condition are read a second time through a VStream filtered by it (Vitess evaluates the
+    condition on each row image), which tells which keys no snapshot row covers."""
+    window = h.scan_window()
+    if window is None:
+        return WindowScan({t: {} for t in h.tables})
+    start, highs = window
+    acc = FinalChanges(h)
+    _read_window(vstream, keyspace, tablet_type, h.shard, start, highs,
+                 [binlogdata_pb2.Rule(match=t) for t in h.tables], acc.change)
+    conditions = h.conditions
+    if conditions:
+        from cdcworker.snapshot import SnapshotRequest
+        from cdcworker.snapshot.vstream_copy import copy_rules
+
+        # The same rules a conditional VStream copy uses: ``select * from t where <condition>``.
+        request = SnapshotRequest("", tuple(conditions), dict(conditions))
+        rules = [binlogdata_pb2.Rule(match=m, filter=f) for m, f in copy_rules(keyspace, request)]
+        try:
+            _read_window(vstream, keyspace, tablet_type, h.shard, start, highs, rules, acc.in_condition)
+        except (grpc.RpcError, RuntimeError) as exc:
+            # VStream filters take only AND-ed column comparisons; a condition beyond that (OR, LIKE,
+            # functions) cannot be evaluated here. Then no key is known to be inside it: each key
+            # the window changed gets every change after the hold (a superset, still exact per key).
+            log.warning("shard %s: the condition of %s cannot filter a VStream (%s): every key changed during "
+                        "the hold is caught up in full", h.shard, ", ".join(sorted(conditions)), exc)
+            acc.forget_condition()
+    return acc.scan()
+
+
+def finals_scanner(config: WorkerConfig) -> Callable[[ShardHandoff], WindowScan]:
     """``scan_finals`` over a channel of its own (the worker task's catch-up hook)."""
     from cdcworker.source.channel import open_channel
     from cdcworker.task import channel_settings
 
-    def scan(h: ShardHandoff) -> Finals:
+    def scan(h: ShardHandoff) -> WindowScan:
         settings = channel_settings(config)
         channel = open_channel(settings)
         try:
@@ -221,7 +255,7 @@ def run_catchup(
     from cdcworker.task import channel_settings, encoder_config, producer_config
 
     scan = finals_scanner(config)
-    handoffs = {s: h if h.finals is not None else h.with_finals(scan(h)) for s, h in handoffs.items()}
+    handoffs = {s: h if h.finals is not None else h.with_scan(scan(h)) for s, h in handoffs.items()}
     settings = channel_settings(config)
     channel = open_channel(settings)
     sink = KafkaSink(producer_config(config))

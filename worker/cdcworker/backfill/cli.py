@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 log = logging.getLogger("cdcworker.backfill")
@@ -33,6 +34,11 @@ def register(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], 
     parser.add_argument("--max-concurrent-chunks", type=int, default=2, help="per shard")
     parser.add_argument("--rows-per-second", type=float, default=0.0, help="per shard; 0 = unthrottled")
     parser.add_argument("--progress-topic", default="")
+    parser.add_argument("--await-holds", action="store_true",
+                        help="read a shard's chunks only once its worker holds the tables back (the operator sets "
+                             "it: its connectors have workers; without workers the run would wait in vain)")
+    parser.add_argument("--hold-timeout", type=float, default=600.0, metavar="SECONDS",
+                        help="with --await-holds: fail when a shard's hold is not acknowledged in time")
     parser.add_argument("--no-view", action="store_true", help="no live progress view (log lines only)")
     return run
 
@@ -54,6 +60,8 @@ def spec_from_args(args: argparse.Namespace) -> Any:
         max_concurrent_chunks_per_shard=args.max_concurrent_chunks,
         rows_per_second_per_shard=args.rows_per_second,
         progress_topic=args.progress_topic,
+        await_holds=args.await_holds,
+        hold_timeout_seconds=args.hold_timeout,
     )
 
 
@@ -91,8 +99,39 @@ def _run_recorder(store: Any, config: Any) -> Callable[[Any], None]:
     return record
 
 
+@contextlib.contextmanager
+def _stop_on_signals(stop: threading.Event, spark: Callable[[], Any]) -> Iterator[None]:
+    """SIGTERM (the Job or SparkApplication was deleted, local mode stops) or SIGINT: lanes stop
+    before their next chunk and Spark's jobs are cancelled, so the run ends as a failed attempt and
+    is abandoned (the workers release it; rerunning it resumes). The previous handlers come back."""
+    import signal
+
+    def on_signal(signum: int, _frame: object) -> None:
+        stop.set()
+        session = spark()
+        if session is not None:
+            session.sparkContext.cancelAllJobs()
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 def run(args: argparse.Namespace) -> int:
-    from cdcworker.backfill.job import progress_store, run_backfill, spark_session, worker_config
+    from cdcworker.backfill.job import (
+        RunCancelled,
+        abandon,
+        progress_store,
+        run_backfill,
+        spark_session,
+        worker_config,
+    )
     from cdcworker.backfill.progress import ChunkDone, PlanRecord, ProgressTracker, RunStatus
 
     logging.basicConfig(level=os.environ.get("SHARDCDC_LOG_LEVEL", "WARNING").upper(),
@@ -110,6 +149,7 @@ def run(args: argparse.Namespace) -> int:
             elif rec.chunk.run_id == spec.run_id:
                 tracker.done(rec)
 
+    sigterm = threading.Event()  # set by SIGTERM/SIGINT: stop the lanes, abandon the attempt
     config = worker_config(spec)
     store = progress_store(spec, config)
     store.ensure_topic()
@@ -120,40 +160,58 @@ def run(args: argparse.Namespace) -> int:
     follower.start()
     spark = None
     live: Any = None
-    try:
-        if not args.no_view:
-            from rich.live import Live
+    failure: BaseException | None = None
+    with _stop_on_signals(sigterm, lambda: spark):
+        try:
+            if not args.no_view:
+                from rich.live import Live
 
-            live = Live(render(tracker, spec.run_id), refresh_per_second=2, transient=False)
-            live.start()
+                live = Live(render(tracker, spec.run_id), refresh_per_second=2, transient=False)
+                live.start()
 
-            def refresh() -> None:
-                while not stop.wait(0.5):
-                    with lock:
-                        live.update(render(tracker, spec.run_id))
+                def refresh() -> None:
+                    while not stop.wait(0.5):
+                        with lock:
+                            live.update(render(tracker, spec.run_id))
 
-            threading.Thread(target=refresh, daemon=True, name="progress-view").start()
-        if args.engine == "spark":
-            spark = spark_session(args.master or None)
-        result = run_backfill(spec, engine=args.engine, spark=spark, parallelism=args.parallelism)
-    except Exception as exc:  # reported once, with the run id to resume with
-        log.error("backfill %s failed: %s (rerun with --run-id %s to resume)", spec.run_id, exc, spec.run_id)
-        print(f"backfill {spec.run_id} failed: {exc}", file=sys.stderr)
-        record_run(RunStatus(spec.run_id, "failed", started_ms, int(time.time() * 1000), str(exc)[:1000]))
+                threading.Thread(target=refresh, daemon=True, name="progress-view").start()
+            if args.engine == "spark":
+                spark = spark_session(args.master or None)
+            result = run_backfill(spec, engine=args.engine, spark=spark, parallelism=args.parallelism, stop=sigterm)
+        except Exception as exc:  # reported once, with the run id to resume with
+            failure = exc
+        finally:
+            stop.set()
+            follower.join(5)
+            if live is not None:
+                with lock:
+                    live.update(render(tracker, spec.run_id))
+                live.stop()
+            if spark is not None:
+                spark.stop()  # no task of this run runs after this: the abandon marker below is safe
+    if failure is not None:
+        hint = "" if isinstance(failure, RunCancelled) else f" (rerun with --run-id {spec.run_id} to resume)"
+        log.error("backfill %s failed: %s%s", spec.run_id, failure, hint)
+        print(f"backfill {spec.run_id} failed: {failure}", file=sys.stderr)
+        record_run(RunStatus(spec.run_id, "failed", started_ms, int(time.time() * 1000), str(failure)[:1000]))
+        if not isinstance(failure, RunCancelled):
+            _release(abandon, spec, str(failure))
         return 1
-    finally:
-        stop.set()
-        follower.join(5)
-        if live is not None:
-            with lock:
-                live.update(render(tracker, spec.run_id))
-            live.stop()
-        if spark is not None:
-            spark.stop()
     record_run(RunStatus(spec.run_id, "succeeded", started_ms, int(time.time() * 1000)))
     print(f"backfill {result.run_id}: {result.chunks_read} chunks read, {result.chunks_skipped} already done, "
           f"{result.rows:,} rows in {result.seconds:.1f} s ({result.rows_per_second:,.0f} rows/s)")
     return 0
+
+
+def _release(abandon: Callable[[Any, str], Any], spec: Any, reason: str) -> None:
+    """The job's abandon marker: the workers release this attempt's holds and catch up (a failure
+    to write it is logged: the operator writes its own once it sees the run failed)."""
+    from confluent_kafka import KafkaException
+
+    try:
+        abandon(spec, reason)
+    except (KafkaException, RuntimeError) as exc:
+        log.warning("backfill %s: abandon marker not written: %s", spec.run_id, exc)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

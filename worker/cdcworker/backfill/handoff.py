@@ -27,6 +27,17 @@ Per key the topic then holds: the live changes up to the hold, the snapshot row 
 if K is absent at H(K), its final delete, then every change after H(K), in order. The rule is a
 pure function of (state, table, key, position) and the finals are a pure function of the binlog
 window, so a crash in any phase resumes correctly from the stored offset and state.
+
+Three refinements (docs/backfill.md, "The protocol"):
+
+* *abandoned runs*: a cancelled or failed attempt releases the hold through the same catch-up,
+  with the chunks it did not finish marked at the hold position (``marks_for``): their keys get
+  every change after the hold; chunks done in earlier epochs of the run count as not done;
+* *conditional runs* (``additional-condition``): a key whose state at H(K) is outside the
+  condition got no snapshot row; the first pass finds the ones that changed during the hold
+  (``WindowScan.uncovered``) and the catch-up emits every change of theirs after the hold;
+* *hold everything* (``hold_all_from``): a new connector whose initial snapshot is a backfill
+  holds every table from its first position, before the run's plan names the tables.
 """
 
 from __future__ import annotations
@@ -35,10 +46,13 @@ import bisect
 import enum
 import itertools
 from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from cdcworker.backfill.chunking import bounds_from_points
 from cdcworker.backfill.gtid import covers
+from cdcworker.backfill.progress import RunState
 from cdcworker.backfill.spec import Key
 
 HELD, CATCHUP, JOINED = "held", "catchup", "joined"
@@ -55,11 +69,13 @@ class Verdict(enum.IntEnum):
 
 @dataclass(frozen=True)
 class ChunkMark:
-    """A finished chunk's key range and its high watermark."""
+    """A chunk's key range, its high watermark and its low one (where its window began). A chunk
+    the run did not finish (an abandoned attempt) is marked at the hold: no snapshot row covers it."""
 
     lo: Key | None
     hi: Key | None
     high: str
+    low: str = ""
 
 
 @dataclass(frozen=True)
@@ -68,20 +84,25 @@ class TableMarks:
 
     marks: tuple[ChunkMark, ...]
     _los: tuple[Key, ...] = field(default=(), repr=False, compare=False)
+    condition: str | None = None  # the run's additional-condition for the table (None: every row)
 
     @classmethod
-    def of(cls, marks: Iterable[ChunkMark]) -> TableMarks:
+    def of(cls, marks: Iterable[ChunkMark], condition: str | None = None) -> TableMarks:
         ordered = sorted(marks, key=lambda m: (m.lo is not None, m.lo or ()))
         if not ordered or ordered[0].lo is not None or ordered[-1].hi is not None:
             raise ValueError("chunk marks must cover the key space (first lo and last hi unbounded)")
         for a, b in itertools.pairwise(ordered):
             if a.hi != b.lo:
                 raise ValueError(f"chunk marks leave a gap or overlap at {a.hi!r} / {b.lo!r}")
-        return cls(tuple(ordered), tuple(m.lo for m in ordered[1:] if m.lo is not None))
+        return cls(tuple(ordered), tuple(m.lo for m in ordered[1:] if m.lo is not None), condition)
+
+    def mark_for(self, key: Key) -> ChunkMark:
+        """The mark of the chunk that holds ``key``."""
+        return self.marks[bisect.bisect_right(self._los, key)]
 
     def high_for(self, key: Key) -> str:
         """The high watermark of the chunk that holds ``key``."""
-        return self.marks[bisect.bisect_right(self._los, key)].high
+        return self.mark_for(key).high
 
     @property
     def highs(self) -> list[str]:
@@ -89,6 +110,15 @@ class TableMarks:
 
 
 Finals = Mapping[str, Mapping[Key, str]]  # table -> key -> position of the key's final change
+Uncovered = Mapping[str, AbstractSet[Key]]  # table -> keys no snapshot row covers (conditional runs)
+
+
+@dataclass(frozen=True)
+class WindowScan:
+    """What the catch-up's first pass found in the binlog window (see ``FinalChanges``)."""
+
+    finals: Finals
+    uncovered: Uncovered = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -103,13 +133,23 @@ class ShardHandoff:
     marks: Mapping[str, TableMarks] = field(default_factory=dict)  # catchup: per held table
     holds: Mapping[str, str] = field(default_factory=dict)  # table -> position the hold began at
     late: tuple[str, ...] = ()  # tables whose hold began after some of their chunks were done
-    # catchup: each key's final change (None: not scanned yet). Derived from the binlog window,
-    # so it is neither stored nor compared: a restart scans again.
+    epoch: int = 0  # the run's attempt generation this hold belongs to (progress.AttemptRecord)
+    hold_all_from: str | None = None  # every table is held from here (an initial snapshot's backfill)
+    # catchup: each key's final change and the keys no snapshot row covers (None: not scanned yet).
+    # Derived from the binlog window, so they are neither stored nor compared: a restart scans again.
     finals: Finals | None = field(default=None, compare=False)
+    uncovered: Uncovered = field(default_factory=dict, compare=False)
+
+    def held(self, table: str) -> bool:
+        return table in self.tables or self.hold_all_from is not None
+
+    def hold_of(self, table: str) -> str | None:
+        """Where the hold of ``table`` began (every change of it up to there was emitted live)."""
+        return self.holds.get(table, self.hold_all_from)
 
     def decide(self, table: str, key: Key | None, position: str) -> Verdict:
         """The verdict on the change of ``table`` for ``key`` whose transaction ends at ``position``."""
-        if table not in self.tables:
+        if not self.held(table):
             # Other tables flow; in the catch-up they were already emitted up to rejoin_at.
             if self.phase == CATCHUP and self.rejoin_at is not None and covers(self.rejoin_at, position):
                 return Verdict.SKIP
@@ -120,11 +160,18 @@ class ShardHandoff:
             return Verdict.SKIP
         tm = self.marks.get(table)
         if tm is None:
-            return Verdict.SKIP  # no chunk marks: cannot place it (the catch-up loads them first)
+            if table in self.tables:
+                return Verdict.SKIP  # no chunk marks: cannot place it (the catch-up loads them first)
+            # Held by hold_all_from but not in the run (no plan names it): nothing covers it.
+            hold = self.hold_of(table)
+            return Verdict.EMIT if hold is not None and not covers(hold, position) else Verdict.SKIP
         if key is None:  # keyless rows cannot be placed in a chunk: emit them after every chunk
             return Verdict.EMIT if not any(covers(h, position) for h in tm.highs) else Verdict.SKIP
         if not covers(tm.high_for(key), position):
             return Verdict.EMIT
+        hold = self.hold_of(table)
+        if key in self.uncovered.get(table, ()) and hold is not None and not covers(hold, position):
+            return Verdict.EMIT  # outside the run's condition at H(K): no snapshot row, every change counts
         finals = (self.finals or {}).get(table)
         return Verdict.FINAL if finals is not None and finals.get(key) == position else Verdict.SKIP
 
@@ -145,7 +192,8 @@ class ShardHandoff:
     def catchup_start(self) -> str | None:
         """Where the rewound stream starts: the smallest chunk high watermark or hold position
         (a change after it was either held or may have to follow a snapshot row)."""
-        return smallest([h for tm in self.marks.values() for h in tm.highs] + list(self.holds.values()))
+        holds = [*self.holds.values(), *([self.hold_all_from] if self.hold_all_from is not None else [])]
+        return smallest([h for tm in self.marks.values() for h in tm.highs] + holds)
 
     def scan_window(self) -> tuple[str, list[str]] | None:
         """(start, high watermarks) of the window the finals come from: from the smallest hold to
@@ -168,10 +216,18 @@ class ShardHandoff:
         return all(covers(position, h) for h in highs)
 
     def to_catchup(self, marks: Mapping[str, TableMarks], rejoin_at: str | None) -> ShardHandoff:
-        return replace(self, phase=CATCHUP, rejoin_at=rejoin_at, marks=dict(marks), finals=None)
+        return replace(self, phase=CATCHUP, rejoin_at=rejoin_at, marks=dict(marks), finals=None, uncovered={})
 
-    def with_finals(self, finals: Finals) -> ShardHandoff:
-        return replace(self, finals=finals)
+    def with_finals(self, finals: Finals, uncovered: Uncovered | None = None) -> ShardHandoff:
+        return replace(self, finals=finals, uncovered=dict(uncovered or {}))
+
+    def with_scan(self, scan: WindowScan) -> ShardHandoff:
+        return self.with_finals(scan.finals, scan.uncovered)
+
+    @property
+    def conditions(self) -> dict[str, str]:
+        """table -> the run's additional-condition, for the held tables that have one."""
+        return {t: tm.condition for t, tm in self.marks.items() if tm.condition}
 
     # --- offset value ------------------------------------------------------------------------
 
@@ -185,12 +241,17 @@ class ShardHandoff:
             out["late"] = list(self.late)
         if self.rejoin_at is not None:
             out["rejoin_at"] = self.rejoin_at
+        if self.epoch:
+            out["epoch"] = self.epoch
+        if self.hold_all_from is not None:
+            out["hold_all_from"] = self.hold_all_from
         return out
 
     @classmethod
     def from_offset_field(cls, shard: str, d: Mapping[str, Any], marks: Mapping[str, TableMarks] | None = None) -> ShardHandoff:
         return cls(shard, d["run"], tuple(d["tables"]), d.get("phase", HELD), d.get("rejoin_at"), dict(marks or {}),
-                   dict(d.get("hold_from") or {}), tuple(d.get("late") or ()))
+                   dict(d.get("hold_from") or {}), tuple(d.get("late") or ()), int(d.get("epoch") or 0),
+                   d.get("hold_all_from"))
 
 
 class FinalChanges:
@@ -202,11 +263,21 @@ class FinalChanges:
     memory is one entry per key deleted in its window and not re-created (per key touched in the
     window for late tables): bounded by the keys the window's transactions touched, never by the
     table size.
+
+    Tables with an additional condition also need to know which keys present at H(K) got no
+    snapshot row: the chunk read covers keys inside the condition, plus every key its window
+    ``(L, H]`` changed (the merge keeps those whatever the condition). So per key touched in its
+    window it keeps the last change (position, present after it); ``in_condition`` is fed the same
+    window through a VStream filtered by the condition (a change shows its after image there only
+    if that image matches), and ``scan()`` combines both.
     """
 
     def __init__(self, h: ShardHandoff) -> None:
         self.h = h
         self.finals: dict[str, dict[Key, str]] = {t: {} for t in h.tables}
+        self.conditional = set(h.conditions)
+        self.last: dict[str, dict[Key, tuple[str, bool]]] = {t: {} for t in self.conditional}
+        self.matching: dict[str, set[Key]] = {t: set() for t in self.conditional}
 
     def _in_window(self, table: str, key: Key, position: str) -> bool:
         hold = self.h.holds.get(table)
@@ -218,13 +289,44 @@ class FinalChanges:
         finals = self.finals.get(table)
         if finals is None:
             return
+        last = self.last.get(table)
         if before is not None and before != after and self._in_window(table, before, position):
             finals[before] = position  # a delete (or the delete half of a primary-key change)
+            if last is not None:
+                last[before] = (position, False)
         if after is not None and self._in_window(table, after, position):
             if table in self.h.late:
                 finals[after] = position
             else:
                 finals.pop(after, None)  # present at its high watermark: the snapshot row has it
+            if last is not None:
+                last[after] = (position, True)
+
+    def in_condition(self, table: str, before: Key | None, after: Key | None, position: str) -> None:
+        """A change as the condition-filtered stream shows it: each image only if it matches."""
+        keys = self.matching.get(table)
+        if keys is None:
+            return
+        if before is not None and self._in_window(table, before, position):
+            keys.discard(before)  # left the condition (or was deleted) here, unless the after says otherwise
+        if after is not None and self._in_window(table, after, position):
+            keys.add(after)
+
+    def forget_condition(self) -> None:
+        """The condition could not be evaluated: no key counts as inside it."""
+        for keys in self.matching.values():
+            keys.clear()
+
+    def scan(self) -> WindowScan:
+        uncovered: dict[str, frozenset[Key]] = {}
+        for table, last in self.last.items():
+            tm = self.h.marks[table]
+            # Present at H(K), last changed at or before the chunk's low watermark (so not in its
+            # window) and outside the condition there: the chunk read did not return it.
+            uncovered[table] = frozenset(k for k, (pos, present) in last.items()
+                                         if present and covers(tm.mark_for(k).low or pos, pos)
+                                         and k not in self.matching[table])
+        return WindowScan(self.finals, uncovered)
 
 
 def smallest(positions: Sequence[str]) -> str | None:
@@ -239,3 +341,18 @@ def smallest(positions: Sequence[str]) -> str | None:
 def marks_from_run(watermarks: Iterable[tuple[Key | None, Key | None, str]]) -> TableMarks:
     """``RunState.watermarks(shard, table)`` -> ``TableMarks``."""
     return TableMarks.of(ChunkMark(lo, hi, high) for lo, hi, high in watermarks)
+
+
+def marks_for(run: RunState, shard: str, table: str, epoch: int, hold: str) -> TableMarks:
+    """The catch-up marks of a held table: every chunk of the plan, at its high watermark when it
+    was done in this hold's ``epoch``, else at ``hold`` (an abandoned attempt's unfinished chunks, or
+    chunks done in an earlier epoch, whose hand-off is over: every change after the hold counts)."""
+    plan = run.plans[(shard, table)]
+    marks = []
+    for index, (lo, hi) in enumerate(bounds_from_points(plan.points)):
+        done = run.done.get((shard, table, index))
+        if done is not None and done.epoch == epoch:
+            marks.append(ChunkMark(lo, hi, done.high, done.low))
+        else:
+            marks.append(ChunkMark(lo, hi, hold))
+    return TableMarks.of(marks, plan.condition)

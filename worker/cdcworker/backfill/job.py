@@ -23,7 +23,14 @@ from typing import Any, cast
 from confluent_kafka import KafkaError, Producer
 
 from cdcworker.backfill import chunking, rowchange
-from cdcworker.backfill.progress import ChunkDone, PlanRecord, RunState
+from cdcworker.backfill.progress import (
+    AttemptRecord,
+    ChunkDone,
+    PlanRecord,
+    RunAbandoned,
+    RunState,
+    parse_hold,
+)
 from cdcworker.backfill.reconcile import KeyReader, reconcile
 from cdcworker.backfill.spec import BackfillSpec, Chunk, Key
 from cdcworker.backfill.store import ProgressStore
@@ -309,7 +316,7 @@ def process_chunk(chunk: Chunk, ctx: LaneContext) -> ChunkStats:
         rows_out = merged.rows
     else:
         rows_out = 0
-    done = ChunkDone(chunk, rows_out, window.low, high, len(changes), int(time.time() * 1000))
+    done = ChunkDone(chunk, rows_out, window.low, high, len(changes), int(time.time() * 1000), ctx.spec.epoch)
     ctx.store.write(ctx.producer, [done])
     log.debug("chunk %s: %d rows (%d records), window %d changes", chunk.ident, rows_out, emitted, len(changes))
     return ChunkStats(chunk.shard, chunk.table, chunk.index, False, rows_out, len(rows), len(changes),
@@ -397,16 +404,25 @@ def run_spark(spark: Any, spec: BackfillSpec, lanes: list[list[Chunk]], lanes_pe
     return [ChunkStats(**d) for d in rdd.mapPartitions(fn).collect()]
 
 
+class RunStopped(RuntimeError):
+    """The run was asked to stop (SIGTERM: its Job or application was deleted, or local mode stops)."""
+
+
 def run_local(spec: BackfillSpec, lanes: list[list[Chunk]], lanes_per_shard: int, parallelism: int,
-              on_read: Callable[[Chunk], None] | None = None) -> list[ChunkStats]:
+              on_read: Callable[[Chunk], None] | None = None, stop: threading.Event | None = None
+              ) -> list[ChunkStats]:
     """In-process engine (local mode, tests): lanes on a thread pool; a failed lane stops the
-    others before their next chunk (as a failed Spark job does), and the error is raised."""
+    others before their next chunk (as a failed Spark job does), and the error is raised. When it
+    returns or raises, no lane runs any more (the pool is joined): an abandon marker written then
+    cannot be overtaken by a chunk of this run."""
     failed = threading.Event()
+    stopping = stop or threading.Event()
     with ThreadPoolExecutor(max_workers=max(1, parallelism), thread_name_prefix="backfill-lane") as pool:
 
         def one(lane: list[Chunk]) -> list[ChunkStats]:
             try:
-                return list(run_lane(lane, spec, lanes_per_shard, on_read, failed.is_set))
+                return list(run_lane(lane, spec, lanes_per_shard, on_read,
+                                     lambda: failed.is_set() or stopping.is_set()))
             except BaseException:
                 failed.set()
                 raise
@@ -415,7 +431,17 @@ def run_local(spec: BackfillSpec, lanes: list[list[Chunk]], lanes_per_shard: int
         out: list[ChunkStats] = []
         for f in futures:
             out.extend(f.result())
+    if stopping.is_set():
+        raise RunStopped(f"backfill {spec.run_id} stopped before all chunks were read")
     return out
+
+
+class RunCancelled(RuntimeError):
+    """The progress topic says the run is over (cancelled, or failed for good): it is not resumed."""
+
+
+class HoldTimeout(RuntimeError):
+    """The workers did not acknowledge the hold of some shards in time."""
 
 
 def run_backfill(
@@ -425,34 +451,42 @@ def run_backfill(
     parallelism: int = 2,
     on_planned: Callable[[list[PlanRecord]], None] | None = None,
     on_read: Callable[[Chunk], None] | None = None,
+    stop: threading.Event | None = None,
 ) -> RunResult:
-    """Plan (or reload the plan), run the chunks not yet done, return the totals."""
+    """Plan (or reload the plan), open this attempt's epoch, wait for the workers' holds when
+    ``spec.await_holds``, run the chunks not yet done, return the totals. ``on_planned`` is called
+    once the plan is recorded (and the holds acknowledged, when awaited), before any chunk is read."""
     from cdcworker.backfill.lanes import make_lanes
+    from cdcworker.task import producer_config
 
     t0 = time.monotonic()
     config = worker_config(spec)
     store = progress_store(spec, config)
     store.ensure_topic()
     state = store.load(spec.run_id)
+    if state.cancelled is not None:
+        raise RunCancelled(f"backfill {spec.run_id} was abandoned ({state.cancelled.reason or 'cancelled'}) and "
+                           f"cannot be resumed: start a new run id")
+    spec = spec.with_(epoch=state.next_epoch())
     client = client_for(config)
     try:
         plans, new, chunks = plan_run(spec, client, state)
     finally:
         client.close()
-    if new:
-        from cdcworker.task import producer_config
-
-        producer = Producer(producer_config(config))
-        store.write(producer, new)
+    producer = Producer(producer_config(config))
+    # Plans first, then the attempt: a worker that sees the attempt sees every plan of it.
+    store.write(producer, [*new, AttemptRecord(spec.run_id, config.source.keyspace, spec.epoch)])
+    todo = [c for c in chunks if not state.is_done(c)]
+    if spec.await_holds and todo:
+        await_holds(store, spec, config.source.keyspace, plans, {c.shard for c in todo})
     if on_planned is not None:
         on_planned(plans)
-    todo = [c for c in chunks if not state.is_done(c)]
     per_shard = spec.max_concurrent_chunks_per_shard
     lanes = make_lanes(todo, per_shard)
     if engine == "spark":
         stats = run_spark(spark, spec, lanes, per_shard) if lanes else []
     elif engine == "local":
-        stats = run_local(spec, lanes, per_shard, parallelism, on_read)
+        stats = run_local(spec, lanes, per_shard, parallelism, on_read, stop)
     else:
         raise ValueError(f"unknown engine {engine!r} (local or spark)")
     read = [s for s in stats if not s.skipped]
@@ -467,6 +501,46 @@ def run_backfill(
         time.monotonic() - t0,
         plans,
     )
+
+
+def await_holds(store: ProgressStore, spec: BackfillSpec, keyspace: str, plans: Sequence[PlanRecord],
+                shards: set[str]) -> None:
+    """The hand-shake: return once, for each of ``shards``, a worker's ``held`` marker of this epoch
+    lists every planned table of the shard (its live records of them are in Kafka, and it emits no
+    more of them until the catch-up); raise ``HoldTimeout`` after ``spec.hold_timeout_seconds``."""
+    want: dict[str, set[str]] = {}
+    for p in plans:
+        if p.shard in shards:
+            want.setdefault(p.shard, set()).add(p.table)
+    held: dict[str, set[str]] = {}
+
+    def missing() -> list[str]:
+        return sorted(s for s, tables in want.items() if not tables <= held.get(s, set()))
+
+    def done(value: bytes) -> bool:
+        m = parse_hold(value)
+        if m is not None and (m.run_id, m.keyspace, m.epoch) == (spec.run_id, keyspace, spec.epoch):
+            held[m.shard] = set(m.tables)
+        return not missing()
+
+    if not missing() or store.watch(done, spec.hold_timeout_seconds):
+        return
+    raise HoldTimeout(f"backfill {spec.run_id}: no worker acknowledged the hold of shard(s) {', '.join(missing())} "
+                      f"within {spec.hold_timeout_seconds:.0f}s (the connector's workers must be running; a run "
+                      f"without workers must not ask for the hand-shake)")
+
+
+def abandon(spec: BackfillSpec, reason: str) -> RunAbandoned:
+    """Mark the run's current attempt abandoned, so the workers release its holds (the job's side:
+    call it only once no lane of this process can emit a chunk any more). A later attempt of the
+    same run opens the next epoch."""
+    from cdcworker.task import producer_config
+
+    config = worker_config(spec)
+    store = progress_store(spec, config)
+    rec = RunAbandoned(spec.run_id, config.source.keyspace, store.load(spec.run_id).epoch, reason[:1000], "job")
+    store.write(Producer(producer_config(config)), [rec])
+    return rec
 
 
 def spark_session(master: str | None = "local[2]", app_name: str = "shardcdc-backfill", **conf: str) -> Any:

@@ -5,6 +5,12 @@ a rerun, a retried Spark task or a restarted driver reads it and skips finished 
 record is written only after Kafka acknowledged all of its rows, and it carries the chunk's high
 watermark, which the streaming hand-off needs. Plan records (one per shard and table) say how
 many chunks there are, so "all chunks of the shard are done" is decidable from the topic alone.
+
+The hand-off protocol with the workers adds markers (docs/backfill.md, "The protocol"): an
+``attempt`` record per attempt of a run (its *epoch*), the workers' ``held`` and ``handoff``
+markers, and ``abandon`` markers: an attempt that failed (written by the job, that epoch only) or
+a run cancelled or failed for good (written by the operator, every epoch). Workers release their
+holds on an abandon marker; a later attempt of the same run opens the next epoch.
 """
 
 from __future__ import annotations
@@ -62,7 +68,8 @@ class PlanRecord:
 
 @dataclass(frozen=True, slots=True)
 class ChunkDone:
-    """A finished chunk: its range, how many rows it emitted and its watermarks."""
+    """A finished chunk: its range, how many rows it emitted, its watermarks and the epoch (attempt
+    generation, see ``AttemptRecord``) it was done in."""
 
     chunk: Chunk
     rows: int
@@ -70,6 +77,7 @@ class ChunkDone:
     high: str
     window_changes: int = 0
     finished_ms: int = 0
+    epoch: int = 0
 
     def key(self) -> bytes:
         return self.chunk.progress_key()
@@ -84,6 +92,7 @@ class ChunkDone:
                 "high": self.high,
                 "window_changes": self.window_changes,
                 "finished_ms": self.finished_ms,
+                "epoch": self.epoch,
             }
         )
 
@@ -100,24 +109,106 @@ class HandoffDone:
     keyspace: str
     shard: str
     position: str
+    epoch: int = 0
 
     def key(self) -> bytes:
-        return orjson.dumps([self.run_id, self.keyspace, self.shard, HANDOFF])
+        return orjson.dumps([self.run_id, self.keyspace, self.shard, HANDOFF, self.epoch])
 
     def value(self) -> bytes:
         return orjson.dumps({"type": HANDOFF, "run": self.run_id, "keyspace": self.keyspace, "shard": self.shard,
-                             "position": self.position})
+                             "position": self.position, "epoch": self.epoch})
 
 
 def parse_handoff(value: bytes) -> HandoffDone | None:
     d = orjson.loads(value)
     if d.get("type") != HANDOFF:
         return None
-    return HandoffDone(d["run"], d["keyspace"], d["shard"], d.get("position", ""))
+    return HandoffDone(d["run"], d["keyspace"], d["shard"], d.get("position", ""), int(d.get("epoch") or 0))
 
 
-def parse_record(value: bytes) -> PlanRecord | ChunkDone | None:
-    """A plan or chunk record (None for other types: hand-off markers, future kinds)."""
+HOLD = "held"
+
+
+@dataclass(frozen=True, slots=True)
+class HoldStarted:
+    """Written by the worker once the offset holding (run, shard) back is stored: from here on
+    none of ``tables``' change events on the shard is emitted live until the catch-up. A job that
+    waits for it before reading the shard's chunks (``--await-holds``) gets, per key, no live
+    record after its snapshot row (see docs/backfill.md)."""
+
+    run_id: str
+    keyspace: str
+    shard: str
+    tables: tuple[str, ...]
+    hold_from: Mapping[str, str]
+    epoch: int = 0
+
+    def key(self) -> bytes:
+        return orjson.dumps([self.run_id, self.keyspace, self.shard, HOLD])
+
+    def value(self) -> bytes:
+        return orjson.dumps({"type": HOLD, "run": self.run_id, "keyspace": self.keyspace, "shard": self.shard,
+                             "tables": list(self.tables), "hold_from": dict(self.hold_from), "epoch": self.epoch})
+
+
+def parse_hold(value: bytes) -> HoldStarted | None:
+    d = orjson.loads(value)
+    if d.get("type") != HOLD:
+        return None
+    return HoldStarted(d["run"], d["keyspace"], d["shard"], tuple(d["tables"]), dict(d.get("hold_from") or {}),
+                       int(d.get("epoch") or 0))
+
+
+ATTEMPT = "attempt"
+ABANDON = "abandon"
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptRecord:
+    """Written by the job after the plan, at the start of each attempt of a run. ``epoch`` counts the
+    attempts that were abandoned before it: workers hold a run per epoch, so an attempt after a
+    failed one is held (and handed off) afresh; chunks done in earlier epochs are skipped."""
+
+    run_id: str
+    keyspace: str
+    epoch: int
+
+    def key(self) -> bytes:
+        return orjson.dumps([self.run_id, self.keyspace, ATTEMPT, self.epoch])
+
+    def value(self) -> bytes:
+        return orjson.dumps({"type": ATTEMPT, "run": self.run_id, "keyspace": self.keyspace, "epoch": self.epoch})
+
+
+@dataclass(frozen=True, slots=True)
+class RunAbandoned:
+    """The run will read no more chunks (in ``epoch``; ``None``: in any epoch, the run is over).
+
+    Written only once the writer knows no chunk of the run is being emitted any more (the job
+    after its lanes stopped; the operator once the run's pods are gone): workers then release
+    the run's holds and catch its tables up, so no change is lost."""
+
+    run_id: str
+    keyspace: str
+    epoch: int | None = None
+    reason: str = ""
+    by: str = ""  # "job" | "operator"
+
+    def key(self) -> bytes:
+        tail = [] if self.epoch is None else [self.epoch]
+        return orjson.dumps([self.run_id, self.keyspace, ABANDON, *tail])
+
+    def value(self) -> bytes:
+        return orjson.dumps({"type": ABANDON, "run": self.run_id, "keyspace": self.keyspace, "epoch": self.epoch,
+                             "reason": self.reason, "by": self.by})
+
+
+Record = PlanRecord | ChunkDone | AttemptRecord | RunAbandoned
+
+
+def parse_record(value: bytes) -> Record | None:
+    """A plan, chunk, attempt or abandon record: what a run's state is folded from (None for other
+    types: the workers' markers, the operator's records, future kinds)."""
     d = orjson.loads(value)
     if d.get("type") == PLAN:
         return PlanRecord(
@@ -128,8 +219,14 @@ def parse_record(value: bytes) -> PlanRecord | ChunkDone | None:
     if d.get("type") == "chunk":
         return ChunkDone(
             Chunk.from_dict(d), int(d["rows"]), d["low"], d["high"], int(d.get("window_changes", 0)),
-            int(d.get("finished_ms", 0)),
+            int(d.get("finished_ms", 0)), int(d.get("epoch") or 0),
         )
+    if d.get("type") == ATTEMPT:
+        return AttemptRecord(d["run"], d["keyspace"], int(d["epoch"]))
+    if d.get("type") == ABANDON:
+        epoch = d.get("epoch")
+        return RunAbandoned(d["run"], d["keyspace"], None if epoch is None else int(epoch), str(d.get("reason") or ""),
+                            str(d.get("by") or ""))
     return None
 
 
@@ -140,13 +237,36 @@ class RunState:
     run_id: str
     plans: dict[tuple[str, str], PlanRecord] = field(default_factory=dict)  # (shard, table)
     done: dict[tuple[str, str, int], ChunkDone] = field(default_factory=dict)  # (shard, table, index)
+    attempts: set[int] = field(default_factory=set)  # epochs opened by AttemptRecords
+    abandoned: set[int] = field(default_factory=set)  # epochs abandoned by the job
+    cancelled: RunAbandoned | None = None  # the run is over (every epoch abandoned)
 
-    def apply(self, rec: PlanRecord | ChunkDone | None) -> None:
+    def apply(self, rec: Record | None) -> None:
         if isinstance(rec, PlanRecord) and rec.run_id == self.run_id:
             self.plans[(rec.shard, rec.table)] = rec
         elif isinstance(rec, ChunkDone) and rec.chunk.run_id == self.run_id:
             c = rec.chunk
             self.done[(c.shard, c.table, c.index)] = rec
+        elif isinstance(rec, AttemptRecord) and rec.run_id == self.run_id:
+            self.attempts.add(rec.epoch)
+        elif isinstance(rec, RunAbandoned) and rec.run_id == self.run_id:
+            if rec.epoch is None:
+                self.cancelled = rec
+            else:
+                self.abandoned.add(rec.epoch)
+
+    @property
+    def epoch(self) -> int:
+        """The latest epoch (0 until an attempt after an abandoned one opened another)."""
+        return max(self.attempts, default=0)
+
+    def is_abandoned(self, epoch: int) -> bool:
+        return self.cancelled is not None or epoch in self.abandoned
+
+    def next_epoch(self) -> int:
+        """The epoch a new attempt runs in: the latest one, unless it was abandoned (a crashed
+        attempt that wrote no marker leaves its epoch open: the workers still hold it)."""
+        return self.epoch + 1 if self.epoch in self.abandoned else self.epoch
 
     def is_done(self, chunk: Chunk) -> bool:
         return (chunk.shard, chunk.table, chunk.index) in self.done

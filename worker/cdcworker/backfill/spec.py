@@ -44,6 +44,11 @@ class BackfillSpec:
     max_concurrent_chunks_per_shard: int = 2
     rows_per_second_per_shard: float = 0.0  # 0: unthrottled
     progress_topic: str = ""  # default: "<topic.prefix>.backfill-progress"
+    # The hand-shake: read a shard's chunks only once its worker announced the hold (``held``
+    # marker). Set by the operator, whose connectors have workers; a standalone run has none.
+    await_holds: bool = False
+    hold_timeout_seconds: float = 600.0
+    epoch: int = 0  # the attempt generation (set by ``run_backfill`` from the progress topic)
 
     def __post_init__(self) -> None:
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}", self.run_id):
@@ -52,6 +57,8 @@ class BackfillSpec:
             raise ValueError("a backfill needs at least one table pattern")
         if self.chunk_size < 1 or self.max_chunks < 1 or self.max_concurrent_chunks_per_shard < 1:
             raise ValueError("chunk_size, max_chunks and max_concurrent_chunks_per_shard must be >= 1")
+        if self.hold_timeout_seconds <= 0:
+            raise ValueError("hold_timeout_seconds must be > 0")
         for pattern in (*self.tables, *self.conditions):
             re.compile(pattern)
 
@@ -83,6 +90,9 @@ class BackfillSpec:
                 "max_concurrent_chunks_per_shard": self.max_concurrent_chunks_per_shard,
                 "rows_per_second_per_shard": self.rows_per_second_per_shard,
                 "progress_topic": self.progress_topic,
+                "await_holds": self.await_holds,
+                "hold_timeout_seconds": self.hold_timeout_seconds,
+                "epoch": self.epoch,
             }
         )
 
@@ -101,6 +111,9 @@ class BackfillSpec:
             max_concurrent_chunks_per_shard=int(d.get("max_concurrent_chunks_per_shard", 2)),
             rows_per_second_per_shard=float(d.get("rows_per_second_per_shard", 0.0)),
             progress_topic=d.get("progress_topic", ""),
+            await_holds=bool(d.get("await_holds", False)),
+            hold_timeout_seconds=float(d.get("hold_timeout_seconds", 600.0)),
+            epoch=int(d.get("epoch", 0)),
         )
 
 

@@ -10,7 +10,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from cdcworker.backfill.progress import ChunkDone, HandoffDone, PlanRecord, RunState, parse_record
+from cdcworker.backfill.progress import ChunkDone, PlanRecord, RunState, parse_record
 
 TOPIC_CONFIG = {"cleanup.policy": "compact"}
 
@@ -79,7 +79,25 @@ class ProgressStore:
                 state.apply(parse_record(value))
         return state
 
-    def write(self, producer: Producer, records: Iterable[PlanRecord | ChunkDone | HandoffDone], timeout: float = 60.0) -> None:
+    def watch(self, done: Callable[[bytes], bool], timeout: float) -> bool:
+        """Read the topic from its beginning, passing each value to ``done``, until ``done`` returns
+        True (True) or ``timeout`` seconds passed (False). Keeps reading as records arrive."""
+        consumer = Consumer({**self.client_config, "group.id": f"shardcdc-backfill-watch-{uuid.uuid4()}",
+                             "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+        deadline = time.monotonic() + timeout
+        try:
+            consumer.assign([TopicPartition(self.topic, 0, 0)])
+            while time.monotonic() < deadline:
+                msg = consumer.poll(min(0.5, max(0.0, deadline - time.monotonic())))
+                if msg is None or msg.error() is not None or msg.value() is None:
+                    continue
+                if done(msg.value()):  # type: ignore[arg-type]
+                    return True
+            return False
+        finally:
+            consumer.close()
+
+    def write(self, producer: Producer, records: Iterable[Any], timeout: float = 60.0) -> None:
         """Produce and wait for the acknowledgements (a record counts only once Kafka holds it)."""
         errors: list[KafkaError] = []
 
@@ -109,7 +127,7 @@ class ProgressStore:
                 if msg is None or msg.error() is not None or msg.value() is None:
                     continue
                 rec = parse_record(msg.value())  # type: ignore[arg-type]
-                if rec is not None:
+                if isinstance(rec, PlanRecord | ChunkDone):
                     on_record(rec)
         finally:
             consumer.close()

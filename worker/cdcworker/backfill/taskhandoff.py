@@ -2,9 +2,10 @@
 edges: the progress topic and the offset value; the rule itself is ``handoff.ShardHandoff``).
 
 The task calls :meth:`TaskHandoff.start` once, :meth:`TaskHandoff.pending` at offset flushes and,
-when it is true, :meth:`TaskHandoff.advance` once everything streamed so far is durable. A run is
-followed by a shard when the progress topic has its plan for that shard and no ``HandoffDone``
-marker for (run, shard):
+when it is true, :meth:`TaskHandoff.advance` once everything streamed so far is durable, then
+stores the offset with the new state and calls :meth:`TaskHandoff.announce`. A run is followed by
+a shard, per *epoch* (``progress.AttemptRecord``), when the progress topic has its plan for that
+shard, the epoch is not abandoned, and there is no ``HandoffDone`` marker for (run, epoch, shard):
 
 * no state -> ``held`` at the shard's position (``holds``: the run's tables on that shard;
   extended if more plans show up); once the offset carrying the state is stored, a ``HoldStarted``
@@ -12,7 +13,11 @@ marker for (run, shard):
   on (every live record of those tables is in Kafka before any snapshot row);
 * ``held`` and every chunk of those tables done -> ``catchup``: ``rejoin_at`` is the shard's
   position, the shard's gtid is rewound to the smallest chunk high watermark or hold, and the
-  first pass (``scan``) finds each key's final change;
+  first pass (``scan``) finds each key's final change (and, for conditional runs, the keys no
+  snapshot row covers);
+* ``held`` and the epoch abandoned (``RunAbandoned``: the attempt failed, or the run was cancelled
+  or failed for good) -> ``catchup`` as well, with the chunks the epoch did not finish marked at the
+  hold position: their keys get every change after the hold, so nothing is lost;
 * ``catchup`` and the position passed every high watermark and ``rejoin_at`` -> the marker is
   written to the progress topic, then the state is dropped.
 
@@ -21,6 +26,10 @@ for the new states, after writing the offset with the new state (one record: pos
 move together). A table whose hold begins after some of its chunks are done (the job did not wait
 for the marker, or the worker was behind) is held *late*: its live records may have landed after
 snapshot rows, so the catch-up re-states each key's last change before its high watermark.
+
+A new connector whose initial snapshot is a backfill (``start(initial_run=..., fresh=True)``) holds every
+table from its first position until that run's plan names the tables (or shows the run does not
+cover the shard, or is abandoned): no live record precedes the snapshot.
 """
 
 from __future__ import annotations
@@ -29,20 +38,31 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, cast
 
-import orjson
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 from cdcworker.backfill.gtid import covers
-from cdcworker.backfill.handoff import CATCHUP, HELD, OFFSET_FIELD, Finals, ShardHandoff, marks_from_run
+from cdcworker.backfill.handoff import (
+    CATCHUP,
+    HELD,
+    OFFSET_FIELD,
+    ShardHandoff,
+    TableMarks,
+    WindowScan,
+    marks_for,
+)
 from cdcworker.backfill.progress import (
+    AttemptRecord,
     ChunkDone,
     HandoffDone,
+    HoldStarted,
     PlanRecord,
+    RunAbandoned,
     RunState,
     parse_handoff,
+    parse_hold,
     parse_record,
 )
 from cdcworker.backfill.store import ProgressStore
@@ -51,39 +71,11 @@ from cdcworker.offsets import ShardGtid, Vgtid
 log = logging.getLogger(__name__)
 
 LOOKUP_INTERVAL = 2.0  # seconds between looks for a progress topic that does not exist yet
+# Set by the operator on the workers of a connector whose initial snapshot is a backfill: that run's id.
+INITIAL_RUN_PROPERTY = "shardcdc.backfill.initial.run"
 
-__all__ = ["OFFSET_FIELD", "HoldStarted", "ProgressFeed", "TaskHandoff", "parse_hold", "progress_topic_of"]
-
-HOLD = "held"
-
-
-@dataclass(frozen=True, slots=True)
-class HoldStarted:
-    """Written by the worker once the offset holding (run, shard) back is stored: from here on
-    none of ``tables``' change events on the shard is emitted live until the catch-up. A job that
-    waits for it before reading the shard's chunks gets, per key, no live record after its
-    snapshot row (see docs/backfill.md)."""
-
-    run_id: str
-    keyspace: str
-    shard: str
-    tables: tuple[str, ...]
-    hold_from: Mapping[str, str]
-
-    def key(self) -> bytes:
-        return orjson.dumps([self.run_id, self.keyspace, self.shard, HOLD])
-
-    def value(self) -> bytes:
-        return orjson.dumps({"type": HOLD, "run": self.run_id, "keyspace": self.keyspace, "shard": self.shard,
-                             "tables": list(self.tables), "hold_from": dict(self.hold_from)})
-
-
-def parse_hold(value: bytes) -> HoldStarted | None:
-    d = orjson.loads(value)
-    if d.get("type") != HOLD:
-        return None
-    return HoldStarted(d["run"], d["keyspace"], d["shard"], tuple(d["tables"]), dict(d.get("hold_from") or {}))
-
+__all__ = ["INITIAL_RUN_PROPERTY", "OFFSET_FIELD", "HoldStarted", "ProgressFeed", "TaskHandoff", "parse_hold",
+           "progress_topic_of"]
 
 def progress_topic_of(topic_prefix: str) -> str:
     """The progress topic the backfill job writes by default (``job.progress_topic``)."""
@@ -98,7 +90,7 @@ class ProgressFeed:
         self.topic = topic
         self.keyspace = keyspace
         self.runs: dict[str, RunState] = {}  # in order of first appearance
-        self.handed_off: set[tuple[str, str]] = set()  # (run, shard)
+        self.handed_off: set[tuple[str, int, str]] = set()  # (run, epoch, shard)
         self._consumer: Any = None
         self._assigned = False
         self._next_lookup = 0.0
@@ -153,13 +145,13 @@ class ProgressFeed:
         marker = parse_handoff(value)
         if marker is not None:
             if marker.keyspace == self.keyspace:
-                self.handed_off.add((marker.run_id, marker.shard))
+                self.handed_off.add((marker.run_id, marker.epoch, marker.shard))
             return
         rec = parse_record(value)
-        if isinstance(rec, PlanRecord):
-            run_id, keyspace = rec.run_id, rec.keyspace
-        elif isinstance(rec, ChunkDone):
+        if isinstance(rec, ChunkDone):
             run_id, keyspace = rec.chunk.run_id, rec.chunk.keyspace
+        elif isinstance(rec, PlanRecord | AttemptRecord | RunAbandoned):
+            run_id, keyspace = rec.run_id, rec.keyspace
         else:
             return
         if keyspace == self.keyspace:
@@ -170,12 +162,12 @@ class ProgressFeed:
             self._producer = Producer({**self.client_config, "enable.idempotence": True, "acks": "all"})
         ProgressStore(self.client_config, self.topic).write(self._producer, records)
 
-    def mark_handed_off(self, run_id: str, shard: str, position: str) -> None:
-        self._write([HandoffDone(run_id, self.keyspace, shard, position)])
-        self.handed_off.add((run_id, shard))
+    def mark_handed_off(self, h: ShardHandoff, position: str) -> None:
+        self._write([HandoffDone(h.run_id, self.keyspace, h.shard, position, h.epoch)])
+        self.handed_off.add((h.run_id, h.epoch, h.shard))
 
     def mark_held(self, h: ShardHandoff) -> None:
-        self._write([cast(Any, HoldStarted(h.run_id, self.keyspace, h.shard, h.tables, h.holds))])
+        self._write([cast(Any, HoldStarted(h.run_id, self.keyspace, h.shard, h.tables, h.holds, h.epoch))])
 
     def close(self) -> None:
         if self._consumer is not None:
@@ -191,14 +183,15 @@ class TaskHandoff:
     """The hand-off state of one task's shards (restored from its offset value)."""
 
     def __init__(self, feed: ProgressFeed, stored: Mapping[str, Any] | None = None,
-                 scan: Callable[[ShardHandoff], Finals] | None = None) -> None:
+                 scan: Callable[[ShardHandoff], WindowScan] | None = None) -> None:
         self.feed = feed
         self.scan = scan  # the catch-up's first pass (catchup.finals_scanner); None: no finals
         self.states: dict[str, ShardHandoff] = {}
         for shard, d in ((stored or {}).get(OFFSET_FIELD) or {}).items():
             self.states[shard] = ShardHandoff.from_offset_field(shard, d)
         self.transitions = 0
-        self._announced: set[tuple[str, str, tuple[str, ...]]] = set()  # (run, shard, tables) marked held
+        self._unwanted: set[str] = set()  # runs held with hold_all_from that the configuration no longer names
+        self._announced: set[tuple[str, str, int, tuple[str, ...]]] = set()  # (run, shard, epoch, tables) marked held
 
     @property
     def active(self) -> bool:
@@ -213,11 +206,42 @@ class TaskHandoff:
     def _tables(self, run: RunState, shard: str) -> tuple[str, ...]:
         return tuple(sorted(t for s, t in run.plans if s == shard))
 
-    def _pending(self, shard: str) -> RunState | None:
+    def _open_epoch(self, run: RunState, shard: str) -> int | None:
+        """The epoch of ``run`` this shard should hold, or None (abandoned, or handed off already)."""
+        epoch = run.epoch
+        if run.is_abandoned(epoch) or (run.run_id, epoch, shard) in self.feed.handed_off:
+            return None
+        return epoch
+
+    def _pending(self, shard: str) -> tuple[RunState, int] | None:
         for run in self.feed.runs.values():
-            if (run.run_id, shard) not in self.feed.handed_off and self._tables(run, shard):
-                return run
+            epoch = self._open_epoch(run, shard)
+            if epoch is not None and self._tables(run, shard):
+                return run, epoch
         return None
+
+    def _released(self, run: RunState | None, h: ShardHandoff) -> bool:
+        """The hold ends without the run finishing its chunks: the epoch was abandoned, or a hold of
+        every table finds that the run's attempt planned nothing on this shard (or that the
+        configuration stopped asking for the run before it planned anything)."""
+        if run is not None and run.is_abandoned(h.epoch):
+            return True
+        if h.hold_all_from is None or h.tables:
+            return False
+        if run is None or self._tables(run, h.shard):
+            return run is None and h.run_id in self._unwanted
+        return h.run_id in self._unwanted or h.epoch in run.attempts
+
+    def _to_catchup(self, h: ShardHandoff, run: RunState | None, gtid: str) -> tuple[ShardHandoff, str | None]:
+        """The catch-up of ``h`` from ``gtid``, and where the stream restarts (None: where it is)."""
+        h = h.to_catchup(self._marks(h, run), rejoin_at=gtid)
+        start = h.catchup_start()
+        return h, (start if start is not None and covers(gtid, start) else None)
+
+    def _marks(self, h: ShardHandoff, run: RunState | None) -> dict[str, TableMarks]:
+        if run is None:
+            return {}  # only a hold of every table before any plan: nothing to mark
+        return {t: marks_for(run, h.shard, t, h.epoch, h.hold_of(t) or "") for t in h.tables}
 
     def _next(self, position: Vgtid) -> tuple[dict[str, ShardHandoff], dict[str, str], list[ShardHandoff]]:
         """The states after ``position`` (pure, given what the feed read): (states, rewound gtids,
@@ -230,23 +254,28 @@ class TaskHandoff:
             h = self.states.get(shard)
             known = gtid.startswith("MySQL56/")
             if h is None and known:  # a hold begins at a real position (not "current" or a copy)
-                run = self._pending(shard)
-                if run is not None:
-                    h = ShardHandoff(shard, run.run_id, ())
+                pending = self._pending(shard)
+                if pending is not None:
+                    h = ShardHandoff(shard, pending[0].run_id, (), epoch=pending[1])
             if h is not None and h.phase == HELD:
                 run = self.feed.runs.get(h.run_id)
-                tables = tuple(sorted(set(h.tables) | set(self._tables(run, shard) if run is not None else ())))
-                if tables != h.tables:
-                    # Tables join the hold here: their changes up to this position were emitted live.
-                    new = [t for t in tables if t not in h.holds]
-                    late = [t for t in new if run is not None and _any_done(run, shard, t)]
-                    h = replace(h, tables=tables, holds={**h.holds, **dict.fromkeys(new, gtid)},
-                                late=tuple(sorted({*h.late, *late})))
-                if run is not None and known and all(run.table_complete(shard, t) for t in h.tables):
-                    h = h.to_catchup({t: marks_from_run(run.watermarks(shard, t)) for t in h.tables}, rejoin_at=gtid)
-                    start = h.catchup_start()
-                    if start is not None and covers(gtid, start):
+                if known and self._released(run, h):
+                    h, start = self._to_catchup(h, run, gtid)
+                    if start is not None:
                         gtids[shard] = start
+                elif run is not None:
+                    tables = tuple(sorted(set(h.tables) | set(self._tables(run, shard))))
+                    if tables != h.tables:
+                        # Tables join the hold here: their changes up to this position were emitted
+                        # live (unless everything was held already).
+                        new = [t for t in tables if t not in h.holds]
+                        late = [t for t in new if h.hold_all_from is None and _any_done(run, shard, t, h.epoch)]
+                        h = replace(h, tables=tables, holds={**h.holds, **dict.fromkeys(new, h.hold_all_from or gtid)},
+                                    late=tuple(sorted({*h.late, *late})))
+                    if known and h.tables and all(run.table_complete(shard, t) for t in h.tables):
+                        h, start = self._to_catchup(h, run, gtid)
+                        if start is not None:
+                            gtids[shard] = start
             elif h is not None and h.phase == CATCHUP and known and h.finished(gtid):
                 done.append(h)
                 h = None
@@ -262,17 +291,20 @@ class TaskHandoff:
         self.feed.poll()
         if position is None:
             return False
-        self._announce()
+        self.announce()
         return self._next(position)[0] != self.states
 
-    def _announce(self) -> None:
+    def announce(self) -> None:
+        """Write a ``HoldStarted`` marker for each state not announced yet. Call only once the offset
+        carrying the states is stored (a restart then holds from the same positions)."""
         for h in self.states.values():
-            ident = (h.run_id, h.shard, h.tables)
+            ident = (h.run_id, h.shard, h.epoch, h.tables)
             if ident not in self._announced:
                 self.feed.mark_held(h)
                 self._announced.add(ident)
-                log.info("shard %s: backfill %s: holding %s back since %s", h.shard, h.run_id, ", ".join(h.tables),
-                         ", ".join(sorted(set(h.holds.values()))))
+                holds = sorted({*h.holds.values(), *([h.hold_all_from] if h.hold_all_from else [])})
+                log.info("shard %s: backfill %s: holding %s back since %s", h.shard, h.run_id,
+                         ", ".join(h.tables) or "every table", ", ".join(holds))
 
     def advance(self, position: Vgtid) -> tuple[Vgtid, bool]:
         """Move each shard on at ``position`` (durable: everything before it is in Kafka); returns
@@ -280,17 +312,18 @@ class TaskHandoff:
         then dropped: a crash in between resumes the catch-up, which is finished at once."""
         states, gtids, done = self._next(position)
         for h in done:
-            self.feed.mark_handed_off(h.run_id, h.shard, (position.get(h.shard) or ShardGtid("", h.shard, "")).gtid)
+            self.feed.mark_handed_off(h, (position.get(h.shard) or ShardGtid("", h.shard, "")).gtid)
             log.info("shard %s: backfill %s handed off; %s rejoined the live stream", h.shard, h.run_id,
-                     ", ".join(h.tables))
+                     ", ".join(h.tables) or "every table")
         for shard, h in states.items():
             old = self.states.get(shard)
             if old is None or old.phase != h.phase:
                 where = f" from {gtids[shard]} (rejoining at {h.rejoin_at})" if shard in gtids else ""
-                log.info("shard %s: backfill %s: %s %s%s", shard, h.run_id, h.phase, ", ".join(h.tables), where)
+                log.info("shard %s: backfill %s (epoch %d): %s %s%s", shard, h.run_id, h.epoch, h.phase,
+                         ", ".join(h.tables) or "every table", where)
         for shard, h in states.items():
             if h.phase == CATCHUP and h.finals is None:
-                states[shard] = h.with_finals(self._finals(h))
+                states[shard] = h.with_scan(self._scan(h))
         changed = states != self.states
         self.states = states
         if changed:
@@ -300,12 +333,17 @@ class TaskHandoff:
                                    for sg in position))
         return position, changed
 
-    def start(self, position: Vgtid) -> Vgtid:
+    def start(self, position: Vgtid, initial_run: str | None = None, fresh: bool = False) -> Vgtid:
         """At task start: read the whole topic, reload the marks of a restored ``catchup`` state
-        (they are not in the offset value), and advance from the stored position."""
+        (they are not in the offset value), and advance from the stored position.
+
+        ``initial_run``: the run of the connector's initial snapshot (configured by the operator).
+        On a ``fresh`` start (no stored position) shards hold every table for it from ``position``
+        until its plan says which; a stored hold of every table for a run the configuration no
+        longer names is released."""
         self.feed.poll(to_end=True)
         for shard, h in list(self.states.items()):
-            if not h.holds:
+            if not h.holds and h.hold_all_from is None:
                 # A state without hold positions (written before holds were recorded): its tables
                 # were emitted live, so they are held late from here.
                 sg = position.get(shard)
@@ -313,29 +351,49 @@ class TaskHandoff:
                     h = replace(h, holds=dict.fromkeys(h.tables, sg.gtid), late=h.tables)
             if h.phase == CATCHUP and not h.marks:
                 h = self._with_marks(h)
+            if h.hold_all_from is not None and h.run_id != initial_run:
+                self._unwanted.add(h.run_id)
             self.states[shard] = h
+        if initial_run is not None and fresh:
+            for sg in position:
+                if sg.shard not in self.states and sg.gtid.startswith("MySQL56/") and self._may_hold_all(
+                        initial_run, sg.shard):
+                    self.states[sg.shard] = ShardHandoff(sg.shard, initial_run, (), hold_all_from=sg.gtid,
+                                                         epoch=self._epoch_of(initial_run))
         return self.advance(position)[0]
 
-    def _finals(self, h: ShardHandoff) -> Finals:
+    def _epoch_of(self, run_id: str) -> int:
+        run = self.feed.runs.get(run_id)
+        return run.epoch if run is not None else 0
+
+    def _may_hold_all(self, run_id: str, shard: str) -> bool:
+        """Hold every table for ``run_id`` unless the topic says it is over or skips this shard."""
+        run = self.feed.runs.get(run_id)
+        if run is None:
+            return True
+        epoch = self._open_epoch(run, shard)
+        return epoch is not None and (epoch not in run.attempts or bool(self._tables(run, shard)))
+
+    def _scan(self, h: ShardHandoff) -> WindowScan:
         if self.scan is None:
             log.warning("shard %s: no catch-up scan configured: deletes before their chunk are not emitted", h.shard)
-            return {}
+            return WindowScan({})
         t0 = time.monotonic()
-        finals = self.scan(h)
-        log.info("shard %s: backfill %s: %d final change(s) before their chunks' high watermarks (scanned in %.1fs)",
-                 h.shard, h.run_id, sum(len(f) for f in finals.values()), time.monotonic() - t0)
-        return finals
+        scan = self.scan(h)
+        log.info("shard %s: backfill %s: %d final change(s) before their chunks' high watermarks, %d key(s) outside "
+                 "the run's condition (scanned in %.1fs)", h.shard, h.run_id, sum(len(f) for f in scan.finals.values()),
+                 sum(len(u) for u in scan.uncovered.values()), time.monotonic() - t0)
+        return scan
 
     def _with_marks(self, h: ShardHandoff) -> ShardHandoff:
         run = self.feed.runs.get(h.run_id)
-        if run is None:
+        if run is None and h.tables:
             raise RuntimeError(f"backfill {h.run_id} is not in {self.feed.topic}: cannot resume its catch-up")
-        marks = {t: marks_from_run(run.watermarks(h.shard, t)) for t in h.tables}
-        return h.to_catchup(marks, h.rejoin_at)
+        return h.to_catchup(self._marks(h, run), h.rejoin_at)
 
     def close(self) -> None:
         self.feed.close()
 
 
-def _any_done(run: RunState, shard: str, table: str) -> bool:
-    return any(s == shard and t == table for s, t, _ in run.done)
+def _any_done(run: RunState, shard: str, table: str, epoch: int) -> bool:
+    return any(s == shard and t == table and d.epoch == epoch for (s, t, _), d in run.done.items())

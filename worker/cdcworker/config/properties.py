@@ -398,6 +398,15 @@ _PROPERTIES: tuple[Property, ...] = (
         "Tables (keyspace.table regexes) the initial copy includes.",
         group="snapshot",
     ),
+    _p(
+        "shardcdc.backfill.initial.run",
+        S,
+        None,
+        "Run id of the backfill that makes this connector's initial snapshot (set by the operator for "
+        "snapshot.mode=initial with a backfill engine): a first start holds every table back from the shards' "
+        "current positions until that run's catch-up, so no live change precedes the snapshot.",
+        group="snapshot",
+    ),
     # --- value conversion -----------------------------------------------------------------------------------------
     _p(
         "decimal.handling.mode",
