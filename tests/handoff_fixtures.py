@@ -128,6 +128,20 @@ def wait(cond: Callable[[], Any], worker: Worker, timeout: float, what: str) -> 
         time.sleep(0.05)  # polling period of a condition with a deadline
 
 
+def caught_up(broker: KafkaBroker, sim: VTGateSim, p: dict[str, str]) -> bool:
+    """The worker's last offset is the source's end position, without hand-off state."""
+    v = offsets(broker, p)
+    return bool(v) and {sg.shard: sg.gtid for sg in v[-1].vgtid} == sim.positions(KS) and OFFSET_FIELD not in v[-1].fields
+
+
+def handed_off_then_flowing(broker: KafkaBroker, p: dict[str, str], worker: Worker, count: Mapping[str, int]) -> None:
+    """Every shard handed the run off, then the workload ran 150 more transactions (the rejoined
+    tables must flow live again; ``count`` is ``live_workload``'s)."""
+    wait(lambda: handed_off(broker, p) == set(SHARDS), worker, 120, "every shard handed off")
+    seen = count["transactions"]
+    wait(lambda: count["transactions"] >= seen + 150, worker, 30, "more live transactions")
+
+
 def live_record_of(broker: KafkaBroker, topic: str, key: str, value: Any) -> bool:
     """Whether the (one-partition) topic holds a change record whose after image has ``key`` = ``value``
     (read to its end offset when called: a topic the workload keeps writing has no stable EOF)."""

@@ -35,8 +35,9 @@ from backfill_fixtures import (
 from handoff_fixtures import (
     Worker,
     assert_per_key_sequences,
+    caught_up,
     diagnose,
-    handed_off,
+    handed_off_then_flowing,
     holds,
     offsets,
     phases,
@@ -145,12 +146,8 @@ def _scenario(tmp_path: Path, broker: KafkaBroker, sim: VTGateSim, kill_in: str 
                 killed_in = phases(last)
                 worker.start()
             # The workload goes on past the hand-off: the rejoined tables must flow live again.
-            wait(lambda: handed_off(broker, p) == set(SHARDS), worker, 120, "every shard handed off")
-            seen = count["transactions"]
-            wait(lambda: count["transactions"] >= seen + 150, worker, 30, "more live transactions")
-        # Caught up: the last offset is the source's end position, without hand-off state.
-        wait(lambda: (v := offsets(broker, p)) and {sg.shard: sg.gtid for sg in v[-1].vgtid} == sim.positions(KS)
-             and OFFSET_FIELD not in v[-1].fields, worker, 60, "the worker caught up")
+            handed_off_then_flowing(broker, p, worker, count)
+        wait(lambda: caught_up(broker, sim, p), worker, 60, "the worker caught up")
     finally:
         worker.stop()
     # Every shard's first chunk was read after its worker announced the hold of all three tables.

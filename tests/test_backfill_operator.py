@@ -12,6 +12,7 @@ import pytest
 from operator_kube_fixtures import wait_for
 
 from cdcoperator import backfill as bf
+from cdcoperator.backfillrelease import Release, running, to_release
 from cdcoperator.model import ConnectorResource
 from kubetest import KubeControlPlane, kube_control_plane_fixture
 
@@ -52,7 +53,11 @@ def test_requests_names_and_run_ids_are_deterministic() -> None:
     req = c.spec.backfills[0]
     assert bf.job_arguments(c, req) == [
         "--config", "/etc/shardcdc/worker.properties", "--run-id", "b1-01234567", "--table", "items",
-        "--table", "lines", "--condition", "(items|lines)=qty > 3", "--chunk-size", "20000"]
+        "--table", "lines", "--condition", "(items|lines)=qty > 3", "--chunk-size", "20000", "--await-holds"]
+    # The hand-shake is asked for only when the connector has workers to hold the tables back.
+    stopped = body()
+    stopped["spec"]["state"] = "stopped"
+    assert "--await-holds" not in bf.job_arguments(ConnectorResource.from_body(stopped), req)
 
 
 def test_spark_application_spec() -> None:
@@ -254,3 +259,38 @@ def test_reconcile_backfills_creates_tracks_and_cancels(plane: KubeControlPlane)
         assert [e["id"] for e in entries] == ["b3"] and cond.status is True
         assert _get(plane, "configmap", f"{name}-config") is None
         assert _get(plane, "sparkapplication", bf.run_name("rec", "b3")) is not None
+
+
+def test_spark_version_has_one_home() -> None:
+    """The SparkApplication's sparkVersion is the pyspark the Spark image installs (constraints.txt)."""
+    import re
+
+    from cdcworker.backfill import SPARK_VERSION
+
+    pin = re.search(r"^pyspark==(\S+)$", (ROOT / "constraints.txt").read_text(), re.M)
+    assert pin is not None and pin.group(1) == SPARK_VERSION
+    assert bf.build_spark_application(cr(), cr().spec.backfills[0])["spec"]["sparkVersion"] == SPARK_VERSION
+    docs = (ROOT / "docs" / "backfill.md").read_text()
+    assert "SPARK_VERSION" in docs and not re.search(r"pyspark==\d", docs)
+
+
+def test_operator_releases_cancelled_and_failed_runs_of_its_connector_only() -> None:
+    runs = {
+        "b1-0123abcd": {"chunksTotal": 4, "chunksDone": 1},  # removed from the spec
+        "b2-0123abcd": {"chunksTotal": 4, "chunksDone": 2},  # still wanted, running
+        "b3-0123abcd": {"chunksTotal": 4, "chunksDone": 2},  # wanted, its engine failed for good
+        "b4-0123abcd": {"chunksTotal": 4, "chunksDone": 4},  # complete: hands off normally
+        "b5-0123abcd": {"chunksTotal": 4, "chunksDone": 0, "abandoned": "cancelled"},
+        "bf-manual": {"chunksTotal": 4, "chunksDone": 0},  # started by hand: not ours
+        "sig-x-0123abcd": {"chunksTotal": 2, "chunksDone": 0},  # a stopped signal run
+    }
+    wanted = {"b2-0123abcd": "b2", "b3-0123abcd": "b3"}
+    ended = {"b3-0123abcd": "failed: driver lost", "sig-x-0123abcd": "cancelled: stopped by signal s"}
+    assert to_release("0123abcd-uid", runs, wanted, ended) == [
+        Release("b1-0123abcd", "b1", "cancelled: no longer requested"),
+        Release("b3-0123abcd", "b3", "failed: driver lost"),
+        Release("sig-x-0123abcd", "sig-x", "cancelled: stopped by signal s"),
+    ]
+    pods = [{"metadata": {"name": "a"}, "status": {"phase": "Running"}}, {"metadata": {"name": "b"}},
+            {"metadata": {"name": "c"}, "status": {"phase": "Succeeded"}}]
+    assert running(pods) == ["a", "b"]

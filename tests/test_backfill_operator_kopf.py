@@ -208,7 +208,8 @@ def test_signals_launch_track_and_cancel_spark_runs(env: Env) -> None:
         worker.forward("nightly-fix", "execute-snapshot", SnapshotRequest("nightly-fix", ("bfsig.items",)))
         app = wait_for(lambda: env.get("sparkapplications", "sg-bf-sig-nightly-fix"), 30, "the signal's application")
         assert app["spec"]["arguments"] == ["--config", "/etc/shardcdc/worker.properties",
-                                            "--run-id", f"sig-nightly-fix-{uid[:8]}", "--table", "items"]
+                                            "--run-id", f"sig-nightly-fix-{uid[:8]}", "--table", "items",
+                                            "--await-holds"]
         run = f"sig-nightly-fix-{uid[:8]}"
         producer = Producer({"bootstrap.servers": env.bootstrap})
         for rec in (PlanRecord(run, "bfsig", "-", "items", ("id",), 2, 50, "even"),

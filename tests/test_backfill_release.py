@@ -27,8 +27,10 @@ from backfill_fixtures import (
 from handoff_fixtures import (
     Worker,
     assert_per_key_sequences,
+    caught_up,
     diagnose,
     handed_off,
+    handed_off_then_flowing,
     live_record_of,
     offsets,
     phases,
@@ -53,11 +55,6 @@ def sim() -> Iterator[VTGateSim]:
     with VTGateSim() as s:
         make_keyspace(s)
         yield s
-
-
-def _caught_up(broker: KafkaBroker, sim: VTGateSim, p: dict[str, str]) -> bool:
-    v = offsets(broker, p)
-    return bool(v) and {sg.shard: sg.gtid for sg in v[-1].vgtid} == sim.positions(KS) and OFFSET_FIELD not in v[-1].fields
 
 
 def _write(broker: KafkaBroker, p: dict[str, str], rec: RunAbandoned) -> None:
@@ -98,7 +95,7 @@ def test_cancelled_run_releases_its_hold_and_loses_no_change(tmp_path: Path, kaf
         loads = populate(sim, 1000)  # streamed live: chunks never read still have every row in the topics
         loads[1].ids.remove(flowing_id)
         loads[0].ids.remove(later_id)
-        wait(lambda: _caught_up(kafka_broker, sim, p), worker, 60, "the rows streamed")
+        wait(lambda: caught_up(kafka_broker, sim, p), worker, 60, "the rows streamed")
         with live_workload(sim, loads) as count:
             with pytest.raises(RuntimeError, match="cancelled mid-way"):
                 run_backfill(spec, engine="local", parallelism=4, on_read=on_read)
@@ -111,8 +108,8 @@ def test_cancelled_run_releases_its_hold_and_loses_no_change(tmp_path: Path, kaf
             wait(lambda: live_record_of(kafka_broker, f"{p['topic.prefix']}.{KS}.items", "qty", 777), worker, 30,
                  "a change after the release, live")
             seen = count["transactions"]
-            wait(lambda: count["transactions"] >= seen + 150, worker, 30, "more live transactions")
-        wait(lambda: _caught_up(kafka_broker, sim, p), worker, 60, "the worker caught up")
+            wait(lambda: count["transactions"] >= seen + 150, worker, 30, "more live transactions after it")
+        wait(lambda: caught_up(kafka_broker, sim, p), worker, 60, "the worker caught up")
     finally:
         worker.stop()
     assert during == {"phases": {"held"}, "handed_off": set()}
@@ -139,14 +136,12 @@ def test_conditional_run_catches_up_rows_outside_its_condition(tmp_path: Path, k
         worker.start()
         wait(lambda: offsets(kafka_broker, p), worker, 60, "the worker's first offset")
         loads = populate(sim, 1000)  # streamed live: the topics hold every row, inside the condition or not
-        wait(lambda: _caught_up(kafka_broker, sim, p), worker, 60, "the rows streamed")
+        wait(lambda: caught_up(kafka_broker, sim, p), worker, 60, "the rows streamed")
         with live_workload(sim, loads) as count:
             result = run_backfill(spec, engine="local", parallelism=4)
             assert result.chunks_read == result.chunks_total and 0 < result.rows < 2000
-            wait(lambda: handed_off(kafka_broker, p) == set(SHARDS), worker, 120, "every shard handed off")
-            seen = count["transactions"]
-            wait(lambda: count["transactions"] >= seen + 150, worker, 30, "more live transactions")
-        wait(lambda: _caught_up(kafka_broker, sim, p), worker, 60, "the worker caught up")
+            handed_off_then_flowing(kafka_broker, p, worker, count)
+        wait(lambda: caught_up(kafka_broker, sim, p), worker, 60, "the worker caught up")
     finally:
         worker.stop()
     try:
@@ -184,10 +179,8 @@ def test_initial_snapshot_worker_holds_every_table_until_its_backfill(tmp_path: 
             assert [records(kafka_broker, t) for t in topics] == [[], [], []]  # streamed, nothing emitted
             result = run_backfill(spec, engine="local", parallelism=4)
             assert result.chunks_read == result.chunks_total >= 12
-            wait(lambda: handed_off(kafka_broker, p) == set(SHARDS), worker, 120, "every shard handed off")
-            seen = count["transactions"]
-            wait(lambda: count["transactions"] >= seen + 150, worker, 30, "more live transactions")
-        wait(lambda: _caught_up(kafka_broker, sim, p), worker, 60, "the worker caught up")
+            handed_off_then_flowing(kafka_broker, p, worker, count)
+        wait(lambda: caught_up(kafka_broker, sim, p), worker, 60, "the worker caught up")
     finally:
         worker.stop()
     assert_topics_equal_source(kafka_broker, sim, p["topic.prefix"])

@@ -98,9 +98,10 @@ def test_signal_ids_runs_and_arguments() -> None:
                                                  .value()], "commerce"), {})[1]
     assert bf.job_arguments(cr, launch.req, launch.conditions) == [
         "--config", "/etc/shardcdc/worker.properties", "--run-id", "sig-adhoc-1-01234567",
-        "--table", "customer", "--table", "orders", "--condition", "customer=id > 3"]
-    assert bf.feed_needed(cr, {}) and not bf.feed_needed(
-        ConnectorResource.from_body({**body, "spec": {**body["spec"], "config": {}, "backfills": []}}), {})
+        "--table", "customer", "--table", "orders", "--condition", "customer=id > 3", "--await-holds"]
+    # With an engine the topic is read (signals, releases of cancelled runs); without one, only for runs.
+    no_engine = {**body["spec"], "config": {}, "backfills": [], "snapshot": {"mode": "never"}}
+    assert bf.feed_needed(cr, {}) and not bf.feed_needed(ConnectorResource.from_body({**body, "spec": no_engine}), {})
     # The workers forward signals when an engine is configured.
     from cdcoperator.objects import worker_properties
     from cdcoperator.planner import TaskPlan
@@ -240,7 +241,7 @@ def test_operator_launches_tracks_and_cancels_signal_runs(plane: KubeControlPlan
             app = get("sparkapplication", name1)
             assert app is not None and app["spec"]["arguments"] == [
                 "--config", "/etc/shardcdc/worker.properties", "--run-id", f"sig-adhoc-1-{uid8}",
-                "--table", "customer", "--condition", "customer=id > 3"]
+                "--table", "customer", "--condition", "customer=id > 3", "--await-holds"]
             assert app["metadata"]["labels"]["shardcdc.io/backfill"] == "sig-adhoc-1"
             assert get("sparkapplication", name2) is not None
             assert entries["sig-adhoc-1"]["source"] == "signal" and entries["sig-adhoc-1"]["signalId"] == "adhoc-1"

@@ -299,8 +299,12 @@ def test_initial_snapshot_by_a_backfill_engine_leaves_the_workers_streaming_only
 
     body = copy.deepcopy(BODY)
     body["spec"]["snapshot"] = {"mode": "initial", "backfill": {"engine": "sparkOperator"}}
-    cm, _ = build_task_objects(ConnectorResource.from_body(body), TASK)
+    cr = ConnectorResource.from_body(body)
+    cm, _ = build_task_objects(cr, TASK)
     assert "\nsnapshot.mode=never\n" in cm["data"]["worker.properties"]
+    # A first start holds every table back for the initial run (no live change before its snapshot).
+    assert f"\nshardcdc.backfill.initial.run=initial-{cr.uid[:8]}\n" in cm["data"]["worker.properties"]
     body["spec"]["snapshot"] = {"mode": "initial"}
     cm, _ = build_task_objects(ConnectorResource.from_body(body), TASK)
     assert "\nsnapshot.mode=initial\n" in cm["data"]["worker.properties"]
+    assert "shardcdc.backfill.initial.run" not in cm["data"]["worker.properties"]

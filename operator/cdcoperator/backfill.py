@@ -30,33 +30,35 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from cdcoperator import backfillfeed, naming
+from cdcoperator import backfillfeed, backfillrelease, naming
 from cdcoperator.apply import CONFIG_MAPS, ApiError, ClusterApi, Kind
 from cdcoperator.conditions import BACKFILL_RUNNING, ConditionSpec
-from cdcoperator.model import BackfillEngine, BackfillRequest, ConnectorResource
+from cdcoperator.model import BackfillEngine, BackfillRequest, ConnectorResource, State
 from cdcoperator.objects import (
     CONFIG_DIR,
     CONFIG_FILE,
     CONFIG_KEY,
+    INITIAL_BACKFILL,
     WORKER_UID,
     _projected_sources,
     owner_reference,
     render_properties,
     worker_properties,
 )
+from cdcoperator.objects import backfill_run_id as run_id
 from cdcoperator.planner import TaskPlan
+from cdcworker.backfill import SPARK_VERSION
 from cdcworker.backfill.progress import SignalClosed
 
 SPARK_API_VERSION = "sparkoperator.k8s.io/v1beta2"
 SPARK_KIND = "SparkApplication"
-SPARK_VERSION = "4.0.0"
 # The Spark image ships the job's entry point here (see docs/backfill.md, "Image").
 SPARK_MAIN = "local:///opt/shardcdc/spark_main.py"
 LABEL_BACKFILL = f"{naming.PREFIX}/backfill"
 # Not ``shardcdc.io/connector``: that label selects worker pods (status.selector, the scale subresource).
 LABEL_BACKFILL_OF = f"{naming.PREFIX}/backfill-of"
 COMPONENT = "backfill"
-INITIAL_ID = "initial"
+INITIAL_ID = INITIAL_BACKFILL
 DEFAULT_TTL_SECONDS = 86_400
 MAX_RUN_NAME = 48  # room for Spark's "-driver" and executor suffixes within a DNS label
 
@@ -101,11 +103,6 @@ def run_name(connector: str, backfill_id: str) -> str:
     return f"{name[: MAX_RUN_NAME - 9].rstrip('-.')}-{digest}"
 
 
-def run_id(cr: ConnectorResource, backfill_id: str) -> str:
-    """The job's run id (progress-topic keys): stable across resubmissions, unique per connector object."""
-    return f"{backfill_id}-{cr.uid[:8]}" if cr.uid else backfill_id
-
-
 def labels(cr: ConnectorResource, backfill_id: str) -> dict[str, str]:
     return {
         naming.LABEL_NAME: "shardcdc",
@@ -140,6 +137,11 @@ def job_arguments(cr: ConnectorResource, req: BackfillRequest, conditions: Condi
                       ("--rows-per-second", "rowsPerSecondPerShard")):
         if settings.get(key) is not None:
             args += [flag, str(settings[key])]
+    if cr.spec.state == State.RUNNING:
+        # The connector has workers: read a shard's chunks only once its worker holds the tables
+        # back (the hand-shake, docs/backfill.md). A paused or stopped connector has none to wait
+        # for; its workers hold the run late when they start.
+        args.append("--await-holds")
     return args
 
 
@@ -513,15 +515,11 @@ def launches(cr: ConnectorResource, view: backfillfeed.FeedView | None,
     return [x for x in out if x.req.id not in drop]
 
 
-def signals_configured(cr: ConnectorResource) -> bool:
-    cfg = cr.spec.config
-    return bool(cfg.get("signal.data.collection")) or "kafka" in str(cfg.get("signal.enabled.channels", ""))
-
-
 def feed_needed(cr: ConnectorResource, previous: Mapping[str, Mapping[str, Any]]) -> bool:
-    """Read the progress topic only for connectors that can receive snapshot signals on an engine,
-    or that have runs not finished yet."""
-    if cr.spec.snapshot.backfill is not None and signals_configured(cr):
+    """Read the progress topic for connectors with a backfill engine (snapshot signals arrive
+    through it, and a cancelled or failed run is released through it, which may take several
+    reconciles while its pods stop), or with runs not finished yet. Others make no Kafka call."""
+    if cr.spec.snapshot.backfill is not None:
         return True
     if any(e.get("phase") not in FINAL for e in previous.values()):
         return True
@@ -622,6 +620,7 @@ async def reconcile_backfills(kube: ClusterApi, cr: ConnectorResource, existing_
         await kube.delete(kinds[obj["kind"]], cr.namespace, obj["metadata"]["name"])
     live = {(o["kind"], o["metadata"]["name"]): o for o in listed}
     entries: list[dict[str, Any]] = []
+    ended: dict[str, str] = {}  # run id -> why it will not finish (backfillrelease)
     for launch in plan:
         req = launch.req
         name = run_name(cr.name, req.id)
@@ -666,9 +665,18 @@ async def reconcile_backfills(kube: ClusterApi, cr: ConnectorResource, existing_
             phase = phase_from_progress(progress, prev, f"local engine: run `shardcdc backfill --run-id "
                                                         f"{run_id(cr, req.id)}` next to the workers")
         entries.append(status_entry(req, phase, engine, name, prev, now, progress, launch.signal_id))
+        if not launch.active:
+            ended[run_id(cr, req.id)] = f"cancelled: {phase.message}"
+        elif phase.phase == FAILED and objects:  # an engine the operator runs failed for good
+            ended[run_id(cr, req.id)] = f"failed: {phase.message}"
         if launch.signal_id is not None and phase.phase in FINAL and ready and view is not None \
                 and launch.signal_id not in view.closed:
             feeds.close_signal(cr, SignalClosed(launch.signal_id, cr.spec.source.keyspace, phase.phase, phase.message))
+    if ready and view is not None:
+        wanted = {run_id(cr, x.req.id): x.req.id for x in plan if x.active}
+        releases = backfillrelease.to_release(cr.uid, view.runs, wanted, ended)
+        await backfillrelease.release(kube, cr.namespace, selector(cr), cr.spec.source.keyspace, releases,
+                                      lambda rec: feeds.abandon(cr, rec), LABEL_BACKFILL)
     if not ready:
         # Signal runs known only from the status: kept as they are until the topic has been read.
         ids = {e["id"] for e in entries}

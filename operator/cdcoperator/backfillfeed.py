@@ -5,14 +5,16 @@ What the topic says (:class:`FeedState`, a pure fold of its records in order):
 * per run: chunks planned and done, rows emitted, and the job's own ``run`` record (started,
   finished, error), so ``status.backfills[]`` shows progress whatever the engine;
 * the snapshot signals workers handed over (``signal`` records), which ones a later
-  ``stop-snapshot`` cancelled, and which the operator already closed (``signal-closed``).
+  ``stop-snapshot`` cancelled, and which the operator already closed (``signal-closed``);
+* which runs are over for good (``abandon`` records without an epoch: the operator's own, see
+  ``backfillrelease``).
 
 I/O (:class:`ProgressFeeds`): one tail per connector that needs it, on its own thread, so a
 reconcile never waits for Kafka: it takes the latest :class:`FeedView` (``ready`` once the tail
 reached the topic's end after it started). The tail keeps one consumer open and reads only new
 records (a compacted, one-partition topic: cheap), and stops by itself when no reconcile asked
 for it for ``idle_seconds`` (a connector whose backfills are over). It also writes the
-operator's ``signal-closed`` records.
+operator's records (``signal-closed``, ``abandon``).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from cdcworker.backfill.progress import (
     SIGNAL_CLOSED,
     ChunkDone,
     PlanRecord,
+    RunAbandoned,
     RunStatus,
     SignalClosed,
     SignalRecord,
@@ -48,6 +51,7 @@ log = logging.getLogger(__name__)
 EXECUTE, STOP = "execute-snapshot", "stop-snapshot"
 LOOKUP_INTERVAL = 2.0
 DEFAULT_IDLE_SECONDS = 300.0
+REQUEUE_SECONDS = 60.0  # an operator record not read back after this is written again
 
 
 def progress_topic(cr: ConnectorResource) -> str:
@@ -66,12 +70,16 @@ class RunProgress:
     plans: dict[tuple[str, str], int] = field(default_factory=dict)  # (shard, table) -> chunks
     done: dict[tuple[str, str, int], tuple[int, int]] = field(default_factory=dict)  # -> (rows, finished_ms)
     status: RunStatus | None = None
+    abandoned: str | None = None  # the run is over for good: the reason
 
     def summary(self) -> dict[str, Any]:
-        """``chunksDone/chunksTotal/rows``, ``state`` (running, succeeded, failed, complete), times, error."""
+        """``chunksDone/chunksTotal/rows``, ``state`` (running, succeeded, failed, complete), times, error,
+        ``abandoned`` (the reason, once the run is over for good)."""
         total = sum(self.plans.values())
         done = [v for (s, t, i), v in self.done.items() if i < self.plans.get((s, t), 0)]
         out: dict[str, Any] = {"chunksTotal": total, "chunksDone": len(done), "rows": sum(r for r, _ in done)}
+        if self.abandoned is not None:
+            out["abandoned"] = self.abandoned
         st = self.status
         if st is not None:
             out["state"] = st.state
@@ -111,6 +119,12 @@ class FeedState:
                 self.runs.setdefault(c.run_id, RunProgress()).done[(c.shard, c.table, c.index)] = (
                     rec.rows, rec.finished_ms)
             return
+        if isinstance(rec, RunAbandoned):
+            if rec.keyspace == self.keyspace and rec.epoch is None:
+                self.runs.setdefault(rec.run_id, RunProgress()).abandoned = rec.reason or "abandoned"
+            return
+        if rec is not None:
+            return  # attempt records: the workers' business
         rec = parse_control(value)
         if isinstance(rec, RunStatus):
             self.runs.setdefault(rec.run_id, RunProgress()).status = rec
@@ -170,7 +184,8 @@ class _Tail:
         self.ready = False
         self.error = ""
         self.used = time.monotonic()
-        self.outbox: queue.SimpleQueue[SignalClosed] = queue.SimpleQueue()
+        self.outbox: queue.SimpleQueue[SignalClosed | RunAbandoned] = queue.SimpleQueue()
+        self.queued: dict[bytes, float] = {}  # abandon record key -> when it was last queued
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, name=f"backfill-feed-{topic}", daemon=True)
 
@@ -256,8 +271,25 @@ class ProgressFeeds:
 
     def close_signal(self, cr: ConnectorResource, rec: SignalClosed) -> None:
         """Queue the operator's ``signal-closed`` record (written by the tail's thread)."""
-        if credentials_problem(cr) is None:
-            self._tail(cr).outbox.put(rec)
+        self._put(cr, rec)
+
+    def abandon(self, cr: ConnectorResource, rec: RunAbandoned) -> None:
+        """Queue the operator's ``abandon`` record of a run that is over (written by the tail's thread;
+        the fold shows it once read back, and then nobody asks for it again)."""
+        self._put(cr, rec)
+
+    def _put(self, cr: ConnectorResource, rec: SignalClosed | RunAbandoned) -> None:
+        if credentials_problem(cr) is not None:
+            return
+        tail = self._tail(cr)
+        if isinstance(rec, RunAbandoned):
+            # Asked for at every reconcile until the fold shows it: queue it again only if a write
+            # seems lost (the tail writes without waiting for acknowledgements).
+            now = time.monotonic()
+            if now - tail.queued.get(rec.key(), -REQUEUE_SECONDS) < REQUEUE_SECONDS:
+                return
+            tail.queued[rec.key()] = now
+        tail.outbox.put(rec)
 
     def _tail(self, cr: ConnectorResource) -> _Tail:
         key = (cr.namespace, cr.name, cr.uid)

@@ -20,6 +20,7 @@ from typing import Any
 from cdcoperator import naming
 from cdcoperator.model import API_VERSION, KIND, ConnectorResource
 from cdcoperator.planner import TaskPlan
+from cdcworker.backfill.taskhandoff import INITIAL_RUN_PROPERTY
 
 __all__ = [
     "CONFIG_DIR",
@@ -47,6 +48,7 @@ DEFAULT_RESOURCES: dict[str, Any] = {
 }
 # The worker flushes and commits within shardcdc.shutdown.grace.ms (30 s by default) after SIGTERM.
 TERMINATION_GRACE_SECONDS = 45
+INITIAL_BACKFILL = "initial"  # the backfill id of an initial snapshot made by the backfill engine
 
 
 def owner_reference(cr: ConnectorResource) -> dict[str, Any]:
@@ -71,6 +73,11 @@ def _secret_file(volume: str, key: str) -> str:
 def _file_ref(volume: str, key: str) -> str:
     # Whole-file form of the file provider: Secret files usually end with a newline, which it drops.
     return "${file:" + _secret_file(volume, key) + "}"
+
+
+def backfill_run_id(cr: ConnectorResource, backfill_id: str) -> str:
+    """A backfill's run id (progress-topic keys): stable across resubmissions, unique per connector object."""
+    return f"{backfill_id}-{cr.uid[:8]}" if cr.uid else backfill_id
 
 
 def worker_properties(cr: ConnectorResource, task: TaskPlan) -> dict[str, str]:
@@ -124,6 +131,9 @@ def worker_properties(cr: ConnectorResource, task: TaskPlan) -> dict[str, str]:
     # (a VStream copy as well would read every table twice).
     initial_by_backfill = spec.snapshot.mode == "initial" and spec.snapshot.backfill is not None
     props["snapshot.mode"] = "never" if initial_by_backfill else spec.snapshot.mode
+    if initial_by_backfill:
+        # A first start holds every table back for that run (no live change before the snapshot).
+        props[INITIAL_RUN_PROPERTY] = backfill_run_id(cr, INITIAL_BACKFILL)
     props["shardcdc.metrics.port"] = str(spec.worker.metrics_port)
     # user-supplied Debezium properties; the CRD rejects the keys set above
     for key, value in sorted(spec.config.items()):

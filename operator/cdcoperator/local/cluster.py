@@ -242,6 +242,19 @@ class LocalCluster:
             self._objects[key] = made
             return copy.deepcopy(made)
 
+    def put(self, kind: Kind, obj: Mapping[str, Any]) -> None:
+        """Create or replace an object (local mode's own controllers: a running backfill job's pod)."""
+        meta = obj["metadata"]
+        with self._lock:
+            self._version += 1
+            made = copy.deepcopy(dict(obj))
+            made["metadata"]["resourceVersion"] = str(self._version)
+            self._objects[(kind.plural, meta["namespace"], meta["name"])] = made
+
+    def remove(self, kind: Kind, namespace: str, name: str) -> None:
+        with self._lock:
+            self._objects.pop((kind.plural, namespace, name), None)
+
     def set_status(self, kind: Kind, namespace: str, name: str, status: Mapping[str, Any]) -> None:
         """Merge-patch an object's status (local mode's Job controller)."""
         with self._lock:

@@ -7,7 +7,10 @@ for it: start the pod template as a process (the kubelet's own preparation: comm
 volumes as files, paths remapped), set the Job's status (``active``, ``startTime``, then the
 ``Complete`` or ``Failed`` condition), retry a failed attempt up to ``backoffLimit`` (the run
 resumes from the progress topic), and SIGTERM the process when the Job is deleted (a cancelled
-backfill). Processes are bound to this one (``bound_preexec``) and stopped by :meth:`close`.
+backfill). While a process runs, a Pod object with the template's labels stands for it in the
+cluster, as on Kubernetes: the operator releases the workers from a cancelled run only once no
+pod of the run is left (``backfillrelease``). Processes are bound to this one (``bound_preexec``)
+and stopped by :meth:`close`.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from cdcoperator.apply import Kind
+from cdcoperator.backfillrelease import PODS
 from cdcoperator.local.cluster import LocalCluster
 from cdcoperator.local.kubelet import ProcessKubelet, _Pod
 from localkafka.children import bound_preexec
@@ -55,6 +59,11 @@ class _Run:
     done: bool = False
     kill_at: float = 0.0
     log: Path | None = None
+    pod: str = ""  # the Pod object standing for the running process
+
+    @property
+    def pod_name(self) -> str:
+        return f"{self.name}-{self.attempts}"
 
 
 class ProcessJobs:
@@ -103,6 +112,13 @@ class ProcessJobs:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(run.proc.pid, signal.SIGKILL)
                 run.proc.wait()
+            self._exited(run)
+
+    def _exited(self, run: _Run) -> None:
+        """The process is gone: so is its Pod object."""
+        if run.pod:
+            self.cluster.remove(PODS, run.namespace, run.pod)
+            run.pod = ""
 
     def _terminate(self, run: _Run) -> None:
         if run.proc is not None and run.proc.poll() is None:
@@ -129,6 +145,7 @@ class ProcessJobs:
                     with contextlib.suppress(ProcessLookupError):
                         os.killpg(run.proc.pid, signal.SIGKILL)
                 continue
+            self._exited(run)
             del self.runs[key]
         for key, job in jobs.items():
             run = self.runs.setdefault(key, _Run(*key))
@@ -140,6 +157,7 @@ class ProcessJobs:
                 if code is None:
                     continue
                 run.proc = None
+                self._exited(run)
                 if code == 0:
                     run.done = True
                     self.cluster.set_status(JOBS, *key, {"active": 0, "succeeded": 1, "completionTime": _now(),
@@ -181,7 +199,7 @@ class ProcessJobs:
         template = (job.get("spec") or {}).get("template") or {}
         run.attempts += 1
         workdir = self.workdir / run.namespace / f"{run.name}-{run.attempts}"
-        pod = _Pod(f"{run.name}-{run.attempts}", run.namespace, run.name, template, "", workdir, KILL_GRACE)
+        pod = _Pod(run.pod_name, run.namespace, run.name, template, "", workdir, KILL_GRACE)
         try:
             argv, env, cwd = self.kubelet._prepare(pod)
         except Exception as exc:  # the spec cannot run here: the Job fails with the reason
@@ -196,6 +214,10 @@ class ProcessJobs:
                                         cwd=cwd, preexec_fn=bound_preexec())
         run.started = run.started or _now()
         run.kill_at = 0.0
+        run.pod = run.pod_name
+        labels = dict((template.get("metadata") or {}).get("labels") or {})
+        self.cluster.put(PODS, {"apiVersion": "v1", "kind": "Pod", "status": {"phase": "Running"},
+                                "metadata": {"name": run.pod, "namespace": run.namespace, "labels": labels}})
         self.cluster.set_status(JOBS, run.namespace, run.name, {"active": 1, "startTime": run.started})
         self._say("Normal", "BackfillStarted", f"job {run.name}: attempt {run.attempts} (pid {run.proc.pid}), "
                                                 f"log {run.log}")

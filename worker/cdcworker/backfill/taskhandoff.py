@@ -39,7 +39,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import replace
-from typing import Any, cast
+from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
@@ -167,7 +167,7 @@ class ProgressFeed:
         self.handed_off.add((h.run_id, h.epoch, h.shard))
 
     def mark_held(self, h: ShardHandoff) -> None:
-        self._write([cast(Any, HoldStarted(h.run_id, self.keyspace, h.shard, h.tables, h.holds, h.epoch))])
+        self._write([HoldStarted(h.run_id, self.keyspace, h.shard, h.tables, h.holds, h.epoch)])
 
     def close(self) -> None:
         if self._consumer is not None:
