@@ -14,7 +14,15 @@ from collections.abc import Iterator
 
 import pytest
 from confluent_kafka import Producer
-from worker_fixtures import CUSTOMER_DDL, RunningTask, running_task, start_here, wait_for, worker_config
+from worker_fixtures import (
+    CUSTOMER_DDL,
+    RunningTask,
+    insert_customers,
+    running_task,
+    start_here,
+    wait_for,
+    worker_config,
+)
 
 from cdcworker import exitcodes
 from localkafka import KafkaBroker, consume_all
@@ -26,11 +34,6 @@ def sim() -> Iterator[VTGateSim]:
     with VTGateSim() as s:
         s.create_keyspace("commerce", ["-80", "80-"], ddl=[CUSTOMER_DDL])
         yield s
-
-
-def _insert(sim: VTGateSim, ids: range) -> None:
-    for i in ids:
-        sim.execute(f"INSERT INTO customer (id, email) VALUES ({i}, 'u{i}@x.io')", "commerce")
 
 
 def test_a_zombie_producer_fences_the_worker_and_read_committed_sees_each_change_once(
@@ -45,7 +48,7 @@ def test_a_zombie_producer_fences_the_worker_and_read_committed_sees_each_change
         durable = sink.durable if sink is not None else None
         return durable is not None and {sg.shard: sg.gtid for sg in durable} == sim.positions("commerce")
 
-    _insert(sim, range(1, 11))
+    insert_customers(sim, range(1, 11))
     with running_task(cfg) as run:
         wait_for(lambda: committed_at_source(run), what="the first 10 changes committed")
         # The zombie: same transactional.id, newer epoch. It also leaves a transaction open.
@@ -54,7 +57,7 @@ def test_a_zombie_producer_fences_the_worker_and_read_committed_sees_each_change
         zombie.begin_transaction()
         zombie.produce(topic, b'{"zombie":true}', b"zombie")
         assert zombie.flush(30) == 0
-        _insert(sim, range(11, 21))
+        insert_customers(sim, range(11, 21))
         fenced = run.wait(60)
     assert fenced.exit_code == exitcodes.FAILED
     assert fenced.reason.startswith(

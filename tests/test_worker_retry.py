@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from worker_fixtures import CUSTOMER_DDL, running_task, start_here, wait_for, worker_config
+from worker_fixtures import CUSTOMER_DDL, insert_customers, running_task, start_here, wait_for, worker_config
 
 from cdcworker import exitcodes
 from cdcworker.config import WorkerConfig
@@ -46,11 +46,6 @@ def _config(broker: KafkaBroker, sim: VTGateSim, extra: dict[str, str] | None = 
     return worker_config(broker, sim.address, "commerce", extra=props)
 
 
-def _insert(sim: VTGateSim, ids: range) -> None:
-    for i in ids:
-        sim.execute(f"INSERT INTO customer (id, email) VALUES ({i}, 'u{i}@x.io')", "commerce")
-
-
 def _at_source(sim: VTGateSim, position: Any) -> bool:
     return position is not None and {sg.shard: sg.gtid for sg in position} == sim.positions("commerce")
 
@@ -59,7 +54,7 @@ def test_unavailable_reconnects_from_the_last_position_without_loss_or_duplicate
     sim: VTGateSim, kafka_broker: KafkaBroker
 ) -> None:
     cfg = _config(kafka_broker, sim)
-    _insert(sim, range(1, 21))  # one transaction each, over both shards
+    insert_customers(sim, range(1, 21))  # one transaction each, over both shards
     sim.inject(FaultPlan(fail_after_events=25))  # the first stream breaks after ~5 transactions
     with running_task(cfg) as run:
         wait_for(lambda: run.task.sink is not None and _at_source(sim, run.task.sink.durable_position()), what="all durable")
@@ -79,7 +74,7 @@ def test_unavailable_reconnects_from_the_last_position_without_loss_or_duplicate
 @pytest.mark.parametrize("retries", [0, 2])
 def test_errors_max_retries_bounds_the_reconnects(sim: VTGateSim, kafka_broker: KafkaBroker, retries: int) -> None:
     cfg = _config(kafka_broker, sim, {"errors.max.retries": str(retries)})
-    _insert(sim, range(1, 3))
+    insert_customers(sim, range(1, 3))
     sim.inject(FaultPlan(fail_after_events=0), next_stream=False)  # every stream fails at its first event
     with running_task(cfg) as run:
         result = run.wait(60)
@@ -92,7 +87,7 @@ def test_errors_max_retries_bounds_the_reconnects(sim: VTGateSim, kafka_broker: 
 
 def test_a_non_retriable_status_fails_at_once_with_what_to_check(sim: VTGateSim, kafka_broker: KafkaBroker) -> None:
     cfg = _config(kafka_broker, sim)  # errors.max.retries=-1: retriable errors would be retried forever
-    _insert(sim, range(1, 3))
+    insert_customers(sim, range(1, 3))
     sim.inject(FaultPlan(fail_after_events=0, fail_code=INVALID_ARGUMENT, fail_message="bad vgtid"), next_stream=False)
     with running_task(cfg) as run:
         result = run.wait(60)
@@ -117,7 +112,7 @@ def test_tls_credentials_and_headers_reach_vtgate(tmp_path: Path, kafka_broker: 
             "vitess.grpc.headers": "x-tenant:blue,X-Trace:abc",
         }
         cfg = _config(kafka_broker, sim, tls)
-        _insert(sim, range(1, 4))
+        insert_customers(sim, range(1, 4))
         with running_task(cfg) as run:
             wait_for(lambda: run.task.sink is not None and _at_source(sim, run.task.sink.durable_position()), what="all durable")
             result = run.stop()

@@ -54,6 +54,12 @@ def worker_config(
     return load_config([], env={}, overrides=props)
 
 
+def insert_customers(sim: VTGateSim, ids: range, keyspace: str = "commerce") -> None:
+    """One transaction per row of ``CUSTOMER_DDL``'s table."""
+    for i in ids:
+        sim.execute(f"INSERT INTO customer (id, email) VALUES ({i}, 'u{i}@x.io')", keyspace)
+
+
 def start_here(sim: VTGateSim, keyspace: str = "commerce") -> dict[str, str]:
     """Properties that start a task at the shards' positions now: later writes are streamed,
     earlier ones not, whenever the task connects (no wait for it to be positioned)."""
