@@ -96,7 +96,11 @@ class _NativeSends:
     def send(self, topic: str, key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes]] | None) -> None:
         if self._begin_needed:
             self._begin()  # type: ignore[attr-defined]
-        self.producer.send(topic, key, value, headers)
+        try:
+            self.producer.send(topic, key, value, headers)
+        except KafkaException as exc:  # MSG_SIZE_TOO_LARGE goes to the caller; a fatal one stops
+            self._raise_if_fatal(exc)  # type: ignore[attr-defined]
+            raise
 
     def send_to_partition(
         self, topic: str, partition: int, key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes]] | None
@@ -104,7 +108,11 @@ class _NativeSends:
         self.ensure_topic(topic)  # type: ignore[attr-defined]  # rare records: a set lookup
         if self._begin_needed:
             self._begin()  # type: ignore[attr-defined]
-        self.producer.produce(topic, value, key, partition, headers)
+        try:
+            self.producer.send(topic, key, value, headers, partition)
+        except KafkaException as exc:
+            self._raise_if_fatal(exc)  # type: ignore[attr-defined]
+            raise
 
     def rows_sender(self) -> Any:
         """The producer for ``TablePlan.send_rows``'s native loop, with a transaction open."""

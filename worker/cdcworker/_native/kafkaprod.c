@@ -347,7 +347,7 @@ fail:
  * full: that wait is the worker's back-pressure point. Takes ownership of hdrs; of payload only
  * with MSG_F_FREE (freed here on failure). Returns 0, or -1 with an exception set. */
 static int produce(Producer *self, const char *topic, int32_t partition, const char *key, Py_ssize_t klen,
-                   char *value, Py_ssize_t vlen, int flags, rk_headers_t *hdrs) {
+                   char *value, Py_ssize_t vlen, int flags, rk_headers_t *hdrs, int counted) {
     if (self->fatal_code) {
         raise_kafka(self, self->fatal_code, self->fatal_reason, 1, 0, 0);
         goto fail;
@@ -373,7 +373,7 @@ static int produce(Producer *self, const char *topic, int32_t partition, const c
         if (PyErr_CheckSignals() < 0) goto fail;
     }
     open_seg(self)->produced++;
-    if (++self->records_sent % self->poll_every == 0) K.poll(self->rk, 0);
+    if (counted && ++self->records_sent % self->poll_every == 0) K.poll(self->rk, 0);
     return 0;
 fail:
     if (hdrs) K.headers_destroy(hdrs);
@@ -390,25 +390,32 @@ static int bytes_or_none(PyObject *o, const char **p, Py_ssize_t *n, const char 
 }
 
 static int send_one(Producer *self, const char *topic, int32_t partition, PyObject *key, PyObject *value,
-                    PyObject *headers) {
+                    PyObject *headers, int counted) {
     const char *k, *v;
     Py_ssize_t kn, vn;
     rk_headers_t *h;
     if (bytes_or_none(key, &k, &kn, "key") < 0 || bytes_or_none(value, &v, &vn, "value") < 0) return -1;
     if (make_headers(headers, &h) < 0) return -1;
-    return produce(self, topic, partition, k, kn, (char *)v, vn, MSG_F_COPY, h);
+    return produce(self, topic, partition, k, kn, (char *)v, vn, MSG_F_COPY, h, counted);
 }
 
-/* send(topic, key, value, headers): one record into the open segment (partitioned by the key). */
+/* send(topic, key, value, headers[, partition]): one of the task's records into the open segment
+ * (partitioned by the key unless a partition is given), counted in records_sent. */
 static PyObject *Producer_send(Producer *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 4) { PyErr_SetString(PyExc_TypeError, "send(topic, key, value, headers)"); return NULL; }
+    if (nargs != 4 && nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "send(topic, key, value, headers[, partition])");
+        return NULL;
+    }
     const char *topic = PyUnicode_AsUTF8(args[0]);
-    if (!topic || send_one(self, topic, -1, args[1], args[2], args[3]) < 0) return NULL;
+    long partition = nargs == 5 ? PyLong_AsLong(args[4]) : -1;
+    if (!topic || (partition == -1 && PyErr_Occurred())) return NULL;
+    if (send_one(self, topic, (int32_t)partition, args[1], args[2], args[3], 1) < 0) return NULL;
     Py_RETURN_NONE;
 }
 
 /* produce(topic, value=None, key=None, partition=-1, headers=None): confluent-kafka's call shape,
- * for code that writes through a producer object (the offset record of an exactly-once batch). */
+ * for code that writes through a producer object (the offset record of an exactly-once batch);
+ * not one of the task's records (records_sent). */
 static PyObject *Producer_produce(Producer *self, PyObject *args, PyObject *kwds) {
     const char *topic;
     PyObject *value = Py_None, *key = Py_None, *headers = Py_None;
@@ -416,7 +423,7 @@ static PyObject *Producer_produce(Producer *self, PyObject *args, PyObject *kwds
     static char *kwlist[] = {"topic", "value", "key", "partition", "headers", NULL};
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "s|OOiO", kwlist, &topic, &value, &key, &partition, &headers))
         return NULL;
-    if (send_one(self, topic, partition, key, value, headers) < 0) return NULL;
+    if (send_one(self, topic, partition, key, value, headers, 0) < 0) return NULL;
     Py_RETURN_NONE;
 }
 
@@ -530,7 +537,7 @@ static PyObject *Producer_send_rows(Producer *self, PyObject *const *args, Py_ss
         Py_ssize_t kn = 0;
         if (nkey != Py_None) { kp = PyBytes_AS_STRING(nkey); kn = PyBytes_GET_SIZE(nkey); }
         rk_headers_t *h = tmpl ? K.headers_copy(tmpl) : NULL;
-        int rc_ = produce(self, topic, -1, kp, kn, value, vn, MSG_F_FREE, h); /* owns value and h */
+        int rc_ = produce(self, topic, -1, kp, kn, value, vn, MSG_F_FREE, h, 1); /* owns value and h */
         Py_DECREF(images);
         if (rc_ < 0) {
             /* Nothing was queued for this row: the Python path produces it again and meets the
