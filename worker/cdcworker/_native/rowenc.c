@@ -10,7 +10,7 @@
  * UTF-8...), is converted by the column's Python converter and serialized by orjson, so the
  * Python semantics stay the single source of truth. Malformed input or a column count that
  * does not match returns None: the caller then takes the Python path, which raises the
- * proper error. OP_CONST writes a masked column's constant without calling Python.
+ * proper error. OP_CONST writes a masked column's constant (for NULLs too) without calling Python.
  *
  * scan(VStreamResponse bytes) walks the response's wire format for the streaming stage: a ROW
  * event comes back as its table, shard and the serialized RowChanges (straight into
@@ -43,7 +43,7 @@ enum {
     OP_DATETIME,     /* YYYY-MM-DD HH:MM:SS[.f]: microseconds since epoch floor-divided by div */
     OP_TIME_MICRO,   /* [-]H:MM:SS[.f]: microseconds */
     OP_TIME_CONNECT, /* TIME in [0, 24h]: milliseconds */
-    OP_CONST,        /* any non-NULL value becomes labels[0] (a masked column's JSON constant) */
+    OP_CONST,        /* any value, NULL too, becomes labels[0] (a masked column's JSON constant) */
     OP_MAX
 };
 
@@ -677,7 +677,8 @@ static int encode_image(Program *pg, Deferred *d, const unsigned char *p, const 
         if (buf_put(&b, PyBytes_AS_STRING(c->name), PyBytes_GET_SIZE(c->name)) < 0) goto done;
         spans[2 * i] = b.len;
         if (l < 0) {
-            if (PUTS(&b, "null") < 0) goto done;
+            /* NULL is null, but for a masked column: Debezium masks NULLs too */
+            if ((c->op == OP_CONST ? put_label(&b, c->labels, 0) : PUTS(&b, "null")) < 0) goto done;
         } else {
             if (put_value(pg, d, &b, c, values + pos, (Py_ssize_t)l) < 0) goto done;
             pos += l;

@@ -328,7 +328,7 @@ class FilteredTablePlan(TablePlan):
     """A plan for a table that needs per-row work: hidden key columns, value-only column
     mappings (masking, mapped key columns), skipped operations, or an adjusted schema name."""
 
-    __slots__ = ("_hidden", "_null_masks", "_post", "_skipped", "_stats")
+    __slots__ = ("_hidden", "_post", "_skipped", "_stats")
 
     def __init__(
         self,
@@ -365,27 +365,15 @@ class FilteredTablePlan(TablePlan):
         self._value_prefix = (
             b'{"schema":' + dumps(self.schemas.envelope) + b',"payload":' if cfg.value_schemas_enable else b""
         )
-        # Only masks of value columns (their converters mask; NULLs are patched in the images):
-        # the native row encoder's images are then exact after ``_unmask_nulls``.
-        self._null_masks: tuple[tuple[bytes, bytes], ...] = ()
+        # Only masks of value columns: their converters mask, and the native program's OP_CONST
+        # masks NULLs too, so its images are exact and send_rows' C loop can write them.
         if native_ok and all(nulls for _, _, nulls in post):
             self._native = native.program(self._names, self._convs, key_indexes, self._key_prefix)
-            self._null_masks = tuple((dumps(n) + b":null", dumps(n) + b":" + dumps(fn(None))) for n, fn, _ in post)
 
-    def _unmask_nulls(self, image: bytes | None) -> bytes | None:
-        if image is None:
-            return None
-        for null, masked in self._null_masks:
-            if null in image:
-                # A member name is preceded by "{" or ","; inside a JSON string a quote is escaped.
-                image = image.replace(b"{" + null, b"{" + masked).replace(b"," + null, b"," + masked)
-        return image
-
-    def _native_records(self, images: Any, *args: Any, **kwargs: Any) -> Any:
-        b, a, old_key, new_key = images
-        if self._null_masks:
-            b, a = self._unmask_nulls(b), self._unmask_nulls(a)
-        return super()._native_records((b, a, old_key, new_key), *args, **kwargs)
+    @property
+    def sends_natively(self) -> bool:
+        """Skipped operations are decided per record in ``encode_change``: not in the C loop."""
+        return self._native is not None and not self._skipped
 
     def _image(self, row: dict[str, Any]) -> dict[str, Any]:
         hidden = self._hidden
