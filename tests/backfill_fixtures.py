@@ -5,11 +5,11 @@ from __future__ import annotations
 import random
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
-from cdcworker.backfill.handoff import ShardHandoff, marks_from_run
+from cdcworker.backfill.handoff import ShardHandoff, marks_for, marks_from_run
 from cdcworker.backfill.progress import RunState
 from cdcworker.offsets import Vgtid
 from cdcworker.verify import as_text, compare, materialise
@@ -120,11 +120,21 @@ def live_workload(sim: VTGateSim, loads: tuple[Workload, Workload, LinesWorkload
         t.join(30)
 
 
-def handoffs(state: RunState, tables: tuple[str, ...]) -> dict[str, ShardHandoff]:
+def handoffs(state: RunState, tables: tuple[str, ...], holds: Mapping[str, str] | None = None
+             ) -> dict[str, ShardHandoff]:
+    """The catch-up states of a finished run. With ``holds`` (shard -> position taken before the run,
+    as a worker's ``hold_from``) they are what the worker builds (``marks_for``; the catch-up scans
+    final changes from the hold); without, a catch-up with no hold and so no final changes."""
     out = {}
     for shard in SHARDS:
-        held = ShardHandoff(shard, state.run_id, tables)
-        out[shard] = held.to_catchup({t: marks_from_run(state.watermarks(shard, t)) for t in tables}, rejoin_at=None)
+        if holds is None:
+            held = ShardHandoff(shard, state.run_id, tables)
+            marks = {t: marks_from_run(state.watermarks(shard, t)) for t in tables}
+        else:
+            held = ShardHandoff(shard, state.run_id, tables, holds=dict.fromkeys(tables, holds[shard]),
+                                epoch=state.epoch)
+            marks = {t: marks_for(state, shard, t, state.epoch, holds[shard]) for t in tables}
+        out[shard] = held.to_catchup(marks, rejoin_at=None)
     return out
 
 

@@ -15,6 +15,7 @@ from cdcworker.backfill.handoff import (
     ShardHandoff,
     TableMarks,
     Verdict,
+    marks_for,
     smallest,
 )
 from cdcworker.backfill.lanes import make_lanes
@@ -261,6 +262,61 @@ def test_final_changes_emit_deletes_before_the_high_watermark_once() -> None:
     acc.change("t", None, (12,), pos(7))
     assert acc.finals == {"t": {(11,): pos(8), (12,): pos(7)}}
     assert late.catchup_start() == pos(5) and late.scan_window() == (pos(6), [pos(8)])
+
+
+def test_a_chunk_retried_after_a_partial_emission_ends_with_the_keys_state_at_the_retrys_high() -> None:
+    """A task killed mid-chunk emitted snapshot rows at H1 (pos 4) and no done record; the retry read
+    the chunk at H2 (pos 7) and its done record carries H2. Keys deleted in (H1, H2] are in no row
+    of the retry: their delete is the key's final change in (hold, H2], so the catch-up emits it
+    after the stale row. That needs the hold to begin before the killed attempt's read."""
+    plan = PlanRecord("r1", "ks", "-80", "t", ("id",), 2, 6, "even", ((10,),))
+    chunk0, chunk1 = (Chunk("r1", "ks", "-80", "t", i, ("id",), lo, hi) for i, (lo, hi)
+                      in enumerate(chunking.bounds_from_points(plan.points)))
+    run = load_run([(None, r.value()) for r in (plan, ChunkDone(chunk1, 2, pos(3), pos(5)),
+                                                ChunkDone(chunk0, 2, pos(6), pos(7)))], "r1")
+    # Source: keys 1, 2, 3 at H1 (emitted by the killed attempt); 1 deleted at 5; 3 deleted at 5 and
+    # re-inserted at 6; 2 updated at 6 (both in the retry's read); 2 updated again at 8.
+    changes = [((1,), None, pos(5)), ((3,), None, pos(5)), ((2,), (2,), pos(6)), (None, (3,), pos(6)),
+               ((2,), (2,), pos(8))]
+    held = ShardHandoff("-80", "r1", ("t",), holds={"t": pos(2)})
+    h = held.to_catchup({"t": marks_for(run, "-80", "t", 0, pos(2))}, rejoin_at=pos(8))
+    assert h.marks["t"].high_for((1,)) == pos(7)  # the retry's high watermark, not the hold
+    acc = FinalChanges(h)
+    for bk, ak, at in changes:
+        acc.change("t", bk, ak, at)
+    h = h.with_finals(acc.finals)
+    topic: dict[tuple[int, ...], str | None] = {(1,): "H1", (2,): "H1", (3,): "H1"}  # the killed attempt
+    topic.update({(2,): "H2", (3,): "H2"})  # the retry: the range at H2
+    for bk, ak, at in changes:
+        old, new = h.emit_change("t", bk, ak, at)
+        if old and bk != ak:
+            topic[bk] = None
+        if new:
+            topic[ak] = at
+    assert topic == {(1,): None, (2,): pos(8), (3,): "H2"}
+    assert h.decide("t", (1,), pos(5)) == Verdict.FINAL and h.decide("t", (2,), pos(6)) == Verdict.SKIP
+    # Without a hold there is no window for final changes: the stale row of key 1 would stay.
+    bare = ShardHandoff("-80", "r1", ("t",)).to_catchup({"t": marks_for(run, "-80", "t", 0, "")}, pos(8))
+    assert bare.scan_window() is None and bare.decide("t", (1,), pos(5)) == Verdict.SKIP
+
+
+def test_a_retried_conditional_chunks_key_that_left_the_condition_before_the_retry_is_uncovered() -> None:
+    """Key 4 was inside the condition at H1 (pos 4: the killed attempt emitted it) and left it at
+    pos 5, before the retry's low watermark (pos 6): the retry has no row for it. It is uncovered, so
+    every change of it after the hold is emitted (older ones too), and its last record is right."""
+    plan = PlanRecord("r1", "ks", "-80", "t", ("id",), 1, 6, "even", (), "qty < 5")
+    chunk0 = Chunk("r1", "ks", "-80", "t", 0, ("id",), None, None, "qty < 5")
+    run = load_run([(None, r.value()) for r in (plan, ChunkDone(chunk0, 2, pos(6), pos(7)))], "r1")
+    h = ShardHandoff("-80", "r1", ("t",), holds={"t": pos(2)}).to_catchup(
+        {"t": marks_for(run, "-80", "t", 0, pos(2))}, rejoin_at=pos(8))
+    acc = FinalChanges(h)
+    acc.change("t", (4,), (4,), pos(3))
+    acc.in_condition("t", (4,), (4,), pos(3))  # inside the condition before and after
+    acc.change("t", (4,), (4,), pos(5))
+    acc.in_condition("t", (4,), None, pos(5))  # the filtered stream shows only the matching before image
+    h = h.with_scan(acc.scan())
+    assert h.uncovered == {"t": frozenset({(4,)})}
+    assert h.decide("t", (4,), pos(3)) == Verdict.EMIT and h.decide("t", (4,), pos(5)) == Verdict.EMIT
 
 
 def test_handoff_state_round_trips_through_the_offset_field() -> None:

@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+import orjson
 from confluent_kafka import KafkaError, Producer
 
 from cdcworker.backfill import chunking, rowchange
@@ -304,7 +305,8 @@ def process_chunk(chunk: Chunk, ctx: LaneContext) -> ChunkStats:
 
         half = len(merged.kept) // 2
         emitted = send(plan, merged.kept[:half])
-        _fault_point(ctx.producer)
+        if half >= 2:
+            _fault_point(ctx, chunk, key_of(merged.kept[0]))
         emitted += send(plan, merged.kept[half:])
         if merged.changed:
             # Window rows are binlog renderings: encode them as the streaming path would.
@@ -326,17 +328,26 @@ def process_chunk(chunk: Chunk, ctx: LaneContext) -> ChunkStats:
 FAULT_DIR_ENV = "CDC_BACKFILL_FAULT_DIR"  # not SHARDCDC_*: those are connector properties
 
 
-def _fault_point(producer: Producer) -> None:
-    """Test hook: with ``$CDC_BACKFILL_FAULT_DIR/armed`` present, the first chunk to get here
-    delivers half of its records and kills its process (a Spark task dying mid-chunk)."""
+def _fault_point(ctx: LaneContext, chunk: Chunk, sent: Key) -> None:
+    """Test hook: with ``$CDC_BACKFILL_FAULT_DIR/armed`` present, the first chunk to get here (at
+    least two records delivered) kills its process, a Spark task dying mid-chunk, after deleting
+    the row ``sent`` it delivered through VTGate (its key goes to ``fired``). The retry then reads
+    the chunk without that row at a later high watermark: the stale snapshot row is the case the
+    catch-up's final changes must cover."""
     d = os.environ.get(FAULT_DIR_ENV)
     if not d:
         return
+    fired = os.path.join(d, "fired")
     try:
-        os.rename(os.path.join(d, "armed"), os.path.join(d, "fired"))  # atomic: fires once
+        os.rename(os.path.join(d, "armed"), fired)  # atomic: fires once
     except OSError:
         return
-    producer.flush(30)
+    ctx.producer.flush(30)
+    where = " AND ".join(f"{chunking.quote(c)} = :k{i}" for i, c in enumerate(chunk.pk))
+    ctx.client.execute(f"DELETE FROM {chunking.quote(chunk.table)} WHERE {where}",
+                       {f"k{i}": v for i, v in enumerate(sent)}, shard=chunk.shard)
+    with open(fired, "wb") as f:
+        f.write(orjson.dumps({"table": chunk.table, "shard": chunk.shard, "key": list(sent)}))
     os._exit(70)
 
 
