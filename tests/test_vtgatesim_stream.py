@@ -196,6 +196,130 @@ def test_copy_resume_from_table_p_ks(sim: VTGateSim, stub: Any) -> None:
     assert ei.value.details() == "lastpk for table customer has no fields defined"
 
 
+def _summary(resp: vtgate_pb2.VStreamResponse) -> list[str]:
+    """Event types with what matters here: ROW changes (table:before>after), FIELD and VGTID tables,
+    the VGTID's gtid sequence number and table_p_ks (table>lastpk) of the only shard."""
+    out = []
+    for e in resp.events:
+        name = T.Name(e.type)
+        if e.type == T.ROW:
+            name += "(" + e.row_event.table_name.split(".")[-1] + ":" + ",".join(
+                f"{c.before.values.decode() if c.HasField('before') else '-'}>"
+                f"{c.after.values.decode() if c.HasField('after') else '-'}" for c in e.row_event.row_changes) + ")"
+        elif e.type == T.FIELD:
+            name += "(" + e.field_event.table_name.split(".")[-1] + ")"
+        elif e.type == T.VGTID:
+            sg = e.vgtid.shard_gtids[0]
+            name += f"({sg.gtid.rsplit('-', 1)[-1]};" + ",".join(
+                f"{p.table_name}>{p.lastpk.rows[0].values.decode()}" for p in sg.table_p_ks) + ")"
+        out.append(name)
+    return out
+
+
+def test_resumed_copy_catch_up_and_tables_copied_as_upstream(sim: VTGateSim, stub: Any) -> None:
+    """A copy of a, b, c resumed from gtid + table_p_ks (uvstreamer buildTablePlan, filterEvents).
+
+    Before the interruption a was copied completely (no longer in table_p_ks), b up to id 2, c not
+    at all; then each table changed. Every table of the copy is planned again: b resumes after its
+    lastpk, a and c are copied from the start. The catch-up sends every change of a table with a
+    lastpk (beyond the lastpk too: b's id 2 -> 9 and the delete of 3) and none of a table without
+    one, so a's delete is never reported when VTGate's own VGTID is resumed. With a's last lastpk
+    kept in table_p_ks (what the worker stores, offsets.copyresume), a's changes are sent as well
+    and only its rows beyond that lastpk are copied again."""
+    sim.create_keyspace("commerce", ddl=[f"create table {t} (id bigint not null, v varchar(8), primary key (id))"
+                                         for t in ("a", "b", "c")])
+    sim.execute("insert into a (id, v) values (1, 'a1'), (2, 'a2')", "commerce")
+    sim.execute("insert into b (id, v) values (1, 'b1'), (2, 'b2'), (3, 'b3')", "commerce")
+    sim.execute("insert into c (id, v) values (1, 'c1')", "commerce")
+    pos = sim.position("commerce", "0")
+    assert pos.endswith(":1-6")
+    for sql in ("update a set v = 'A1' where id = 1", "delete from a where id = 2", "insert into a (id, v) values (3, 'a3')",
+                "update b set v = 'B1' where id = 1", "update b set id = 9 where id = 2", "delete from b where id = 3",
+                "insert into c (id, v) values (2, 'c2')"):  # gtids 7 .. 13
+        sim.execute(sql, "commerce")
+
+    def lastpk(table: str, value: bytes) -> binlogdata_pb2.TableLastPK:
+        return binlogdata_pb2.TableLastPK(table_name=table, lastpk=query_pb2.QueryResult(
+            fields=[query_pb2.Field(name="id", type=query_pb2.INT64)], rows=[query_pb2.Row(lengths=[len(value)], values=value)]))
+
+    def resume(*pks: binlogdata_pb2.TableLastPK) -> list[list[str]]:
+        req = request(("commerce", "0", pos))
+        req.vgtid.shard_gtids[0].table_p_ks.extend(pks)
+        r = Reader(stub, req)
+        out = []
+        while not out or out[-1][-1] != "COPY_COMPLETED":
+            out.append(_summary(r.next()))
+        r.close()
+        return out
+
+    copy_b_and_c = [
+        ["BEGIN", "FIELD(b)"], ["VGTID(13;b>2)"], ["ROW(b:->9b2)", "VGTID(13;b>9)", "COMMIT"], ["BEGIN", "VGTID(13;)", "COMMIT"],
+        ["BEGIN", "FIELD(c)"], ["VGTID(13;)"], ["ROW(c:->1c1)", "ROW(c:->2c2)", "VGTID(13;c>2)", "COMMIT"],
+        ["BEGIN", "VGTID(13;)", "COMMIT"],
+        ["COPY_COMPLETED", "COPY_COMPLETED"]]
+    # VTGate's VGTID: b in table_p_ks
+    assert resume(lastpk("b", b"2")) == [
+        ["BEGIN", "VGTID(7;b>2)", "COMMIT"], ["BEGIN", "VGTID(8;b>2)", "COMMIT"], ["BEGIN", "VGTID(9;b>2)", "COMMIT"],
+        ["BEGIN", "FIELD(b)", "ROW(b:1b1>1B1)", "VGTID(10;b>2)", "COMMIT"],
+        ["BEGIN", "ROW(b:2b2>9b2)", "VGTID(11;b>2)", "COMMIT"],
+        ["BEGIN", "ROW(b:3b3>-)", "VGTID(12;b>2)", "COMMIT"],
+        ["BEGIN", "VGTID(13;b>2)", "COMMIT"],
+        ["BEGIN", "VGTID(13;b>2)", "COMMIT"],  # fast-forward to the snapshot
+        ["BEGIN", "FIELD(a)"], ["VGTID(13;b>2)"], ["ROW(a:->1A1)", "ROW(a:->3a3)", "VGTID(13;b>2,a>3)", "COMMIT"],
+        ["BEGIN", "VGTID(13;b>2)", "COMMIT"],
+        *copy_b_and_c]
+    # a's last lastpk kept as well: a's changes are sent, a is copied after id 2 only
+    assert resume(lastpk("b", b"2"), lastpk("a", b"2")) == [
+        ["BEGIN", "FIELD(a)", "ROW(a:1a1>1A1)", "VGTID(7;b>2,a>2)", "COMMIT"],
+        ["BEGIN", "ROW(a:2a2>-)", "VGTID(8;b>2,a>2)", "COMMIT"],
+        ["BEGIN", "ROW(a:->3a3)", "VGTID(9;b>2,a>2)", "COMMIT"],
+        ["BEGIN", "FIELD(b)", "ROW(b:1b1>1B1)", "VGTID(10;b>2,a>2)", "COMMIT"],
+        ["BEGIN", "ROW(b:2b2>9b2)", "VGTID(11;b>2,a>2)", "COMMIT"],
+        ["BEGIN", "ROW(b:3b3>-)", "VGTID(12;b>2,a>2)", "COMMIT"],
+        ["BEGIN", "VGTID(13;b>2,a>2)", "COMMIT"],
+        ["BEGIN", "VGTID(13;b>2,a>2)", "COMMIT"],
+        ["BEGIN", "FIELD(a)"], ["VGTID(13;b>2,a>2)"], ["ROW(a:->3a3)", "VGTID(13;b>2,a>3)", "COMMIT"],
+        ["BEGIN", "VGTID(13;b>2)", "COMMIT"],
+        *copy_b_and_c]
+
+
+def test_copy_batch_goes_out_with_its_field_and_progress_with_its_rows(sim: VTGateSim, stub: Any) -> None:
+    """vtgate sends a shard's events at COMMIT, under the stream lock: a table's [BEGIN, FIELD] and
+    snapshot [VGTID] come with its first batch, and a VGTID never shows a shard's copy progress
+    before that shard's rows were sent. Checked on every response of a four-shard copy."""
+    sim.packet_size = 30  # a few rows per batch: ~1,000 copy transactions, four shard threads
+    shards = ["-40", "40-80", "80-c0", "c0-"]
+    sim.create_keyspace("commerce", shards, ddl=[CUSTOMER])
+    sim.execute("insert into customer (id, email) values " + ", ".join(f"({i}, 'u{i}')" for i in range(1, 4001)), "commerce")
+    r = Reader(stub, request(*[("commerce", s, "") for s in shards]))
+    copied: dict[str, set[int]] = {s: set() for s in shards}
+    open_head: dict[str, bool] = {s: False for s in shards}
+    last = None
+    while True:
+        resp = r.next()
+        events = resp.events
+        if events[-1].type == T.COPY_COMPLETED and not events[-1].shard:
+            break
+        for e in events:
+            if e.type == T.FIELD:
+                open_head[e.shard] = True
+            elif e.type == T.ROW:
+                copied[e.shard] |= {int(c.after.values[:c.after.lengths[0]]) for c in e.row_event.row_changes}
+            elif e.type == T.COMMIT:
+                open_head[e.shard] = False
+            elif e.type == T.VGTID:
+                for sg in e.vgtid.shard_gtids:
+                    for p in sg.table_p_ks:  # progress shown only for rows already sent
+                        assert int(p.lastpk.rows[0].values) in copied[sg.shard], (sg.shard, p)
+        # another shard's response never comes while a shard's copy transaction is open
+        assert sum(open_head.values()) <= 1 and (not any(open_head.values()) or open_head[events[0].shard]), resp
+        last = resp
+    assert last is not None
+    assert {s: len(ids) for s, ids in copied.items()} == {
+        s: len(sim.execute("select id from customer", f"commerce/{s}").rows) for s in copied}
+    r.close()
+
+
 def test_large_transaction_split_by_packet_size(stub: Any, sim: VTGateSim) -> None:
     sim.packet_size = 100
     unsharded(sim)

@@ -194,26 +194,6 @@ def test_ad_hoc_snapshot_resumes_after_a_restart(kafka_broker: KafkaBroker) -> N
     assert all(p["source"]["snapshot"] in ("true", "last") for p in reads)
 
 
-def test_resume_point_keeps_shards_between_two_tables_copying() -> None:
-    """A shard that finished one table and has not committed a batch of the next shows a gtid and
-    no ``table_p_ks``; as a resume point that would mean "copied", so its last copying entry (or,
-    with none, a fresh copy) is kept until the shard's COPY_COMPLETED."""
-    from cdcworker.offsets import ShardGtid, Vgtid
-    from cdcworker.offsets.vgtid import LastPK, PKField, PKRow, TableLastPK
-    from cdcworker.snapshot.vstream_copy import resumable_vgtid
-
-    lastpk = TableLastPK("account", LastPK((PKField("id", "INT64", 63, 0),), (PKRow((2,), b"40"),)))
-    copying = ShardGtid("ks", "-80", "MySQL56/a:1-5", (lastpk,))
-    between = ShardGtid("ks", "-80", "MySQL56/a:1-5")
-    fresh = ShardGtid("ks", "80-", "MySQL56/b:1-3")  # between its first (empty) table and the next
-    done = ShardGtid("ks", "c0-", "MySQL56/c:1-9")
-    got = resumable_vgtid(Vgtid((between, fresh, done)), {"c0-"}, {"-80": copying})
-    assert got == Vgtid((copying, ShardGtid("ks", "80-", ""), done))
-    assert [sg.copying for sg in got] == [True, True, False]
-    # a shard still in a table keeps its own (newer) entry
-    assert resumable_vgtid(Vgtid((copying,)), set(), {}) == Vgtid((copying,))
-
-
 def _reads(broker: KafkaBroker, topic: str) -> list[tuple[dict, str]]:
     """(payload, run id) of every op=r record."""
     out = []

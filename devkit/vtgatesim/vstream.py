@@ -20,7 +20,6 @@ import time
 from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from vitessapi import binlogdata_pb2, query_pb2
@@ -380,30 +379,6 @@ class VStream:
                                  f"stream: [{stream}]")
 
 
-def _pk_tuple(schema: TableSchema, img: bl.Image) -> tuple[Any, ...]:
-    """Comparable primary key of a row image (text or binlog rendering: `0.50` == `.50`)."""
-    cols = schema.columns
-    idx = schema.copy_key_indexes
-    return _pk_key([cols[i].ct for i in idx], [img[i] for i in idx])
-
-
-def _pk_key(cts: list[Any], vals: list[bytes | None]) -> tuple[Any, ...]:
-    # NULL sorts first, as in MySQL (a copy key of a table without PK may hold NULLs).
-    out: list[Any] = []
-    for ct, v in zip(cts, vals, strict=True):
-        if v is None:
-            out.append((0,))
-        elif ct.kind in ("int", "year"):
-            out.append((1, int(v)))
-        elif ct.kind == "bit":
-            out.append((1, int.from_bytes(v, "big")))
-        elif ct.kind in ("decimal", "float", "double"):
-            out.append((1, Decimal(v.decode())))
-        else:
-            out.append((1, v))
-    return tuple(out)
-
-
 class ShardStream:
     """The tablet vstreamer for one shard plus vtgate's per-shard handling."""
 
@@ -636,8 +611,9 @@ class ShardStream:
                                             f"current target vrep position: {have.position()}")
         return binlog.index_after(want, gtid)
 
-    def stream_from(self, index: int, stop: int | None = None, copied: dict[str, Any] | None = None) -> int:
-        """Stream binlog entries from `index` (up to `stop` for catch-up); returns the next index."""
+    def stream_from(self, index: int, stop: int | None = None, plans: dict[str, bool] | None = None) -> int:
+        """Stream binlog entries from `index` (up to `stop` for a copy's catch-up, which filters rows by
+        the copy `plans`: see iter_txn_items); returns the next index."""
         binlog = self.shard.binlog
         entries = binlog.entries
         while stop is None or index < stop:
@@ -655,25 +631,25 @@ class ShardStream:
             e = entries[index]
             index += 1
             if e.kind == bl.TXN:
-                self.send_txn(e, copied)
+                self.send_txn(e, plans)
             elif e.kind == bl.DDL:
-                if copied is not None:
+                if plans is not None:
                     continue
                 self.send_ddl(e)
             elif e.kind == bl.OTHER:
-                if copied is None:
+                if plans is None:
                     now = time.time_ns()
                     self.emit([[self.simple(wire.OTHER, e.timestamp, wire.ct_field(now))]], set_gtid=e.position,
                               vgtid_at=(0, 0), align_ts=e.timestamp)
             elif e.kind == bl.JOURNAL:
-                if copied is not None:
+                if plans is not None:
                     continue
                 self.handle_journal(e)
         return index
 
-    def send_txn(self, e: bl.Entry, copied: dict[str, Any] | None) -> None:
-        if copied is not None:
-            self.send_catchup_txn(e, copied)
+    def send_txn(self, e: bl.Entry, plans: dict[str, bool] | None) -> None:
+        if plans is not None:
+            self.send_catchup_txn(e, plans)
             return
         if isinstance(e.rows, bl.GeneratedRows):
             # Rendered while sending and never cached: a huge generated transaction stays out of memory.
@@ -692,11 +668,19 @@ class ShardStream:
         # First use of a table in this vstreamer session: FIELD before its first ROW (rare; built directly).
         self.emit_txn_items(e, self.txn_items(e, None))
 
-    def txn_items(self, e: bl.Entry, copied: dict[str, Any] | None) -> list[tuple[TableSchema, TablePlan, bytes, int]]:
+    def txn_items(self, e: bl.Entry, plans: dict[str, bool] | None) -> list[tuple[TableSchema, TablePlan, bytes, int]]:
         """(schema, plan, ROW prefix, row data size) for each Rows_event this stream sends."""
-        return list(self.iter_txn_items(e, copied))
+        return list(self.iter_txn_items(e, plans))
 
-    def iter_txn_items(self, e: bl.Entry, copied: dict[str, Any] | None) -> Iterator[tuple[TableSchema, TablePlan, bytes, int]]:
+    def iter_txn_items(self, e: bl.Entry, plans: dict[str, bool] | None) -> Iterator[tuple[TableSchema, TablePlan, bytes, int]]:
+        """(schema, plan, ROW prefix, row data size) for each Rows_event this stream sends.
+
+        `plans` (a copy's catch-up): the tables still to copy, True once a lastpk exists. As
+        uvstreamer.shouldSendEventForTable, a table in its copy phase with a lastpk gets all of its
+        changes (isRowCopied is not implemented upstream: rows beyond the lastpk too), one whose
+        copy has not started gets none (its copy will read the newer state), and every other table
+        (copied in this stream, or not copied at all) gets all.
+        """
         internal = e.database == "_vt"
         if internal and not self.vs.flags.stream_keyspace_heartbeats:
             return
@@ -706,17 +690,8 @@ class ShardStream:
             plan = TablePlan() if internal else self.plan(schema, e.position)
             if plan is None:
                 continue
-            if copied is not None:
-                if schema.name not in copied:
-                    continue
-                lastpk = copied[schema.name]
-                if lastpk is not None:
-                    keep = [(b, a) for b, a in rows.changes
-                            if _pk_tuple(schema, a if a is not None else b) <= lastpk]  # type: ignore[arg-type]
-                    if not keep:
-                        continue
-                    if len(keep) != len(rows.changes):
-                        rows = bl.make_rows_events(schema, keep)[0]
+            if plans is not None and plans.get(schema.name) is False:
+                continue
             prefix = self.row_prefix(rows, plan, ts, internal)
             if prefix is not None:
                 yield schema, plan, prefix, rows.data_size
@@ -859,9 +834,9 @@ class ShardStream:
         vs.events_sent += sum(events)
         vs.send_group(out)
 
-    def send_catchup_txn(self, e: bl.Entry, copied: dict[str, Any]) -> None:
-        """Catch-up during the copy phase: only rows of tables (partly) copied, up to their lastpk."""
-        self.emit_txn_items(e, self.txn_items(e, copied))
+    def send_catchup_txn(self, e: bl.Entry, plans: dict[str, bool]) -> None:
+        """Catch-up during the copy phase: the rows uvstreamer.filterEvents lets through (iter_txn_items)."""
+        self.emit_txn_items(e, self.txn_items(e, plans))
 
     def send_ddl(self, e: bl.Entry) -> None:
         now = time.time_ns()
@@ -898,6 +873,14 @@ class ShardStream:
 
     # -- copy phase (uvstreamer)
     def copy(self) -> int:
+        """uvstreamer.copy: copy the tables one by one in name order, each after a catch-up.
+
+        As buildTablePlan, every table the copy covers (the filter's, restricted to
+        `tables_to_copy`) is planned: a table in `table_p_ks` resumes after its lastpk, every other
+        one is copied from the start, also one a previous stream had copied completely (VTGate
+        keeps no trace of a finished table). Before each table the catch-up replays the binlog
+        from the stream's position to the new snapshot, filtered by the plans (iter_txn_items).
+        """
         sg = self.sg
         topo = self.sim.topo
         store = self.shard.store
@@ -908,14 +891,9 @@ class ShardStream:
         if self.vs.flags.tables_to_copy:
             wanted = set(self.vs.flags.tables_to_copy)
             tables = [t for t in tables if t.name in wanted]
-        if inpks:
-            last = max(inpks)
-            tables = [t for t in tables if t.name in inpks or t.name > last]
-        copied: dict[str, Any] = {}
-        if sg.gtid:
-            index: int | None = self.start_index(sg.gtid)
-        else:
-            index = None
+        # table -> its copy has a lastpk; a table leaves the plans when its copy completes
+        plans = {t.name: t.name in inpks for t in tables}
+        index = self.start_index(sg.gtid) if sg.gtid else None
         for t0 in tables:
             self.check_cancel()
             lastpk: tuple[Any, ...] | None = None
@@ -926,10 +904,10 @@ class ShardStream:
                 if len(raw) != len(cts):
                     raise VTError(INVALID_ARGUMENT, f"lastpk for table {t0.name} does not match its primary key")
                 lastpk = tuple(_stored(ct, v) for ct, v in zip(cts, raw, strict=True))
-                copied[t0.name] = _pk_key(cts, raw)
             with topo.lock:
                 schema = store.table(t0.name)
                 if schema is None:
+                    plans.pop(t0.name, None)
                     continue
                 rows = store.rows_after(schema, lastpk)
                 snap_pos = binlog.position
@@ -937,15 +915,16 @@ class ShardStream:
             plan = self.plan(schema)
             assert plan is not None
             if index is not None and snap_index > index:
-                # catch-up / fast-forward over what happened since the last snapshot
-                self.stream_from(index, stop=snap_index, copied=copied)
+                # catch-up / fast-forward over what happened since the last snapshot, by a new
+                # vstreamer (upstream): FIELD again before each table's first ROW
+                self.fields_sent.clear()
+                self.stream_from(index, stop=snap_index, plans=plans)
                 now = time.time_ns()
                 ct = wire.ct_field(now)
                 self.emit([[self.simple(wire.BEGIN, 0, ct), self.simple(wire.COMMIT, 0, ct)]],
                           set_gtid=snap_pos, vgtid_at=(0, 1))
             index = snap_index
-            self.copy_table(schema, plan, rows, snap_pos, copied)
-        now = time.time_ns()
+            self.copy_table(schema, plan, rows, snap_pos, plans)
         ev = wire.event(wire.f_varint(1, wire.COPY_COMPLETED), b"", self.suffix)
         vs = self.vs
         with vs.lock:
@@ -954,44 +933,39 @@ class ShardStream:
             if all((s.keyspace, s.shard) in vs.copy_completed for s in vs.sgtids):
                 resp.append(wire.event(wire.f_varint(1, wire.COPY_COMPLETED), b"", b""))
             vs.send_group([b"".join(resp)])
-        del now
         self.fields_sent.clear()  # the streaming vstreamer starts fresh
         return index if index is not None else len(binlog.entries)
 
     def copy_table(self, schema: TableSchema, plan: TablePlan, rows: list[tuple[Any, ...]], snap_pos: str,
-                   copied: dict[str, Any]) -> None:
+                   plans: dict[str, bool]) -> None:
         from .executor import image_text
 
-        now = time.time_ns()
-        ct = wire.ct_field(now)
+        ct = wire.ct_field(time.time_ns())
         pk_fields = schema.pk_fields(self.shard.database)
-        first = [[self.simple(wire.BEGIN, 0, ct), self.field_event(schema, plan, 0, ct)], []]
-        self.emit(first, set_gtid=snap_pos, vgtid_at=(1, 0))
+        # The table's [BEGIN, FIELD] and snapshot [VGTID] reach vtgate before its first batch, but
+        # vtgate sends a shard's events at COMMIT: they go out with that batch (or the "done"
+        # transaction of an empty table), never with another shard's transaction in between.
+        head: list[bytes] | None = [self.simple(wire.BEGIN, 0, ct), self.field_event(schema, plan, 0, ct)]
         batch: list[bytes] = []
         size = 0
         last_img: bl.Image | None = None
-        started = False
 
         def flush() -> None:
-            nonlocal batch, size, started
+            nonlocal batch, size, head
             if not batch or last_img is None:
                 return
-            assert last_img is not None
             pk_row = query_pb2.Row()
             vals = [last_img[i] for i in schema.copy_key_indexes]
             pk_row.lengths.extend(-1 if v is None else len(v) for v in vals)
             pk_row.values = b"".join(v for v in vals if v is not None)
             tpk = binlogdata_pb2.TableLastPK(table_name=schema.name,
                                             lastpk=query_pb2.QueryResult(fields=pk_fields, rows=[pk_row]))
-            with self.vs.lock:
-                self.sg.table_pks = [p for p in self.sg.table_pks if p.table_name != schema.name] + [tpk]
-                self.sg.encode()
-            copied[schema.name] = _pk_tuple(schema, last_img)
             c = wire.ct_field(time.time_ns())
             resp = [*batch, self.simple(wire.COMMIT, 0, c)]
-            groups = [[self.simple(wire.BEGIN, 0, c)], resp] if started else [resp]
-            self.emit(groups, vgtid_at=(len(groups) - 1, len(resp) - 1))
-            started = True
+            self._send_copy([resp] if head is not None else [[self.simple(wire.BEGIN, 0, c)], resp],
+                            head, snap_pos, schema.name, tpk)
+            plans[schema.name] = True
+            head = None
             batch = []
             size = 0
 
@@ -1012,13 +986,39 @@ class ShardStream:
             last_img = img
         flush()
         # table done: LASTPK{completed} -> the table leaves table_p_ks
-        with self.vs.lock:
-            self.sg.table_pks = [p for p in self.sg.table_pks if p.table_name != schema.name]
-            self.sg.encode()
-        copied[schema.name] = None
         c = wire.ct_field(time.time_ns())
-        self.emit([[self.simple(wire.BEGIN, 0, c), self.simple(wire.COMMIT, 0, c)]], set_gtid=self.sg.gtid,
-                  vgtid_at=(0, 1))
+        self._send_copy([[self.simple(wire.BEGIN, 0, c), self.simple(wire.COMMIT, 0, c)]], head, snap_pos,
+                        schema.name, None)
+        plans.pop(schema.name, None)
+
+    def _send_copy(self, groups: list[list[bytes]], head: list[bytes] | None, snap_pos: str, table: str,
+                   lastpk: binlogdata_pb2.TableLastPK | None) -> None:
+        """Send one copy transaction as vtgate's sendAll does: `table`'s entry in this shard's
+        table_p_ks becomes `lastpk` (None: removed) under the stream lock that queues the responses,
+        with a VGTID before the last group's COMMIT. No other shard's VGTID can show the progress
+        before these rows are sent. `head` ([BEGIN, FIELD] of the table) goes first, followed by a
+        VGTID at the snapshot position `snap_pos`."""
+        vs = self.vs
+        sg = self.sg
+        self.tablet_check()
+        self.tablet_events += sum(len(r) for r in groups) + (len(head) if head is not None else 0)
+        with vs.lock:
+            out: list[list[bytes]] = []
+            if head is not None:
+                sg.gtid = snap_pos
+                sg.encode()
+                out += [head, [vs.vgtid_event(sg, self.suffix)]]
+            sg.table_pks = [p for p in sg.table_pks if p.table_name != table] + ([lastpk] if lastpk is not None else [])
+            sg.encode()
+            last = groups[-1]
+            last.insert(len(last) - 1, vs.vgtid_event(sg, self.suffix))
+            out += groups
+            counts = [len(r) for r in out]
+            responses = [b"".join(r) for r in out]
+            if vs.fault is not None:
+                responses = vs.fault.apply(vs, responses, counts)
+            vs.events_sent += sum(counts)
+            vs.send_group(responses)
 
 
 def _stored(ct: Any, v: bytes | None) -> Any:

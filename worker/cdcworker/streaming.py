@@ -18,7 +18,11 @@ each record straight from the native images. The rare other events (BEGIN, VGTID
 on; both give the same records and positions (tests/test_worker_native_scan.py).
 
 Positions: the VGTID that precedes COMMIT (or DDL / OTHER) is a *commit point*; the sink makes it
-durable once Kafka has acknowledged everything before it. Nothing else moves the position.
+durable once Kafka has acknowledged everything before it. Nothing else moves the position. While
+the stream copies (``snapshot.mode=initial``) a commit point's position is VTGate's VGTID made safe
+to resume the copy from (``offsets.copyresume``: a shard between two tables keeps copying, tables
+it completed keep their last lastpk); a shard's COPY_COMPLETED seals its own commit point, at which
+that shard's entry becomes VTGate's. Records keep VTGate's VGTID in ``source.vgtid``.
 
 Optional outputs (``Features``) ride on the same boundaries: transaction metadata (BEGIN, the
 ``transaction`` block, END, and the offset fields stored with the commit point, see
@@ -49,6 +53,7 @@ from cdcworker.filters.failure import (
     is_oversized,
 )
 from cdcworker.offsets import Vgtid
+from cdcworker.offsets.copyresume import CopyResume
 from cdcworker.offsets.javacompat import jackson_dumps
 from cdcworker.offsets.value import Checkpoint
 from cdcworker.offsets.vgtid import ShardGtid
@@ -178,8 +183,11 @@ class StreamProcessor:
         # first ROW, which creates the topic, so a lookup happens once per table, not per record.
         self._unready: dict[tuple[str, str], TablePlan] = {}
         self.stats = StreamStats()
-        # Position of the last commit point handed to the sink (the resume point of a reconnect).
+        # Position of the last commit point handed to the sink (the resume point of a reconnect),
+        # and VTGate's VGTID there (they differ while a copy runs: ``_copy``).
         self.position = start
+        self._raw: Vgtid = start
+        self._copy = CopyResume(start) if start.copying else None
         self._pending_vgtid: binlogdata_pb2.VGtid | None = None
         # (plan, row changes of one ROW event): RowChange messages or serialized RowChanges.
         self._deferred: list[tuple[TablePlan, Any]] = []
@@ -313,6 +321,8 @@ class StreamProcessor:
         elif t == COPY_COMPLETED:
             if ev.shard:
                 self.stats.copy_completed_shards.add(ev.shard)
+                if self._copy is not None and self._copy.completed(ev.keyspace, ev.shard):
+                    self._copy_completed()
         elif t == ROLLBACK:
             self._clear_deferred()
             if self._signals is not None:
@@ -362,7 +372,7 @@ class StreamProcessor:
         except Exception as exc:
             self.plans.pop(key, None)
             self._unplanned[key] = "failed"
-            where = EventLocation(fe.keyspace, key[0], _strip_keyspace(fe.table_name, fe.keyspace), self.position.to_json())
+            where = EventLocation(fe.keyspace, key[0], _strip_keyspace(fe.table_name, fe.keyspace), self._raw.to_json())
             anonymised = any(f.name.startswith("@") for f in fe.fields)
             self._failures.handle("FIELD event cannot be planned", where, exc, AnonymisedColumns if anonymised else EventConversionError)
             return
@@ -456,7 +466,7 @@ class StreamProcessor:
 
     def _stream_out(self) -> None:
         """A transaction too large to hold: encode what we have with the context known now."""
-        vgtid_json = self.position.to_json()
+        vgtid_json = self._raw.to_json()
         if not self._streaming_txn:
             log.info(
                 "transaction exceeds %d buffered rows or %d bytes (max.queue.size, max.queue.size.in.bytes); "
@@ -466,7 +476,7 @@ class StreamProcessor:
             if self._txmeta is not None and self._in_txn:
                 # Its ending VGTID is not known yet: the transaction is identified (and ranked)
                 # by the position before it, a documented difference from Debezium.
-                self._tx_begin(vgtid_json, Vgtid(self.position.shard_gtids))
+                self._tx_begin(vgtid_json, Vgtid(self._raw.shard_gtids))
         self._emit(self._begin_ts, vgtid_json)
 
     def _tx_begin(self, txn_id: str, vgtid: Vgtid) -> None:
@@ -484,15 +494,17 @@ class StreamProcessor:
         pending = self._pending_vgtid
         if pending is None:
             # Debezium uses the previous VGTID when a response carries none; so do we.
-            vgtid = self.position
+            vgtid = self._raw
             vgtid_json = vgtid.to_json()
         else:
             vgtid, vgtid_json = self._vgtid(pending)
             self._pending_vgtid = None
+        self._raw = vgtid
+        resume = self._copy.resumable(vgtid) if self._copy is not None else vgtid
         txmeta = self._txmeta
         if txmeta is None:
             self._emit(timestamp, vgtid_json)
-            position: Vgtid = vgtid
+            position: Vgtid = resume
         elif self._in_txn:
             if not self._streaming_txn:
                 self._tx_begin(vgtid_json, vgtid)
@@ -502,11 +514,11 @@ class StreamProcessor:
                 self._send_tx(end.record)
             # Debezium's offset after END still names the transaction and its counters.
             o = end.offset
-            position = Checkpoint(vgtid.shard_gtids, o.transaction_id, tuple(o.collection_counts.items()), o.extra)
+            position = Checkpoint(resume.shard_gtids, o.transaction_id, tuple(o.collection_counts.items()), o.extra)
         else:
             self._emit(timestamp, vgtid_json)
             o = txmeta.offset_fields()
-            position = Checkpoint(vgtid.shard_gtids, o.transaction_id, tuple(o.collection_counts.items()), o.extra)
+            position = Checkpoint(resume.shard_gtids, o.transaction_id, tuple(o.collection_counts.items()), o.extra)
         self._in_txn = False
         if ddl is not None and self.features.schema_changes is not None:
             shard = ddl.shard
@@ -527,6 +539,21 @@ class StreamProcessor:
             self.metrics.records_sent = sent
         if self.features.heartbeats is not None:
             self.tick()
+
+    def _copy_completed(self) -> None:
+        """A shard's copy is complete: a commit point at the same VGTID, with that shard's entry as
+        VTGate reports it (a stream whose copy ended is resumed as streaming, and a task that only
+        copies, snapshot.mode=initial_only, sees the end). Between transactions only; otherwise the
+        transaction's own commit point follows."""
+        if self._in_txn or self._deferred:
+            return
+        assert self._copy is not None
+        resume = self._copy.resumable(self._raw)
+        if resume.shard_gtids == self.position.shard_gtids:
+            return
+        position = dataclasses.replace(self.position, shard_gtids=resume.shard_gtids)
+        self.position = position
+        self.sink.commit_point(position)
 
     def _vgtid(self, pb: binlogdata_pb2.VGtid) -> tuple[Vgtid, str]:
         """A commit's VGTID and its JSON. Between two commits only the committing shard's GTID
@@ -562,7 +589,7 @@ class StreamProcessor:
         if hb.low_watermark and self.features.low_watermark is not None:
             lw = self.features.low_watermark()
             lw_ms = None if lw is None else int(lw * 1000)
-        rec = hb.maybe_emit(self.position.to_json(), True, lw_ms)
+        rec = hb.maybe_emit(self._raw.to_json(), True, lw_ms)
         if rec is None:
             return
         self.sink.send_to_partition(rec.topic, HEARTBEAT_PARTITION, rec.key, rec.value, rec.headers)

@@ -23,12 +23,12 @@ sink) and Debezium's ``incremental_snapshot_collections`` (the collections still
 Debezium's JSON format; the Vitess connector ignores both keys). A restarted task ``restore``s it
 and resumes the copy from that VGTID; the row held back for ``"last"`` is never covered by it, so
 the final marker is emitted exactly once after a stop. Resume is per shard: a shard whose entry
-has neither ``table_p_ks`` nor an empty gtid is done; VTGate reports only the table being copied
-in ``table_p_ks``, so for several tables the tables VTGate has not reached yet are inferred the
-way VTGate does (name order). Between two tables (the first one done, the next one's first batch
-not yet committed) a shard's VGTID has a gtid and no ``table_p_ks``, which a restart would read
-as "copied": until the shard's own COPY_COMPLETED the stored resume point keeps that shard's last
-entry with ``table_p_ks`` instead (``resumable_vgtid``), so the next tables are not skipped.
+has neither ``table_p_ks`` nor an empty gtid is done. The stored copy VGTID is VTGate's made safe
+to resume from (``offsets.copyresume``): until a shard's own COPY_COMPLETED, a shard between two
+tables (a gtid and no ``table_p_ks``, which a restart would read as "copied") keeps copying, and
+the tables it completed keep their last lastpk, so a resumed copy neither skips the next tables
+nor copies the completed ones again (VTGate copies every requested table without a lastpk from
+the start, in name order).
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ from typing import Any
 from cdcworker.events import EncoderConfig, SourceContext, TablePlan
 from cdcworker.filters.failure import EventLocation, FailureHandler
 from cdcworker.offsets import ShardGtid, Vgtid
+from cdcworker.offsets.copyresume import CopyResume
 from cdcworker.offsets.value import Checkpoint
 from cdcworker.snapshot import SnapshotRequest
 from vitessapi import binlogdata_pb2, vtgate_pb2
@@ -77,24 +78,6 @@ def copy_rules(keyspace: str, request: SnapshotRequest) -> list[tuple[str, str]]
         else:
             rules.append(("/^" + _re2_literal(table) + "$", ""))
     return rules
-
-
-def resumable_vgtid(vgtid: Vgtid, done_shards: set[str], last_copying: dict[str, ShardGtid]) -> Vgtid:
-    """The copy stream's VGTID as a resume point: shards between two tables keep copying.
-
-    A shard that has not sent its COPY_COMPLETED but shows a gtid without ``table_p_ks`` has just
-    finished a table (or has not committed a batch of its first one yet). Resuming from that entry
-    would only stream, so it is replaced by the shard's newest entry with ``table_p_ks`` (VTGate
-    then finishes that table, with nothing left of it, and copies the tables after it), or, with
-    none yet, by ``gtid=""`` (the shard's copy starts over: no row of it was handed over yet).
-    """
-    out = []
-    for sg in vgtid:
-        if sg.copying or sg.shard in done_shards:
-            out.append(sg)
-        else:
-            out.append(last_copying.get(sg.shard) or ShardGtid(sg.keyspace, sg.shard, ""))
-    return Vgtid(tuple(out))
 
 
 class _WatchingSink:
@@ -139,8 +122,7 @@ class _Run:
         self.held: tuple[TablePlan, Any, int, str] | None = None
         self.vgtid_json = ""
         self.vgtid: Vgtid | None = None  # the newest VGTID of the copy stream
-        self.last_copying: dict[str, ShardGtid] = {}  # shard -> its newest entry with table_p_ks
-        self.done_shards: set[str] = set()  # shards whose COPY_COMPLETED arrived
+        self.copy = CopyResume(())  # resume points of the shards copied (set by _launch)
         self.cancelled = False
         self.emitted = 0
         self.superseded = 0
@@ -398,7 +380,7 @@ class VStreamCopyEngine:
         log.info("snapshot %s: copying %s of %s", request.id, ", ".join(tables), self.keyspace)
         run = _Run(request, self._open(req), topics, self._depth, resume)
         run.stopped_tables |= self._stopped.pop(request.id, set())
-        run.last_copying.update((sg.shard, ShardGtid.from_proto(sg)) for sg in shard_gtids if sg.table_p_ks)
+        run.copy = CopyResume(ShardGtid.from_proto(sg) for sg in shard_gtids)
         self._run = run
         run.thread.start()
 
@@ -446,14 +428,11 @@ class VStreamCopyEngine:
             elif t == _T.VGTID:
                 run.vgtid = v = Vgtid.from_proto(ev.vgtid)
                 run.vgtid_json = v.to_json()
-                for sg in v:
-                    if sg.table_p_ks:
-                        run.last_copying[sg.shard] = sg
             elif t == _T.COMMIT:
                 self._flush(run, sink, ev.timestamp)
             elif t == _T.COPY_COMPLETED:
                 if ev.shard:
-                    run.done_shards.add(ev.shard)
+                    run.copy.completed(ev.keyspace, ev.shard)
                 self._flush(run, sink, 0)
                 if not ev.shard:
                     return True  # VTGate's final COPY_COMPLETED: every shard is copied
@@ -476,7 +455,7 @@ class VStreamCopyEngine:
                 run.held = (plan, rc, ts, run.vgtid_json)
                 run.held_prev = run.flushed_vgtid
         if run.vgtid is not None:
-            run.flushed_vgtid = resumable_vgtid(run.vgtid, run.done_shards, run.last_copying).to_json()
+            run.flushed_vgtid = run.copy.resumable(run.vgtid).to_json()
         run.resume_vgtid = run.held_prev if run.held is not None else run.flushed_vgtid
 
     def _superseded(self, run: _Run, plan: TablePlan, rc: Any, ts: int) -> bool:
