@@ -112,7 +112,9 @@ def test_cancelled_run_releases_its_hold_and_loses_no_change(tmp_path: Path, kaf
         wait(lambda: caught_up(kafka_broker, sim, p), worker, 60, "the worker caught up")
     finally:
         worker.stop()
-    assert during == {"phases": {"held"}, "handed_off": set()}
+    # At the 6th read the hold is on while orders flowed (a shard whose chunks were all read by
+    # then may already be catching up or handed off: the normal end of its part of the run).
+    assert "held" in during["phases"] and during["handed_off"] != set(SHARDS), during  # type: ignore[operator]
     with pytest.raises(RunCancelled, match="cannot be resumed"):
         run_backfill(spec)
     try:

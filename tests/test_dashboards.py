@@ -114,8 +114,10 @@ def worker_exposition(kafka_broker: KafkaBroker) -> Iterator[str]:
                     with urllib.request.urlopen(f"{url}/metrics", timeout=10) as resp:
                         text = resp.read().decode()
                     names = _samples(text)
-                    if ({"shardcdc_low_watermark_seconds", "shardcdc_commit_to_ack_seconds_bucket"} <= names
-                            and run.task.metrics.records_sent >= 40):
+                    sent = sum(s.value for fam in text_string_to_metric_families(text) for s in fam.samples
+                               if s.name == "shardcdc_records_sent_total")
+                    # the scraped text itself must show every record (not the live counter after it)
+                    if {"shardcdc_low_watermark_seconds", "shardcdc_commit_to_ack_seconds_bucket"} <= names and sent >= 40:
                         break
                     assert time.monotonic() < deadline, f"worker metrics incomplete: {sorted(names)}"
                     time.sleep(0.1)

@@ -16,6 +16,7 @@ import pytest
 from vitessapi import query_pb2, vtgate_pb2
 from vtgatesim import VTGateSim, mysqltypes
 from vtgatesim.executor import Result
+from vtgatesim.server import _result_proto
 
 # (DDL type, stored-from value): one column per type of the rendering matrix
 # (tests/test_vtgatesim_mysqltypes.py RENDER), edge values included.
@@ -75,23 +76,7 @@ def _load(sim: VTGateSim) -> None:
                                          for r in rows])
 
 
-# --- the previous path: messages built with the generated classes (kept here as the reference)
-
-
-def _result_proto(res: Result, included: int) -> query_pb2.QueryResult:
-    qr = query_pb2.QueryResult(rows_affected=res.rows_affected, insert_id=res.insert_id)
-    for f in res.fields:
-        if included == query_pb2.ExecuteOptions.ALL:
-            qr.fields.add(**f)
-        elif included == query_pb2.ExecuteOptions.TYPE_ONLY:
-            qr.fields.add(type=f["type"])
-        else:
-            qr.fields.add(name=f["name"], type=f["type"])
-    for r in res.rows:
-        row = qr.rows.add()
-        row.lengths.extend(-1 if v is None else len(v) for v in r)
-        row.values = b"".join(v for v in r if v is not None)
-    return qr
+# --- the previous path: messages built with the generated classes (server._result_proto, the reference)
 
 
 def reference_stream(sim: VTGateSim, sql: str, included: int) -> list[bytes]:
