@@ -96,18 +96,23 @@ def make_sink(kind: str, bootstrap: str) -> Any:
     return {"native": NativeKafkaSink, "confluent": KafkaSink}[kind](conf)
 
 
-def run_sink(data: list[bytes], rows: int, kind: str, bootstrap: str, topic_prefix: str) -> tuple[float, float]:
+def run_sink(data: list[bytes], rows: int, kind: str, bootstrap: str, topic_prefix: str,
+             ordered: bool = False) -> tuple[float, float]:
     """(thread CPU, process CPU) per row of the stage on a real sink, final flush included."""
     start = Vgtid((ShardGtid("bench", "-80", f"MySQL56/{UUID}:1-1"), ShardGtid("bench", "80-", f"MySQL56/{UUID}:1-1")))
     headers = tuple(context_headers(topic_prefix, "0", run_id="00000000-0000-7000-8000-000000000000"))
     sink = make_sink(kind, bootstrap)
-    proc = StreamProcessor(EncoderConfig(topic_prefix, headers=headers), sink, start)
+    features = Features()
+    if ordered:
+        features.txmeta = TransactionMonitor(TxMetaOptions(topic=f"{topic_prefix}.transaction", ordered=True), None, start)
+    proc = StreamProcessor(EncoderConfig(topic_prefix, headers=headers), sink, start, features=features)
     t0, p0 = time.thread_time(), time.process_time()
     for d in data:
         proc.process(d)
     sink.flush(60)
     t1, p1 = time.thread_time(), time.process_time()
-    assert sink.records_sent == rows and sink.durable_position() is proc.position, "not every record acknowledged"
+    assert sink.records_sent == rows * (1.1 if ordered else 1) and sink.durable_position() is proc.position, \
+        "not every record acknowledged"
     sink.close()
     return (t1 - t0) / rows * 1e6, (p1 - p0) / rows * 1e6
 
@@ -156,7 +161,8 @@ def main() -> None:
                         continue
                     prefix = f"m{run}{kind}"
                     create_topics(broker.bootstrap, [f"{prefix}.bench.bench"], partitions=6)
-                    res[kind].append(run_sink(data, args.rows, kind, broker.bootstrap, prefix))
+                    create_topics(broker.bootstrap, [f"{prefix}.transaction"], partitions=1)
+                    res[kind].append(run_sink(data, args.rows, kind, broker.bootstrap, prefix, args.ordered))
             for kind, rs in res.items():
                 print(f"{kind}: stage thread {min(r[0] for r in rs):.2f} us/row (best), process {min(r[1] for r in rs):.2f}; "
                       f"runs {[(round(a, 1), round(b, 1)) for a, b in rs]}")

@@ -30,6 +30,7 @@ them and the numbering stays exactly what a consumer saw before the restart.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -418,19 +419,15 @@ class TransactionMonitor:
 def _cut_at_counters(template: bytes) -> tuple[bytes, ...]:
     """A ``%``-template's literal bytes between its ``%d`` counters (``%%`` is one ``%``)."""
     parts: list[bytes] = []
-    cur = bytearray()
-    i, n = 0, len(template)
-    while i < n:
-        c = template[i]
-        if c == 0x25 and i + 1 < n and template[i + 1] in (0x25, 0x64):  # "%%" or "%d"
-            if template[i + 1] == 0x25:
-                cur.append(0x25)
-            else:
-                parts.append(bytes(cur))
-                cur = bytearray()
-            i += 2
-            continue
-        cur.append(c)
-        i += 1
-    parts.append(bytes(cur))
+    cur: list[bytes] = []
+    for token in _PERCENT.split(template):  # literal text, "%%" and "%d" tokens alternate
+        if token == b"%d":
+            parts.append(b"".join(cur))
+            cur = []
+        else:
+            cur.append(b"%" if token == b"%%" else token)
+    parts.append(b"".join(cur))
     return tuple(parts)
+
+
+_PERCENT = re.compile(rb"(%%|%d)")
