@@ -164,8 +164,8 @@ def sim_main(args: argparse.Namespace) -> None:
 
 
 def _own_rss() -> dict[str, float]:
-    """This process's RSS now and its peak (ru_maxrss), MB."""
-    return {"rss_mb": _rss_kb() / 1024, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    """This process's RSS now and its peak (VmHWM), MB."""
+    return {"rss_mb": _rss_kb() / 1024, "peak_rss_mb": _peak_rss_kb() / 1024}
 
 
 # --- the worker process ---------------------------------------------------------------------
@@ -227,7 +227,7 @@ def worker_main(args: argparse.Namespace) -> None:
         "cpu_seconds": marks.get("cpu_done", 0) - marks.get("cpu_first", 0),
         "rows": p.stats.rows_seen if p else 0,
         "records": p.stats.records_sent if p else 0,
-        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "peak_rss_mb": _peak_rss_kb() / 1024,
         "max_sampled_rss_mb": max(rss, default=0) / 1024,
         "rss_by_rows": _rss_by_rows(rss_rows, p.stats.rows_seen if p else 0),
         "acks": acks,
@@ -267,6 +267,16 @@ def _thread_cpu() -> dict[str, float]:
         name = name.rstrip("0123456789") or name  # rdk:broker12 -> rdk:broker
         out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
     return {k: round(v, 2) for k, v in sorted(out.items(), key=lambda kv: -kv[1]) if v >= 0.01}
+
+
+def _peak_rss_kb() -> int:
+    """Peak RSS of this process image (VmHWM). Not ru_maxrss: Linux keeps that across execve, so a
+    worker forked from a bench parent holding consumed records would report the parent's size."""
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
 
 def _rss_kb() -> int:
@@ -343,6 +353,30 @@ def _log_acks(task: Any, acks: list[tuple[Any, ...]]) -> None:
 
     sinkmod.Segment = Probe  # type: ignore[misc]
     sinkmod.KafkaSink.commit_point = commit_point  # type: ignore[method-assign]
+
+    # The native sink (nativesink) counts acknowledgements in C: the probe notes when a position
+    # becomes durable (served); the append time is read back from the topic by the parent.
+    from cdcworker import nativesink
+
+    marks: dict[int, tuple[int, int]] = {}
+    orig_native_commit = nativesink.NativeKafkaSink.commit_point
+    orig_native_advance = nativesink.NativeKafkaSink._advance
+
+    def native_commit_point(self: Any, position: Any) -> None:
+        cp = time.time_ns()
+        orig_native_commit(self, position)
+        marks[self._positions[-1][0]] = (current[0], cp)
+
+    def native_advance(self: Any) -> None:
+        before = list(self._positions)
+        orig_native_advance(self)
+        now = time.time_ns()
+        for seq, pos in before[: len(before) - len(self._positions)]:  # became durable now
+            recv, cp = marks.pop(seq, (0, 0))
+            acks.extend((sg.shard, sg.gtid, recv, cp, 0, now) for sg in getattr(pos, "shard_gtids", pos))
+
+    nativesink.NativeKafkaSink.commit_point = native_commit_point  # type: ignore[method-assign]
+    nativesink.NativeKafkaSink._advance = native_advance  # type: ignore[method-assign]
     taskmod._ResponseReader = StampedReader  # type: ignore[misc]
 
 
@@ -636,13 +670,14 @@ def latency(args: argparse.Namespace) -> None:
                 w.join()
                 result = holder["r"]
                 commit = {(s, seq): ns for s, seq, ns, _late in paced["commits"]}
+                appended = _append_times(broker, result["topic"]) if not any(a[4] for a in result["acks"]) else {}
                 first: dict[tuple[str, int], tuple[int, ...]] = {}
                 for shard, gtid, recv, cp, app_ms, served in result["acks"]:
                     # A commit point names every shard; a shard's gtid first appears with the
                     # transaction that produced it, later ones only repeat it.
                     k = (shard, int(gtid.rsplit("-", 1)[-1].rsplit(":", 1)[-1]))
                     if k in commit and (k not in first or served < first[k][-1]):
-                        first[k] = (recv, cp, app_ms, served)
+                        first[k] = (recv, cp, app_ms or appended.get(k, 0), served)
                 rows = [(commit[k], *v) for k, v in first.items()]
                 ack = [(a * 1_000_000 - c) / 1e6 for c, _r, _p, a, _s in rows]  # append is in ms
                 served = [(s - c) / 1e6 for c, _r, _p, _a, s in rows]
@@ -660,9 +695,27 @@ def latency(args: argparse.Namespace) -> None:
                     _dist("source->worker read", read), _dist("worker queue+encode+produce", proc),
                     _dist("produce->broker append", produce), _dist("append->report served", serve)]), flush=True)
                 print(f"    worker cpu {result['cpu_seconds']:.2f}s for {result['seconds']:.2f}s; "
-                      f"threads {result.get('threads')}", flush=True)
+                      f"threads {result.get('threads')}; max RSS (MB) per tenth of the rows "
+                      f"{[mb for _, mb in result.get('rss_by_rows', [])]}, max sampled {result.get('max_sampled_rss_mb', 0):.0f}", flush=True)
             finally:
                 sim.close()
+
+
+def _append_times(broker: Any, topic: str) -> dict[tuple[str, int], int]:
+    """(shard, transaction number) -> the broker's last LogAppendTime (ms) of its records, read back
+    from the data topic (the native sink reports acknowledgements without per-record times)."""
+    from localkafka import consume_all
+
+    out: dict[tuple[str, int], int] = {}
+    for r in consume_all(broker.bootstrap, topic):
+        if not r.value:
+            continue
+        src = json.loads(r.value)["payload"]["source"]
+        shard = src["shard"]
+        gtid = next(sg["gtid"] for sg in json.loads(src["vgtid"]) if sg["shard"] == shard)
+        k = (shard, int(gtid.rsplit("-", 1)[-1].rsplit(":", 1)[-1]))
+        out[k] = max(out.get(k, 0), r.timestamp_ms)
+    return out
 
 
 def _report_pace(name: str, paced: dict[str, Any], args: argparse.Namespace) -> None:

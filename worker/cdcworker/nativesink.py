@@ -152,6 +152,9 @@ class NativeKafkaSink(_NativeSends, KafkaSink):
     def commit_point(self, position: Any) -> None:
         self._positions.append((self.producer.seal(), position))
         self.producer.poll(0)
+        # A few C calls per transaction: the durable position (offsets, heartbeats, the low
+        # watermark) follows Kafka's acks instead of the next offset flush.
+        self._advance()
 
     def _advance(self) -> None:
         p = self.producer
