@@ -84,6 +84,11 @@ class _WatchingSink:
     """The live stream's sink while a snapshot runs: remembers (topic, key) of watched topics and
     puts the snapshot's resume state into every commit point."""
 
+    # The native sink's C loop sends rows without calling ``send``: it would skip ``seen``, and a
+    # snapshot read of a key the live stream already changed would overwrite the newer state.
+    # No ``rows_sender`` here sends every live record through ``send`` while a snapshot runs.
+    rows_sender = None
+
     def __init__(self, inner: Any, topics: set[str], seen: set[tuple[str, bytes]], engine: VStreamCopyEngine) -> None:
         self.inner = inner
         self._topics = topics
