@@ -25,13 +25,13 @@ from cdcoperator.naming import LABEL_CONNECTOR, LABEL_GENERATION
 
 class ApiKubelet:
     def __init__(self, kube: KubeApi, namespace: str, workdir: Path, period: float = 0.2,
-                 extra_env: Mapping[str, str] | None = None) -> None:
+                 extra_env: Mapping[str, str] | None = None, restart_backoff: float = 2.0) -> None:
         self.kube = kube
         self.namespace = namespace
         self.errors: list[str] = []
         self.live_generations: list[tuple[str, frozenset[int]]] = []  # (connector, generations with processes)
         self._written: dict[str, Any] = {}  # pod name -> status last written
-        self.kubelet = ProcessKubelet(self._source, self._resolve, workdir, period=period, restart_backoff=2.0,
+        self.kubelet = ProcessKubelet(self._source, self._resolve, workdir, period=period, restart_backoff=restart_backoff,
                                       extra_env=extra_env, on_change=lambda _bodies: self.kubelet.wake())
 
     def __enter__(self) -> ApiKubelet:

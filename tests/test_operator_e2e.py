@@ -99,7 +99,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         with plane.api_client() as admin:
             kube = KubeApi(admin)
             with (
-                ApiKubelet(kube, NS, workdir, extra_env={"SHARDCDC_LOG_LEVEL": "INFO"}) as kubelet,
+                # Containers that exit come back at once (a kubelet restarts them after the reshard
+                # exit too): the operator must stop them before the next generation starts.
+                ApiKubelet(kube, NS, workdir, extra_env={"SHARDCDC_LOG_LEVEL": "INFO"}, restart_backoff=0.05) as kubelet,
                 env_var("SHARDCDC_OPERATOR_RESYNC_SECONDS", "0.5"),
                 plane.kubeconfig_env(sa_config),
                 operator_runner(NS, liveness, timeout=60) as runner,

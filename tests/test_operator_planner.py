@@ -257,6 +257,24 @@ def test_merge_followed_through_journal() -> None:
     assert p.generation == Generation(1, 2, 2, (("-80",), ("80-",)), journal_positions=(("-80", "MySQL56/m:1-3"),))
 
 
+def test_restarted_worker_after_the_journal_is_stopped_before_the_next_generation() -> None:
+    """Kubernetes restarts a Deployment's container after the reshard exit: its process runs
+    until the operator stops it, so the next generation waits (never two generations at once)."""
+    g = start(2, ["-40", "40-80", "80-"])
+    journal = Journal.of(["-40", "40-80"], {"-80": "MySQL56/m:1-3"})
+    reports = [
+        TaskReport(0, 0, TaskPhase.REASSIGNMENT_NEEDED, journal=journal, running=True),
+        TaskReport(0, 1, TaskPhase.REASSIGNMENT_NEEDED, journal=journal),
+    ]
+    drain = plan(spec(2), ["-80", "80-"], g, reports)
+    assert drain.action is Action.DRAIN
+    assert drain.stop == (TaskRef(0, 0),)
+    assert drain.generation is not None and drain.generation.pending == PendingChange(("-80", "80-"), 2, "Reshard", (journal,))
+    started = plan(spec(2), ["-80", "80-"], persist(drain), [TaskReport(0, 1, TaskPhase.REASSIGNMENT_NEEDED, journal=journal)])
+    assert started.action is Action.START
+    assert started.generation == Generation(1, 2, 2, (("-80",), ("80-",)), journal_positions=(("-80", "MySQL56/m:1-3"),))
+
+
 def test_serving_split_without_journal_waits_for_it() -> None:
     g = start(2, ["-80", "80-"])
     p = plan(spec(2), ["-40", "40-80", "80-"], g, streaming(g))

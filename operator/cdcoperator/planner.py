@@ -91,6 +91,11 @@ class TaskPhase(enum.StrEnum):
 _GONE = frozenset({TaskPhase.EXITED, TaskPhase.REASSIGNMENT_NEEDED})
 
 
+def _alive(reports: Iterable[TaskReport]) -> list[TaskReport]:
+    """Tasks with a worker process that may still run: never two generations at once."""
+    return [r for r in reports if r.phase not in _GONE or r.running]
+
+
 class GenPhase(enum.StrEnum):
     """Lifecycle of the current generation (``status.assignment.phase``)."""
 
@@ -138,6 +143,9 @@ class TaskReport:
     lag_ms: int | None = None
     journal: Journal | None = None
     message: str = ""
+    # A process of this task still runs although the phase says it stopped: Kubernetes restarts
+    # a Deployment's container after the reshard exit. The task is not gone until it is stopped.
+    running: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -313,7 +321,7 @@ def plan(
     if current is None:
         return _plan_first(spec, wanted, running, leftovers, source_error, adopted, offsets_error)
 
-    alive = [r for r in mine if r.phase not in _GONE]
+    alive = _alive(mine)
     journals = _merge_journals(
         current.pending.journals if current.pending else (),
         (r.journal for r in mine if r.phase is TaskPhase.REASSIGNMENT_NEEDED and r.journal is not None),
@@ -563,7 +571,7 @@ def _conditions(
         progressing = ConditionSpec(cond.PROGRESSING, True, "GenerationStarted",
                                     f"starting {record.tasks} workers of generation {record.generation}")
     elif action is Action.STOP:
-        alive = [r for r in reports if r.phase not in _GONE]
+        alive = _alive(reports)
         progressing = (
             ConditionSpec(cond.PROGRESSING, True, "Stopping", f"waiting for {len(alive)} workers to exit")
             if alive

@@ -172,7 +172,7 @@ def task_report(
     alive = sorted((p for p in pods if p.phase not in ("Succeeded", "Failed")), key=lambda p: (p.deleting, p.name))
     pod = alive[0] if alive else (sorted(pods, key=lambda p: p.name)[0] if pods else None)
 
-    def report(phase: TaskPhase, message: str = "", journal: Journal | None = None) -> TaskReport:
+    def report(phase: TaskPhase, message: str = "", journal: Journal | None = None, running: bool = False) -> TaskReport:
         return TaskReport(
             generation,
             task_id,
@@ -182,6 +182,7 @@ def task_report(
             lag_ms=_lag(doc) if doc else None,
             journal=journal,
             message=message,
+            running=running,
         )
 
     if pod is None:
@@ -189,7 +190,8 @@ def task_report(
         return report(TaskPhase.EXITED if replicas == 0 else TaskPhase.PENDING)
     if pod.exit_code == exitcodes.REASSIGNMENT_NEEDED and (not alive or not pod.ready):
         journal = journal_from(_parse_json(pod.termination_message)) or journal_from(doc)
-        return report(TaskPhase.REASSIGNMENT_NEEDED, "worker stopped at a reshard journal", journal)
+        # A restarted container (alive, not ready) still runs a process of this generation.
+        return report(TaskPhase.REASSIGNMENT_NEEDED, "worker stopped at a reshard journal", journal, running=bool(alive))
     if not alive:
         return report(TaskPhase.EXITED if replicas == 0 or pod.exit_code == 0 else TaskPhase.FAILED,
                       f"worker exited with status {pod.exit_code}" if pod.exit_code else "")
@@ -197,7 +199,8 @@ def task_report(
         state = str(doc.get("state") or "")
         phase = _STATES.get(state, TaskPhase.STARTING)
         if phase is TaskPhase.REASSIGNMENT_NEEDED:
-            return report(phase, str(doc.get("reason") or "worker stopped at a reshard journal"), journal_from(doc))
+            return report(phase, str(doc.get("reason") or "worker stopped at a reshard journal"), journal_from(doc),
+                          running=True)  # it serves its document: the process is still there
         return report(phase, str(doc.get("reason") or "") if phase is TaskPhase.FAILED else "")
     # The document is unreachable: judge from the pod alone.
     if pod.waiting_reason in _CRASH_REASONS:
