@@ -21,7 +21,7 @@ import pytest
 from confluent_kafka import Producer
 from operator_kube_fixtures import wait_for
 from test_backfill_operator import SPARK_CRD
-from worker_fixtures import running_task, wait_positioned, worker_config
+from worker_fixtures import commerce_sim, running_task, wait_positioned, worker_config
 from worker_fixtures import wait_for as _wait_for
 
 from cdcoperator import backfill as bf
@@ -114,10 +114,7 @@ def test_signal_ids_runs_and_arguments() -> None:
 
 @pytest.fixture
 def sim() -> Iterator[VTGateSim]:
-    with VTGateSim() as s:
-        s.create_keyspace("commerce", ["-80", "80-"], ddl=DDL)
-        for i in range(1, 7):
-            s.execute(f"INSERT INTO customer (id, email) VALUES ({i}, 'u{i}@x.io')", "commerce")
+    with commerce_sim(DDL, customers=6) as s:
         yield s
 
 

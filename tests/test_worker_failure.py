@@ -7,7 +7,7 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from worker_fixtures import running_task, wait_positioned, worker_config
+from worker_fixtures import commerce_sim, running_task, wait_positioned, worker_config
 from worker_fixtures import wait_for as _wait_for
 
 from cdcworker import exitcodes
@@ -28,8 +28,7 @@ DDL = [
 
 @pytest.fixture
 def sim() -> Iterator[VTGateSim]:
-    with VTGateSim() as s:
-        s.create_keyspace("commerce", ["-80", "80-"], ddl=DDL)
+    with commerce_sim(DDL) as s:
         yield s
 
 

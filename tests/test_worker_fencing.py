@@ -15,8 +15,8 @@ from collections.abc import Iterator
 import pytest
 from confluent_kafka import Producer
 from worker_fixtures import (
-    CUSTOMER_DDL,
     RunningTask,
+    commerce_sim,
     insert_customers,
     running_task,
     start_here,
@@ -31,8 +31,7 @@ from vtgatesim import VTGateSim
 
 @pytest.fixture
 def sim() -> Iterator[VTGateSim]:
-    with VTGateSim() as s:
-        s.create_keyspace("commerce", ["-80", "80-"], ddl=[CUSTOMER_DDL])
+    with commerce_sim() as s:
         yield s
 
 

@@ -9,7 +9,14 @@ from collections.abc import Iterator
 
 import pytest
 from test_worker_txmeta import stored_offsets
-from worker_fixtures import CUSTOMER_DDL, caught_up, running_task, wait_for, wait_positioned, worker_config
+from worker_fixtures import (
+    caught_up,
+    commerce_sim,
+    running_task,
+    wait_for,
+    wait_positioned,
+    worker_config,
+)
 
 from localkafka import KafkaBroker, consume_all
 from vtgatesim import VTGateSim
@@ -22,8 +29,7 @@ KEY_SCHEMA = (
 
 @pytest.fixture
 def sim() -> Iterator[VTGateSim]:
-    with VTGateSim() as s:
-        s.create_keyspace("commerce", ["-80", "80-"], ddl=[CUSTOMER_DDL])
+    with commerce_sim() as s:
         yield s
 
 

@@ -10,7 +10,14 @@ from collections.abc import Iterator
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from worker_fixtures import CUSTOMER_DDL, caught_up, running_task, wait_for, wait_positioned, worker_config
+from worker_fixtures import (
+    caught_up,
+    commerce_sim,
+    running_task,
+    wait_for,
+    wait_positioned,
+    worker_config,
+)
 
 from cdcworker.observability.server import ObservabilityServer
 from localkafka import KafkaBroker, consume_all
@@ -21,8 +28,7 @@ Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 @pytest.fixture
 def sim() -> Iterator[VTGateSim]:
-    with VTGateSim() as s:
-        s.create_keyspace("commerce", ["-80", "80-"], ddl=[CUSTOMER_DDL])
+    with commerce_sim() as s:
         yield s
 
 

@@ -15,7 +15,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from worker_fixtures import CUSTOMER_DDL, insert_customers, running_task, start_here, wait_for, worker_config
+from worker_fixtures import (
+    CUSTOMER_DDL,
+    commerce_sim,
+    insert_customers,
+    running_task,
+    start_here,
+    wait_for,
+    worker_config,
+)
 
 from cdcworker import exitcodes
 from cdcworker.config import WorkerConfig
@@ -30,8 +38,7 @@ INJECTED = "vttablet: rpc error: code = Unavailable desc = injected fault"
 
 @pytest.fixture
 def sim() -> Iterator[VTGateSim]:
-    with VTGateSim() as s:
-        s.create_keyspace("commerce", ["-80", "80-"], ddl=[CUSTOMER_DDL])
+    with commerce_sim() as s:
         yield s
 
 

@@ -7,7 +7,14 @@ import json
 from collections.abc import Iterator
 
 import pytest
-from worker_fixtures import CUSTOMER_DDL, caught_up, running_task, wait_for, wait_positioned, worker_config
+from worker_fixtures import (
+    caught_up,
+    commerce_sim,
+    running_task,
+    wait_for,
+    wait_positioned,
+    worker_config,
+)
 
 from cdcworker.records.schema_change import schema_change_key_schema, schema_change_value_schema
 from localkafka import KafkaBroker, consume_all
@@ -18,8 +25,7 @@ ALTER = "ALTER TABLE customer ADD COLUMN age INT"
 
 @pytest.fixture
 def sim() -> Iterator[VTGateSim]:
-    with VTGateSim() as s:
-        s.create_keyspace("commerce", ["-80", "80-"], ddl=[CUSTOMER_DDL])
+    with commerce_sim() as s:
         yield s
 
 

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 from confluent_kafka import Producer
-from worker_fixtures import running_task, wait_positioned, worker_config
+from worker_fixtures import commerce_sim, running_task, wait_positioned, worker_config
 from worker_fixtures import wait_for as _wait_for
 
 from cdcworker.signals import Signal, SignalDispatcher
@@ -23,10 +23,7 @@ DDL = [
 
 @pytest.fixture
 def sim() -> Iterator[VTGateSim]:
-    with VTGateSim() as s:
-        s.create_keyspace("commerce", ["-80", "80-"], ddl=DDL)
-        for i in range(1, 7):
-            s.execute(f"INSERT INTO customer (id, email) VALUES ({i}, 'u{i}@x.io')", "commerce")
+    with commerce_sim(DDL, customers=6) as s:
         yield s
 
 

@@ -60,6 +60,16 @@ def insert_customers(sim: VTGateSim, ids: range, keyspace: str = "commerce") -> 
         sim.execute(f"INSERT INTO customer (id, email) VALUES ({i}, 'u{i}@x.io')", keyspace)
 
 
+@contextmanager
+def commerce_sim(ddl: tuple[str, ...] | list[str] = (CUSTOMER_DDL,), customers: int = 0) -> Iterator[VTGateSim]:
+    """A test server with keyspace ``commerce`` over ``-80, 80-`` made of ``ddl``, holding customers
+    ``1..customers`` (one transaction each)."""
+    with VTGateSim() as sim:
+        sim.create_keyspace("commerce", ["-80", "80-"], ddl=list(ddl))
+        insert_customers(sim, range(1, customers + 1))
+        yield sim
+
+
 def start_here(sim: VTGateSim, keyspace: str = "commerce") -> dict[str, str]:
     """Properties that start a task at the shards' positions now: later writes are streamed,
     earlier ones not, whenever the task connects (no wait for it to be positioned)."""
