@@ -35,6 +35,7 @@ import json
 import math
 import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -160,7 +161,34 @@ def sim_main(args: argparse.Namespace) -> None:
                               "seconds": time.monotonic() - t}), flush=True)
         elif cmd["op"] == "rss":
             print(json.dumps(_own_rss()), flush=True)
+        elif cmd["op"] == "record":
+            print(json.dumps(_record(sim.address, bytes.fromhex(cmd["request"]), cmd["path"], cmd["final"])), flush=True)
     sim.stop()
+
+
+def _record(address: str, request: bytes, path: str, final: dict[str, str]) -> dict[str, Any]:
+    """Stream ``request`` from this test server until every shard is at ``final``; write each
+    response's bytes as a gRPC length-prefixed message (``bench/vstreamreplay`` serves the file)."""
+    import grpc
+
+    from vitessapi import vtgate_pb2
+
+    channel = grpc.insecure_channel(address, options=[("grpc.max_receive_message_length", 64 << 20)])
+    call = channel.unary_stream("/vtgateservice.Vitess/VStream", request_serializer=None,
+                                response_deserializer=None)(request)
+    want = sorted(final.items())
+    responses = size = 0
+    with open(path, "wb") as out:
+        for raw in call:
+            out.write(b"\x00" + len(raw).to_bytes(4, "big") + raw)
+            responses += 1
+            size += len(raw)
+            vgtids = [ev.vgtid for ev in vtgate_pb2.VStreamResponse.FromString(raw).events if ev.HasField("vgtid")]
+            if vgtids and sorted((sg.shard, sg.gtid) for sg in vgtids[-1].shard_gtids) == want:
+                break
+    call.cancel()
+    channel.close()
+    return {"responses": responses, "bytes": size}
 
 
 def _own_rss() -> dict[str, float]:
@@ -416,12 +444,66 @@ class SimProcess:
             stop_group(self.proc, kill=True)  # type: ignore[arg-type]  # text-mode Popen
 
 
+class ReplaySource:
+    """``bench/vstreamreplay`` (Go) serving the test server's own VStream responses, recorded once
+    for the request the worker sends: the source then costs about what a real VTGate costs."""
+
+    def __init__(self, sim: SimProcess, extra: dict[str, str], tmp: str) -> None:
+        from gobuild import go_binary
+
+        from localkafka.children import bound_preexec
+
+        request = _worker_request(sim, extra)
+        path = str(Path(tmp) / f"replay-{os.getpid()}-{time.monotonic_ns()}.bin")
+        self.recorded = sim.command(op="record", request=request.hex(), path=path, final=sim.info["final"])
+        self.proc = subprocess.Popen([go_binary("vstreamreplay"), path], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     text=True, preexec_fn=bound_preexec())
+        assert self.proc.stdout is not None
+        self.address: str = json.loads(self.proc.stdout.readline())["address"]
+        self.info = sim.info
+
+    def close(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        self.proc.wait(30)
+
+
+def _source(kind: str, sim: SimProcess, replays: dict[str, ReplaySource], tmp: str,
+            extra: dict[str, str]) -> SimProcess | ReplaySource:
+    """The test server itself, or a replay of it recorded once per worker-property set."""
+    if kind == "sim":
+        return sim
+    key = json.dumps(extra, sort_keys=True)
+    if key not in replays:
+        replays[key] = r = ReplaySource(sim, extra, tmp)
+        print(f"# replay source: {r.recorded['responses']:,} responses ({r.recorded['bytes'] / 1e6:.1f} MB) "
+              "recorded from the test server", flush=True)
+    return replays[key]
+
+
+def _worker_request(sim: SimProcess, extra: dict[str, str]) -> bytes:
+    """The VStreamRequest a benchmark worker sends (its own ``WorkerTask._request``; default filter rules)."""
+    from cdcworker.config import load_config
+    from cdcworker.offsets import Vgtid
+    from cdcworker.task import WorkerTask
+
+    if any(k.startswith(("table.", "column.")) for k in extra):
+        raise SystemExit("--source replay records the default filter rules; run filters with --source sim")
+    host, port = sim.address.rsplit(":", 1)
+    props = {"name": "rec", "topic.prefix": "rec", "database.hostname": host, "database.port": port,
+             "vitess.keyspace": KEYSPACE, "vitess.shard": ",".join(sorted(sim.info["start"])),
+             "vitess.tablet.type": "PRIMARY", "vitess.vgtid": start_vgtid(sim.info["start"]),
+             "bootstrap.servers": "127.0.0.1:9", "snapshot.mode": "never", **extra}
+    task = WorkerTask(load_config([], env={}, overrides=props))
+    return task._request(Vgtid.from_json(start_vgtid(sim.info["start"])), False).SerializeToString()
+
+
 def start_vgtid(positions: dict[str, str]) -> str:
     return json.dumps([{"keyspace": KEYSPACE, "shard": s, "gtid": g, "table_p_ks": []}
                        for s, g in sorted(positions.items())])
 
 
-def run_worker(broker: Any, sim: SimProcess, final: dict[str, str], mode: str, tag: str,
+def run_worker(broker: Any, sim: SimProcess | ReplaySource, final: dict[str, str], mode: str, tag: str,
                extra: dict[str, str] | None = None, ack_log: bool = False, profile: str = "",
                ready: threading.Event | None = None, encoder: str = "", tree: str = "",
                topic_config: dict[str, str] | None = None, env_extra: dict[str, str] | None = None) -> dict[str, Any]:
@@ -550,6 +632,9 @@ def throughput(args: argparse.Namespace) -> None:
                     # Feature on/off in the same set, interleaved: the "15 % below core" comparison.
                     ab = {**base_props, **(FILTER_PROPS if args.ab_filters else {}), **_props(args.ab_props)}
                     variants += [(f"{enc}+ab", "", ab) for enc in args.encoders.split(",")]
+                replays: dict[str, ReplaySource] = {}
+                tmp = tempfile.mkdtemp(prefix="replay-")
+
                 for mode in args.modes.split(","):
                     got: dict[str, list[float]] = {v[0]: [] for v in variants}
                     cpu: dict[str, list[float]] = {v[0]: [] for v in variants}
@@ -558,7 +643,7 @@ def throughput(args: argparse.Namespace) -> None:
                         for name, tree, extra in variants:
                             enc = name.split("@")[0].split("+")[0]
                             prof = f"{args.profile}-{mode}-{name}-{per_txn}-{run}.json" if args.profile else ""
-                            r = run_worker(broker, sim, final, mode, mode[0], extra=extra, profile=prof,
+                            r = run_worker(broker, _source(args.source, sim, replays, tmp, extra), final, mode, mode[0], extra=extra, profile=prof,
                                            encoder=enc, tree=tree)
                             got[name].append(r["rows"] / r["seconds"])
                             cpu[name].append(r["cpu_seconds"] / r["rows"] * 1e6)
@@ -571,6 +656,9 @@ def throughput(args: argparse.Namespace) -> None:
                         print(_median_line(f"{mode} {per_txn}/txn {name}", got[name], "rows/s", targets.get(mode)), flush=True)
                         print(f"{mode} {per_txn}/txn {name}: worker cpu median {statistics.median(cpu[name]):.1f} us/row "
                               f"{[round(c, 1) for c in cpu[name]]}", flush=True)
+                for r in replays.values():
+                    r.close()
+                shutil.rmtree(tmp, ignore_errors=True)
             finally:
                 sim.close()
 
@@ -910,6 +998,9 @@ def main() -> None:
     p.add_argument("--ab-props", default="", help="A/B: also run with these extra properties (k=v,...), "
                    "interleaved run by run (variant name +ab)")
     p.add_argument("--ab-filters", action="store_true", help="A/B: also run with FILTER_PROPS (variant +ab)")
+    p.add_argument("--source", choices=("sim", "replay"), default="sim",
+                   help="replay: the worker streams the test server's recorded responses from bench/vstreamreplay "
+                        "(Go), so the source costs what a real VTGate costs, not Python gRPC's ~80 us per response")
     p.add_argument("--base-tree", default="", help="A/B: also run workers importing cdcworker from this "
                    "directory (e.g. an older commit's worker/ from git archive), interleaved run by run")
     p = sub.add_parser("bigtxn")

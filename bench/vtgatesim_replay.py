@@ -27,21 +27,13 @@ import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
-
-GO_CLIENT_SRC = Path(__file__).resolve().parent / "vstreamclient"
 
 
 def go_client() -> str:
-    """Build (once per source change) and return the Go client binary."""
-    cache = Path(os.environ.get("SHARDCDC_CACHE", Path.home() / ".cache" / "shardcdc"))
-    out = cache / "bin" / "vstreamclient"
-    sources = [*GO_CLIENT_SRC.glob("*.go"), GO_CLIENT_SRC / "go.mod"]
-    if not out.exists() or out.stat().st_mtime < max(p.stat().st_mtime for p in sources):
-        out.parent.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, "GOCACHE": str(cache / "go" / "build"), "GOTOOLCHAIN": "local", "CGO_ENABLED": "0"}
-        subprocess.run(["go", "build", "-o", str(out), "."], cwd=GO_CLIENT_SRC, env=env, check=True)
-    return str(out)
+    """The Go client binary (bench/vstreamclient), built once per source change."""
+    from gobuild import go_binary
+
+    return go_binary("vstreamclient")
 
 
 def request_hex(pos: str) -> str:

@@ -1,6 +1,6 @@
 """Helpers for the operator's integration tests against a real kube-apiserver (no kubelet, no controllers).
 
-``FakeNodes`` (``kubetest.fakenodes``, shared with ``bench/operator.py``) stands in for the Deployment
+``FakeNodes`` (``kubetest.fakenodes``, shared with ``bench/operator_scale.py``) stands in for the Deployment
 controller and the kubelet; ``operator_runner`` runs the operator (kopf) in this process.
 """
 

@@ -1,4 +1,4 @@
-"""``python -m kubetest.fakenodes``: FakeNodes as its own process (as ``bench/operator.py`` runs it).
+"""``python -m kubetest.fakenodes``: FakeNodes as its own process (as ``bench/operator_scale.py`` runs it).
 
 Against the real API server: a Deployment of one replica gets one Running/Ready pod whose metrics
 port serves a streaming status document; scaled to zero, the pod goes; SIGTERM stops it cleanly.

@@ -14,7 +14,7 @@ generations never ran at once. Polling with a short period is this fake controll
 synchronisation: tests wait on API state with deadlines.
 
 ``python -m kubetest.fakenodes --namespace NS --kubeconfig FILE`` runs it as its own process until
-SIGTERM (``bench/operator.py``: kept apart from the in-process operator, as a kubelet would be, so
+SIGTERM (``bench/operator_scale.py``: kept apart from the in-process operator, as a kubelet would be, so
 its work does not hold the operator's interpreter lock).
 """
 

@@ -10,7 +10,7 @@ controller and kubelet) runs as its own process and keeps one Running/Ready pod 
 replica on 127.0.0.1, each with a ``/status`` document saying ``streaming`` — what the operator
 reads of a worker. A drained generation's workers exit as soon as FakeNodes deletes their pods.
 
-    .venv/bin/python bench/operator.py --shards 1 16 256 --runs 3
+    .venv/bin/python bench/operator_scale.py --shards 1 16 256 --runs 3
 
 For each shard count N, per run (the connector ``cN`` is deleted after each run):
 

@@ -1,0 +1,3 @@
+module shardcdc/bench/vstreamreplay
+
+go 1.24

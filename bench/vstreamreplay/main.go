@@ -1,0 +1,84 @@
+// Command vstreamreplay serves VStream responses recorded from the VTGate test server, so that a
+// worker benchmark's source costs about what a real (Go) VTGate costs instead of Python gRPC's
+// ~75-100 µs of CPU per response (BENCHMARKS.md, "Per-message cost of the gRPC serving path").
+//
+// The responses are the test server's own bytes: bench/streaming.py records one VStream of the
+// test server (the request the worker will send) as gRPC length-prefixed messages. This command
+// serves them over cleartext HTTP/2 (prior-knowledge h2c, standard library only) to every
+// vtgateservice.Vitess/VStream call, then keeps the stream open, as VTGate does at the head of the
+// binlog, until the client cancels. Any other method answers UNIMPLEMENTED.
+//
+//	vstreamreplay FILE
+//
+// prints {"address": "127.0.0.1:PORT"} and serves until its standard input is closed.
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+)
+
+// chunk is how much is handed to the HTTP/2 writer per flush: like grpc-go's loopy writer, several
+// queued messages go out in one write when the client keeps up.
+const chunk = 64 << 10
+
+func main() {
+	if len(os.Args) != 2 {
+		fmt.Fprintln(os.Stderr, "usage: vstreamreplay FILE")
+		os.Exit(2)
+	}
+	frames, err := os.ReadFile(os.Args[1])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	var protocols http.Protocols
+	protocols.SetUnencryptedHTTP2(true)
+	srv := &http.Server{Handler: replay(frames), Protocols: &protocols}
+	out, _ := json.Marshal(map[string]string{"address": ln.Addr().String()})
+	fmt.Println(string(out))
+	go func() {
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		os.Exit(0)
+	}()
+	if err := srv.Serve(ln); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+}
+
+func replay(frames []byte) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("Content-Type", "application/grpc")
+		if r.URL.Path != "/vtgateservice.Vitess/VStream" {
+			// A trailers-only response: the status travels in the headers.
+			h.Set("Grpc-Status", "12")
+			h.Set("Grpc-Message", "vstreamreplay serves VStream only")
+			w.WriteHeader(http.StatusOK)
+			return
+		}
+		if _, err := io.Copy(io.Discard, r.Body); err != nil { // the request: one message, then end of stream
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+		flusher := w.(http.Flusher)
+		for off := 0; off < len(frames); off += chunk {
+			end := min(off+chunk, len(frames))
+			if _, err := w.Write(frames[off:end]); err != nil {
+				return
+			}
+			flusher.Flush()
+		}
+		<-r.Context().Done()
+	}
+}
