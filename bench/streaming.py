@@ -733,8 +733,10 @@ def latency(args: argparse.Namespace) -> None:
                 sim.close()
             _report_pace(f"pace run {run + 1} (no worker)", paced, args)
         return
+    p99s: list[float] = []
     with KafkaBroker(heap="1g") as broker:
-        for run in range(args.runs):
+        for run in range(args.warmup + args.runs):
+            label = f"warm-up run {run + 1}" if run < args.warmup else f"run {run - args.warmup + 1}"
             sim = SimProcess(0, args.per_txn, args.shards)
             tmp = Path(tempfile.mkdtemp())
             try:
@@ -773,7 +775,9 @@ def latency(args: argparse.Namespace) -> None:
                 proc = [(p - r) / 1e6 for _c, r, p, _a, _s in rows]
                 produce = [(a * 1_000_000 - p) / 1e6 for _c, _r, p, a, _s in rows]
                 serve = [(s - a * 1_000_000) / 1e6 for _c, _r, _p, a, s in rows]
-                print(f"latency run {run + 1}: {len(rows)} of {len(commit)} transactions of {args.per_txn} rows at "
+                if run >= args.warmup:
+                    p99s.append(_pct(sorted(ack), 0.99))
+                print(f"latency {label}: {len(rows)} of {len(commit)} transactions of {args.per_txn} rows at "
                       f"{args.rate:.0f} rows/s; worker peak RSS {result['peak_rss_mb']:.0f} MB; "
                       f"load {result['load'][0]:.2f}->{result['load'][1]:.2f}", flush=True)
                 _report_pace("    generator", paced, args)
@@ -787,6 +791,9 @@ def latency(args: argparse.Namespace) -> None:
                       f"{[mb for _, mb in result.get('rss_by_rows', [])]}, max sampled {result.get('max_sampled_rss_mb', 0):.0f}", flush=True)
             finally:
                 sim.close()
+    if p99s:
+        print(f"commit -> Kafka ack p99: median {statistics.median(p99s):.1f} ms over {len(p99s)} runs "
+              f"{[round(v, 1) for v in p99s]} (warm-up runs left out: {args.warmup})", flush=True)
 
 
 def _append_times(broker: Any, topic: str) -> dict[tuple[str, int], int]:
@@ -1013,6 +1020,8 @@ def main() -> None:
     p.add_argument("--store", action="store_true", help="the test server's table also holds the rows "
                    "(in-memory SQLite, ≈ 190 MB per 1M rows of the test server's RSS; the wire is the same)")
     p = sub.add_parser("latency")
+    p.add_argument("--warmup", type=int, default=1, help="runs first, reported as warm-up and left out of the "
+                   "median (the broker JVM's first seconds: JIT, page cache)")
     p.add_argument("--rate", type=float, default=5000)
     p.add_argument("--seconds", type=float, default=20)
     p.add_argument("--runs", type=int, default=3)
