@@ -4,6 +4,9 @@ the objects against a real kube-apiserver (creation, ownership, status mapping, 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -86,7 +89,13 @@ def test_spark_submit_job_and_pod_templates() -> None:
     objs = bf.build_objects(c, c.spec.backfills[0])
     assert [o["kind"] for o in objs] == ["ConfigMap", "ConfigMap", "Job"]
     job = objs[2]
-    cmd = job["spec"]["template"]["spec"]["containers"][0]["command"]
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    wrapper, cmd = container["command"][:4], container["command"][4:]
+    assert wrapper == ["/bin/sh", "-c", bf.KILL_ON_TERM, "spark-submit-job"]
+    assert {e["name"]: e["value"] for e in container["env"]} == {
+        "SHARDCDC_SPARK_DRIVER": f"{NS}:orders-bf-b1-driver",
+        "SHARDCDC_SPARK_MASTER": "k8s://https://$(KUBERNETES_SERVICE_HOST):$(KUBERNETES_SERVICE_PORT)"}
+    assert "spark.kubernetes.driver.pod.name=orders-bf-b1-driver" in cmd
     assert cmd[:4] == ["spark-submit", "--master", "k8s://https://$(KUBERNETES_SERVICE_HOST):$(KUBERNETES_SERVICE_PORT)",
                        "--deploy-mode"]
     assert "spark.kubernetes.driver.podTemplateFile=/tmpl/driver.yaml" in cmd
@@ -96,6 +105,52 @@ def test_spark_submit_job_and_pod_templates() -> None:
     assert driver["metadata"]["ownerReferences"][0]["uid"] == "0123456789abcdef"
     assert driver["metadata"]["labels"]["spark-role"] == "driver"
     assert bf.build_objects(cr(engine="local"), c.spec.backfills[0]) == []
+
+
+def _fake_spark_submit(tmp_path: Path) -> tuple[dict[str, str], Path]:
+    """A ``spark-submit`` on PATH that logs its arguments; the submission runs until terminated."""
+    log = tmp_path / "calls"
+    fake = tmp_path / "bin" / "spark-submit"
+    fake.parent.mkdir()
+    fake.write_text(f"""#!/bin/sh
+echo "$*" >> {log}
+case "$1" in --kill) exit 0 ;; --exit) exit "$2" ;; esac
+tail -f /dev/null & child=$!
+trap 'echo terminated >> {log}; kill $child; exit 143' TERM
+touch {tmp_path}/started
+wait $child
+""")
+    fake.chmod(0o755)
+    env = {**os.environ, "PATH": f"{fake.parent}{os.pathsep}{os.environ['PATH']}",
+           "SHARDCDC_SPARK_DRIVER": "ns:orders-bf-b1-driver", "SHARDCDC_SPARK_MASTER": "k8s://https://10.0.0.1:443"}
+    return env, log
+
+
+def test_spark_submit_job_kills_its_application_when_the_job_is_deleted(tmp_path: Path) -> None:
+    """Deleting the Job terminates its pod (SIGTERM): the entrypoint kills the Spark application
+    (driver pod) as Spark documents, then stops spark-submit; the exit status is spark-submit's."""
+    env, log = _fake_spark_submit(tmp_path)
+    proc = subprocess.Popen(["/bin/sh", "-c", bf.KILL_ON_TERM, "spark-submit-job", "spark-submit", "--master",
+                             "k8s://x", "--deploy-mode", "cluster", "main.py", "--condition", "a = 'b c'"], env=env)
+    try:
+        wait_for(lambda: (tmp_path / "started").exists(), 10, "spark-submit running")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(10) == 143
+    finally:
+        proc.kill()
+    assert log.read_text().splitlines() == [
+        "--master k8s://x --deploy-mode cluster main.py --condition a = 'b c'",
+        "--kill ns:orders-bf-b1-driver --master k8s://https://10.0.0.1:443",
+        "terminated",
+    ]
+
+
+def test_spark_submit_job_exits_with_spark_submits_status(tmp_path: Path) -> None:
+    env, log = _fake_spark_submit(tmp_path)
+    done = subprocess.run(["/bin/sh", "-c", bf.KILL_ON_TERM, "spark-submit-job", "spark-submit", "--exit", "3"],
+                          env=env, timeout=10)
+    assert done.returncode == 3
+    assert log.read_text().splitlines() == ["--exit 3"]  # no kill without a termination
 
 
 @pytest.mark.parametrize(("state", "phase"), [

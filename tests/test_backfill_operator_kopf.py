@@ -168,7 +168,7 @@ def test_spark_submit_job_created_tracked_and_cancelled(env: Env) -> None:
         {"id": "nightly", "tables": ["items"]}])))
     job = wait_for(lambda: env.get("jobs", "ss-bf-nightly"), 30, "Job ss-bf-nightly")
     (container,) = job["spec"]["template"]["spec"]["containers"]
-    assert container["command"][:2] == ["spark-submit", "--master"] and container["image"] == "shardcdc-spark:t"
+    assert container["command"][4:6] == ["spark-submit", "--master"] and container["image"] == "shardcdc-spark:t"
     templates = env.get("configmaps", "ss-bf-nightly-templates")
     assert templates is not None and set(templates["data"]) == {"driver.yaml", "executor.yaml"}
     wait_for(lambda: env.backfills("ss") == [("nightly", "Pending")], 30, "Pending")

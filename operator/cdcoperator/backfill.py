@@ -251,6 +251,21 @@ def build_pod_templates(cr: ConnectorResource, req: BackfillRequest) -> dict[str
                      "executor.yaml": json.dumps(_pod_template(cr, req, "executor"), sort_keys=True)}}
 
 
+# The spark-submit Job's entrypoint. In cluster mode the driver is a pod of its own that nothing
+# deletes when the Job is: a cancelled backfill would keep running. So the Job's container runs
+# spark-submit as a child of this shell, and on SIGTERM (the Job deleted, its pod terminating)
+# first kills the application the way Spark documents (`spark-submit --kill namespace:driver-pod`,
+# which deletes the driver pod; its executors are owned by it), with the Job's own service account,
+# which may manage pods since it creates the driver. The exit status is spark-submit's.
+KILL_ON_TERM = (
+    '"$@" & pid=$!\n'
+    "trap 'spark-submit --kill \"$SHARDCDC_SPARK_DRIVER\" --master \"$SHARDCDC_SPARK_MASTER\"; "
+    "kill -TERM \"$pid\" 2>/dev/null' TERM INT\n"
+    'while :; do wait "$pid"; status=$?; kill -0 "$pid" 2>/dev/null || exit "$status"; done\n'
+)
+SPARK_K8S_MASTER = "k8s://https://$(KUBERNETES_SERVICE_HOST):$(KUBERNETES_SERVICE_PORT)"
+
+
 def spark_submit_command(cr: ConnectorResource, req: BackfillRequest, conditions: Conditions = None) -> list[str]:
     s = _spark_settings(cr)
     name = run_name(cr.name, req.id)
@@ -272,8 +287,7 @@ def spark_submit_command(cr: ConnectorResource, req: BackfillRequest, conditions
     if s.get("serviceAccount"):
         conf["spark.kubernetes.authenticate.driver.serviceAccountName"] = s["serviceAccount"]
     conf.update({str(k): str(v) for k, v in (s.get("sparkConf") or {}).items()})
-    cmd = ["spark-submit", "--master", "k8s://https://$(KUBERNETES_SERVICE_HOST):$(KUBERNETES_SERVICE_PORT)",
-           "--deploy-mode", "cluster", "--name", name]
+    cmd = ["spark-submit", "--master", SPARK_K8S_MASTER, "--deploy-mode", "cluster", "--name", name]
     for k, v in conf.items():
         cmd += ["--conf", f"{k}={v}"]
     return [*cmd, SPARK_MAIN, *job_arguments(cr, req, conditions)]
@@ -291,7 +305,9 @@ def build_submit_job(cr: ConnectorResource, req: BackfillRequest, ttl_seconds: i
             "name": "spark-submit",
             "image": s.get("image") or cr.spec.worker.image,
             "imagePullPolicy": cr.spec.worker.image_pull_policy,
-            "command": spark_submit_command(cr, req, conditions),
+            "command": ["/bin/sh", "-c", KILL_ON_TERM, "spark-submit-job", *spark_submit_command(cr, req, conditions)],
+            "env": [{"name": "SHARDCDC_SPARK_DRIVER", "value": f"{cr.namespace}:{name}-driver"},
+                    {"name": "SHARDCDC_SPARK_MASTER", "value": SPARK_K8S_MASTER}],
             "securityContext": {**_security_context(), "readOnlyRootFilesystem": True},
             "volumeMounts": [{"name": "templates", "mountPath": "/tmpl", "readOnly": True},
                              {"name": "tmp", "mountPath": "/tmp"}],
