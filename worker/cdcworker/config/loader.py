@@ -242,6 +242,8 @@ RESERVED_ENV_TOOLING = frozenset(
         "SHARDCDC_NATIVE",  # 0: pure-Python encoder and producer path; encoder: C encoder, confluent-kafka producer
         "SHARDCDC_WORKER_IMAGE",  # operator: default worker image
         "SHARDCDC_TERMINATION_LOG",  # worker: where the reshard report goes
+        "SHARDCDC_SPARK_DRIVER",  # sparkSubmit Job: <namespace>:<driver pod> its SIGTERM kills
+        "SHARDCDC_SPARK_MASTER",  # sparkSubmit Job: the k8s:// master of that kill
     }
 )
 
