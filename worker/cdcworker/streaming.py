@@ -195,6 +195,7 @@ class StreamProcessor:
         self._deferred_bytes = 0  # counted only with max_queue_bytes, as Debezium's queue does
         self._plan_bytes: dict[tuple[str, str], bool] = {}  # plan takes serialized RowChanges
         self._shard_gtids: dict[tuple[str, str, str], tuple[ShardGtid, str]] = {}  # see _vgtid
+        self._shard_json_heads: dict[tuple[str, str], str] = {}  # see _vgtid
         self._streaming_txn = False  # this transaction outgrew the lookahead and is streamed
         self._begin_ts = 0
         self._pending_shard = ""
@@ -571,7 +572,12 @@ class StreamProcessor:
                 if len(cache) > 4096:
                     cache.clear()
                 sg = ShardGtid(p.keyspace, p.shard, p.gtid)
-                hit = cache[k] = (sg, jackson_dumps(sg.to_json()))
+                head = self._shard_json_heads.get(k[:2])
+                if head is None:  # '{"keyspace":...,"shard":...,"gtid":' once per shard
+                    head = self._shard_json_heads[k[:2]] = (
+                        jackson_dumps({"keyspace": p.keyspace, "shard": p.shard})[:-1] + ',"gtid":')
+                # = jackson_dumps(sg.to_json()) without table_p_ks, a quarter of its cost
+                hit = cache[k] = (sg, head + jackson_dumps(p.gtid) + ',"table_p_ks":[]}')
             sgs.append(hit[0])
             parts.append(hit[1])
         return Vgtid(tuple(sgs)), "[" + ",".join(parts) + "]"

@@ -219,9 +219,9 @@ class Vgtid:
     shard_gtids: tuple[ShardGtid, ...] = ()
 
     def __post_init__(self) -> None:
-        shards = [sg.shard for sg in self.shard_gtids]
-        if len(set(zip(shards, (sg.keyspace for sg in self.shard_gtids), strict=True))) != len(shards):
-            raise ValueError(f"duplicate shard in VGTID: {shards}")
+        sgs = self.shard_gtids  # built once or more per transaction: keep the check cheap
+        if len(sgs) > 1 and len({(sg.shard, sg.keyspace) for sg in sgs}) != len(sgs):
+            raise ValueError(f"duplicate shard in VGTID: {[sg.shard for sg in sgs]}")
 
     # -- access --------------------------------------------------------------------------------
 
