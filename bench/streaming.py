@@ -489,13 +489,19 @@ def _worker_request(sim: SimProcess, extra: dict[str, str]) -> bytes:
 
     if any(k.startswith(("table.", "column.")) for k in extra):
         raise SystemExit("--source replay records the default filter rules; run filters with --source sim")
-    host, port = sim.address.rsplit(":", 1)
-    props = {"name": "rec", "topic.prefix": "rec", "database.hostname": host, "database.port": port,
-             "vitess.keyspace": KEYSPACE, "vitess.shard": ",".join(sorted(sim.info["start"])),
-             "vitess.tablet.type": "PRIMARY", "vitess.vgtid": start_vgtid(sim.info["start"]),
-             "bootstrap.servers": "127.0.0.1:9", "snapshot.mode": "never", **extra}
+    props = {**worker_props(sim.address, sim.info["start"], "rec", "127.0.0.1:9"), **extra}
     task = WorkerTask(load_config([], env={}, overrides=props))
     return task._request(Vgtid.from_json(start_vgtid(sim.info["start"])), False).SerializeToString()
+
+
+def worker_props(address: str, start: dict[str, str], prefix: str, bootstrap: str) -> dict[str, str]:
+    """The benchmark worker's connector properties: the bench keyspace from ``start``, no snapshot."""
+    host, port = address.rsplit(":", 1)
+    return {
+        "name": f"conn-{prefix}", "topic.prefix": prefix, "database.hostname": host, "database.port": port,
+        "vitess.keyspace": KEYSPACE, "vitess.shard": ",".join(sorted(start)), "vitess.tablet.type": "PRIMARY",
+        "vitess.vgtid": start_vgtid(start), "bootstrap.servers": bootstrap, "snapshot.mode": "never",
+    }
 
 
 def start_vgtid(positions: dict[str, str]) -> str:
@@ -511,14 +517,10 @@ def run_worker(broker: Any, sim: SimProcess | ReplaySource, final: dict[str, str
 
     prefix = f"b{tag}{os.getpid()}{int(time.time() * 1000) % 100000}"
     create_topics(broker.bootstrap, [f"{prefix}.{KEYSPACE}.bench"], partitions=6, config=topic_config)
-    host, port = sim.address.rsplit(":", 1)
     props = {
-        "name": f"conn-{prefix}", "topic.prefix": prefix, "database.hostname": host, "database.port": port,
-        "vitess.keyspace": KEYSPACE, "vitess.shard": ",".join(sorted(sim.info["start"])), "vitess.tablet.type": "PRIMARY",
-        "vitess.vgtid": start_vgtid(sim.info["start"]), "bootstrap.servers": broker.bootstrap,
+        **worker_props(sim.address, sim.info["start"], prefix, broker.bootstrap),
         "offset.storage.topic": f"offsets-{prefix}", "offset.storage.replication.factor": "1",
-        "offset.storage.partitions": "1", "offset.flush.interval.ms": "100", "snapshot.mode": "never",
-        "shardcdc.metrics.port": "0",
+        "offset.storage.partitions": "1", "offset.flush.interval.ms": "100", "shardcdc.metrics.port": "0",
     }
     if mode == "exactly-once":
         props.update({"exactly.once.support": "required"})
