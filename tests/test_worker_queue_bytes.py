@@ -12,6 +12,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+import grpc
 import pytest
 from events_fixtures import field, field_event, insert
 from worker_fixtures import RecordingSink, running_task, wait_for, wait_positioned, worker_config
@@ -20,6 +21,7 @@ from cdcworker import exitcodes
 from cdcworker.events import EncoderConfig
 from cdcworker.observability import TaskMetrics
 from cdcworker.offsets import ShardGtid, Vgtid
+from cdcworker.source.channel import ChannelSettings, open_channel
 from cdcworker.source.reader import END, ResponseReader
 from cdcworker.streaming import StreamProcessor
 from localkafka import KafkaBroker, consume_all
@@ -33,13 +35,16 @@ _T = binlogdata_pb2.VEventType
 
 
 class FakeCall:
-    """A VStream call: iterates responses, counts pulls, ends with CANCELLED once cancelled."""
+    """A VStream call: iterates responses, counts pulls, ends with CANCELLED once cancelled.
+
+    Like gRPC's single-threaded unary-stream call (the worker's channel option), a cancel runs no
+    callback: only the thread iterating the call would see it.
+    """
 
     def __init__(self, responses: list[bytes]) -> None:
         self.responses = responses
         self.pulled = 0
         self.cancelled = False
-        self._callbacks: list[Any] = []
 
     def __iter__(self) -> Iterator[bytes]:
         for r in self.responses:
@@ -48,13 +53,8 @@ class FakeCall:
             self.pulled += 1
             yield r
 
-    def add_callback(self, fn: Any) -> None:
-        self._callbacks.append(fn)
-
     def cancel(self) -> None:
         self.cancelled = True
-        for fn in self._callbacks:
-            fn()
 
 
 def test_reader_holds_at_most_the_budget_plus_one_response() -> None:
@@ -77,10 +77,29 @@ def test_a_cancel_wakes_a_waiting_reader() -> None:
     reader = ResponseReader(call, depth=16, max_bytes=1500)
     wait_for(reader.waiting.is_set, what="the reader to wait for room")
     assert (call.pulled, reader.queued_bytes) == (3, 2000)
-    call.cancel()
+    reader.cancel()
+    assert call.cancelled
     items = [reader.next(5) for _ in range(4)]
     assert items[:3] == [bytes(1000)] * 3  # the queued ones and the one it held
     assert isinstance(items[3], RuntimeError) and str(items[3]) == "CANCELLED"  # for the task to handle
+
+
+def test_a_cancel_wakes_a_reader_waiting_for_room_on_a_real_channel(sim: VTGateSim) -> None:
+    """The worker's channel reads a stream on its consuming thread: the reader's cancel must wake it."""
+    for i in range(20):
+        sim.execute(f"INSERT INTO t (id, name) VALUES ({i}, '{'x' * 60}')", "commerce")
+    with open_channel(ChannelSettings(sim.address)) as channel:
+        vstream = channel.unary_stream("/vtgateservice.Vitess/VStream",
+                                       request_serializer=vtgate_pb2.VStreamRequest.SerializeToString)
+        start = binlogdata_pb2.VGtid(shard_gtids=[binlogdata_pb2.ShardGtid(keyspace="commerce", shard="0", gtid="")])
+        call = vstream(vtgate_pb2.VStreamRequest(tablet_type=1, vgtid=start))
+        reader = ResponseReader(call, depth=64, max_bytes=1)
+        wait_for(reader.waiting.is_set, what="the reader to wait for room")
+        reader.cancel()
+        wait_for(lambda: not reader.waiting.is_set(), what="the cancel to wake the reader")
+        items = [reader.next(5) for _ in range(3)]
+    assert all(type(i) is bytes for i in items[:2])  # the queued response and the one it held
+    assert isinstance(items[2], grpc.RpcError) and items[2].code() == grpc.StatusCode.CANCELLED
 
 
 # --- the processor streams a transaction out at the budget; the metrics follow ---------------------

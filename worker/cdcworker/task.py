@@ -453,6 +453,7 @@ class WorkerTask:
                     stream_fn = stub.VStream if self._handing_off() else vstream
                     self._call = call = stream_fn(self._request(position, journal_stops), metadata=metadata)
                     responses = _ResponseReader(call, max_bytes=cfg.behaviour.max_queue_size_in_bytes)
+                    self._call = responses  # cancels the call and wakes its reader
                     while True:
                         # A timed wait, so offsets are flushed (and EOS batches committed) while idle;
                         # short while an exactly-once commit point waits for the stream to pause.
@@ -477,7 +478,7 @@ class WorkerTask:
                             if processor.stats.transactions:
                                 backoff.reset()
                             if copy_only and not processor.position.copying:
-                                call.cancel()  # every shard's copy ended at this commit point
+                                responses.cancel()  # every shard's copy ended at this commit point
                                 result = TaskResult(exitcodes.OK, _SNAPSHOT_DONE, processor.position)
                                 break
                             if metrics.state != "streaming" and not processor.position.copying:

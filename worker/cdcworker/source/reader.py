@@ -31,9 +31,8 @@ class ResponseReader:
         self.peak_bytes = 0
         self.waiting = threading.Event()  # set while the reader holds a response for lack of room
         self._closed = False
+        self._call = call
         target = self._run_bounded if max_bytes > 0 else self._run
-        if max_bytes > 0:
-            call.add_callback(self._close)  # a cancelled call wakes a reader waiting for room
         self._thread = threading.Thread(target=target, args=(call,), name="vstream-reader", daemon=True)
         self._thread.start()
 
@@ -70,6 +69,15 @@ class ResponseReader:
             put(END)
         except BaseException as exc:
             put(exc)
+
+    def cancel(self) -> None:
+        """Cancel the call and wake the reader if it waits for room.
+
+        The channel runs unary-stream calls on their consuming thread (``open_channel``), so a
+        cancelled call runs no callback of its own while that thread waits here.
+        """
+        self._call.cancel()
+        self._close()
 
     def _close(self) -> None:
         with self._budget:
