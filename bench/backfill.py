@@ -226,6 +226,9 @@ def spark_main(args: argparse.Namespace) -> None:
     from cdcworker.backfill.job import run_backfill, spark_session
     from cdcworker.backfill.spec import BackfillSpec
 
+    if args.cpus:
+        # Before the JVM starts: every process and thread Spark starts inherits the affinity.
+        os.sched_setaffinity(0, {int(c) for c in args.cpus.split(",")})
     props = json.loads(args.props)
     spark = spark_session(f"local[{args.cores}]", **{"spark.driver.memory": "1g"})
     spark.sparkContext.parallelize(range(args.cores * 2), args.cores * 2).map(lambda x: x).collect()  # warm-up
@@ -241,10 +244,25 @@ def spark_main(args: argparse.Namespace) -> None:
     print(json.dumps(out), flush=True)
 
 
-def run_spark(broker: Any, sim: SimProcess, cores: int, runs: int, chunk_size: int, lanes: int) -> list[dict[str, Any]]:
+def spark_cpus(cores: int, confine: bool) -> set[int] | None:
+    """The CPUs the Spark process tree may use: ``cores`` of them when confined, else all.
+
+    ``local[N]`` bounds only Spark's task threads; its driver JVM, the Python workers' librdkafka
+    threads and the JVM's own threads run wherever they like. Confined, the whole application gets
+    N CPUs, as a Spark pod with a CPU limit of N does in a cluster.
+    """
+    allowed = sorted(os.sched_getaffinity(0))
+    return set(allowed[:cores]) if confine and cores < len(allowed) else None
+
+
+def run_spark(broker: Any, sim: SimProcess, cores: int, runs: int, chunk_size: int, lanes: int,
+              confine: bool = True) -> list[dict[str, Any]]:
     props = props_for(broker, sim, "unused")
     cmd = [sys.executable, __file__, "_spark", "--cores", str(cores), "--runs", str(runs), "--props", json.dumps(props),
            "--chunk-size", str(chunk_size), "--lanes-per-shard", str(lanes)]
+    cpus = spark_cpus(cores, confine)
+    if cpus is not None:
+        cmd += ["--cpus", ",".join(map(str, sorted(cpus)))]
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, check=True)
     return json.loads(proc.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
@@ -314,10 +332,13 @@ def main_all(args: argparse.Namespace) -> None:
             for cores in (1, 2):
                 if f"spark{cores}" in args.what:
                     cpu = CpuSplit(sim, broker)
-                    runs = run_spark(broker, sim, cores, args.runs, args.chunk_size, args.lanes_per_shard)
+                    runs = run_spark(broker, sim, cores, args.runs, args.chunk_size, args.lanes_per_shard,
+                                     confine=not args.unconfined)
                     report[f"spark{cores}"] = runs
+                    report[f"spark{cores}_cpus"] = sorted(spark_cpus(cores, not args.unconfined) or os.sched_getaffinity(0))
                     report[f"spark{cores}_cpu_s"] = cpu.done()
-                    print(f"spark local[{cores}]", [f"{rate(r):,.0f}" for r in runs], "cpu-s", cpu.done(), flush=True)
+                    print(f"spark local[{cores}] on CPUs {report[f'spark{cores}_cpus']}", [f"{rate(r):,.0f}" for r in runs],
+                          "cpu-s", cpu.done(), flush=True)
             if "vstream" in args.what:
                 cpu = CpuSplit(sim, broker)
                 runs = [run_vstream(broker, sim, args.rows) for _ in range(args.runs)]
@@ -350,6 +371,8 @@ def main() -> None:
         p.add_argument("--cores", type=int, default=0, help="spark: only this core count")
         p.add_argument("--out", default="")
         p.add_argument("--cold", action="store_true", help="no pre-encoding: every read renders rows")
+        p.add_argument("--unconfined", action="store_true", help="local[1] without confining the Spark process "
+                       "tree to one CPU (its JVM and librdkafka threads then also use the other core)")
         p.set_defaults(what=what)
     p = sub.add_parser("_sim")
     p.add_argument("--rows", type=int, default=0)
@@ -358,6 +381,7 @@ def main() -> None:
     for a in ("--cores", "--runs", "--chunk-size", "--lanes-per-shard"):
         p.add_argument(a, type=int)
     p.add_argument("--props")
+    p.add_argument("--cpus", default="", help="confine the process tree to these CPUs (comma-separated)")
     p = sub.add_parser("_worker")
     p.add_argument("--rows", type=int)
     p.add_argument("--props")
