@@ -371,7 +371,7 @@ def _log_acks(task: Any, acks: list[tuple[Any, ...]]) -> None:
                     yield r
 
             assert not max_bytes, "the latency probe reads without a byte bound"
-            super().__init__(stamped(), depth)
+            super().__init__(call, depth, items=stamped())
 
         def next(self, timeout: float) -> Any:
             item = super().next(timeout)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import collections
 import queue
 import threading
+from collections.abc import Iterable
 from typing import Any
 
 IDLE = object()  # ``next`` timed out: nothing arrived
@@ -19,7 +20,8 @@ END = object()  # VTGate completed the stream
 
 
 class ResponseReader:
-    def __init__(self, call: Any, depth: int = 16, max_bytes: int = 0) -> None:
+    def __init__(self, call: Any, depth: int = 16, max_bytes: int = 0, items: Iterable[Any] | None = None) -> None:
+        """``items``: what the thread iterates, if not ``call`` itself (a wrapper of its responses)."""
         # A C SimpleQueue bounded by a semaphore: a fraction of queue.Queue's per-item locking.
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._room = threading.BoundedSemaphore(depth)
@@ -33,26 +35,26 @@ class ResponseReader:
         self._closed = False
         self._call = call
         target = self._run_bounded if max_bytes > 0 else self._run
-        self._thread = threading.Thread(target=target, args=(call,), name="vstream-reader", daemon=True)
+        self._thread = threading.Thread(target=target, args=(call if items is None else items,), name="vstream-reader", daemon=True)
         self._thread.start()
 
-    def _run(self, call: Any) -> None:
+    def _run(self, responses: Iterable[Any]) -> None:
         put = self._queue.put
         room = self._room.acquire
         try:
-            for response in call:
+            for response in responses:
                 room()
                 put(response)
             put(END)
         except BaseException as exc:  # handed to the processing thread, which decides
             put(exc)
 
-    def _run_bounded(self, call: Any) -> None:
+    def _run_bounded(self, responses: Iterable[Any]) -> None:
         put = self._queue.put
         room = self._room.acquire
         budget = self._budget
         try:
-            for response in call:
+            for response in responses:
                 # Raw responses (the native path) are bytes; parsed ones are sized by upb.
                 size = len(response) if type(response) is bytes else response.ByteSize()
                 room()
