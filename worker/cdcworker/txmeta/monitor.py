@@ -30,7 +30,6 @@ them and the numbering stays exactly what a consumer saw before the restart.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -168,9 +167,10 @@ class TransactionMonitor:
         self._key_id: str | None = None
         # END's data_collections in Java HashMap order, per set of collections (few distinct sets).
         self._orders: dict[tuple[str, ...], list[tuple[str, bytes]]] = {}
-        # Per transaction: the block as a %-template for (total_order, data_collection_order).
-        self._template = b""
-        self._numbers = 2  # how many of the two counters the template holds (RemoveField)
+        # Per transaction: the block cut at its counters (native_blocks) and, made on first use by
+        # block_bytes only, as a %-template for (total_order, data_collection_order).
+        self._template: bytes | None = None
+        self._numbers = 2  # how many of the two counters the block holds (RemoveField)
         self._native_parts: tuple[tuple[bytes, ...], int, int] = ((b"",), 0, 0)  # native_blocks
         if restored:
             tx = restored.get(TRANSACTION_ID_KEY)
@@ -289,11 +289,15 @@ class TransactionMonitor:
         self.total = total = self.total + 1
         counts = self.counts
         order = counts[data_collection] = counts.get(data_collection, 0) + 1
+        template = self._template
+        if template is None:
+            parts = self._native_parts[0]
+            template = self._template = b"%d".join(p.replace(b"%", b"%%") for p in parts) if len(parts) > 1 else parts[0]
         if self._numbers == 2:
-            return self._template % (total, order)
+            return template % (total, order)
         if self._numbers == 0:
-            return self._template
-        return self._template % (order if "total_order" in self._exclude else total)
+            return template
+        return template % (order if "total_order" in self._exclude else total)
 
     def native_blocks(self, data_collection: str) -> tuple[tuple[bytes, ...], int, int, int, int] | None:
         """``block_bytes`` for the C loop of ``TablePlan.send_rows``: the block template cut at its
@@ -312,25 +316,24 @@ class TransactionMonitor:
             self.counts[data_collection] = self.counts.get(data_collection, 0) + n
 
     def _compile_template(self) -> None:
-        """The block of this transaction with ``%d`` where the counters go (built once per BEGIN)."""
+        """The block of this transaction cut at its counters (once per BEGIN): the literal bytes
+        around ``total_order`` and ``data_collection_order``, whichever RemoveField keeps."""
         ex = self._exclude
-        parts = []
-        if "id" not in ex:
-            parts.append(self._id_part.replace(b"%", b"%%"))
-        numbers = 0
-        for name in ("total_order", "data_collection_order"):
-            if name not in ex:
-                parts.append(b'"' + name.encode() + b'":%d')
-                numbers += 1
-        parts.extend(p.replace(b"%", b"%%") for p in self._order_parts)
-        template = b"{" + b",".join(parts) + b"}"
-        self._template = template % () if numbers == 0 else template
-        self._numbers = numbers
-        if numbers == 0:
-            self._native_parts = ((self._template,), 0, 0)
-        else:
-            first = 1 if "total_order" not in ex else 2
-            self._native_parts = (_cut_at_counters(template), first, 2 if numbers == 2 else 0)
+        head = b"{" + (self._id_part + b"," if "id" not in ex else b"")
+        counters = [n for n in ("total_order", "data_collection_order") if n not in ex]
+        tail = b"".join(b"," + p for p in self._order_parts) + b"}"
+        self._template = None
+        self._numbers = len(counters)
+        if not counters:
+            fields = ([self._id_part] if "id" not in ex else []) + self._order_parts
+            self._native_parts = ((b"{" + b",".join(fields) + b"}",), 0, 0)
+            return
+        cuts = [head + b'"' + counters[0].encode() + b'":']
+        if len(counters) == 2:
+            cuts.append(b',"data_collection_order":')
+        cuts.append(tail)
+        first = 1 if counters[0] == "total_order" else 2
+        self._native_parts = (tuple(cuts), first, 2 if len(counters) == 2 else 0)
 
     def end(self, ts_ms: int) -> EndResult:
         """A COMMIT: the END record (if a transaction was open) and the offset it carries."""
@@ -414,20 +417,3 @@ class TransactionMonitor:
         body = dumps(value)
         out = self._value_prefix + body + b"}" if self._value_prefix else body
         return OutRecord(self.opts.topic, key, out, list(self.opts.headers))
-
-
-def _cut_at_counters(template: bytes) -> tuple[bytes, ...]:
-    """A ``%``-template's literal bytes between its ``%d`` counters (``%%`` is one ``%``)."""
-    parts: list[bytes] = []
-    cur: list[bytes] = []
-    for token in _PERCENT.split(template):  # literal text, "%%" and "%d" tokens alternate
-        if token == b"%d":
-            parts.append(b"".join(cur))
-            cur = []
-        else:
-            cur.append(b"%" if token == b"%%" else token)
-    parts.append(b"".join(cur))
-    return tuple(parts)
-
-
-_PERCENT = re.compile(rb"(%%|%d)")
