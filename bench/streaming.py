@@ -448,19 +448,27 @@ class ReplaySource:
     """``bench/vstreamreplay`` (Go) serving the test server's own VStream responses, recorded once
     for the request the worker sends: the source then costs about what a real VTGate costs."""
 
-    def __init__(self, sim: SimProcess, extra: dict[str, str], tmp: str) -> None:
+    def __init__(self, sim: SimProcess, extra: dict[str, str], tmp: str, interval_ns: int = 0) -> None:
         from gobuild import go_binary
 
         from localkafka.children import bound_preexec
 
         request = _worker_request(sim, extra)
-        path = str(Path(tmp) / f"replay-{os.getpid()}-{time.monotonic_ns()}.bin")
-        self.recorded = sim.command(op="record", request=request.hex(), path=path, final=sim.info["final"])
-        self.proc = subprocess.Popen([go_binary("vstreamreplay"), path], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     text=True, preexec_fn=bound_preexec())
+        self.path = str(Path(tmp) / f"replay-{os.getpid()}-{time.monotonic_ns()}.bin")
+        self.recorded = sim.command(op="record", request=request.hex(), path=self.path, final=sim.info["final"])
+        pace = [f"-interval={interval_ns}ns"] if interval_ns else []
+        self.proc = subprocess.Popen([go_binary("vstreamreplay"), *pace, self.path], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True, preexec_fn=bound_preexec())
         assert self.proc.stdout is not None
         self.address: str = json.loads(self.proc.stdout.readline())["address"]
         self.info = sim.info
+
+    def released(self) -> dict[str, list[int]]:
+        """A paced replay's release times (``sent_ns``) and lateness (``late_ns``) of each response,
+        printed by the replay once its stream has written the last one."""
+        assert self.proc.stdout is not None
+        out: dict[str, list[int]] = json.loads(self.proc.stdout.readline())
+        return out
 
     def close(self) -> None:
         if self.proc.stdin is not None:
@@ -613,10 +621,10 @@ def _props(text: str) -> dict[str, str]:
 
 
 def throughput(args: argparse.Namespace) -> None:
-    from localkafka import KafkaBroker
+    from localkafka.broker import KAFKA_JVM_PERFORMANCE_OPTS, KafkaBroker
 
     targets = {"at-least-once": 60_000, "exactly-once": 40_000}
-    with KafkaBroker(heap="1g") as broker:
+    with KafkaBroker(heap="1g", jvm_options=KAFKA_JVM_PERFORMANCE_OPTS) as broker:
         for per_txn in [int(x) for x in args.per_txn.split(",")]:
             sim = SimProcess(args.rows, per_txn, args.shards)
             try:
@@ -666,9 +674,9 @@ def throughput(args: argparse.Namespace) -> None:
 
 
 def bigtxn(args: argparse.Namespace) -> None:
-    from localkafka import KafkaBroker
+    from localkafka.broker import KAFKA_JVM_PERFORMANCE_OPTS, KafkaBroker
 
-    with KafkaBroker(heap="1g") as broker:
+    with KafkaBroker(heap="1g", jvm_options=KAFKA_JVM_PERFORMANCE_OPTS) as broker:
         sim = SimProcess(args.rows, args.rows, "0", generated=True, store=args.store)
         try:
             info = sim.info
@@ -724,7 +732,7 @@ def _dist(name: str, values: list[float]) -> str:
 
 
 def latency(args: argparse.Namespace) -> None:
-    from localkafka import KafkaBroker
+    from localkafka.broker import KAFKA_JVM_PERFORMANCE_OPTS, KafkaBroker
 
     if args.pace:
         for run in range(args.runs):
@@ -736,66 +744,137 @@ def latency(args: argparse.Namespace) -> None:
             _report_pace(f"pace run {run + 1} (no worker)", paced, args)
         return
     p99s: list[float] = []
-    with KafkaBroker(heap="1g") as broker:
+    run_one = _latency_replay if args.source == "replay" else _latency_sim
+    with KafkaBroker(heap="1g", jvm_options=KAFKA_JVM_PERFORMANCE_OPTS) as broker:
         for run in range(args.warmup + args.runs):
             label = f"warm-up run {run + 1}" if run < args.warmup else f"run {run - args.warmup + 1}"
-            sim = SimProcess(0, args.per_txn, args.shards)
-            tmp = Path(tempfile.mkdtemp())
-            try:
-                holder: dict[str, Any] = {}
-                final_path = tmp / "final.json"
-                ready = threading.Event()
-
-                def target(sim: SimProcess = sim, final_path: Path = final_path, ready: threading.Event = ready,
-                           holder: dict[str, Any] = holder) -> None:
-                    holder["r"] = run_worker(broker, sim, {"__wait__": str(final_path)}, "at-least-once", "l",
-                                             extra=_props(args.props), ack_log=True, ready=ready,
-                                             topic_config={"message.timestamp.type": "LogAppendTime"})
-
-                w = threading.Thread(target=target)
-                w.start()
-                if not ready.wait(120):
-                    raise TimeoutError("worker did not connect")
-                paced = sim.command(op="paced", rate=args.rate, seconds=args.seconds, per_txn=args.per_txn)
-                (tmp / "final.tmp").write_text(json.dumps(paced["final"]))
-                (tmp / "final.tmp").rename(final_path)
-                w.join()
-                result = holder["r"]
-                commit = {(s, seq): ns for s, seq, ns, _late in paced["commits"]}
-                appended = _append_times(broker, result["topic"]) if not any(a[4] for a in result["acks"]) else {}
-                first: dict[tuple[str, int], tuple[int, ...]] = {}
-                for shard, gtid, recv, cp, app_ms, served in result["acks"]:
-                    # A commit point names every shard; a shard's gtid first appears with the
-                    # transaction that produced it, later ones only repeat it.
-                    k = (shard, int(gtid.rsplit("-", 1)[-1].rsplit(":", 1)[-1]))
-                    if k in commit and (k not in first or served < first[k][-1]):
-                        first[k] = (recv, cp, app_ms or appended.get(k, 0), served)
-                rows = [(commit[k], *v) for k, v in first.items()]
-                ack = [(a * 1_000_000 - c) / 1e6 for c, _r, _p, a, _s in rows]  # append is in ms
-                served = [(s - c) / 1e6 for c, _r, _p, _a, s in rows]
-                read = [(r - c) / 1e6 for c, r, _p, _a, _s in rows]
-                proc = [(p - r) / 1e6 for _c, r, p, _a, _s in rows]
-                produce = [(a * 1_000_000 - p) / 1e6 for _c, _r, p, a, _s in rows]
-                serve = [(s - a * 1_000_000) / 1e6 for _c, _r, _p, a, s in rows]
-                if run >= args.warmup:
-                    p99s.append(_pct(sorted(ack), 0.99))
-                print(f"latency {label}: {len(rows)} of {len(commit)} transactions of {args.per_txn} rows at "
-                      f"{args.rate:.0f} rows/s; worker peak RSS {result['peak_rss_mb']:.0f} MB; "
-                      f"load {result['load'][0]:.2f}->{result['load'][1]:.2f}", flush=True)
-                _report_pace("    generator", paced, args)
-                print("    " + _dist("commit -> Kafka ack (broker LogAppendTime, ms resolution):", ack), flush=True)
-                print("    " + _dist("commit -> delivery report served in the worker:", served), flush=True)
-                print("    components: " + "; ".join([
-                    _dist("source->worker read", read), _dist("worker queue+encode+produce", proc),
-                    _dist("produce->broker append", produce), _dist("append->report served", serve)]), flush=True)
-                print(f"    worker cpu {result['cpu_seconds']:.2f}s for {result['seconds']:.2f}s; "
-                      f"threads {result.get('threads')}; max RSS (MB) per tenth of the rows "
-                      f"{[mb for _, mb in result.get('rss_by_rows', [])]}, max sampled {result.get('max_sampled_rss_mb', 0):.0f}", flush=True)
-            finally:
-                sim.close()
+            with tempfile.TemporaryDirectory() as tmp:
+                result, paced = run_one(broker, args, tmp)
+            p99 = _report_latency(label, broker, result, paced, args)
+            if run >= args.warmup:
+                p99s.append(p99)
     if p99s:
         print(f"commit -> Kafka ack p99: median {statistics.median(p99s):.1f} ms over {len(p99s)} runs "
               f"{[round(v, 1) for v in p99s]} (warm-up runs left out: {args.warmup})", flush=True)
+
+
+def _latency_sim(broker: Any, args: argparse.Namespace, tmp: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The test server's paced generator commits while the worker streams (one Python process is
+    both the database and VTGate: on two cores its GIL and CPU count against the worker's latency)."""
+    sim = SimProcess(0, args.per_txn, args.shards)
+    try:
+        holder: dict[str, Any] = {}
+        final_path = Path(tmp) / "final.json"
+        ready = threading.Event()
+
+        def target() -> None:
+            holder["r"] = run_worker(broker, sim, {"__wait__": str(final_path)}, "at-least-once", "l",
+                                     extra=_props(args.props), ack_log=True, ready=ready, topic_config=LOG_APPEND_TIME)
+
+        w = threading.Thread(target=target)
+        w.start()
+        if not ready.wait(120):
+            raise TimeoutError("worker did not connect")
+        paced = sim.command(op="paced", rate=args.rate, seconds=args.seconds, per_txn=args.per_txn)
+        (Path(tmp) / "final.tmp").write_text(json.dumps(paced["final"]))
+        (Path(tmp) / "final.tmp").rename(final_path)
+        w.join()
+        return holder["r"], paced
+    finally:
+        sim.close()
+
+
+def _latency_replay(broker: Any, args: argparse.Namespace, tmp: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``bench/vstreamreplay -interval``: the test server's responses for the same transactions,
+    recorded beforehand and released one per ``per_txn / rate`` seconds, each timed at its release
+    (a VTGate's cost at the source instead of the Python test server's)."""
+    rows = int(args.rate * args.seconds)
+    sim = SimProcess(rows, args.per_txn, args.shards)
+    try:
+        replay = ReplaySource(sim, _props(args.props), tmp, interval_ns=int(args.per_txn / args.rate * 1e9))
+        try:
+            result = run_worker(broker, replay, sim.info["final"], "at-least-once", "l", extra=_props(args.props),
+                                ack_log=True, topic_config=LOG_APPEND_TIME)
+            released = replay.released()
+        finally:
+            replay.close()
+    finally:
+        sim.close()
+    txns = _recorded_transactions(replay.path)
+    commits = [(*txn, sent, late) for txn, sent, late in zip(txns, released["sent_ns"], released["late_ns"],
+                                                             strict=True) if txn is not None]
+    return result, {"commits": commits, "seconds": (commits[-1][2] - commits[0][2]) / 1e9 + args.per_txn / args.rate}
+
+
+def _recorded_transactions(path: str) -> list[tuple[str, int] | None]:
+    """Per recorded response: the (shard, transaction number) of the rows it carries, or None."""
+    from vitessapi import binlogdata_pb2, vtgate_pb2
+
+    out: list[tuple[str, int] | None] = []
+    data = Path(path).read_bytes()
+    off = 0
+    while off < len(data):
+        end = off + 5 + int.from_bytes(data[off + 1:off + 5], "big")
+        resp = vtgate_pb2.VStreamResponse.FromString(data[off + 5:end])
+        off = end
+        shards = {e.row_event.shard for e in resp.events if e.type == binlogdata_pb2.ROW}
+        vgtids = [e.vgtid for e in resp.events if e.HasField("vgtid")]
+        if len(shards) != 1 or not vgtids:
+            out.append(None)
+            continue
+        shard = shards.pop()
+        gtid = next(sg.gtid for sg in vgtids[-1].shard_gtids if sg.shard == shard)
+        out.append((shard, _txn_number(gtid)))
+    return out
+
+
+def _txn_number(gtid: str) -> int:
+    """The transaction number that ends a MySQL GTID set (``uuid:1-42`` -> 42)."""
+    return int(gtid.rsplit("-", 1)[-1].rsplit(":", 1)[-1])
+
+
+def _report_latency(label: str, broker: Any, result: dict[str, Any], paced: dict[str, Any],
+                    args: argparse.Namespace) -> float:
+    """Print one run's latency distributions; return its commit -> Kafka ack p99 (ms)."""
+    commit = {(s, seq): ns for s, seq, ns, _late in paced["commits"]}
+    appended = _append_times(broker, result["topic"]) if not any(a[4] for a in result["acks"]) else {}
+    first: dict[tuple[str, int], tuple[int, ...]] = {}
+    for shard, gtid, recv, cp, app_ms, served in result["acks"]:
+        # A commit point names every shard; a shard's gtid first appears with the
+        # transaction that produced it, later ones only repeat it.
+        k = (shard, _txn_number(gtid))
+        if k in commit and (k not in first or served < first[k][-1]):
+            first[k] = (recv, cp, app_ms or appended.get(k, 0), served)
+    rows = sorted((commit[k], *v) for k, v in first.items())
+    # The first transactions wait for the producer's own start (broker metadata, the idempotent
+    # producer's id, the topic check on the table's first FIELD): reported apart, not steady state.
+    settled = rows[0][0] + int(args.settle * 1e9) if rows else 0
+    start = [(a * 1_000_000 - c) / 1e6 for c, _r, _p, a, _s in rows if c < settled]
+    rows = [r for r in rows if r[0] >= settled]
+    ack = [(a * 1_000_000 - c) / 1e6 for c, _r, _p, a, _s in rows]  # append is in ms
+    served = [(s - c) / 1e6 for c, _r, _p, _a, s in rows]
+    read = [(r - c) / 1e6 for c, r, _p, _a, _s in rows]
+    proc = [(p - r) / 1e6 for _c, r, p, _a, _s in rows]
+    produce = [(a * 1_000_000 - p) / 1e6 for _c, _r, p, a, _s in rows]
+    serve = [(s - a * 1_000_000) / 1e6 for _c, _r, _p, a, s in rows]
+    print(f"latency {label} ({args.source} source): {len(rows) + len(start)} of {len(commit)} transactions of {args.per_txn} "
+          f"rows at {args.rate:.0f} rows/s; worker peak RSS {result['peak_rss_mb']:.0f} MB; "
+          f"load {result['load'][0]:.2f}->{result['load'][1]:.2f}", flush=True)
+    _report_pace("    generator" if args.source == "sim" else "    replay release", paced, args)
+    print("    " + _dist(f"commit -> Kafka ack (broker LogAppendTime, ms resolution), after the first "
+                          f"{args.settle:g} s:", ack), flush=True)
+    if start:
+        print("    " + _dist(f"the same in the first {args.settle:g} s ({len(start)} transactions, start-up):", start),
+              flush=True)
+    print("    " + _dist("commit -> delivery report served in the worker:", served), flush=True)
+    print("    components: " + "; ".join([
+        _dist("source->worker read", read), _dist("worker queue+encode+produce", proc),
+        _dist("produce->broker append", produce), _dist("append->report served", serve)]), flush=True)
+    print(f"    worker cpu {result['cpu_seconds']:.2f}s for {result['seconds']:.2f}s; "
+          f"threads {result.get('threads')}; max RSS (MB) per tenth of the rows "
+          f"{[mb for _, mb in result.get('rss_by_rows', [])]}, max sampled {result.get('max_sampled_rss_mb', 0):.0f}",
+          flush=True)
+    return _pct(sorted(ack), 0.99)
 
 
 def _append_times(broker: Any, topic: str) -> dict[tuple[str, int], int]:
@@ -810,7 +889,7 @@ def _append_times(broker: Any, topic: str) -> dict[tuple[str, int], int]:
         src = json.loads(r.value)["payload"]["source"]
         shard = src["shard"]
         gtid = next(sg["gtid"] for sg in json.loads(src["vgtid"]) if sg["shard"] == shard)
-        k = (shard, int(gtid.rsplit("-", 1)[-1].rsplit(":", 1)[-1]))
+        k = (shard, _txn_number(gtid))
         out[k] = max(out.get(k, 0), r.timestamp_ms)
     return out
 
@@ -889,12 +968,6 @@ def _cpu_between(samples: list[tuple[float, float]], t0: float, t1: float) -> fl
     return at(t1) - at(t0)
 
 
-# kafka-run-class.sh's KAFKA_JVM_PERFORMANCE_OPTS: how connect-standalone.sh runs Connect in production.
-# ConnectStandalone's own flags (SerialGC, C1 only) favour test start-up over steady-state speed.
-KAFKA_JVM_PERFORMANCE_OPTS = ["-server", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20", "-XX:InitiatingHeapOccupancyPercent=35",
-                              "-XX:+ExplicitGCInvokesConcurrent", "-XX:MaxInlineLevel=15"]
-
-
 def run_debezium(broker: Any, sim: SimProcess, rows: int, heap: str, test_jvm: bool = False) -> dict[str, Any]:
     """Debezium Vitess 3.5.0.Final in Kafka Connect standalone from the binlog's start to its end.
 
@@ -904,6 +977,7 @@ def run_debezium(broker: Any, sim: SimProcess, rows: int, heap: str, test_jvm: b
     from connectstandalone import ConnectStandalone, vitess_connector_config
 
     from localkafka import create_topics
+    from localkafka.broker import KAFKA_JVM_PERFORMANCE_OPTS, TEST_JVM_OPTS
 
     prefix = f"bd{os.getpid()}{int(time.time() * 1000) % 100000}"
     topic = f"{prefix}.{KEYSPACE}.bench"
@@ -916,7 +990,7 @@ def run_debezium(broker: Any, sim: SimProcess, rows: int, heap: str, test_jvm: b
 
     class ProductionJvm(ConnectStandalone):
         def _command(self, files: Any) -> list[str]:
-            cmd = [a for a in super()._command(files) if a not in ("-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1")]
+            cmd = [a for a in super()._command(files) if a not in TEST_JVM_OPTS]
             return [cmd[0], *KAFKA_JVM_PERFORMANCE_OPTS, *cmd[1:]]
 
     connect = (ConnectStandalone if test_jvm else ProductionJvm)(broker.bootstrap, [conf], heap=heap)
@@ -950,9 +1024,9 @@ def run_debezium(broker: Any, sim: SimProcess, rows: int, heap: str, test_jvm: b
 
 
 def debezium(args: argparse.Namespace) -> None:
-    from localkafka import KafkaBroker
+    from localkafka.broker import KAFKA_JVM_PERFORMANCE_OPTS, KafkaBroker
 
-    with KafkaBroker(heap="1g") as broker:
+    with KafkaBroker(heap="1g", jvm_options=KAFKA_JVM_PERFORMANCE_OPTS) as broker:
         sim = SimProcess(args.rows, args.per_txn, args.shards)
         try:
             print(f"# {args.rows} rows, {args.per_txn} rows per shard transaction, shards {args.shards}; "
@@ -1032,6 +1106,11 @@ def main() -> None:
     p.add_argument("--pace", action="store_true", help="sanity check: run the paced generator alone (no worker, "
                    "no broker) and report the rate it achieved and how late its commits were")
     p.add_argument("--props", default="", help="extra worker properties k=v,k=v (e.g. producer.linger.ms=0)")
+    p.add_argument("--settle", type=float, default=1.0,
+                   help="seconds at the start of each run reported apart (the producer's start-up), not in the p99")
+    p.add_argument("--source", choices=("sim", "replay"), default="sim",
+                   help="sim: the test server's paced generator commits during the run; replay: its responses "
+                        "for the same workload recorded first and released at the rate by bench/vstreamreplay")
     p = sub.add_parser("debezium")
     p.add_argument("--rows", type=int, default=60_000)
     p.add_argument("--per-txn", type=int, default=20)

@@ -479,6 +479,18 @@ def test_exactly_once_conflicts() -> None:
     assert dict(config.kafka.producer) == {"acks": "1", "linger.ms": "5"}
 
 
+def test_producer_buffer_is_bounded_and_the_user_setting_wins() -> None:
+    from cdcworker.task import producer_config
+
+    # librdkafka's record buffer bounds the worker's memory (BENCHMARKS.md, "Memory"); a
+    # producer.* property is passed through over shardcdc's defaults.
+    conf = producer_config(load({}))
+    assert conf["queue.buffering.max.kbytes"] == 16384
+    assert conf["enable.idempotence"] is True and conf["acks"] == "all"
+    conf = producer_config(load({"producer.queue.buffering.max.kbytes": "65536", "producer.linger.ms": "0"}))
+    assert conf["queue.buffering.max.kbytes"] == "65536" and conf["linger.ms"] == "0"
+
+
 def test_tls_rules(tmp_path: Path) -> None:
     ca = tmp_path / "ca.pem"
     ca.write_text("x")

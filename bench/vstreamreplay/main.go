@@ -8,18 +8,27 @@
 // vtgateservice.Vitess/VStream call, then keeps the stream open, as VTGate does at the head of the
 // binlog, until the client cancels. Any other method answers UNIMPLEMENTED.
 //
-//	vstreamreplay FILE
+//	vstreamreplay [-interval DURATION] FILE
 //
 // prints {"address": "127.0.0.1:PORT"} and serves until its standard input is closed.
+//
+// With -interval the messages are released one at a time, message k at start + k*interval, as a
+// VTGate streams a binlog that grows at a steady rate: the latency benchmark's source. Each stream
+// then prints, once its last message is written, {"sent_ns": [...], "late_ns": [...]}: every
+// message's release time (Unix ns, taken just before its write) and how late that was against its
+// schedule, so the benchmark can time each transaction from its release.
 package main
 
 import (
+	"encoding/binary"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
+	"time"
 )
 
 // chunk is how much is handed to the HTTP/2 writer per flush: like grpc-go's loopy writer, several
@@ -27,11 +36,13 @@ import (
 const chunk = 64 << 10
 
 func main() {
-	if len(os.Args) != 2 {
-		fmt.Fprintln(os.Stderr, "usage: vstreamreplay FILE")
+	interval := flag.Duration("interval", 0, "release one message per interval (0: as fast as the client reads)")
+	flag.Parse()
+	if flag.NArg() != 1 {
+		fmt.Fprintln(os.Stderr, "usage: vstreamreplay [-interval DURATION] FILE")
 		os.Exit(2)
 	}
-	frames, err := os.ReadFile(os.Args[1])
+	frames, err := os.ReadFile(flag.Arg(0))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
@@ -43,7 +54,7 @@ func main() {
 	}
 	var protocols http.Protocols
 	protocols.SetUnencryptedHTTP2(true)
-	srv := &http.Server{Handler: replay(frames), Protocols: &protocols}
+	srv := &http.Server{Handler: replay(frames, *interval), Protocols: &protocols}
 	out, _ := json.Marshal(map[string]string{"address": ln.Addr().String()})
 	fmt.Println(string(out))
 	go func() {
@@ -56,7 +67,7 @@ func main() {
 	}
 }
 
-func replay(frames []byte) http.HandlerFunc {
+func replay(frames []byte, interval time.Duration) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		h := w.Header()
 		h.Set("Content-Type", "application/grpc")
@@ -72,13 +83,41 @@ func replay(frames []byte) http.HandlerFunc {
 		}
 		w.WriteHeader(http.StatusOK)
 		flusher := w.(http.Flusher)
-		for off := 0; off < len(frames); off += chunk {
-			end := min(off+chunk, len(frames))
-			if _, err := w.Write(frames[off:end]); err != nil {
+		if interval > 0 {
+			if !paced(w, flusher, frames, interval) {
 				return
 			}
-			flusher.Flush()
+		} else {
+			for off := 0; off < len(frames); off += chunk {
+				end := min(off+chunk, len(frames))
+				if _, err := w.Write(frames[off:end]); err != nil {
+					return
+				}
+				flusher.Flush()
+			}
 		}
 		<-r.Context().Done()
 	}
+}
+
+// paced writes message k of frames at start + k*interval and prints every message's release time.
+func paced(w io.Writer, flusher http.Flusher, frames []byte, interval time.Duration) bool {
+	var sent, late []int64
+	start := time.Now()
+	for off, k := 0, 0; off < len(frames); k++ {
+		end := off + 5 + int(binary.BigEndian.Uint32(frames[off+1:off+5])) // gRPC prefix: flag, length
+		due := start.Add(time.Duration(k) * interval)
+		time.Sleep(time.Until(due))
+		now := time.Now()
+		sent = append(sent, now.UnixNano())
+		late = append(late, int64(now.Sub(due)))
+		if _, err := w.Write(frames[off:end]); err != nil {
+			return false
+		}
+		flusher.Flush()
+		off = end
+	}
+	out, _ := json.Marshal(map[string][]int64{"sent_ns": sent, "late_ns": late})
+	fmt.Println(string(out))
+	return true
 }

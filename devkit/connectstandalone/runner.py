@@ -21,7 +21,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from localkafka.broker import free_port
+from localkafka.broker import TEST_JVM_OPTS, free_port
 from localkafka.children import bound_preexec, stop_group
 
 DEBEZIUM_VERSION = "3.5.0.Final"
@@ -159,8 +159,7 @@ class ConnectStandalone:
             "java",
             f"-Xms{self.heap}",
             f"-Xmx{self.heap}",
-            "-XX:+UseSerialGC",
-            "-XX:TieredStopAtLevel=1",
+            *TEST_JVM_OPTS,
             "-Djava.awt.headless=true",
             f"-Dlog4j2.configurationFile={self.workdir / 'log4j2.properties'}",
             "-cp",
