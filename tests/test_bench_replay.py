@@ -126,3 +126,51 @@ def test_replay_serves_the_recorded_bytes_and_stays_open(sim: VTGateSim, replay_
         assert proc.stdin is not None
         proc.stdin.close()  # the replay serves until its standard input closes
         assert proc.wait(10) == 0
+
+
+def test_paced_replay_releases_one_response_per_interval_and_reports_when(sim: VTGateSim, replay_binary: str,
+                                                                         tmp_path: Path) -> None:
+    """``-interval``: response k goes out no earlier than start + k * interval, and the replay prints
+    each release time; ``_recorded_transactions`` names the transaction each response carries."""
+    streaming = _load("streaming")
+    start = sim.positions("bench")
+    for i in range(1, 7):  # six one-row transactions, alternating between the shards
+        sim.execute(f"INSERT INTO bench (id, note) VALUES ({i}, 'row {i}')", "bench")
+    final = sim.positions("bench")
+    request = vtgate_pb2.VStreamRequest(
+        tablet_type="PRIMARY",
+        vgtid=binlogdata_pb2.VGtid(shard_gtids=[binlogdata_pb2.ShardGtid(keyspace="bench", shard=s, gtid=g)
+                                                for s, g in sorted(start.items())]),
+        filter=binlogdata_pb2.Filter(rules=[binlogdata_pb2.Rule(match="/.*")]),
+    ).SerializeToString()
+    capture = tmp_path / "replay.bin"
+    recorded = streaming._record(sim.address, request, str(capture), final)
+    txns = streaming._recorded_transactions(str(capture))
+    assert len(txns) == recorded["responses"]
+    named = [t for t in txns if t is not None]
+    assert len(named) == 6
+    # The last transaction of each shard is the one that brought it to its final position.
+    for shard, gtid in final.items():
+        assert max(n for s, n in named if s == shard) == streaming._txn_number(gtid)
+
+    interval_ns = 20_000_000
+    proc = subprocess.Popen([replay_binary, f"-interval={interval_ns}ns", str(capture)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True, preexec_fn=bound_preexec())
+    try:
+        assert proc.stdout is not None
+        address = json.loads(proc.stdout.readline())["address"]
+        call = _stream(address, request)
+        got = [next(call) for _ in txns]
+        released = json.loads(proc.stdout.readline())
+        call.cancel()
+    finally:
+        assert proc.stdin is not None
+        proc.stdin.close()
+        assert proc.wait(10) == 0
+    assert b"".join(b"\x00" + len(r).to_bytes(4, "big") + r for r in got) == capture.read_bytes()
+    sent, late = released["sent_ns"], released["late_ns"]
+    assert len(sent) == len(late) == len(txns)
+    begin = sent[0] - late[0]  # the pacing's start (wall clock; lateness is on the monotonic clock)
+    due = [s - lt - begin for s, lt in zip(sent, late, strict=True)]
+    assert all(abs(d - k * interval_ns) < 1_000_000 for k, d in enumerate(due)), due
+    assert all(lt >= 0 for lt in late)
