@@ -314,7 +314,7 @@ def rate(r: dict[str, Any]) -> float:
 
 
 def main_all(args: argparse.Namespace) -> None:
-    from localkafka import KafkaBroker
+    from localkafka.broker import KAFKA_JVM_PERFORMANCE_OPTS, KafkaBroker
 
     sim = SimProcess(args.rows, cold=args.cold)
     info = sim.info
@@ -325,7 +325,7 @@ def main_all(args: argparse.Namespace) -> None:
         print(f"# server pre-encoded {info['rendered']:,} rows in {info['render_seconds']:.1f} s "
               f"({report['server_render_rows_per_cpu_s']:,.0f} rows per CPU-second)", flush=True)
     try:
-        with KafkaBroker() as broker:
+        with KafkaBroker(heap="1g", jvm_options=KAFKA_JVM_PERFORMANCE_OPTS) as broker:
             if "server" in args.what:
                 report["server"] = server_rates(sim, args.rows)
                 print("server", json.dumps(report["server"]), flush=True)

@@ -13,7 +13,7 @@ from cdcworker.txmeta.epoch import (
     inherited_epoch,
     next_epoch_map,
 )
-from cdcworker.txmeta.rank import decimal_json, parse_gtid, rank, rank_json
+from cdcworker.txmeta.rank import decimal_json, host_key, parse_gtid, rank, rank_json
 
 U1 = "027a0d3e-93a1-11ee-8d36-0242ac110002"
 U2 = "1e7ab2c6-93a1-11ee-8b58-0242ac110003"
@@ -36,6 +36,31 @@ U2 = "1e7ab2c6-93a1-11ee-8b58-0242ac110003"
 )
 def test_rank(gtid: str, expected: int) -> None:
     assert rank(gtid) == expected
+
+
+# Forms around the single-host fast path (``host_key``): each must give what the general parse gives.
+_FORMS = [
+    f"MySQL56/{U1}:1-1513", f"MySQL56/{U1}:7", f"MySQL56/{U2}:1-1513", f"MariaDB/{U1}:1-1513", f"/{U1}:1-9",
+    f"MySQL56/{U1}:1-5:7-10", f"MySQL56/{U1}:1-5,{U2}:1-3", f"MySQL56/{U1}:1-5,", f"MySQL56/{U1}:1-2-3",
+    f"MySQL56/{U1}:+5", f"MySQL56/{U1}:1--5", f"{U1}:1-4", f"a/b/{U1}:1-4", f"MySQL56/{U1}:00012",
+    f"MySQL56/{U1}:1-99999999999999999999999",
+]
+
+
+@pytest.mark.parametrize("gtid", _FORMS)
+def test_fast_rank_equals_the_general_parse(gtid: str) -> None:
+    assert rank(gtid) == sum(parse_gtid(gtid).sequences)
+
+
+def test_fast_same_hosts_equals_the_host_lists() -> None:
+    from cdcworker.txmeta import epoch
+
+    for a in _FORMS:
+        for b in _FORMS:
+            slow = epoch._host_list(a) == epoch._host_list(b)
+            assert epoch._same_hosts(a, b) == slow, (a, b)
+    assert host_key(f"MySQL56/{U1}:1-1513") == f"MySQL56/{U1}"
+    assert host_key(f"MySQL56/{U1}:1-5,{U2}:1-3") is None  # several hosts: the general parse decides
 
 
 def test_parse_gtid_hosts_and_flavor() -> None:

@@ -142,6 +142,10 @@ class Checkpoint(Vgtid):
     collection_counts: tuple[tuple[str, int], ...] = ()
     extra: tuple[tuple[str, Any], ...] = ()
 
+    def __post_init__(self) -> None:
+        """No check: a checkpoint takes the entries of a position that is already a ``Vgtid``
+        (one per transaction with transaction metadata; the duplicate-shard check ran there)."""
+
 
 def offset_value_at(position: Vgtid) -> OffsetValue:
     """The offset value to store for a durable position (a plain ``Vgtid`` or a ``Checkpoint``)."""

@@ -26,7 +26,7 @@ from typing import Any
 
 from cdcworker.keyrange import parse_shard
 from cdcworker.offsets.vgtid import CURRENT_GTID, EMPTY_GTID, Vgtid
-from cdcworker.txmeta.rank import parse_gtid
+from cdcworker.txmeta.rank import host_key, parse_gtid
 
 __all__ = [
     "CONNECTOR_GENERATION_KEY",
@@ -149,6 +149,11 @@ def _host_list(gtid: str) -> str:
 def _same_hosts(previous_gtid: str, gtid: str) -> bool:
     """Both real GTIDs that parse, with the same hosts in the same order: ``epoch_for_gtid``
     keeps the epoch. False means "compute it" (which also raises what Debezium raises)."""
+    new = host_key(gtid)
+    if new is not None:  # the common single-host form: no parse needed
+        old = host_key(previous_gtid)
+        if old is not None:
+            return old == new
     if is_override(previous_gtid) or is_override(gtid) or _host_list(previous_gtid) != _host_list(gtid):
         return False
     try:
@@ -237,13 +242,16 @@ class EpochProvider:
         VGTID, each GTID unchanged or moved on the same hosts (nearly every transaction). Checked
         on the GTID texts with the sequence numbers taken out, so the map is recomputed only when
         the shard set or a host set changes; ``next_epoch_map`` would return the same map."""
-        epochs = self.epochs
-        if len(previous) != len(current) or len(epochs) != len(current):
+        shards = self.epochs._epochs  # the map's own dict: a plain lookup per shard
+        old_sgs, new_sgs = previous.shard_gtids, current.shard_gtids
+        if len(old_sgs) != len(new_sgs) or len(shards) != len(new_sgs):
             return False
-        for old, new in zip(previous, current, strict=True):
-            if old.shard != new.shard or new.shard not in epochs:
+        for old, new in zip(old_sgs, new_sgs, strict=True):
+            if new.shard not in shards:
                 return False
-            if old.gtid != new.gtid and not _same_hosts(old.gtid, new.gtid):
+            if old is new:  # the stream's VGTIDs share the entries of shards that did not move
+                continue
+            if old.shard != new.shard or (old.gtid != new.gtid and not _same_hosts(old.gtid, new.gtid)):
                 return False
         return True
 

@@ -170,8 +170,21 @@ class TransactionMonitor:
         # Per transaction: the block cut at its counters (native_blocks) and, made on first use by
         # block_bytes only, as a %-template for (total_order, data_collection_order).
         self._template: bytes | None = None
-        self._numbers = 2  # how many of the two counters the block holds (RemoveField)
         self._native_parts: tuple[tuple[bytes, ...], int, int] = ((b"",), 0, 0)  # native_blocks
+        # The block's shape is fixed by RemoveField: which counters it holds (how many, and which
+        # goes in each cut), whether it names the transaction and its epoch and rank.
+        ex = self._exclude
+        counters = [n for n in ("total_order", "data_collection_order") if n not in ex]
+        self._numbers = len(counters)
+        self._with_id = "id" not in ex
+        self._with_epoch = "transaction_epoch" not in ex
+        self._with_rank = "transaction_rank" not in ex
+        self._first_label = b'"' + counters[0].encode() + b'":' if counters else b""
+        self._later_cuts: tuple[bytes, ...] = (b',"data_collection_order":',) if len(counters) == 2 else ()
+        self._slots = (1 if counters[0] == "total_order" else 2, 2 if len(counters) == 2 else 0) if counters else (0, 0)
+        # The epoch fields of the offset, per epoch map (the map object changes only on a reshard
+        # or a host change; it is stored with every commit point).
+        self._epoch_items: tuple[object, tuple[tuple[str, Any], ...]] = (None, ())
         if restored:
             tx = restored.get(TRANSACTION_ID_KEY)
             if isinstance(tx, str):
@@ -218,7 +231,11 @@ class TransactionMonitor:
         """Transaction fields of the offset as of now (``TransactionContext.store`` + epochs)."""
         extra: tuple[tuple[str, Any], ...] = ()
         if self.epochs is not None:
-            extra = tuple(self.epochs.offset_items(self.opts.connector_generation))
+            epochs = self.epochs.epochs
+            seen, extra = self._epoch_items
+            if seen is not epochs:
+                extra = tuple(self.epochs.offset_items(self.opts.connector_generation))
+                self._epoch_items = (epochs, extra)
         return TxOffsetFields(self.transaction_id, dict(self.counts), extra)
 
     # -- events ------------------------------------------------------------------------------
@@ -248,10 +265,10 @@ class TransactionMonitor:
             sg = parsed.get(shard)
             assert sg is not None  # epoch() checked it
             self.rank = rank(sg.gtid)
-            rank_value = decimal_json(self.rank, self.opts.decimal_numeric)
-            if "transaction_epoch" not in self._exclude:
+            if self._with_epoch:
                 self._order_parts.append(b'"transaction_epoch":%d' % self.epoch)
-            if "transaction_rank" not in self._exclude:
+            if self._with_rank:
+                rank_value = decimal_json(self.rank, self.opts.decimal_numeric)
                 self._order_parts.append(b'"transaction_rank":' + dumps(rank_value))
         self._compile_template()
         if resumed or not self.opts.emit_boundaries:
@@ -318,22 +335,16 @@ class TransactionMonitor:
     def _compile_template(self) -> None:
         """The block of this transaction cut at its counters (once per BEGIN): the literal bytes
         around ``total_order`` and ``data_collection_order``, whichever RemoveField keeps."""
-        ex = self._exclude
-        head = b"{" + (self._id_part + b"," if "id" not in ex else b"")
-        counters = [n for n in ("total_order", "data_collection_order") if n not in ex]
-        tail = b"".join(b"," + p for p in self._order_parts) + b"}"
         self._template = None
-        self._numbers = len(counters)
-        if not counters:
-            fields = ([self._id_part] if "id" not in ex else []) + self._order_parts
+        order_parts = self._order_parts
+        if not self._numbers:
+            fields = ([self._id_part] if self._with_id else []) + order_parts
             self._native_parts = ((b"{" + b",".join(fields) + b"}",), 0, 0)
             return
-        cuts = [head + b'"' + counters[0].encode() + b'":']
-        if len(counters) == 2:
-            cuts.append(b',"data_collection_order":')
-        cuts.append(tail)
-        first = 1 if counters[0] == "total_order" else 2
-        self._native_parts = (tuple(cuts), first, 2 if len(counters) == 2 else 0)
+        head = b"{" + self._id_part + b"," + self._first_label if self._with_id else b"{" + self._first_label
+        tail = (b"," + b",".join(order_parts) + b"}") if order_parts else b"}"
+        first, second = self._slots
+        self._native_parts = ((head, *self._later_cuts, tail), first, second)
 
     def end(self, ts_ms: int) -> EndResult:
         """A COMMIT: the END record (if a transaction was open) and the offset it carries."""
