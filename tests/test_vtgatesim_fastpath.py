@@ -210,3 +210,34 @@ def _row(values: list[bytes | None]) -> bytes:
     return query_pb2.QueryResult(rows=[query_pb2.Row(lengths=[-1 if v is None else len(v) for v in values],
                                                      values=b"".join(v for v in values if v is not None))]
                                  ).SerializeToString()
+
+
+def test_a_warm_whole_row_read_reads_only_the_keys(sim: VTGateSim, channel: grpc.Channel,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """``SELECT *`` of a warm table with an integer primary key and no other index reads the keys
+    alone (the rows come from the cache, in the same order); a table with a unique index, a column
+    list, or a cold cache reads whole rows. The bytes equal the reference path either way."""
+    ex = sim.executor
+    calls: list[bool] = []
+    real = ex.select_raw
+
+    def spy(*args: Any, keys_only: bool = False) -> Any:
+        calls.append(keys_only)
+        return real(*args, keys_only=keys_only)
+
+    monkeypatch.setattr(ex, "select_raw", spy)
+    sql = "select * from allt where id >= 3 and id < 650"
+    assert wire_stream(channel, sql, 0) == reference_stream(sim, sql, 0)  # cold: whole rows, fills the cache
+    calls.clear()
+    assert wire_stream(channel, sql, 0) == reference_stream(sim, sql, 0)
+    assert calls[0] is True  # the wire read (the reference's own Execute follows)
+    calls.clear()
+    assert wire_stream(channel, SELECTS[2], 0) == reference_stream(sim, SELECTS[2], 0)
+    assert calls[0] is False  # a column list
+    sim.execute("create table uk (id bigint not null, name varchar(8), primary key (id), unique key n (name))", "ks:0")
+    for i, name in enumerate(["d", "b", "c", "a"], 1):
+        sim.execute(f"insert into uk (id, name) values ({i}, '{name}')", "ks:0")
+    for _ in range(2):  # cold, then warm
+        calls.clear()
+        assert wire_stream(channel, "select * from uk", 0) == reference_stream(sim, "select * from uk", 0)
+        assert calls[0] is False

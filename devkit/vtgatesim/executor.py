@@ -516,10 +516,13 @@ class Executor:
         res.rows = [render_row(kinds, r) for r in raw]
         return res
 
-    def select_raw(self, ks: Keyspace, shards: list[Shard], stmt: sqlp.Select, binds: dict[str, Any]
-                   ) -> tuple[Result, list[Any], list[tuple[Any, ...]]]:
+    def select_raw(self, ks: Keyspace, shards: list[Shard], stmt: sqlp.Select, binds: dict[str, Any],
+                   keys_only: bool = False) -> tuple[Result, list[Any], list[tuple[Any, ...]]]:
         """A SELECT's fields (in a row-less Result), output kinds and stored rows; `render_row` turns
-        each into MySQL text. Split so streaming can render outside the cluster lock."""
+        each into MySQL text. Split so streaming can render outside the cluster lock.
+
+        ``keys_only`` (one shard): the same statement, fields and kinds, but each stored row is just
+        its primary key, for a reader whose rows are all in the encoded-row cache."""
         schema = self.table_of(shards[0], stmt.table)
         cols = stmt.columns or [(("col", c.name), c.name) for c in schema.columns]
         aggs = [e[0] == "func" and e[1] in ("COUNT", "MIN", "MAX", "SUM") for e, _ in cols]
@@ -548,6 +551,8 @@ class Executor:
                 res.fields.append(_field(schema, c, alias, shards[0].database) | {"flags": 0})
             else:
                 raise MySQLError(1105, "HY000", f"VT12001: unsupported: select expression {alias}")
+        if keys_only:
+            sel_sql = [q(c) for c in schema.pk]
         base = f"SELECT {', '.join(sel_sql)} FROM {q(schema.name)}"
         w = WhereSQL(schema, binds)
         if stmt.where is not None:
@@ -599,6 +604,9 @@ class Executor:
             ks = self.resolve_keyspace(stmt, tgt)
             shards = self.target_shards(ks, tgt)
             tname = f"{ks.name}.{tgt.shard or '0'}.{tgt.tablet_type}"
+            cached = self._all_cached(ks, shards, stmt, binds or {}, tname)
+            if cached is not None:
+                return cached
             try:
                 res, kinds, raw = self.select_raw(ks, shards, stmt, binds or {})
             except MySQLError as e:
@@ -618,6 +626,33 @@ class Executor:
             return RowStream(res.fields, _render_batches(kinds, raw))
         assert schema is not None
         return RowStream(res.fields, _cached_batches(store, schema, seen, key, kinds, raw, hits))
+
+    def _all_cached(self, ks: Keyspace, shards: list[Shard], stmt: sqlp.Select, binds: dict[str, Any],
+                    tname: str) -> RowStream | None:
+        """``SELECT *`` on one shard, table keyed by an integer primary key and no other index (the
+        SQLite rowid is then the only access path, so reading the keys alone visits the rows in the
+        same order as reading them whole), every row in the encoded-row cache: the stream from the keys alone, without reading and decoding every column (the
+        backfill's chunk reads of a warm table). None otherwise: the caller reads whole rows.
+        Called under the cluster lock, so keys and cache hits are one snapshot."""
+        if len(shards) != 1 or stmt.columns is not None:
+            return None
+        store = shards[0].store
+        schema = store.table(stmt.table)
+        if (schema is None or len(schema.pk) != 1 or schema.unique_keys
+                or schema.column(schema.pk[0]).ct.storage != "INTEGER"):
+            return None
+        cache = store.cached_rows(schema)
+        if not cache:
+            return None
+        try:
+            res, _kinds, keys = self.select_raw(ks, shards, stmt, binds, keys_only=True)
+        except MySQLError as e:
+            raise mysql_error_to_vt(e, tname) from None
+        get = cache.get
+        hits = [get(k[0]) for k in keys]
+        if None in hits:
+            return None
+        return RowStream(res.fields, (hits[i:i + STREAM_BATCH_ROWS] for i in range(0, len(hits), STREAM_BATCH_ROWS)))  # type: ignore[misc]
 
     # -- DML
     def dml(self, ks: Keyspace, shards: list[Shard], stmt: sqlp.Statement, binds: dict[str, Any],
