@@ -905,7 +905,9 @@ PATTERN_PROPERTIES: tuple[PatternProperty, ...] = (
 PREFIX_FAMILIES: tuple[PrefixFamily, ...] = (
     PrefixFamily(
         "producer.",
-        "Passed to the Kafka producer.",
+        "Passed to the Kafka producer, over shardcdc's defaults: enable.idempotence=true, acks=all, "
+        "linger.ms=5, batch.size=1000000, compression.type=lz4, queue.buffering.max.kbytes=16384 (librdkafka's "
+        "record buffer, the worker's largest memory user) and queue.buffering.max.messages=4 x max.queue.size (at least 10,000).",
         "kafka",
         (
             "password",
