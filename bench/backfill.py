@@ -256,8 +256,8 @@ def spark_cpus(cores: int, confine: bool) -> set[int] | None:
 
 
 def run_spark(broker: Any, sim: SimProcess, cores: int, runs: int, chunk_size: int, lanes: int,
-              confine: bool = True) -> list[dict[str, Any]]:
-    props = props_for(broker, sim, "unused")
+              confine: bool = True, extra: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    props = {**props_for(broker, sim, "unused"), **(extra or {})}
     cmd = [sys.executable, __file__, "_spark", "--cores", str(cores), "--runs", str(runs), "--props", json.dumps(props),
            "--chunk-size", str(chunk_size), "--lanes-per-shard", str(lanes)]
     cpus = spark_cpus(cores, confine)
@@ -332,8 +332,9 @@ def main_all(args: argparse.Namespace) -> None:
             for cores in (1, 2):
                 if f"spark{cores}" in args.what:
                     cpu = CpuSplit(sim, broker)
+                    extra = dict(kv.split("=", 1) for kv in args.props.split(",") if kv)
                     runs = run_spark(broker, sim, cores, args.runs, args.chunk_size, args.lanes_per_shard,
-                                     confine=not args.unconfined)
+                                     confine=not args.unconfined, extra=extra)
                     report[f"spark{cores}"] = runs
                     report[f"spark{cores}_cpus"] = sorted(spark_cpus(cores, not args.unconfined) or os.sched_getaffinity(0))
                     report[f"spark{cores}_cpu_s"] = cpu.done()
@@ -373,6 +374,7 @@ def main() -> None:
         p.add_argument("--cold", action="store_true", help="no pre-encoding: every read renders rows")
         p.add_argument("--unconfined", action="store_true", help="local[1] without confining the Spark process "
                        "tree to one CPU (its JVM and librdkafka threads then also use the other core)")
+        p.add_argument("--props", default="", help="spark: extra connector properties k=v,k=v (e.g. producer.linger.ms=50)")
         p.set_defaults(what=what)
     p = sub.add_parser("_sim")
     p.add_argument("--rows", type=int, default=0)

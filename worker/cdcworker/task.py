@@ -100,8 +100,12 @@ def encoder_config(config: WorkerConfig, run_id: str | None = None) -> EncoderCo
     )
 
 
-def producer_config(config: WorkerConfig) -> dict[str, Any]:
-    """librdkafka settings: idempotent, ordered, partitioned like the Java client, bounded memory."""
+def producer_config(config: WorkerConfig, bulk: bool = False) -> dict[str, Any]:
+    """librdkafka settings: idempotent, ordered, partitioned like the Java client, bounded memory.
+
+    ``bulk``: a backfill lane's producer, which sends a whole chunk and then flushes (a flush sends at
+    once, whatever the linger): 50 ms of linger makes fewer, fuller batches, so the broker validates
+    fewer requests per row (BENCHMARKS.md, "Backfill")."""
     conf: dict[str, Any] = {
         "enable.idempotence": True,
         "acks": "all",
@@ -117,10 +121,12 @@ def producer_config(config: WorkerConfig) -> dict[str, Any]:
         # librdkafka's buffer is the worker's largest memory user (its copies of the records, on
         # the producing thread's heap). 16 MiB holds ~150 ms of records at 100,000 rows/s, enough
         # to keep 1 MB batches flowing, and keeps the peak RSS near 120-130 MB while a 1,000,000-row
-        # transaction streams (64 MiB: 175-230 MB, no faster; BENCHMARKS.md, "Memory").
+        # transaction streams (64 MiB: 175-230 MB, no faster; BENCHMARKS.md, "Worker latency and memory").
         "queue.buffering.max.kbytes": 16384,
         **producer_partitioner_config(),
     }
+    if bulk:
+        conf["linger.ms"] = 50
     conf.update(config.kafka.client_config("producer"))
     return conf
 
