@@ -489,10 +489,6 @@ def test_producer_buffer_is_bounded_and_the_user_setting_wins() -> None:
     assert conf["enable.idempotence"] is True and conf["acks"] == "all"
     conf = producer_config(load({"producer.queue.buffering.max.kbytes": "65536", "producer.linger.ms": "0"}))
     assert conf["queue.buffering.max.kbytes"] == "65536" and conf["linger.ms"] == "0"
-    # A backfill lane flushes per chunk: it lingers longer for fuller batches, unless the user says.
-    assert producer_config(load({}))["linger.ms"] == 5
-    assert producer_config(load({}), bulk=True)["linger.ms"] == 50
-    assert producer_config(load({"producer.linger.ms": "7"}), bulk=True)["linger.ms"] == "7"
 
 
 def test_tls_rules(tmp_path: Path) -> None:

@@ -100,12 +100,8 @@ def encoder_config(config: WorkerConfig, run_id: str | None = None) -> EncoderCo
     )
 
 
-def producer_config(config: WorkerConfig, bulk: bool = False) -> dict[str, Any]:
-    """librdkafka settings: idempotent, ordered, partitioned like the Java client, bounded memory.
-
-    ``bulk``: a backfill lane's producer, which sends a whole chunk and then flushes (a flush sends at
-    once, whatever the linger): 50 ms of linger makes fewer, fuller batches, so the broker validates
-    fewer requests per row (BENCHMARKS.md, "Backfill")."""
+def producer_config(config: WorkerConfig) -> dict[str, Any]:
+    """librdkafka settings: idempotent, ordered, partitioned like the Java client, bounded memory."""
     conf: dict[str, Any] = {
         "enable.idempotence": True,
         "acks": "all",
@@ -125,8 +121,6 @@ def producer_config(config: WorkerConfig, bulk: bool = False) -> dict[str, Any]:
         "queue.buffering.max.kbytes": 16384,
         **producer_partitioner_config(),
     }
-    if bulk:
-        conf["linger.ms"] = 50
     conf.update(config.kafka.client_config("producer"))
     return conf
 

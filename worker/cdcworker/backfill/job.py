@@ -234,7 +234,7 @@ class LaneContext:
             spec,
             config,
             client_for(config),
-            Producer(producer_config(config, bulk=True)),
+            Producer(producer_config(config)),
             encoder_config(config),
             progress_store(spec, config),
             RowThrottle(rate),
