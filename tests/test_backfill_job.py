@@ -47,11 +47,16 @@ class ReadCounter:
     def __init__(self, sim: VTGateSim) -> None:
         self.counts: dict[str, int] = {}
         inner = sim.executor.select_raw  # under both Execute/StreamExecute paths (rendered and pre-encoded)
+        keys_read: list[Any] = [None]  # the statement a warm read just read the keys of
 
-        def select_raw(ks: Any, shards: Any, stmt: Any, binds: Any) -> Any:
-            if stmt.columns is None and stmt.limit is None:
+        def select_raw(ks: Any, shards: Any, stmt: Any, binds: Any, keys_only: bool = False) -> Any:
+            # A warm read reads the keys first; if a row is not cached it reads the same statement
+            # whole: one chunk read either way.
+            again = not keys_only and keys_read[0] is stmt
+            keys_read[0] = stmt if keys_only else None
+            if stmt.columns is None and stmt.limit is None and not again:
                 self.counts[stmt.table] = self.counts.get(stmt.table, 0) + 1
-            return inner(ks, shards, stmt, binds)
+            return inner(ks, shards, stmt, binds, keys_only=keys_only)
 
         sim.executor.select_raw = select_raw  # type: ignore[method-assign]
 
