@@ -16,6 +16,7 @@ replays, i.e. repeated records, are allowed), and with the exactly-once sink.
 from __future__ import annotations
 
 import json
+import os
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -49,6 +50,7 @@ from cdcworker.backfill.handoff import OFFSET_FIELD
 from cdcworker.backfill.job import run_backfill
 from cdcworker.backfill.progress import PlanRecord
 from cdcworker.backfill.spec import BackfillSpec, Chunk
+from cdcworker.backfill.taskhandoff import FAULT_DIR_ENV
 from localkafka import KafkaBroker, consume_all
 from vtgatesim import VTGateSim
 
@@ -93,6 +95,10 @@ def _scenario(tmp_path: Path, broker: KafkaBroker, sim: VTGateSim, kill_in: str 
     if exactly_once:
         p["exactly.once.support"] = "required"
     worker = Worker(tmp_path, p)
+    fault_dir = tmp_path / "handoff-fault"  # the worker's fault point (taskhandoff.FAULT_DIR_ENV)
+    fault_dir.mkdir()
+    if kill_in == CATCHUP_PHASE:
+        (fault_dir / "armed").write_text("")
     # The job itself waits for every shard's hold (the hand-shake), then calls on_planned.
     spec = BackfillSpec("run-handoff", TABLES, p, chunk_size=100, max_concurrent_chunks_per_shard=2,
                         await_holds=True, hold_timeout_seconds=60)
@@ -122,6 +128,7 @@ def _scenario(tmp_path: Path, broker: KafkaBroker, sim: VTGateSim, kill_in: str 
             killed_in.add(HELD_PHASE)
             killed.set()
 
+    os.environ[FAULT_DIR_ENV] = str(fault_dir)  # read by the worker processes this test starts
     try:
         with live_workload(sim, loads) as count:
             worker.start()
@@ -139,16 +146,20 @@ def _scenario(tmp_path: Path, broker: KafkaBroker, sim: VTGateSim, kill_in: str 
                 result = job.result()
             assert result.chunks_read == result.chunks_total >= 30
             if kill_in == CATCHUP_PHASE:
-                # Killed as soon as an offset says a shard is catching up (its stream was rewound).
-                last = wait(lambda: (v := offsets(broker, p)) and CATCHUP_PHASE in phases(v[-1]) and v[-1], worker, 60,
-                            "a catch-up")
-                worker.kill()
+                # The worker dies as soon as its offset says a shard is catching up (its stream was
+                # rewound): the armed fault point, as a watcher of the offsets could miss a catch-up
+                # that is over within a second.
+                assert worker.proc is not None
+                assert worker.proc.wait(60) == 70, worker.output()
+                assert (fault_dir / "fired").exists()
+                last = offsets(broker, p)[-1]
                 killed_in = phases(last)
                 worker.start()
             # The workload goes on past the hand-off: the rejoined tables must flow live again.
             handed_off_then_flowing(broker, p, worker, count)
         wait(lambda: caught_up(broker, sim, p), worker, 60, "the worker caught up")
     finally:
+        os.environ.pop(FAULT_DIR_ENV, None)
         worker.stop()
     # Every shard's first chunk was read after its worker announced the hold of all three tables.
     assert {s: set(h.get(s, ())) for s, h in first_reads.items()} == {s: set(TABLES) for s in SHARDS}

@@ -292,6 +292,7 @@ class WorkerTask:
             if sink is not None:
                 sink._durable = position  # a rewound shard is durable only up to its catch-up start
             self._write_offset(store, position)
+        self.handoff.fault_point()
         self.handoff.announce()
 
     def _handing_off(self) -> bool:

@@ -35,6 +35,7 @@ cover the shard, or is abandoned): no live record precedes the snapshot.
 from __future__ import annotations
 
 import logging
+import os
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -76,6 +77,9 @@ INITIAL_RUN_PROPERTY = "shardcdc.backfill.initial.run"
 
 __all__ = ["INITIAL_RUN_PROPERTY", "OFFSET_FIELD", "HoldStarted", "ProgressFeed", "TaskHandoff", "parse_hold",
            "progress_topic_of"]
+
+FAULT_DIR_ENV = "CDC_HANDOFF_FAULT_DIR"  # test hook (fault_point); not SHARDCDC_*: those are connector properties
+
 
 def progress_topic_of(topic_prefix: str) -> str:
     """The progress topic the backfill job writes by default (``job.progress_topic``)."""
@@ -202,6 +206,20 @@ class TaskHandoff:
         if not self.states:
             return ()
         return ((OFFSET_FIELD, {s: h.to_offset_field() for s, h in sorted(self.states.items())}),)
+
+    def fault_point(self) -> None:
+        """Test hook, called right after an offset with the current states is durable: with
+        ``$CDC_HANDOFF_FAULT_DIR/armed`` present and a shard catching up, the process exits (status
+        70) -- a worker killed during its catch-up, a moment a test cannot catch by watching the
+        offsets (a catch-up can be over within a second). Fires once (``armed`` -> ``fired``)."""
+        d = os.environ.get(FAULT_DIR_ENV)
+        if not d or not any(h.phase == CATCHUP for h in self.states.values()):
+            return
+        try:
+            os.rename(os.path.join(d, "armed"), os.path.join(d, "fired"))  # atomic: fires once
+        except OSError:
+            return
+        os._exit(70)
 
     def _tables(self, run: RunState, shard: str) -> tuple[str, ...]:
         return tuple(sorted(t for s, t in run.plans if s == shard))
