@@ -55,6 +55,16 @@ def _without_current_time(raw: bytes) -> vtgate_pb2.VStreamResponse:
     return response
 
 
+def _request(start: dict[str, str]) -> bytes:
+    """A VStream of every table of the bench keyspace from ``start`` (shard -> GTID)."""
+    return vtgate_pb2.VStreamRequest(
+        tablet_type="PRIMARY",
+        vgtid=binlogdata_pb2.VGtid(shard_gtids=[binlogdata_pb2.ShardGtid(keyspace="bench", shard=s, gtid=g)
+                                                for s, g in sorted(start.items())]),
+        filter=binlogdata_pb2.Filter(rules=[binlogdata_pb2.Rule(match="/.*")]),
+    ).SerializeToString()
+
+
 def _stream(address: str, request: bytes) -> grpc.Future:
     channel = grpc.insecure_channel(address)
     call = channel.unary_stream("/vtgateservice.Vitess/VStream", request_serializer=None, response_deserializer=None)
@@ -69,12 +79,7 @@ def test_replay_serves_the_recorded_bytes_and_stays_open(sim: VTGateSim, replay_
     sim.execute("INSERT INTO bench (id, note) VALUES " + ", ".join(f"({i}, '{'x' * 40}')" for i in range(100, 160)),
                 "bench")
     final = sim.positions("bench")
-    request = vtgate_pb2.VStreamRequest(
-        tablet_type="PRIMARY",
-        vgtid=binlogdata_pb2.VGtid(shard_gtids=[binlogdata_pb2.ShardGtid(keyspace="bench", shard=s, gtid=g)
-                                                for s, g in sorted(start.items())]),
-        filter=binlogdata_pb2.Filter(rules=[binlogdata_pb2.Rule(match="/.*")]),
-    ).SerializeToString()
+    request = _request(start)
     capture = tmp_path / "replay.bin"
     recorded = streaming._record(sim.address, request, str(capture), final)
 
@@ -137,12 +142,7 @@ def test_paced_replay_releases_one_response_per_interval_and_reports_when(sim: V
     for i in range(1, 7):  # six one-row transactions, alternating between the shards
         sim.execute(f"INSERT INTO bench (id, note) VALUES ({i}, 'row {i}')", "bench")
     final = sim.positions("bench")
-    request = vtgate_pb2.VStreamRequest(
-        tablet_type="PRIMARY",
-        vgtid=binlogdata_pb2.VGtid(shard_gtids=[binlogdata_pb2.ShardGtid(keyspace="bench", shard=s, gtid=g)
-                                                for s, g in sorted(start.items())]),
-        filter=binlogdata_pb2.Filter(rules=[binlogdata_pb2.Rule(match="/.*")]),
-    ).SerializeToString()
+    request = _request(start)
     capture = tmp_path / "replay.bin"
     recorded = streaming._record(sim.address, request, str(capture), final)
     txns = streaming._recorded_transactions(str(capture))
