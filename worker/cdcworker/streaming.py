@@ -45,6 +45,7 @@ from confluent_kafka import KafkaException
 
 from cdcworker.events import EncoderConfig, SourceContext, TablePlan, native
 from cdcworker.events.encoder import _strip_keyspace
+from cdcworker.events.jsonfmt import json_string_body
 from cdcworker.filters.failure import (
     AnonymisedColumns,
     EventConversionError,
@@ -194,7 +195,7 @@ class StreamProcessor:
         self._deferred_rows = 0
         self._deferred_bytes = 0  # counted only with max_queue_bytes, as Debezium's queue does
         self._plan_bytes: dict[tuple[str, str], bool] = {}  # plan takes serialized RowChanges
-        self._shard_gtids: dict[tuple[str, str, str], tuple[ShardGtid, str]] = {}  # see _vgtid
+        self._shard_gtids: dict[tuple[str, str, str], tuple[ShardGtid, str, bytes]] = {}  # see _vgtid
         self._shard_json_heads: dict[tuple[str, str], str] = {}  # see _vgtid
         self._streaming_txn = False  # this transaction outgrew the lookahead and is streamed
         self._begin_ts = 0
@@ -480,9 +481,9 @@ class StreamProcessor:
                 self._tx_begin(vgtid_json, Vgtid(self._raw.shard_gtids))
         self._emit(self._begin_ts, vgtid_json)
 
-    def _tx_begin(self, txn_id: str, vgtid: Vgtid) -> None:
+    def _tx_begin(self, txn_id: str, vgtid: Vgtid, id_json: bytes | None = None) -> None:
         assert self._txmeta is not None
-        rec = self._txmeta.begin(txn_id, self._begin_ts * 1000, self._begin_shard, vgtid)
+        rec = self._txmeta.begin(txn_id, self._begin_ts * 1000, self._begin_shard, vgtid, id_json)
         if rec is not None:
             self._send_tx(rec)
 
@@ -493,12 +494,13 @@ class StreamProcessor:
 
     def _commit(self, timestamp: int, ddl: binlogdata_pb2.VEvent | None = None) -> None:
         pending = self._pending_vgtid
+        id_json = None
         if pending is None:
             # Debezium uses the previous VGTID when a response carries none; so do we.
             vgtid = self._raw
             vgtid_json = vgtid.to_json()
         else:
-            vgtid, vgtid_json = self._vgtid(pending)
+            vgtid, vgtid_json, id_json = self._vgtid(pending)
             self._pending_vgtid = None
         self._raw = vgtid
         resume = self._copy.resumable(vgtid) if self._copy is not None else vgtid
@@ -508,7 +510,7 @@ class StreamProcessor:
             position: Vgtid = resume
         elif self._in_txn:
             if not self._streaming_txn:
-                self._tx_begin(vgtid_json, vgtid)
+                self._tx_begin(vgtid_json, vgtid, id_json)
             self._emit(timestamp, vgtid_json)
             end = txmeta.end(timestamp * 1000)
             if end.record is not None:
@@ -556,16 +558,18 @@ class StreamProcessor:
         self.position = position
         self.sink.commit_point(position)
 
-    def _vgtid(self, pb: binlogdata_pb2.VGtid) -> tuple[Vgtid, str]:
-        """A commit's VGTID and its JSON. Between two commits only the committing shard's GTID
-        moves: each shard's position (and its JSON) is made once and reused from a small cache."""
+    def _vgtid(self, pb: binlogdata_pb2.VGtid) -> tuple[Vgtid, str, bytes | None]:
+        """A commit's VGTID, its JSON and, with transaction metadata, that JSON as a JSON string
+        (the transaction id). Between two commits only the committing shard's GTID moves: each
+        shard's position (and its JSON, plain and escaped) is made once and reused from a small cache."""
         cache = self._shard_gtids
+        escaped: list[bytes] | None = [] if self._txmeta is not None else None
         sgs = []
         parts = []
         for p in pb.shard_gtids:
             if p.table_p_ks:  # copy progress: rare, and not worth caching
                 vgtid = Vgtid.from_proto(pb)
-                return vgtid, vgtid.to_json()
+                return vgtid, vgtid.to_json(), None
             k = (p.keyspace, p.shard, p.gtid)
             hit = cache.get(k)
             if hit is None:
@@ -577,10 +581,14 @@ class StreamProcessor:
                     head = self._shard_json_heads[k[:2]] = (
                         jackson_dumps({"keyspace": p.keyspace, "shard": p.shard})[:-1] + ',"gtid":')
                 # = jackson_dumps(sg.to_json()) without table_p_ks, a quarter of its cost
-                hit = cache[k] = (sg, head + jackson_dumps(p.gtid) + ',"table_p_ks":[]}')
+                text = head + jackson_dumps(p.gtid) + ',"table_p_ks":[]}'
+                hit = cache[k] = (sg, text, json_string_body(text) if escaped is not None else b"")
             sgs.append(hit[0])
             parts.append(hit[1])
-        return Vgtid(tuple(sgs)), "[" + ",".join(parts) + "]"
+            if escaped is not None:
+                escaped.append(hit[2])
+        id_json = None if escaped is None else b'"[' + b",".join(escaped) + b']"'
+        return Vgtid(tuple(sgs)), "[" + ",".join(parts) + "]", id_json
 
     def tick(self) -> None:
         """A heartbeat record if one is due (after commits, on VTGate heartbeats, while idle).

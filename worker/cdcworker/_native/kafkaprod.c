@@ -427,6 +427,16 @@ static PyObject *Producer_produce(Producer *self, PyObject *args, PyObject *kwds
     Py_RETURN_NONE;
 }
 
+/* A non-negative counter in decimal (snprintf's format parsing costs more than the digits). */
+static int counter_text(char *out, long long v) {
+    char tmp[24];
+    int n = 0;
+    unsigned long long u = v < 0 ? 0 : (unsigned long long)v;
+    do { tmp[n++] = (char)('0' + u % 10); u /= 10; } while (u);
+    for (int i = 0; i < n; i++) out[i] = tmp[n - 1 - i];
+    return n;
+}
+
 /* The `transaction` block of send_rows: the envelope around it per op, the block template cut
  * at its counters, and the counters (see TransactionMonitor.native_blocks). */
 typedef struct {
@@ -516,7 +526,7 @@ static PyObject *Producer_send_rows(Producer *self, PyObject *const *args, Py_ss
                 piece[npieces] = PyBytes_AS_STRING(tx.parts[k]);
                 piece_n[npieces++] = PyBytes_GET_SIZE(tx.parts[k]);
                 if (k + 1 < tx.nparts) {
-                    int len = snprintf(nums[k], sizeof(nums[k]), "%lld", counters[tx.kinds[k] == 2 ? 2 : 1]);
+                    int len = counter_text(nums[k], counters[tx.kinds[k] == 2 ? 2 : 1]);
                     piece[npieces] = nums[k];
                     piece_n[npieces++] = len;
                 }

@@ -1005,6 +1005,8 @@ int rowenc_is_program(PyObject *obj) { return PyObject_TypeCheck(obj, &ProgramTy
 static PyMethodDef module_methods[] = {
     {"scan", (PyCFunction)rowenc_scan, METH_O,
      "scan(VStreamResponse bytes) -> [(type, start, end[, table, shard, is_internal, [RowChange bytes]])] or None"},
+    {"tx_begin", (PyCFunction)(void (*)(void))txmeta_begin, METH_FASTCALL,
+     "tx_begin(shape, id_json, ts_ms, previous, current, shard, epochs) -> (epoch, rank, key, begin, head, tail) or None"},
     {NULL, NULL, 0, NULL},
 };
 

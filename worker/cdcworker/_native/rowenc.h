@@ -7,6 +7,9 @@
 PyObject *rowenc_program_encode(PyObject *program, PyObject *rowchange);
 int rowenc_is_program(PyObject *obj);
 
+/* tx_begin (txmeta.c): the per-transaction bytes of transaction metadata, or None. */
+PyObject *txmeta_begin(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+
 /* Adds the Producer type (kafkaprod.c) to the module. */
 int kafkaprod_add_types(PyObject *module);
 

@@ -67,3 +67,11 @@ def fix_escapes(out: bytes) -> bytes:
 def dumps(obj: Any) -> bytes:
     """Compact JSON bytes as JsonConverter would write them."""
     return fix_escapes(orjson.dumps(obj))
+
+
+def json_string_body(text: str) -> bytes:
+    """``dumps(text)`` without its quotes. Printable ASCII without backslashes (a VGTID's JSON)
+    needs only its quotes escaped: done without the JSON writer's buffer."""
+    if text.isascii() and text.isprintable() and "\\" not in text:
+        return text.replace('"', '\\"').encode()
+    return dumps(text)[1:-1]

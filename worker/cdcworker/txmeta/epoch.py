@@ -26,7 +26,7 @@ from typing import Any
 
 from cdcworker.keyrange import parse_shard
 from cdcworker.offsets.vgtid import CURRENT_GTID, EMPTY_GTID, Vgtid
-from cdcworker.txmeta.rank import host_key, parse_gtid
+from cdcworker.txmeta.rank import parse_gtid, simple_gtid
 
 __all__ = [
     "CONNECTOR_GENERATION_KEY",
@@ -149,11 +149,11 @@ def _host_list(gtid: str) -> str:
 def _same_hosts(previous_gtid: str, gtid: str) -> bool:
     """Both real GTIDs that parse, with the same hosts in the same order: ``epoch_for_gtid``
     keeps the epoch. False means "compute it" (which also raises what Debezium raises)."""
-    new = host_key(gtid)
+    new = simple_gtid(gtid)
     if new is not None:  # the common single-host form: no parse needed
-        old = host_key(previous_gtid)
+        old = simple_gtid(previous_gtid)
         if old is not None:
-            return old == new
+            return old[0] == new[0]
     if is_override(previous_gtid) or is_override(gtid) or _host_list(previous_gtid) != _host_list(gtid):
         return False
     try:
@@ -228,14 +228,18 @@ class EpochProvider:
         """At a BEGIN: recompute the map for the transaction's VGTID and return ``shard``'s epoch."""
         if self._previous is None:
             raise EpochError(f"Previous vgtid string cannot be null shard {shard} current {vgtid}")
-        current = _as_vgtid(vgtid)
+        current = vgtid if type(vgtid) is Vgtid else _as_vgtid(vgtid)
         if not self._unchanged(self._previous, current):
             self.epochs = next_epoch_map(self.epochs, self._previous, current, self.inherit)
         self._previous = current
         try:
-            return self.epochs[shard]
+            return self.epochs._epochs[shard]
         except KeyError:
             raise EpochError(f"shard {shard!r} is not in the transaction VGTID {current}") from None
+
+    def advance(self, current: Vgtid) -> None:
+        """``epoch`` for a VGTID already found to keep the map (``_rowenc.tx_begin`` checked it)."""
+        self._previous = current
 
     def _unchanged(self, previous: Vgtid, current: Vgtid) -> bool:
         """The map stays as it is: the same shards, in the same order, as the map and the previous

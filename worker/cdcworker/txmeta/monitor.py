@@ -32,17 +32,19 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import orjson
 
+from cdcworker.events import native
 from cdcworker.events.encoder import OutRecord
 from cdcworker.events.jsonfmt import dumps
 from cdcworker.offsets.javacompat import java_hashmap_order
 from cdcworker.offsets.value import TRANSACTION_COUNT_PREFIX, TRANSACTION_ID_KEY, OffsetValue
 from cdcworker.offsets.vgtid import Vgtid
 from cdcworker.txmeta.epoch import EpochProvider
-from cdcworker.txmeta.rank import decimal_json, rank
+from cdcworker.txmeta.rank import decimal_json_bytes, rank
 from cdcworker.txmeta.schemas import transaction_key_schema, transaction_value_schema
 from cdcworker.txmeta.transforms import block_exclusions, remove_fields_payload, remove_fields_schema
 
@@ -121,12 +123,11 @@ class TxMetaOptions:
         )
 
 
-@dataclass(frozen=True)
-class TxOffsetFields:
+class TxOffsetFields(NamedTuple):
     """The transaction part of an offset value; ``to_offset`` combines it with a VGTID."""
 
     transaction_id: str | None = None
-    collection_counts: Mapping[str, int] = field(default_factory=dict)
+    collection_counts: Mapping[str, int] = MappingProxyType({})
     extra: tuple[tuple[str, Any], ...] = ()
 
     def to_offset(self, vgtid: Vgtid) -> OffsetValue:
@@ -161,10 +162,9 @@ class TransactionMonitor:
         self._skip_total = 0
         self._resume_id: str | None = None
         self._restored_counts: dict[str, int] = {}
-        self._id_part = b""
         self._order_parts: list[bytes] = []
-        self._key: bytes | None = None
-        self._key_id: str | None = None
+        self._key = b""  # of the open transaction's BEGIN and END (made at BEGIN)
+        self._id_json = b""
         # END's data_collections in Java HashMap order, per set of collections (few distinct sets).
         self._orders: dict[tuple[str, ...], list[tuple[str, bytes]]] = {}
         # Per transaction: the block cut at its counters (native_blocks) and, made on first use by
@@ -215,6 +215,24 @@ class TransactionMonitor:
         self._value_prefix = (
             b'{"schema":' + dumps(value_schema) + b',"payload":' if opts.value_schemas_enable else b""
         )
+        close = b"}" if self._value_prefix else b""
+        self._key_head = self._key_prefix + b'{"id":'
+        self._key_tail = b"}}" if self._key_prefix else b"}"
+        self._begin_head = self._value_prefix + b'{"status":"BEGIN","id":'
+        self._begin_tail = b',"event_count":null,"data_collections":null,"ts_ms":%d}' + close
+        self._end_head = self._value_prefix + b'{"status":"END","id":'
+        self._close = close
+        # The native BEGIN (``_rowenc.tx_begin``) covers Debezium's full block shape: the id, both
+        # counters (total_order first), and with the ordered factory the epoch and the rank.
+        full_block = self._with_id and self._slots == (1, 2) and (not opts.ordered or (self._with_epoch and self._with_rank))
+        self._native_begin = native._rowenc.tx_begin if native.enabled() and full_block and not self._top_exclude else None
+        self._begin_shape = (
+            self._key_head, self._key_tail, self._begin_head, b"}" + close, b"," + self._first_label,
+            opts.decimal_numeric, opts.emit_boundaries,
+        )
+        # END after the records of one data collection (nearly every transaction): its tail as a
+        # %-template for (event_count, the collection's event_count, ts_ms), per collection.
+        self._end_tails: dict[str, bytes] = {}
 
     # -- state -------------------------------------------------------------------------------
 
@@ -229,35 +247,54 @@ class TransactionMonitor:
 
     def offset_fields(self) -> TxOffsetFields:
         """Transaction fields of the offset as of now (``TransactionContext.store`` + epochs)."""
-        extra: tuple[tuple[str, Any], ...] = ()
-        if self.epochs is not None:
-            epochs = self.epochs.epochs
-            seen, extra = self._epoch_items
-            if seen is not epochs:
-                extra = tuple(self.epochs.offset_items(self.opts.connector_generation))
-                self._epoch_items = (epochs, extra)
-        return TxOffsetFields(self.transaction_id, dict(self.counts), extra)
+        return TxOffsetFields(self.transaction_id, dict(self.counts), self._epoch_fields())
+
+    def _epoch_fields(self) -> tuple[tuple[str, Any], ...]:
+        if self.epochs is None:
+            return ()
+        epochs = self.epochs.epochs
+        seen, extra = self._epoch_items
+        if seen is not epochs:
+            extra = tuple(self.epochs.offset_items(self.opts.connector_generation))
+            self._epoch_items = (epochs, extra)
+        return extra
 
     # -- events ------------------------------------------------------------------------------
 
     def begin(
-        self, transaction_id: str, ts_ms: int, shard: str, vgtid: Vgtid | str | None = None
+        self,
+        transaction_id: str,
+        ts_ms: int,
+        shard: str,
+        vgtid: Vgtid | str | None = None,
+        id_json: bytes | None = None,
     ) -> OutRecord | None:
         """A BEGIN: start counting; the BEGIN record, or None (filtered, or a resumed transaction).
 
-        ``vgtid`` is the transaction's VGTID (defaults to ``transaction_id``, which is its JSON).
+        ``vgtid`` is the transaction's VGTID (defaults to ``transaction_id``, which is its JSON);
+        ``id_json`` the id as a JSON string when the caller has it (``dumps(transaction_id)``).
         """
-        resumed = self._resume_id is not None and self._resume_id == transaction_id
-        restored_counts = self._restored_counts if resumed else {}
-        self._restored_counts = {}
-        self._resume_id = None  # only the first BEGIN after a restart can resume
+        resumed = False
+        if self._resume_id is not None:  # only the first BEGIN after a restart can resume
+            resumed = self._resume_id == transaction_id
+            restored_counts = self._restored_counts if resumed else {}
+            self._restored_counts = {}
+            self._resume_id = None
+            self.counts = dict(restored_counts)
+            self.total = self._skip_total = sum(restored_counts.values())
+            self._skip = dict(restored_counts)
+        else:  # nearly every BEGIN: nothing to skip (end() and interrupt() emptied _skip)
+            self.counts = {}
+            self.total = self._skip_total = 0
+            if id_json is not None and self._native_begin is not None and type(vgtid) is Vgtid:
+                rec = self._begin_natively(transaction_id, ts_ms, shard, vgtid, id_json)
+                if rec is not False:
+                    return rec  # type: ignore[return-value]
         self.transaction_id = transaction_id
-        self.counts = dict(restored_counts)
-        self.total = sum(restored_counts.values())
-        self._skip = dict(restored_counts)
-        self._skip_total = self.total
-        self._id_part = b'"id":' + dumps(transaction_id)
-        self._order_parts = []
+        if id_json is None:
+            id_json = dumps(transaction_id)
+        self._id_json = id_json
+        self._key = self._key_head + id_json + self._key_tail  # BEGIN's and END's
         if self.epochs is not None:
             v = vgtid if vgtid is not None else transaction_id
             parsed = v if isinstance(v, Vgtid) else Vgtid.from_json(v)
@@ -265,18 +302,20 @@ class TransactionMonitor:
             sg = parsed.get(shard)
             assert sg is not None  # epoch() checked it
             self.rank = rank(sg.gtid)
+            order_parts = self._order_parts = []
             if self._with_epoch:
-                self._order_parts.append(b'"transaction_epoch":%d' % self.epoch)
+                order_parts.append(b'"transaction_epoch":%d' % self.epoch)
             if self._with_rank:
-                rank_value = decimal_json(self.rank, self.opts.decimal_numeric)
-                self._order_parts.append(b'"transaction_rank":' + dumps(rank_value))
+                order_parts.append(b'"transaction_rank":' + decimal_json_bytes(self.rank, self.opts.decimal_numeric))
+        else:
+            self._order_parts = []
         self._compile_template()
         if resumed or not self.opts.emit_boundaries:
             return None
         if not self._top_exclude:
             # The common case as bytes (same as dumping the dict below, field for field).
-            body = b'{"status":"BEGIN",' + self._id_part + b',"event_count":null,"data_collections":null,"ts_ms":%d}' % ts_ms
-            return self._raw_record(body)
+            value = self._begin_head + id_json + self._begin_tail % ts_ms
+            return OutRecord(self.opts.topic, self._key, value, list(self.opts.headers))
         return self._record(
             {
                 "status": "BEGIN",
@@ -316,6 +355,32 @@ class TransactionMonitor:
             return template
         return template % (order if "total_order" in self._exclude else total)
 
+    def _begin_natively(
+        self, transaction_id: str, ts_ms: int, shard: str, vgtid: Vgtid, id_json: bytes
+    ) -> OutRecord | bool | None:
+        """``begin``'s common case in one C call; False when the Python path has to decide."""
+        epochs = self.epochs
+        if epochs is None:
+            out = self._native_begin(self._begin_shape, id_json, ts_ms, None, None, None, None)  # type: ignore[misc]
+        else:
+            previous = epochs.previous_vgtid
+            if previous is None:
+                return False
+            out = self._native_begin(  # type: ignore[misc]
+                self._begin_shape, id_json, ts_ms, previous.shard_gtids, vgtid.shard_gtids, shard, epochs.epochs._epochs
+            )
+            if out is None:
+                return False
+            epochs.advance(vgtid)
+        self.epoch, self.rank, self._key, value, head, tail = out
+        self.transaction_id = transaction_id
+        self._id_json = id_json
+        self._template = None
+        self._native_parts = ((head, *self._later_cuts, tail), 1, 2)
+        if value is None:
+            return None
+        return OutRecord(self.opts.topic, self._key, value, list(self.opts.headers))
+
     def native_blocks(self, data_collection: str) -> tuple[tuple[bytes, ...], int, int, int, int] | None:
         """``block_bytes`` for the C loop of ``TablePlan.send_rows``: the block template cut at its
         counters, which counter goes in each cut (1 total_order, 2 data_collection_order, 0 none)
@@ -338,50 +403,27 @@ class TransactionMonitor:
         self._template = None
         order_parts = self._order_parts
         if not self._numbers:
-            fields = ([self._id_part] if self._with_id else []) + order_parts
+            fields = ([b'"id":' + self._id_json] if self._with_id else []) + order_parts
             self._native_parts = ((b"{" + b",".join(fields) + b"}",), 0, 0)
             return
-        head = b"{" + self._id_part + b"," + self._first_label if self._with_id else b"{" + self._first_label
+        head = b'{"id":' + self._id_json + b"," + self._first_label if self._with_id else b"{" + self._first_label
         tail = (b"," + b",".join(order_parts) + b"}") if order_parts else b"}"
         first, second = self._slots
         self._native_parts = ((head, *self._later_cuts, tail), first, second)
 
     def end(self, ts_ms: int) -> EndResult:
         """A COMMIT: the END record (if a transaction was open) and the offset it carries."""
-        offset = self.offset_fields()
+        # The counters go to the offset as they are: the next BEGIN starts a new dict.
+        offset = TxOffsetFields(self.transaction_id, self.counts, self._epoch_fields())
         record = None
-        if self.transaction_id is not None and self.opts.emit_boundaries and not self._top_exclude:
-            counts = self.counts
-            names = tuple(counts)
-            order = self._orders.get(names)
-            if order is None:
-                order = self._orders[names] = [(k, b'{"data_collection":' + dumps(k).replace(b"%", b"%%") + b',"event_count":%d}') for k in java_hashmap_order(counts)]
-                if len(self._orders) > 256:
-                    self._orders.clear()
-            body = b'{"status":"END",%s,"event_count":%d,"data_collections":[%s],"ts_ms":%d}' % (
-                self._id_part, self.total, b",".join(t % counts[k] for k, t in order), ts_ms
-            )
-            record = self._raw_record(body)
-        elif self.transaction_id is not None and self.opts.emit_boundaries:
-            collections = [
-                {"data_collection": k, "event_count": self.counts[k]} for k in java_hashmap_order(self.counts)
-            ]
-            record = self._record(
-                {
-                    "status": "END",
-                    "id": self.transaction_id,
-                    "event_count": self.total,
-                    "data_collections": collections,
-                    "ts_ms": ts_ms,
-                }
-            )
+        if self.transaction_id is not None and self.opts.emit_boundaries:
+            record = self._end_record(ts_ms)
         self.transaction_id = None
         self.counts = {}
-        self.total = 0
-        self._skip = {}
-        self._skip_total = 0
-        self.epoch = None
-        self.rank = None
+        self.total = self._skip_total = 0
+        if self._skip:
+            self._skip = {}
+        self.epoch = self.rank = None
         return EndResult(record, offset)
 
     def interrupt(self, delivered: bool) -> None:
@@ -408,23 +450,51 @@ class TransactionMonitor:
 
     # -- records -----------------------------------------------------------------------------
 
+    def _end_record(self, ts_ms: int) -> OutRecord:
+        counts = self.counts
+        if self._top_exclude:
+            collections = [{"data_collection": k, "event_count": counts[k]} for k in java_hashmap_order(counts)]
+            return self._record(
+                {
+                    "status": "END",
+                    "id": self.transaction_id,
+                    "event_count": self.total,
+                    "data_collections": collections,
+                    "ts_ms": ts_ms,
+                }
+            )
+        if len(counts) == 1:  # one data collection: a cached tail per collection
+            ((name, n),) = counts.items()
+            tail = self._end_tails.get(name)
+            if tail is None:
+                if len(self._end_tails) > 256:
+                    self._end_tails.clear()
+                tail = self._end_tails[name] = (
+                    b',"event_count":%d,"data_collections":[{"data_collection":'
+                    + dumps(name).replace(b"%", b"%%")
+                    + b',"event_count":%d}],"ts_ms":%d}'
+                    + self._close
+                )
+            value = self._end_head + self._id_json + tail % (self.total, n, ts_ms)
+            return OutRecord(self.opts.topic, self._key, value, list(self.opts.headers))
+        # The same bytes as dumping the dict above, field for field; data_collections in Java
+        # HashMap order, built once per set of collections.
+        names = tuple(counts)
+        order = self._orders.get(names)
+        if order is None:
+            order = self._orders[names] = [(k, b'{"data_collection":' + dumps(k).replace(b"%", b"%%") + b',"event_count":%d}') for k in java_hashmap_order(counts)]
+            if len(self._orders) > 256:
+                self._orders.clear()
+        body = b'{"status":"END",%s,"event_count":%d,"data_collections":[%s],"ts_ms":%d}' % (
+            b'"id":' + self._id_json, self.total, b",".join(t % counts[k] for k, t in order), ts_ms
+        )
+        return self._raw_record(body)
+
     def _raw_record(self, body: bytes) -> OutRecord:
-        key = self._key
-        if key is None or self._key_id != self.transaction_id:
-            key_body = b'{"id":' + self._id_part[5:] + b"}"
-            key = self._key = self._key_prefix + key_body + b"}" if self._key_prefix else key_body
-            self._key_id = self.transaction_id
         out = self._value_prefix + body + b"}" if self._value_prefix else body
-        return OutRecord(self.opts.topic, key, out, list(self.opts.headers))
+        return OutRecord(self.opts.topic, self._key, out, list(self.opts.headers))
 
     def _record(self, value: dict[str, Any]) -> OutRecord:
         if self._top_exclude:
             value = remove_fields_payload(value, self._value_schema_orig, self.opts.remove_fields)
-        key = self._key  # BEGIN and END share it: built once per transaction
-        if key is None or self._key_id != self.transaction_id:
-            key_body = b'{"id":' + self._id_part[5:] + b"}" if self._id_part else dumps({"id": self.transaction_id})
-            key = self._key = self._key_prefix + key_body + b"}" if self._key_prefix else key_body
-            self._key_id = self.transaction_id
-        body = dumps(value)
-        out = self._value_prefix + body + b"}" if self._value_prefix else body
-        return OutRecord(self.opts.topic, key, out, list(self.opts.headers))
+        return self._raw_record(dumps(value))

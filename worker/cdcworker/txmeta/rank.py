@@ -16,11 +16,12 @@ a plain JSON number (``decimal.format=NUMERIC``).
 from __future__ import annotations
 
 import base64
+import binascii
 import functools
 import re
 from dataclasses import dataclass
 
-__all__ = ["ParsedGtid", "decimal_json", "host_key", "parse_gtid", "rank", "rank_json"]
+__all__ = ["ParsedGtid", "decimal_json", "decimal_json_bytes", "host_key", "parse_gtid", "rank", "rank_json", "simple_gtid"]
 
 # Java's BigInteger(String) accepts an optional sign and decimal digits, nothing else.
 _JAVA_INT_RE = re.compile(r"[+-]?[0-9]+")
@@ -73,18 +74,34 @@ def parse_gtid(gtid: str) -> ParsedGtid:
     return ParsedGtid(flavor, frozenset(hosts), tuple(sequences))
 
 
+# The simple form's (host key, rank) per GTID text: each GTID of a stream is looked at three times
+# (the same-hosts check as the new and then as the previous GTID, and its rank), matched once.
+_SIMPLE: dict[str, tuple[str, int] | None] = {}
+
+
+def simple_gtid(gtid: str) -> tuple[str, int] | None:
+    """(host key, rank) of a single-host, single-interval GTID; None for any other form."""
+    hit = _SIMPLE.get(gtid, False)
+    if hit is False:
+        if len(_SIMPLE) >= 1024:
+            _SIMPLE.clear()
+        m = _SIMPLE_GTID(gtid)
+        hit = _SIMPLE[gtid] = None if m is None else (m.group(1) + m.group(2), int(m.group(3)))
+    return hit  # type: ignore[return-value]
+
+
 def host_key(gtid: str) -> str | None:
     """``flavor/uuid`` of a single-host, single-interval GTID (what decides whether two GTIDs are
     on the same hosts), or None for any other form (compare those with ``parse_gtid``)."""
-    m = _SIMPLE_GTID(gtid)
-    return None if m is None else m.group(1) + m.group(2)
+    hit = simple_gtid(gtid)
+    return None if hit is None else hit[0]
 
 
 def rank(gtid: str) -> int:
     """The transaction rank of a shard GTID: the sum of each host's last sequence number."""
-    m = _SIMPLE_GTID(gtid)
-    if m is not None:
-        return int(m.group(3))
+    hit = simple_gtid(gtid)
+    if hit is not None:
+        return hit[1]
     return sum(parse_gtid(gtid).sequences)
 
 
@@ -96,6 +113,15 @@ def decimal_json(unscaled: int, numeric: bool) -> str | int:
     magnitude = unscaled if unscaled >= 0 else ~unscaled
     raw = unscaled.to_bytes(magnitude.bit_length() // 8 + 1, "big", signed=True)
     return base64.b64encode(raw).decode("ascii")
+
+
+def decimal_json_bytes(unscaled: int, numeric: bool) -> bytes:
+    """``decimal_json`` serialized: what ``dumps(decimal_json(unscaled, numeric))`` gives."""
+    if numeric:
+        return b"%d" % unscaled
+    magnitude = unscaled if unscaled >= 0 else ~unscaled
+    raw = unscaled.to_bytes(magnitude.bit_length() // 8 + 1, "big", signed=True)
+    return b'"' + binascii.b2a_base64(raw, newline=False) + b'"'
 
 
 def rank_json(gtid: str, numeric: bool = False) -> str | int:
