@@ -196,7 +196,7 @@ class StreamProcessor:
         self._deferred_bytes = 0  # counted only with max_queue_bytes, as Debezium's queue does
         self._plan_bytes: dict[tuple[str, str], bool] = {}  # plan takes serialized RowChanges
         self._shard_gtids: dict[tuple[str, str, str], tuple[ShardGtid, str, bytes]] = {}  # see _vgtid
-        self._shard_json_heads: dict[tuple[str, str], str] = {}  # see _vgtid
+        self._shard_json_heads: dict[tuple[str, str], tuple[str, bytes]] = {}  # see _shard_entry
         self._streaming_txn = False  # this transaction outgrew the lookahead and is streamed
         self._begin_ts = 0
         self._pending_shard = ""
@@ -575,20 +575,30 @@ class StreamProcessor:
             if hit is None:
                 if len(cache) > 4096:
                     cache.clear()
-                sg = ShardGtid(p.keyspace, p.shard, p.gtid)
-                head = self._shard_json_heads.get(k[:2])
-                if head is None:  # '{"keyspace":...,"shard":...,"gtid":' once per shard
-                    head = self._shard_json_heads[k[:2]] = (
-                        jackson_dumps({"keyspace": p.keyspace, "shard": p.shard})[:-1] + ',"gtid":')
-                # = jackson_dumps(sg.to_json()) without table_p_ks, a quarter of its cost
-                text = head + jackson_dumps(p.gtid) + ',"table_p_ks":[]}'
-                hit = cache[k] = (sg, text, json_string_body(text) if escaped is not None else b"")
+                hit = cache[k] = self._shard_entry(*k, escaped is not None)
             sgs.append(hit[0])
             parts.append(hit[1])
             if escaped is not None:
                 escaped.append(hit[2])
         id_json = None if escaped is None else b'"[' + b",".join(escaped) + b']"'
         return Vgtid(tuple(sgs)), "[" + ",".join(parts) + "]", id_json
+
+    def _shard_entry(self, keyspace: str, shard: str, gtid: str, escaped: bool) -> tuple[ShardGtid, str, bytes]:
+        """A shard position, its JSON (= ``jackson_dumps(sg.to_json())`` without copy progress)
+        and, with ``escaped``, that JSON as the body of a JSON string (``json_string_body``)."""
+        heads = self._shard_json_heads.get((keyspace, shard))
+        if heads is None:  # '{"keyspace":...,"shard":...,"gtid":' once per shard
+            head = jackson_dumps({"keyspace": keyspace, "shard": shard})[:-1] + ',"gtid":'
+            heads = self._shard_json_heads[(keyspace, shard)] = (head, json_string_body(head + '"'))
+        head, esc_head = heads
+        if gtid.isascii() and gtid.isprintable() and '"' not in gtid and "\\" not in gtid:
+            # Nothing in it for a JSON writer to escape (a real GTID set): no writer call.
+            text = head + '"' + gtid + '","table_p_ks":[]}'
+            esc = esc_head + gtid.encode() + b'\\",\\"table_p_ks\\":[]}' if escaped else b""
+        else:
+            text = head + jackson_dumps(gtid) + ',"table_p_ks":[]}'
+            esc = json_string_body(text) if escaped else b""
+        return ShardGtid(keyspace, shard, gtid), text, esc
 
     def tick(self) -> None:
         """A heartbeat record if one is due (after commits, on VTGate heartbeats, while idle).
