@@ -318,12 +318,12 @@ static int put_escaped(Buf *b, const unsigned char *s, Py_ssize_t n) {
     return 0;
 }
 
-static int put_b64(Buf *b, const unsigned char *s, Py_ssize_t n, int url) {
+/* `"` + base64 of s[0:n] + `"` at out (room for (n + 2) / 3 * 4 + 2 bytes); returns the length. */
+Py_ssize_t rowenc_b64(char *out, const unsigned char *s, Py_ssize_t n, int url) {
     static const char STD[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     static const char URL[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
     const char *t = url ? URL : STD;
-    if (buf_reserve(b, (n + 2) / 3 * 4 + 2) < 0) return -1;
-    char *o = b->p + b->len;
+    char *o = out;
     *o++ = '"';
     Py_ssize_t i = 0;
     for (; i + 2 < n; i += 3) {
@@ -338,7 +338,12 @@ static int put_b64(Buf *b, const unsigned char *s, Py_ssize_t n, int url) {
         *o++ = t[v >> 18]; *o++ = t[(v >> 12) & 63]; *o++ = t[(v >> 6) & 63]; *o++ = '=';
     }
     *o++ = '"';
-    b->len = o - b->p;
+    return o - out;
+}
+
+static int put_b64(Buf *b, const unsigned char *s, Py_ssize_t n, int url) {
+    if (buf_reserve(b, (n + 2) / 3 * 4 + 2) < 0) return -1;
+    b->len += rowenc_b64(b->p + b->len, s, n, url);
     return 0;
 }
 

@@ -115,23 +115,7 @@ static int rank_json(char *out, long long v, int numeric) {
     int nb = 1;
     while (nb < 9 && (v >> (8 * nb - 1)) != 0) nb++; /* room for the sign bit */
     for (int i = 0; i < nb; i++) raw[nb - 1 - i] = (unsigned char)(v >> (8 * i));
-    static const char B64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    char *o = out;
-    *o++ = '"';
-    int i = 0;
-    for (; i + 2 < nb; i += 3) {
-        unsigned x = ((unsigned)raw[i] << 16) | ((unsigned)raw[i + 1] << 8) | raw[i + 2];
-        *o++ = B64[x >> 18]; *o++ = B64[(x >> 12) & 63]; *o++ = B64[(x >> 6) & 63]; *o++ = B64[x & 63];
-    }
-    if (nb - i == 1) {
-        unsigned x = (unsigned)raw[i] << 16;
-        *o++ = B64[x >> 18]; *o++ = B64[(x >> 12) & 63]; *o++ = '='; *o++ = '=';
-    } else if (nb - i == 2) {
-        unsigned x = ((unsigned)raw[i] << 16) | ((unsigned)raw[i + 1] << 8);
-        *o++ = B64[x >> 18]; *o++ = B64[(x >> 12) & 63]; *o++ = B64[(x >> 6) & 63]; *o++ = '=';
-    }
-    *o++ = '"';
-    return (int)(o - out);
+    return (int)rowenc_b64(out, raw, nb, 0);
 }
 
 static PyObject *concat(const char *const *parts, const Py_ssize_t *lens, int n) {
