@@ -329,17 +329,25 @@ def main_all(args: argparse.Namespace) -> None:
             if "server" in args.what:
                 report["server"] = server_rates(sim, args.rows)
                 print("server", json.dumps(report["server"]), flush=True)
-            for cores in (1, 2):
-                if f"spark{cores}" in args.what:
-                    cpu = CpuSplit(sim, broker)
-                    extra = dict(kv.split("=", 1) for kv in args.props.split(",") if kv)
-                    runs = run_spark(broker, sim, cores, args.runs, args.chunk_size, args.lanes_per_shard,
-                                     confine=not args.unconfined, extra=extra)
-                    report[f"spark{cores}"] = runs
-                    report[f"spark{cores}_cpus"] = sorted(spark_cpus(cores, not args.unconfined) or os.sched_getaffinity(0))
-                    report[f"spark{cores}_cpu_s"] = cpu.done()
-                    print(f"spark local[{cores}] on CPUs {report[f'spark{cores}_cpus']}", [f"{rate(r):,.0f}" for r in runs],
-                          "cpu-s", cpu.done(), flush=True)
+            extra = dict(kv.split("=", 1) for kv in args.props.split(",") if kv)
+            cores_wanted = [c for c in (1, 2) if f"spark{c}" in args.what]
+            # --interleave: one run per Spark process, local[1] and local[2] alternating, so a
+            # drift of the VM's speed lands on both (each process pays its session's start-up
+            # outside the timed backfill); otherwise all runs of one core count, then the other.
+            rounds = [(c, 1) for _ in range(args.runs) for c in cores_wanted] if args.interleave else \
+                [(c, args.runs) for c in cores_wanted]
+            cpu_s: dict[int, dict[str, float]] = {}
+            for cores, n in rounds:
+                cpu = CpuSplit(sim, broker)
+                runs = run_spark(broker, sim, cores, n, args.chunk_size, args.lanes_per_shard,
+                                 confine=not args.unconfined, extra=extra)
+                report.setdefault(f"spark{cores}", []).extend(runs)
+                report[f"spark{cores}_cpus"] = sorted(spark_cpus(cores, not args.unconfined) or os.sched_getaffinity(0))
+                split = cpu.done()
+                cpu_s[cores] = {k: round(cpu_s.get(cores, {}).get(k, 0) + v, 1) for k, v in split.items()}
+                report[f"spark{cores}_cpu_s"] = cpu_s[cores]
+                print(f"spark local[{cores}] on CPUs {report[f'spark{cores}_cpus']}", [f"{rate(r):,.0f}" for r in runs],
+                      "cpu-s", split, flush=True)
             if "vstream" in args.what:
                 cpu = CpuSplit(sim, broker)
                 runs = [run_vstream(broker, sim, args.rows) for _ in range(args.runs)]
@@ -352,6 +360,10 @@ def main_all(args: argparse.Namespace) -> None:
     report["median_rows_per_s"] = med
     if "spark1" in med and "spark2" in med:
         report["spark2_over_spark1"] = med["spark2"] / med["spark1"]
+        if args.interleave:  # run i of local[2] over run i of local[1], taken minutes apart
+            pairs = sorted(rate(b) / rate(a) for a, b in zip(report["spark1"], report["spark2"], strict=True))
+            report["paired_ratios"] = [round(x, 3) for x in pairs]
+            report["paired_ratio_median"] = statistics.median(pairs)
     if "vstream" in med and "spark2" in med:
         report["spark2_over_vstream"] = med["spark2"] / med["vstream"]
     report["load_after"] = os.getloadavg()
@@ -375,6 +387,8 @@ def main() -> None:
         p.add_argument("--unconfined", action="store_true", help="local[1] without confining the Spark process "
                        "tree to one CPU (its JVM and librdkafka threads then also use the other core)")
         p.add_argument("--props", default="", help="spark: extra connector properties k=v,k=v (e.g. producer.linger.ms=50)")
+        p.add_argument("--interleave", action="store_true", help="spark: alternate local[1] and local[2], one run "
+                       "per Spark process (the VM's drift then lands on both)")
         p.set_defaults(what=what)
     p = sub.add_parser("_sim")
     p.add_argument("--rows", type=int, default=0)
