@@ -168,3 +168,13 @@ def test_a_commit_vgtid_json_and_id_equal_the_general_writers(gtid: str) -> None
         vgtid, text, id_json = proc._vgtid(pb)
         assert text == jackson_dumps([sg.to_json() for sg in vgtid]) == vgtid.to_json()
         assert id_json == dumps(text)
+
+
+def test_an_epoch_beyond_64_bits_is_left_to_python() -> None:
+    from cdcworker.events.native import _rowenc
+
+    prev = (ShardGtid(KS, "-80", f"MySQL56/{U1}:1-5"),)
+    cur = (ShardGtid(KS, "-80", f"MySQL56/{U1}:1-6"),)
+    shape = (b'{"id":', b"}", b'{"status":"BEGIN","id":', b"}", b',"total_order":', False, True)
+    assert _rowenc.tx_begin(shape, b'"x"', 1, prev, cur, "-80", {"-80": 2**70}) is None
+    assert _rowenc.tx_begin(shape, b'"x"', 1, prev, cur, "-80", {"-80": 3})[:2] == (3, 6)

@@ -159,9 +159,13 @@ PyObject *txmeta_begin(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
         int found = same_map(prev, cur, shard, epochs, &epoch, &r);
         if (found < 0) return NULL;
         if (found == 0) Py_RETURN_NONE;
-        if (!(rank = PyLong_FromLongLong(r))) { Py_DECREF(epoch); return NULL; }
         long long e = PyLong_AsLongLong(epoch);
-        if (e == -1 && PyErr_Occurred()) { Py_DECREF(epoch); Py_DECREF(rank); return NULL; }
+        if (e == -1 && PyErr_Occurred()) { /* an epoch beyond 64 bits: Python writes it */
+            PyErr_Clear();
+            Py_DECREF(epoch);
+            Py_RETURN_NONE;
+        }
+        if (!(rank = PyLong_FromLongLong(r))) { Py_DECREF(epoch); return NULL; }
         char rj[40];
         int rn = rank_json(rj, r, numeric);
         tail_n = snprintf(tail, sizeof tail, ",\"transaction_epoch\":%lld,\"transaction_rank\":%.*s}", e, rn, rj);
