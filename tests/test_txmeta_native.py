@@ -178,3 +178,29 @@ def test_an_epoch_beyond_64_bits_is_left_to_python() -> None:
     shape = (b'{"id":', b"}", b'{"status":"BEGIN","id":', b"}", b',"total_order":', False, True)
     assert _rowenc.tx_begin(shape, b'"x"', 1, prev, cur, "-80", {"-80": 2**70}) is None
     assert _rowenc.tx_begin(shape, b'"x"', 1, prev, cur, "-80", {"-80": 3})[:2] == (3, 6)
+
+
+def test_what_python_reads_differently_comes_back_none_without_side_effects() -> None:
+    """A committing shard missing from the VGTID (Python raises EpochError), a timestamp beyond
+    64 bits or not an int, other argument shapes: None, and None's reference count intact."""
+    import sys
+
+    from cdcworker.events.native import _rowenc
+
+    prev = (ShardGtid(KS, "-80", f"MySQL56/{U1}:1-5"),)
+    cur = (ShardGtid(KS, "-80", f"MySQL56/{U1}:1-6"),)
+    shape = (b'{"id":', b"}", b'{"status":"BEGIN","id":', b"}", b',"total_order":', False, True)
+    before = sys.getrefcount(None)
+    for _ in range(1000):
+        assert _rowenc.tx_begin(shape, b'"x"', 1, prev, cur, "80-", {"-80": 0}) is None
+        assert _rowenc.tx_begin(shape, b'"x"', 2**63, None, None, None, None) is None
+        assert _rowenc.tx_begin(shape, b'"x"', 1.5, None, None, None, None) is None
+        assert _rowenc.tx_begin(shape, b'"x"', 1, list(prev), cur, "-80", {"-80": 0}) is None
+    assert abs(sys.getrefcount(None) - before) < 50
+    # and the monitor then takes the Python path: a timestamp beyond 64 bits still makes its BEGIN
+    opts = TxMetaOptions("p.transaction")
+    fast, slow, counting = pair(opts, Vgtid(prev))
+    vg = Vgtid(cur)
+    txid = vg.to_json()
+    assert fast.begin(txid, 2**63, "-80", vg, dumps(txid)) == slow.begin(txid, 2**63, "-80", vg, dumps(txid))
+    assert counting.declined == 1

@@ -427,14 +427,15 @@ static PyObject *Producer_produce(Producer *self, PyObject *args, PyObject *kwds
     Py_RETURN_NONE;
 }
 
-/* A non-negative counter in decimal (snprintf's format parsing costs more than the digits). */
+/* A counter in decimal, as "%lld" writes it (snprintf's format parsing costs more than the digits). */
 static int counter_text(char *out, long long v) {
     char tmp[24];
-    int n = 0;
-    unsigned long long u = v < 0 ? 0 : (unsigned long long)v;
+    int n = 0, w = 0;
+    unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
     do { tmp[n++] = (char)('0' + u % 10); u /= 10; } while (u);
-    for (int i = 0; i < n; i++) out[i] = tmp[n - 1 - i];
-    return n;
+    if (v < 0) out[w++] = '-';
+    while (n) out[w++] = tmp[--n];
+    return w;
 }
 
 /* The `transaction` block of send_rows: the envelope around it per op, the block template cut

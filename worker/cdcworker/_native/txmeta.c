@@ -90,9 +90,9 @@ static int same_map(PyObject *prev, PyObject *cur, PyObject *shard, PyObject *ep
         Py_XDECREF(og);
         Py_XDECREF(ng);
     }
-    if (ok != 1 || !mine) {
+    if (ok != 1 || !mine) { /* no entry for the committing shard: Python raises EpochError */
         Py_XDECREF(mine);
-        return ok;
+        return ok == 1 ? 0 : ok;
     }
     Py_ssize_t hl;
     const char *t;
@@ -145,16 +145,17 @@ PyObject *txmeta_begin(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
         !PyArg_ParseTuple(shape, "SSSSSpp", &key_head, &key_tail, &begin_head, &begin_close, &head_label, &numeric, &emit))
         return NULL;
     if (!PyBytes_Check(id)) { PyErr_SetString(PyExc_TypeError, "id_json must be bytes"); return NULL; }
-    long long ts = PyLong_AsLongLong(args[2]);
-    if (ts == -1 && PyErr_Occurred()) return NULL;
+    long long ts = PyLong_Check(args[2]) ? PyLong_AsLongLong(args[2]) : -1;
+    if (!PyLong_Check(args[2]) || (ts == -1 && PyErr_Occurred())) { /* Python formats any other value */
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
     PyObject *epoch = Py_None, *rank = Py_None;
     char tail[96];
     int tail_n;
     if (epochs != Py_None) {
-        if (!PyTuple_Check(prev) || !PyTuple_Check(cur) || !PyUnicode_Check(shard) || !PyDict_Check(epochs)) {
-            PyErr_SetString(PyExc_TypeError, "tx_begin: previous/current tuples, shard str, epochs dict");
-            return NULL;
-        }
+        if (!PyTuple_Check(prev) || !PyTuple_Check(cur) || !PyUnicode_Check(shard) || !PyDict_Check(epochs))
+            Py_RETURN_NONE; /* not the streaming loop's shapes: the Python path reads them */
         long long r;
         int found = same_map(prev, cur, shard, epochs, &epoch, &r);
         if (found < 0) return NULL;

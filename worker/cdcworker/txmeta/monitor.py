@@ -369,8 +369,9 @@ class TransactionMonitor:
             out = self._native_begin(  # type: ignore[misc]
                 self._begin_shape, id_json, ts_ms, previous.shard_gtids, vgtid.shard_gtids, shard, epochs.epochs._epochs
             )
-            if out is None:
-                return False
+        if out is None:
+            return False
+        if epochs is not None:
             epochs.advance(vgtid)
         self.epoch, self.rank, self._key, value, head, tail = out
         self.transaction_id = transaction_id
