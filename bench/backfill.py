@@ -8,12 +8,15 @@ read chunks over gRPC and produce to Kafka themselves), or one worker process ru
 
     .venv/bin/python bench/backfill.py all --rows 2000000 --runs 3
     .venv/bin/python bench/backfill.py spark --rows 200000 --cores 2 --runs 1
+    .venv/bin/python bench/backfill.py spark --rows 2000000 --runs 5 --interleave   # the 2-core ratio
     .venv/bin/python bench/backfill.py server --rows 2000000       # the server's own read rates
 
 spark: rows/s from the call of ``run_backfill`` (plan + all chunks, every record acknowledged and
 every chunk marked done) to its return; the SparkSession is created and warmed up before (JVM
 start-up is not counted). vstream: from the worker's first VStream response until all rows were
-seen and the final copy position is durable (every record acknowledged).
+seen and the final copy position is durable (every record acknowledged). ``--interleave`` runs
+local[1] and local[2] alternately, one run per Spark process, and reports each pair's ratio: the
+VM's speed drifts over minutes, and the 2-core ratio is only as good as its two halves' conditions.
 """
 
 from __future__ import annotations
