@@ -237,6 +237,11 @@ class EpochProvider:
         except KeyError:
             raise EpochError(f"shard {shard!r} is not in the transaction VGTID {current}") from None
 
+    @property
+    def shard_epochs(self) -> dict[str, int]:
+        """The current map as its own dict (read-only: the native BEGIN's plain lookups)."""
+        return self.epochs._epochs
+
     def advance(self, current: Vgtid) -> None:
         """``epoch`` for a VGTID already found to keep the map (``_rowenc.tx_begin`` checked it)."""
         self._previous = current

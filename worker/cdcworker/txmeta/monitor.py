@@ -162,7 +162,6 @@ class TransactionMonitor:
         self._skip_total = 0
         self._resume_id: str | None = None
         self._restored_counts: dict[str, int] = {}
-        self._order_parts: list[bytes] = []
         self._key = b""  # of the open transaction's BEGIN and END (made at BEGIN)
         self._id_json = b""
         # END's data_collections in Java HashMap order, per set of collections (few distinct sets).
@@ -295,6 +294,7 @@ class TransactionMonitor:
             id_json = dumps(transaction_id)
         self._id_json = id_json
         self._key = self._key_head + id_json + self._key_tail  # BEGIN's and END's
+        order_parts: list[bytes] = []  # the ordered factory's fields after the counters
         if self.epochs is not None:
             v = vgtid if vgtid is not None else transaction_id
             parsed = v if isinstance(v, Vgtid) else Vgtid.from_json(v)
@@ -302,14 +302,11 @@ class TransactionMonitor:
             sg = parsed.get(shard)
             assert sg is not None  # epoch() checked it
             self.rank = rank(sg.gtid)
-            order_parts = self._order_parts = []
             if self._with_epoch:
                 order_parts.append(b'"transaction_epoch":%d' % self.epoch)
             if self._with_rank:
                 order_parts.append(b'"transaction_rank":' + decimal_json_bytes(self.rank, self.opts.decimal_numeric))
-        else:
-            self._order_parts = []
-        self._compile_template()
+        self._compile_template(order_parts)
         if resumed or not self.opts.emit_boundaries:
             return None
         if not self._top_exclude:
@@ -367,7 +364,7 @@ class TransactionMonitor:
             if previous is None:
                 return False
             out = self._native_begin(  # type: ignore[misc]
-                self._begin_shape, id_json, ts_ms, previous.shard_gtids, vgtid.shard_gtids, shard, epochs.epochs._epochs
+                self._begin_shape, id_json, ts_ms, previous.shard_gtids, vgtid.shard_gtids, shard, epochs.shard_epochs
             )
         if out is None:
             return False
@@ -398,11 +395,11 @@ class TransactionMonitor:
             self.total += n
             self.counts[data_collection] = self.counts.get(data_collection, 0) + n
 
-    def _compile_template(self) -> None:
+    def _compile_template(self, order_parts: list[bytes]) -> None:
         """The block of this transaction cut at its counters (once per BEGIN): the literal bytes
-        around ``total_order`` and ``data_collection_order``, whichever RemoveField keeps."""
+        around ``total_order`` and ``data_collection_order``, whichever RemoveField keeps, and
+        ``order_parts`` (epoch, rank) after them."""
         self._template = None
-        order_parts = self._order_parts
         if not self._numbers:
             fields = ([b'"id":' + self._id_json] if self._with_id else []) + order_parts
             self._native_parts = ((b"{" + b",".join(fields) + b"}",), 0, 0)

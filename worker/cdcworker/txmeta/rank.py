@@ -74,20 +74,13 @@ def parse_gtid(gtid: str) -> ParsedGtid:
     return ParsedGtid(flavor, frozenset(hosts), tuple(sequences))
 
 
-# The simple form's (host key, rank) per GTID text: each GTID of a stream is looked at three times
-# (the same-hosts check as the new and then as the previous GTID, and its rank), matched once.
-_SIMPLE: dict[str, tuple[str, int] | None] = {}
-
-
+# Cached: each GTID of a stream is looked at three times (the same-hosts check as the new and then
+# as the previous GTID, and its rank), matched once.
+@functools.lru_cache(maxsize=1024)
 def simple_gtid(gtid: str) -> tuple[str, int] | None:
     """(host key, rank) of a single-host, single-interval GTID; None for any other form."""
-    hit = _SIMPLE.get(gtid, False)
-    if hit is False:
-        if len(_SIMPLE) >= 1024:
-            _SIMPLE.clear()
-        m = _SIMPLE_GTID(gtid)
-        hit = _SIMPLE[gtid] = None if m is None else (m.group(1) + m.group(2), int(m.group(3)))
-    return hit  # type: ignore[return-value]
+    m = _SIMPLE_GTID(gtid)
+    return None if m is None else (m.group(1) + m.group(2), int(m.group(3)))
 
 
 def host_key(gtid: str) -> str | None:
@@ -105,23 +98,24 @@ def rank(gtid: str) -> int:
     return sum(parse_gtid(gtid).sequences)
 
 
+def _byte_array(unscaled: int) -> bytes:
+    """``BigInteger.toByteArray``: minimal big-endian two's complement (0 -> one zero byte)."""
+    magnitude = unscaled if unscaled >= 0 else ~unscaled
+    return unscaled.to_bytes(magnitude.bit_length() // 8 + 1, "big", signed=True)
+
+
 def decimal_json(unscaled: int, numeric: bool) -> str | int:
     """A scale-0 Connect Decimal as JsonConverter writes it (base64 bytes, or a number)."""
     if numeric:
         return unscaled
-    # BigInteger.toByteArray: minimal big-endian two's complement (0 -> one zero byte).
-    magnitude = unscaled if unscaled >= 0 else ~unscaled
-    raw = unscaled.to_bytes(magnitude.bit_length() // 8 + 1, "big", signed=True)
-    return base64.b64encode(raw).decode("ascii")
+    return base64.b64encode(_byte_array(unscaled)).decode("ascii")
 
 
 def decimal_json_bytes(unscaled: int, numeric: bool) -> bytes:
     """``decimal_json`` serialized: what ``dumps(decimal_json(unscaled, numeric))`` gives."""
     if numeric:
         return b"%d" % unscaled
-    magnitude = unscaled if unscaled >= 0 else ~unscaled
-    raw = unscaled.to_bytes(magnitude.bit_length() // 8 + 1, "big", signed=True)
-    return b'"' + binascii.b2a_base64(raw, newline=False) + b'"'
+    return b'"' + binascii.b2a_base64(_byte_array(unscaled), newline=False) + b'"'
 
 
 def rank_json(gtid: str, numeric: bool = False) -> str | int:
