@@ -266,7 +266,10 @@ def run_spark(broker: Any, sim: SimProcess, cores: int, runs: int, chunk_size: i
     cpus = spark_cpus(cores, confine)
     if cpus is not None:
         cmd += ["--cpus", ",".join(map(str, sorted(cpus)))]
-    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, check=True)
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if proc.returncode != 0:
+        tail = "\n".join(proc.stderr.strip().splitlines()[-20:])
+        raise RuntimeError(f"the Spark run exited with {proc.returncode}:\n{tail}")
     return json.loads(proc.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
@@ -305,7 +308,10 @@ def run_vstream(broker: Any, sim: SimProcess, rows: int) -> dict[str, Any]:
     prefix = new_prefix("v")
     props = {**props_for(broker, sim, prefix), "snapshot.mode": "initial"}
     cmd = [sys.executable, __file__, "_worker", "--rows", str(rows), "--props", json.dumps(props)]
-    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, check=True)
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if proc.returncode != 0:
+        tail = "\n".join(proc.stderr.strip().splitlines()[-20:])
+        raise RuntimeError(f"the Spark run exited with {proc.returncode}:\n{tail}")
     return json.loads(proc.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 

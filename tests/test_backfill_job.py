@@ -30,6 +30,7 @@ from cdcworker.config import load_config
 from cdcworker.offsets import Vgtid
 from localkafka import KafkaBroker, consume_all
 from vtgatesim import VTGateSim
+from vtgatesim.sql import Select
 
 TABLES = ("items", "orders", "lines")
 
@@ -42,23 +43,21 @@ def sim() -> Iterator[VTGateSim]:
 
 
 class ReadCounter:
-    """Counts chunk reads on the server side (``SELECT *`` without LIMIT) per table."""
+    """Counts chunk reads on the server side (``SELECT *`` without LIMIT through StreamExecute,
+    whichever path serves it: rendered, pre-encoded, keys-only or key-index) per table."""
 
     def __init__(self, sim: VTGateSim) -> None:
         self.counts: dict[str, int] = {}
-        inner = sim.executor.select_raw  # under both Execute/StreamExecute paths (rendered and pre-encoded)
-        keys_read: list[Any] = [None]  # the statement a warm read just read the keys of
+        ex = sim.executor
+        inner = ex.stream_select
 
-        def select_raw(ks: Any, shards: Any, stmt: Any, binds: Any, keys_only: bool = False) -> Any:
-            # A warm read reads the keys first; if a row is not cached it reads the same statement
-            # whole: one chunk read either way.
-            again = not keys_only and keys_read[0] is stmt
-            keys_read[0] = stmt if keys_only else None
-            if stmt.columns is None and stmt.limit is None and not again:
+        def stream_select(sql: str, target: str = "", binds: Any = None) -> Any:
+            stmt = ex.parse(sql)
+            if isinstance(stmt, Select) and stmt.columns is None and stmt.limit is None:
                 self.counts[stmt.table] = self.counts.get(stmt.table, 0) + 1
-            return inner(ks, shards, stmt, binds, keys_only=keys_only)
+            return inner(sql, target, binds)
 
-        sim.executor.select_raw = select_raw  # type: ignore[method-assign]
+        ex.stream_select = stream_select  # type: ignore[method-assign]
 
     @property
     def total(self) -> int:

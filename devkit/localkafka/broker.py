@@ -100,6 +100,8 @@ class KafkaBroker:
             cmd += [f"-Xms{heap}", f"-Xmx{heap}"]
         cmd += [
             *self.jvm_options,
+            # Extra options from the environment, for profiling a run (e.g. a JFR recording).
+            *os.environ.get("LOCALKAFKA_JVM_EXTRA", "").split(),
             "-Djava.awt.headless=true",
             f"-Dlog4j.configuration=file:{self.workdir / 'log4j.properties'}",
             "-cp",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import dataclasses
 import datetime as dt
@@ -644,6 +645,16 @@ class Executor:
         cache = store.cached_rows(schema)
         if not cache:
             return None
+        bounds = _key_range(stmt.where, schema.pk[0], binds) if stmt.limit is None and not stmt.order_by else None
+        ordered = store.ordered_rows(schema) if bounds is not None else None
+        if ordered is not None and bounds is not None:
+            keys_sorted, rows = ordered
+            lo, hi = bounds
+            i = 0 if lo is None else bisect.bisect_left(keys_sorted, lo)
+            j = len(keys_sorted) if hi is None else bisect.bisect_left(keys_sorted, hi)
+            db = shards[0].database
+            fields = [_field(schema, c, c.name, db) for c in schema.columns]  # select_raw's, for SELECT *
+            return RowStream(fields, (rows[k:min(k + STREAM_BATCH_ROWS, j)] for k in range(i, j, STREAM_BATCH_ROWS)))
         try:
             res, _kinds, keys = self.select_raw(ks, shards, stmt, binds, keys_only=True)
         except MySQLError as e:
@@ -935,6 +946,24 @@ def _cached_batches(store: ShardStore, schema: TableSchema, seen: int, key: Call
                     batch[j] = new[key(r)] = encode(render_row(kinds, r))
             store.cache_rows(schema, seen, new)
         yield batch  # type: ignore[misc]  # every slot is filled now
+
+
+def _key_range(where: sqlp.Expr | None, pk: str, binds: dict[str, Any]) -> tuple[int | None, int | None] | None:
+    """``(lo, hi)`` when ``where`` is only ``pk >= lo`` and/or ``pk < hi`` with integer values (a
+    backfill chunk's range, either end open); None for any other condition."""
+    if where is None:
+        return None, None
+    terms = [where[1], where[2]] if where[0] == "and" else [where]
+    bounds: dict[str, int] = {}
+    for t in terms:
+        if (t[0] != "cmp" or t[1] not in (">=", "<") or t[1] in bounds or t[2][0] != "col"
+                or t[2][1].lower() != pk.lower() or t[3][0] not in ("lit", "param")):
+            return None
+        v = t[3][1] if t[3][0] == "lit" else binds.get(t[3][1])
+        if type(v) is not int:
+            return None
+        bounds[t[1]] = v
+    return bounds.get(">="), bounds.get("<")
 
 
 def _field(schema: TableSchema, c: Any, alias: str, database: str) -> dict[str, Any]:
