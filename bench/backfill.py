@@ -258,6 +258,15 @@ def spark_cpus(cores: int, confine: bool) -> set[int] | None:
     return set(allowed[:cores]) if confine and cores < len(allowed) else None
 
 
+def _child_json(cmd: list[str], what: str) -> Any:
+    """Run a timed child process; its last line of output is its JSON result (stderr shown on failure)."""
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        tail = "\n".join(proc.stderr.strip().splitlines()[-20:])
+        raise RuntimeError(f"{what} exited with {proc.returncode}:\n{tail}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 def run_spark(broker: Any, sim: SimProcess, cores: int, runs: int, chunk_size: int, lanes: int,
               confine: bool = True, extra: dict[str, str] | None = None) -> list[dict[str, Any]]:
     props = {**props_for(broker, sim, "unused"), **(extra or {})}
@@ -266,11 +275,7 @@ def run_spark(broker: Any, sim: SimProcess, cores: int, runs: int, chunk_size: i
     cpus = spark_cpus(cores, confine)
     if cpus is not None:
         cmd += ["--cpus", ",".join(map(str, sorted(cpus)))]
-    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    if proc.returncode != 0:
-        tail = "\n".join(proc.stderr.strip().splitlines()[-20:])
-        raise RuntimeError(f"the Spark run exited with {proc.returncode}:\n{tail}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+    return _child_json(cmd, "the Spark run")
 
 
 # --- one VStream copy in the streaming worker -------------------------------------------------------------
@@ -308,11 +313,7 @@ def run_vstream(broker: Any, sim: SimProcess, rows: int) -> dict[str, Any]:
     prefix = new_prefix("v")
     props = {**props_for(broker, sim, prefix), "snapshot.mode": "initial"}
     cmd = [sys.executable, __file__, "_worker", "--rows", str(rows), "--props", json.dumps(props)]
-    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    if proc.returncode != 0:
-        tail = "\n".join(proc.stderr.strip().splitlines()[-20:])
-        raise RuntimeError(f"the Spark run exited with {proc.returncode}:\n{tail}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+    return _child_json(cmd, "the worker run")
 
 
 # --- driver ----------------------------------------------------------------------------------------------
