@@ -17,7 +17,7 @@ import operator
 import sqlite3
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, cast
 
 from .schema import TableSchema
 
@@ -105,7 +105,7 @@ class ShardStore:
         keys = [k for (k,) in self.conn.execute(f"SELECT {pk} FROM {q(schema.name)} ORDER BY {pk}")]
         get = cache.get
         rows = [get(k) for k in keys]
-        ordered = None if None in rows else (keys, rows)
+        ordered = None if None in rows else (keys, cast(list[bytes], rows))
         self._ordered[name] = (stamp, True, ordered)
         return ordered
 
