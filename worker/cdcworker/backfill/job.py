@@ -472,6 +472,9 @@ def run_backfill(
 
     t0 = time.monotonic()
     config = worker_config(spec)
+    # Made first: an idempotent producer needs its producer id (0.5-1 s after start) before its
+    # first write completes; planning meanwhile hides that wait.
+    producer = Producer(producer_config(config))
     store = progress_store(spec, config)
     store.ensure_topic()
     state = store.load(spec.run_id)
@@ -484,7 +487,6 @@ def run_backfill(
         plans, new, chunks = plan_run(spec, client, state)
     finally:
         client.close()
-    producer = Producer(producer_config(config))
     # Plans first, then the attempt: a worker that sees the attempt sees every plan of it.
     store.write(producer, [*new, AttemptRecord(spec.run_id, config.source.keyspace, spec.epoch)])
     todo = [c for c in chunks if not state.is_done(c)]
