@@ -649,8 +649,9 @@ def throughput(args: argparse.Namespace) -> None:
                     got: dict[str, list[float]] = {v[0]: [] for v in variants}
                     cpu: dict[str, list[float]] = {v[0]: [] for v in variants}
                     for run in range(args.runs):
-                        # Variants interleaved run by run: a shared machine's load drifts.
-                        for name, tree, extra in variants:
+                        # Variants interleaved run by run (a shared machine's load drifts), in
+                        # alternating order (whichever runs second gets a warmer broker and page cache).
+                        for name, tree, extra in (variants if run % 2 == 0 else variants[::-1]):
                             enc = name.split("@")[0].split("+")[0]
                             prof = f"{args.profile}-{mode}-{name}-{per_txn}-{run}.json" if args.profile else ""
                             r = run_worker(broker, _source(args.source, sim, replays, tmp, extra), final, mode, mode[0], extra=extra, profile=prof,
@@ -666,6 +667,13 @@ def throughput(args: argparse.Namespace) -> None:
                         print(_median_line(f"{mode} {per_txn}/txn {name}", got[name], "rows/s", targets.get(mode)), flush=True)
                         print(f"{mode} {per_txn}/txn {name}: worker cpu median {statistics.median(cpu[name]):.1f} us/row "
                               f"{[round(c, 1) for c in cpu[name]]}", flush=True)
+                    base = variants[0][0]
+                    for name, *_ in variants[1:]:
+                        # Each run against its own pair's base run: the drift cancels within a pair.
+                        paired = [b / a - 1 for a, b in zip(got[base], got[name], strict=True)]
+                        print(f"{mode} {per_txn}/txn {name} vs {base}: paired {[f'{p * 100:+.1f}%' for p in paired]}, "
+                              f"median {statistics.median(paired) * 100:+.1f}%, medians "
+                              f"{(statistics.median(got[name]) / statistics.median(got[base]) - 1) * 100:+.1f}%", flush=True)
                 for r in replays.values():
                     r.close()
                 shutil.rmtree(tmp, ignore_errors=True)
