@@ -9,6 +9,9 @@ write drops the keys it touches and bumps ``writes``; a reader that rendered row
 adds them only if no write happened since its read (``cache_rows``), so the cache never holds a
 rendering of a row other than the current one. MySQL serves such reads from its buffer pool at
 memory speed; the cache is what keeps the simulator's query path from being the bottleneck.
+A table keyed by one INTEGER column whose rows are all cached also gets a key index once it is
+read twice without a change in between (``ordered_rows``), so a backfill chunk's range read is a
+slice, as an index range scan is in MySQL.
 """
 
 from __future__ import annotations
