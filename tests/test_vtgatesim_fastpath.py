@@ -120,12 +120,13 @@ def _session(included: int) -> vtgate_pb2.Session:
                               options=query_pb2.ExecuteOptions(included_fields=included))
 
 
-def wire_stream(channel: grpc.Channel, sql: str, included: int) -> list[bytes]:
+def wire_stream(channel: grpc.Channel, sql: str, included: int, binds: dict[str, int] | None = None) -> list[bytes]:
     call = channel.unary_stream("/vtgateservice.Vitess/StreamExecute",
                                 request_serializer=vtgate_pb2.StreamExecuteRequest.SerializeToString,
                                 response_deserializer=None)
-    req = vtgate_pb2.StreamExecuteRequest(session=_session(included), query=query_pb2.BoundQuery(sql=sql))
-    return list(call(req, timeout=30))
+    query = query_pb2.BoundQuery(sql=sql, bind_variables={
+        k: query_pb2.BindVariable(type=query_pb2.INT64, value=str(v).encode()) for k, v in (binds or {}).items()})
+    return list(call(vtgate_pb2.StreamExecuteRequest(session=_session(included), query=query), timeout=30))
 
 
 def wire_execute(channel: grpc.Channel, sql: str, included: int) -> bytes:
@@ -212,11 +213,8 @@ def _row(values: list[bytes | None]) -> bytes:
                                  ).SerializeToString()
 
 
-def test_a_warm_whole_row_read_reads_only_the_keys(sim: VTGateSim, channel: grpc.Channel,
-                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    """``SELECT *`` of a warm table with an integer primary key and no other index reads the keys
-    alone (the rows come from the cache, in the same order); a table with a unique index, a column
-    list, or a cold cache reads whole rows. The bytes equal the reference path either way."""
+def _select_raw_calls(sim: VTGateSim, monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Record each SQLite read of the executor (its ``keys_only`` flag) from now on."""
     ex = sim.executor
     calls: list[bool] = []
     real = ex.select_raw
@@ -226,6 +224,15 @@ def test_a_warm_whole_row_read_reads_only_the_keys(sim: VTGateSim, channel: grpc
         return real(*args, keys_only=keys_only)
 
     monkeypatch.setattr(ex, "select_raw", spy)
+    return calls
+
+
+def test_a_warm_whole_row_read_reads_only_the_keys(sim: VTGateSim, channel: grpc.Channel,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """``SELECT *`` of a warm table with an integer primary key and no other index reads the keys
+    alone (the rows come from the cache, in the same order); a table with a unique index, a column
+    list, or a cold cache reads whole rows. The bytes equal the reference path either way."""
+    calls = _select_raw_calls(sim, monkeypatch)
     sql = "select * from allt where id >= 3 and id < 650"
     assert wire_stream(channel, sql, 0) == reference_stream(sim, sql, 0)  # cold: whole rows, fills the cache
     calls.clear()
@@ -243,15 +250,6 @@ def test_a_warm_whole_row_read_reads_only_the_keys(sim: VTGateSim, channel: grpc
         assert calls[0] is False
 
 
-def wire_stream_bound(channel: grpc.Channel, sql: str, binds: dict[str, int]) -> list[bytes]:
-    call = channel.unary_stream("/vtgateservice.Vitess/StreamExecute",
-                                request_serializer=vtgate_pb2.StreamExecuteRequest.SerializeToString,
-                                response_deserializer=None)
-    query = query_pb2.BoundQuery(sql=sql, bind_variables={
-        k: query_pb2.BindVariable(type=query_pb2.INT64, value=str(v).encode()) for k, v in binds.items()})
-    return list(call(vtgate_pb2.StreamExecuteRequest(session=_session(0), query=query), timeout=30))
-
-
 def test_range_reads_of_a_warm_unchanged_table_use_the_key_index(sim: VTGateSim, channel: grpc.Channel,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """A backfill chunk's read (``SELECT *`` with only ``pk >= lo`` / ``pk < hi``) of a table whose
@@ -259,14 +257,7 @@ def test_range_reads_of_a_warm_unchanged_table_use_the_key_index(sim: VTGateSim,
     without touching SQLite; the bytes equal the reference path for every range shape. A write, a
     different condition, or a LIMIT goes back to reading SQLite, and the bytes stay right."""
     ex = sim.executor
-    calls: list[bool] = []
-    real = ex.select_raw
-
-    def spy(*args: Any, keys_only: bool = False) -> Any:
-        calls.append(keys_only)
-        return real(*args, keys_only=keys_only)
-
-    monkeypatch.setattr(ex, "select_raw", spy)
+    calls = _select_raw_calls(sim, monkeypatch)
     n = len(list(_flat(ex.stream_select("select * from allt", "ks:0"))))  # cold: fills the cache
     assert n == len(_cache(sim))
     ranges = [(None, None), (3, 650), (None, 300), (650, None), (1, 2), (5, 5), (10, 3), (-5, 1), (n, n + 10),
@@ -287,11 +278,12 @@ def test_range_reads_of_a_warm_unchanged_table_use_the_key_index(sim: VTGateSim,
             sql = sql.replace(":" + k, str(v))
         return sql
 
-    wire_stream_bound(channel, *sql_of(3, 650))  # the first look at the unchanged table: keys-only path
+    sql, binds = sql_of(3, 650)
+    wire_stream(channel, sql, 0, binds)  # the first look at the unchanged table: keys-only path
     for lo, hi in ranges:
         sql, binds = sql_of(lo, hi)
         calls.clear()
-        got = wire_stream_bound(channel, sql, binds)
+        got = wire_stream(channel, sql, 0, binds)
         assert calls == [], (lo, hi)  # nothing read from SQLite
         assert got == reference_stream(sim, literal(sql, binds), 0), (lo, hi)
         calls.clear()
@@ -313,7 +305,7 @@ def test_range_reads_of_a_warm_unchanged_table_use_the_key_index(sim: VTGateSim,
     sql, binds = sql_of(300, 500)
     for expected in ([True, False], [True], []):  # keys miss a row: whole rows; first look; the rebuilt index
         calls.clear()
-        got = wire_stream_bound(channel, sql, binds)
+        got = wire_stream(channel, sql, 0, binds)
         assert calls == expected
         assert got == reference_stream(sim, literal(sql, binds), 0)
     flat = b"".join(got)
