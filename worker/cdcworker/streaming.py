@@ -478,14 +478,15 @@ class StreamProcessor:
             if self._txmeta is not None and self._in_txn:
                 # Its ending VGTID is not known yet: the transaction is identified (and ranked)
                 # by the position before it, a documented difference from Debezium.
-                self._tx_begin(vgtid_json, Vgtid(self._raw.shard_gtids))
+                begin = self._tx_begin(vgtid_json, Vgtid(self._raw.shard_gtids))
+                if begin is not None:  # its rows start going out now: BEGIN first
+                    self._send_tx(begin)
         self._emit(self._begin_ts, vgtid_json)
 
-    def _tx_begin(self, txn_id: str, vgtid: Vgtid, id_json: bytes | None = None) -> None:
+    def _tx_begin(self, txn_id: str, vgtid: Vgtid, id_json: bytes | None = None) -> Any:
+        """Start counting the transaction; its BEGIN record (None: filtered or resumed), unsent."""
         assert self._txmeta is not None
-        rec = self._txmeta.begin(txn_id, self._begin_ts * 1000, self._begin_shard, vgtid, id_json)
-        if rec is not None:
-            self._send_tx(rec)
+        return self._txmeta.begin(txn_id, self._begin_ts * 1000, self._begin_shard, vgtid, id_json)
 
     def _send_tx(self, rec: Any) -> None:
         """A BEGIN or END record (one per transaction): its topic is created on first use."""
@@ -509,10 +510,16 @@ class StreamProcessor:
             self._emit(timestamp, vgtid_json)
             position: Vgtid = resume
         elif self._in_txn:
-            if not self._streaming_txn:
-                self._tx_begin(vgtid_json, vgtid, id_json)
+            begin = None if self._streaming_txn else self._tx_begin(vgtid_json, vgtid, id_json)
             self._emit(timestamp, vgtid_json)
             end = txmeta.end(timestamp * 1000)
+            # BEGIN goes out next to END, after the rows: the transaction topic's partition then
+            # takes two records at once (one wake-up of librdkafka's sender instead of two). Kafka
+            # orders no records across topics, so consumers see no difference they could rely on;
+            # both are in the same segment (at-least-once) or Kafka transaction (exactly-once) as
+            # the rows, so a crash loses or keeps all of them together.
+            if begin is not None:
+                self._send_tx(begin)
             if end.record is not None:
                 self._send_tx(end.record)
             # Debezium's offset after END still names the transaction and its counters.
