@@ -226,8 +226,22 @@ def server_rates(sim: SimProcess, rows: int) -> dict[str, float]:
 
 def spark_main(args: argparse.Namespace) -> None:
     """One process per core count: a SparkSession (warmed up), then `runs` backfills."""
+    from cdcworker.backfill import job
     from cdcworker.backfill.job import run_backfill, spark_session
     from cdcworker.backfill.spec import BackfillSpec
+
+    # Where a run's time goes: the Spark job's own span, and the chunks' summed time in it (how
+    # busy the cores were: planning and start-up outside the job, a lane's tail inside it).
+    spans: list[tuple[float, float]] = []
+    spark_job = job.run_spark
+
+    def timed_job(*a: Any, **kw: Any) -> Any:
+        t = time.monotonic()
+        stats = spark_job(*a, **kw)
+        spans.append((time.monotonic() - t, sum(s.seconds for s in stats)))
+        return stats
+
+    job.run_spark = timed_job
 
     if args.cpus:
         # Before the JVM starts: every process and thread Spark starts inherits the affinity.
@@ -242,7 +256,9 @@ def spark_main(args: argparse.Namespace) -> None:
         spec = BackfillSpec(f"bench-{i}", ("bench",), p, chunk_size=args.chunk_size,
                             max_concurrent_chunks_per_shard=args.lanes_per_shard)
         res = run_backfill(spec, engine="spark", spark=spark)
-        out.append({"rows": res.rows, "seconds": res.seconds, "chunks": res.chunks_total})
+        job_s, chunk_s = spans[-1] if spans else (0.0, 0.0)
+        out.append({"rows": res.rows, "seconds": res.seconds, "chunks": res.chunks_total,
+                    "job_seconds": round(job_s, 2), "chunk_busy": round(chunk_s / (args.cores * job_s), 3) if job_s else 0})
     spark.stop()
     print(json.dumps(out), flush=True)
 
@@ -347,6 +363,15 @@ def main_all(args: argparse.Namespace) -> None:
             rounds = [(c, 1) for _ in range(args.runs) for c in cores_wanted] if args.interleave else \
                 [(c, args.runs) for c in cores_wanted]
             cpu_s: dict[int, dict[str, float]] = {}
+            if cores_wanted and args.warmup_runs:
+                # The broker's JIT compiles its produce path for the first ~40 s of load (its
+                # compiler threads took up to 0.35 core meanwhile): untimed runs first, as a
+                # JMH warm-up, so no timed run shares the CPUs with the compiler.
+                cpu = CpuSplit(sim, broker)
+                warm = run_spark(broker, sim, max(cores_wanted), args.warmup_runs, args.chunk_size,
+                                 args.lanes_per_shard, confine=not args.unconfined, extra=extra)
+                report["warmup_cpu_s"] = cpu.done()
+                print("warm-up (untimed)", [f"{rate(r):,.0f}" for r in warm], "cpu-s", report["warmup_cpu_s"], flush=True)
             for cores, n in rounds:
                 cpu = CpuSplit(sim, broker)
                 runs = run_spark(broker, sim, cores, n, args.chunk_size, args.lanes_per_shard,
@@ -357,6 +382,7 @@ def main_all(args: argparse.Namespace) -> None:
                 cpu_s[cores] = {k: round(cpu_s.get(cores, {}).get(k, 0) + v, 1) for k, v in split.items()}
                 report[f"spark{cores}_cpu_s"] = cpu_s[cores]
                 print(f"spark local[{cores}] on CPUs {report[f'spark{cores}_cpus']}", [f"{rate(r):,.0f}" for r in runs],
+                      "s/job-s/busy", [(round(r["seconds"], 1), r["job_seconds"], r["chunk_busy"]) for r in runs],
                       "cpu-s", split, flush=True)
             if "vstream" in args.what:
                 cpu = CpuSplit(sim, broker)
@@ -397,6 +423,8 @@ def main() -> None:
         p.add_argument("--unconfined", action="store_true", help="local[1] without confining the Spark process "
                        "tree to one CPU (its JVM and librdkafka threads then also use the other core)")
         p.add_argument("--props", default="", help="spark: extra connector properties k=v,k=v (e.g. producer.linger.ms=50)")
+        p.add_argument("--warmup-runs", type=int, default=2, help="spark: untimed local[N] runs first (the "
+                       "broker's JIT warm-up)")
         p.add_argument("--interleave", action="store_true", help="spark: alternate local[1] and local[2], one run "
                        "per Spark process (the VM's drift then lands on both)")
         p.set_defaults(what=what)
