@@ -261,6 +261,9 @@ def worker_main(args: argparse.Namespace) -> None:
         "acks": acks,
         "encoder": "native" if native.enabled() else "python",
         "threads": threads,
+        # Exactly-once: Kafka commits and the time the stage waited in them (the whole run).
+        "commits": getattr(task.sink, "commits", None),
+        "commit_seconds": round(getattr(task.sink, "commit_seconds", 0.0), 3),
     }
     print(json.dumps(out), flush=True)
 
@@ -663,6 +666,8 @@ def throughput(args: argparse.Namespace) -> None:
                                   f"({cpu[name][-1]:.1f} us/row), peak RSS {r['peak_rss_mb']:.0f} MB, "
                                   f"load {r['load'][0]:.2f}->{r['load'][1]:.2f}", flush=True)
                             print(f"    worker cpu s per thread: {r.get('threads')}", flush=True)
+                            if r.get("commits"):
+                                print(f"    kafka commits {r['commits']}, waited {r['commit_seconds']:.2f}s", flush=True)
                     for name, *_ in variants:
                         print(_median_line(f"{mode} {per_txn}/txn {name}", got[name], "rows/s", targets.get(mode)), flush=True)
                         print(f"{mode} {per_txn}/txn {name}: worker cpu median {statistics.median(cpu[name]):.1f} us/row "

@@ -296,6 +296,9 @@ class TransactionalSink(KafkaSink):
         self._point: Any = None
         self._last_commit = self._clock()
         self.commits = 0
+        # Wall time the stage spent blocked in commit_transaction (librdkafka flushes every batch
+        # in flight, then ends the transaction): what exactly-once costs the stream per commit.
+        self.commit_seconds = 0.0
         self.producer.init_transactions(timeout)
 
     def _begin(self) -> None:
@@ -340,7 +343,9 @@ class TransactionalSink(KafkaSink):
             self._begin()
         try:
             self._offset_writer(self.producer, self._point)
+            t0 = self._clock()
             self.producer.commit_transaction(self._timeout)
+            self.commit_seconds += self._clock() - t0
         except KafkaException as exc:
             self._raise_if_fatal(exc)  # fenced: the transaction is void and the task stops
             err = exc.args[0]
