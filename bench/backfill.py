@@ -226,22 +226,8 @@ def server_rates(sim: SimProcess, rows: int) -> dict[str, float]:
 
 def spark_main(args: argparse.Namespace) -> None:
     """One process per core count: a SparkSession (warmed up), then `runs` backfills."""
-    from cdcworker.backfill import job
     from cdcworker.backfill.job import run_backfill, spark_session
     from cdcworker.backfill.spec import BackfillSpec
-
-    # Where a run's time goes: the Spark job's own span, and the chunks' summed time in it (how
-    # busy the cores were: planning and start-up outside the job, a lane's tail inside it).
-    spans: list[tuple[float, float]] = []
-    spark_job = job.run_spark
-
-    def timed_job(*a: Any, **kw: Any) -> Any:
-        t = time.monotonic()
-        stats = spark_job(*a, **kw)
-        spans.append((time.monotonic() - t, sum(s.seconds for s in stats)))
-        return stats
-
-    job.run_spark = timed_job
 
     if args.cpus:
         # Before the JVM starts: every process and thread Spark starts inherits the affinity.
@@ -256,9 +242,10 @@ def spark_main(args: argparse.Namespace) -> None:
         spec = BackfillSpec(f"bench-{i}", ("bench",), p, chunk_size=args.chunk_size,
                             max_concurrent_chunks_per_shard=args.lanes_per_shard)
         res = run_backfill(spec, engine="spark", spark=spark)
-        job_s, chunk_s = spans[-1] if spans else (0.0, 0.0)
+        # Where a run's time goes: the chunks' phase (planning and start-up are outside it), and
+        # how busy the cores were in it (a lane's set-up and the last lane's tail are not busy).
         out.append({"rows": res.rows, "seconds": res.seconds, "chunks": res.chunks_total,
-                    "job_seconds": round(job_s, 2), "chunk_busy": round(chunk_s / (args.cores * job_s), 3) if job_s else 0})
+                    "job_seconds": round(res.job_seconds, 2), "chunk_busy": round(res.busy(args.cores), 3)})
     spark.stop()
     print(json.dumps(out), flush=True)
 

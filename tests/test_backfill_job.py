@@ -119,6 +119,9 @@ def test_rerun_skips_finished_chunks(sim: VTGateSim, kafka_broker: KafkaBroker) 
     assert 0 < done < total and first_reads == 12
     result = run_backfill(spec, engine="local", parallelism=2)
     assert (result.chunks_total, result.chunks_read, result.chunks_skipped) == (total, total - done, done)
+    # The chunks' phase is inside the run, and two lanes at a time cannot be busier than two cores.
+    assert 0 < result.job_seconds <= result.seconds and result.chunk_seconds > 0
+    assert 0 < result.busy(2) <= 1.0
     assert reads.total - first_reads == total - done  # finished chunks were not read again
     assert progress_store(spec, worker_config(spec)).load(spec.run_id).complete
     again = run_backfill(spec, engine="local")

@@ -44,7 +44,7 @@ from typing import Any
 from confluent_kafka import KafkaException
 
 from cdcworker.events import EncoderConfig, SourceContext, TablePlan, native
-from cdcworker.events.encoder import _strip_keyspace
+from cdcworker.events.encoder import OutRecord, _strip_keyspace
 from cdcworker.events.jsonfmt import json_string_body
 from cdcworker.filters.failure import (
     AnonymisedColumns,
@@ -483,7 +483,7 @@ class StreamProcessor:
                     self._send_tx(begin)
         self._emit(self._begin_ts, vgtid_json)
 
-    def _tx_begin(self, txn_id: str, vgtid: Vgtid, id_json: bytes | None = None) -> Any:
+    def _tx_begin(self, txn_id: str, vgtid: Vgtid, id_json: bytes | None = None) -> OutRecord | None:
         """Start counting the transaction; its BEGIN record (None: filtered or resumed), unsent."""
         assert self._txmeta is not None
         return self._txmeta.begin(txn_id, self._begin_ts * 1000, self._begin_shard, vgtid, id_json)

@@ -391,10 +391,17 @@ class RunResult:
     window_changes: int
     seconds: float
     plans: list[PlanRecord]
+    job_seconds: float = 0.0  # the chunks' phase alone (planning and hand-shake excluded)
+    chunk_seconds: float = 0.0  # the chunks' own times, summed over lanes
 
     @property
     def rows_per_second(self) -> float:
         return self.rows / self.seconds if self.seconds > 0 else 0.0
+
+    def busy(self, cores: int) -> float:
+        """How busy ``cores`` were with chunks during the chunks' phase (1.0: no lane waited for
+        a task slot's set-up and none finished early)."""
+        return self.chunk_seconds / (cores * self.job_seconds) if self.job_seconds > 0 else 0.0
 
 
 def _spark_partition(spec_json: bytes, lanes_per_shard: int, lanes: Iterable[list[bytes]]) -> Iterator[dict[str, Any]]:
@@ -496,12 +503,14 @@ def run_backfill(
         on_planned(plans)
     per_shard = spec.max_concurrent_chunks_per_shard
     lanes = make_lanes(todo, per_shard)
+    t_job = time.monotonic()
     if engine == "spark":
         stats = run_spark(spark, spec, lanes, per_shard) if lanes else []
     elif engine == "local":
         stats = run_local(spec, lanes, per_shard, parallelism, on_read, stop)
     else:
         raise ValueError(f"unknown engine {engine!r} (local or spark)")
+    job_seconds = time.monotonic() - t_job
     read = [s for s in stats if not s.skipped]
     return RunResult(
         spec.run_id,
@@ -513,6 +522,8 @@ def run_backfill(
         sum(s.window_changes for s in read),
         time.monotonic() - t0,
         plans,
+        job_seconds,
+        sum(s.seconds for s in read),
     )
 
 
