@@ -513,9 +513,10 @@ class StreamProcessor:
             begin = None if self._streaming_txn else self._tx_begin(vgtid_json, vgtid, id_json)
             self._emit(timestamp, vgtid_json)
             end = txmeta.end(timestamp * 1000)
-            # BEGIN goes out next to END, after the rows: the transaction topic's partition then
-            # takes two records at once (one wake-up of librdkafka's sender instead of two). Kafka
-            # orders no records across topics, so consumers see no difference they could rely on;
+            # BEGIN goes out next to END, after the rows: sent alone before the rows it found the
+            # transaction topic's queue empty and woke librdkafka's sender, ~8 us; the pair now
+            # costs ~5 us (BENCHMARKS.md, "BEGIN next to END"). Kafka orders no records across
+            # topics, so consumers see no difference they could rely on;
             # both are in the same segment (at-least-once) or Kafka transaction (exactly-once) as
             # the rows, so a crash loses or keeps all of them together.
             if begin is not None:
