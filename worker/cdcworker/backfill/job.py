@@ -226,8 +226,10 @@ class LaneContext:
 
     @classmethod
     def open(cls, spec: BackfillSpec, lanes_per_shard: int) -> LaneContext:
+        from cdcworker.allocator import tune_for_producing
         from cdcworker.task import encoder_config, producer_config
 
+        tune_for_producing()  # this Python worker's producer, as in the streaming worker
         config = worker_config(spec)
         rate = spec.rows_per_second_per_shard / max(1, lanes_per_shard)
         return cls(

@@ -1,0 +1,56 @@
+"""glibc malloc settings for a process that produces to Kafka at a high rate.
+
+librdkafka builds each produce request in a fresh buffer of up to ``batch.size`` (1 MB by default
+here) in its broker thread and frees it once the broker has answered. With glibc's defaults a
+buffer that size is its own ``mmap`` (the threshold starts at 128 KiB), and memory freed at the top
+of a heap beyond 128 KiB goes back to the kernel, so every batch faults its pages in again and the
+kernel zeroes them: in a `perf` profile of the streaming benchmark that was ~15 % of the producer
+thread's CPU (``exc_page_fault``, ``clear_page_erms``; BENCHMARKS.md, "malloc thresholds"). Raising
+both thresholds just past one request and its compressed copy keeps those buffers in the heap for
+reuse. Larger values were measured and rejected: 4 MiB / 32 MiB (and 4 / 8) kept VStream-sized
+buffers in the heap too and raised the worker's peak RSS in a 1,000,000-row transaction by ~20 MB
+(median), close to its 200 MB target; 2 / 4 MiB left it where it was.
+
+``SHARDCDC_MALLOC_TUNING=0`` leaves the allocator as it is. Not glibc (musl, macOS): nothing done.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import logging
+import os
+
+__all__ = ["ENV", "MMAP_THRESHOLD", "TRIM_THRESHOLD", "tune_for_producing"]
+
+log = logging.getLogger(__name__)
+
+ENV = "SHARDCDC_MALLOC_TUNING"
+# mallopt parameters (malloc.h)
+_M_TRIM_THRESHOLD = -1
+_M_MMAP_THRESHOLD = -3
+# Above a produce request (batch.size, 1 MB, plus framing) and its lz4 copy; larger blocks (big
+# VStream responses) still get their own mapping and go back at once.
+MMAP_THRESHOLD = 2 << 20
+# Freed memory kept at the top of a heap for reuse: the two buffers of a batch in flight.
+TRIM_THRESHOLD = 4 << 20
+
+
+@functools.cache
+def tune_for_producing() -> bool:
+    """Apply the thresholds once per process; True when glibc took them."""
+    if os.environ.get(ENV, "1") == "0":
+        return False
+    try:
+        libc = ctypes.CDLL(None)
+        if not hasattr(libc, "gnu_get_libc_version"):
+            return False  # mallopt elsewhere is a no-op or means something else
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
+    mallopt.restype = ctypes.c_int
+    applied = mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1 and mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD) == 1
+    log.debug("malloc thresholds for producing: mmap %d, trim %d (%s)", MMAP_THRESHOLD, TRIM_THRESHOLD,
+              "applied" if applied else "refused")
+    return applied
