@@ -240,6 +240,7 @@ RESERVED_ENV_TOOLING = frozenset(
         "SHARDCDC_DEBEZIUM_HOME",  # Makefile: Kafka Connect + Debezium for the conformance test
         "SHARDCDC_HELM",  # Makefile: the helm binary
         "SHARDCDC_NATIVE",  # 0: pure-Python encoder and producer path; encoder: C encoder, confluent-kafka producer
+        "SHARDCDC_MALLOC_TUNING",  # 0: glibc's malloc thresholds left as they are (cdcworker.allocator)
         "SHARDCDC_WORKER_IMAGE",  # operator: default worker image
         "SHARDCDC_TERMINATION_LOG",  # worker: where the reshard report goes
         "SHARDCDC_SPARK_DRIVER",  # sparkSubmit Job: <namespace>:<driver pod> its SIGTERM kills
