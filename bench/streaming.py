@@ -651,14 +651,20 @@ def throughput(args: argparse.Namespace) -> None:
                 for mode in args.modes.split(","):
                     got: dict[str, list[float]] = {v[0]: [] for v in variants}
                     cpu: dict[str, list[float]] = {v[0]: [] for v in variants}
-                    for run in range(args.runs):
-                        # Variants interleaved run by run (a shared machine's load drifts), in
-                        # alternating order (whichever runs second gets a warmer broker and page cache).
+
+                    for run in range(-args.warmup_runs, args.runs):
+                        # Negative runs are untimed warm-up rounds: the broker's C2 compiler took up
+                        # to a third of the machine during the first ~20 s of load (perf), biasing
+                        # the first pairs. Variants interleaved run by run (a shared machine's load
+                        # drifts), in alternating order (the second gets a warmer broker and page cache).
                         for name, tree, extra in (variants if run % 2 == 0 else variants[::-1]):
                             enc = name.split("@")[0].split("+")[0]
-                            prof = f"{args.profile}-{mode}-{name}-{per_txn}-{run}.json" if args.profile else ""
+                            prof = f"{args.profile}-{mode}-{name}-{per_txn}-{run}.json" if args.profile and run >= 0 else ""
                             r = run_worker(broker, _source(args.source, sim, replays, tmp, extra), final, mode, mode[0], extra=extra, profile=prof,
                                            encoder=enc, tree=tree)
+                            if run < 0:
+                                print(f"{mode} {per_txn}/txn {name} warm-up (untimed): {r['rows'] / r['seconds']:,.0f} rows/s", flush=True)
+                                continue
                             got[name].append(r["rows"] / r["seconds"])
                             cpu[name].append(r["cpu_seconds"] / r["rows"] * 1e6)
                             print(f"{mode} {per_txn}/txn {name} ({r['encoder']}) run {run + 1}: {got[name][-1]:,.0f} rows/s, "
@@ -1085,6 +1091,8 @@ def main() -> None:
     p.add_argument("--per-txn", default="20,100")
     p.add_argument("--shards", default="-80,80-")
     p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--warmup-runs", type=int, default=2, help="untimed rounds of every variant per mode first "
+                   "(the broker's JIT compiles its produce path during the first ~20 s of load)")
     p.add_argument("--replay-runs", type=int, default=1)
     p.add_argument("--modes", default="at-least-once,exactly-once")
     p.add_argument("--profile", default="", help="py-spy speedscope output prefix")
