@@ -651,7 +651,6 @@ def throughput(args: argparse.Namespace) -> None:
                 for mode in args.modes.split(","):
                     got: dict[str, list[float]] = {v[0]: [] for v in variants}
                     cpu: dict[str, list[float]] = {v[0]: [] for v in variants}
-
                     for run in range(-args.warmup_runs, args.runs):
                         # Negative runs are untimed warm-up rounds: the broker's C2 compiler took up
                         # to a third of the machine during the first ~20 s of load (perf), biasing

@@ -1,11 +1,13 @@
-"""glibc malloc settings for a process that produces to Kafka at a high rate.
+"""glibc malloc settings for a process that produces to Kafka at a high rate (every ``KafkaSink``
+sets them when it is made, and each backfill lane for its own producer).
 
 librdkafka builds each produce request in a fresh buffer of up to ``batch.size`` (1 MB by default
 here) in its broker thread and frees it once the broker has answered. With glibc's defaults such a
 buffer starts out as its own ``mmap`` (the threshold begins at 128 KiB and rises only as mapped
 blocks are freed), and free memory at the top of a heap beyond a small trim threshold goes back to
-the kernel, so batch after batch faults its pages in again and the kernel zeroes them: in a `perf` profile of the streaming benchmark that was ~15 % of the producer
-thread's CPU (``exc_page_fault``, ``clear_page_erms``; BENCHMARKS.md, "malloc thresholds"). Raising
+the kernel, so batch after batch faults its pages in again and the kernel zeroes them: in a `perf`
+profile of the streaming benchmark that was ~15 % of the producer thread's CPU
+(``exc_page_fault``, ``clear_page_erms``; BENCHMARKS.md, "malloc thresholds"). Raising
 both thresholds just past one request and its compressed copy keeps those buffers in the heap for
 reuse. Larger values were measured and rejected: 4 MiB / 32 MiB (and 4 / 8) kept VStream-sized
 buffers in the heap too and raised the worker's peak RSS in a 1,000,000-row transaction by ~20 MB

@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
+from cdcworker.allocator import tune_for_producing
+
 if TYPE_CHECKING:
     from cdcworker.topiccreator import TopicCreator
 
@@ -59,6 +61,7 @@ class KafkaSink:
     """Produces records with back-pressure and tracks the durable position."""
 
     def __init__(self, producer_config: dict[str, Any], poll_every: int = 512) -> None:
+        tune_for_producing()  # librdkafka's batch buffers reused, not faulted in per batch
         self.producer = self._make_producer(producer_config)
         self._produce = self.producer.produce
         self._segments: collections.deque[Segment] = collections.deque()

@@ -17,7 +17,6 @@ from typing import Any
 import grpc
 
 from cdcworker import exitcodes
-from cdcworker.allocator import tune_for_producing
 from cdcworker.config import WorkerConfig
 from cdcworker.events import EncoderConfig, TopicNaming, TypeOptions, producer_partitioner_config
 from cdcworker.events.encoder import context_headers, new_run_id
@@ -312,7 +311,6 @@ class WorkerTask:
     def _make_sink(self, store: OffsetStore, start: Vgtid) -> KafkaSink:
         cfg = self.config
         conf = producer_config(cfg)
-        tune_for_producing()  # librdkafka's batch buffers reused, not faulted in per batch
         alo, eos = sink_classes()  # the native producer when built (nativesink)
         if not cfg.kafka.transactional:
             sink = alo(conf)

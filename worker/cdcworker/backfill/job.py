@@ -229,7 +229,7 @@ class LaneContext:
         from cdcworker.allocator import tune_for_producing
         from cdcworker.task import encoder_config, producer_config
 
-        tune_for_producing()  # this Python worker's producer, as in the streaming worker
+        tune_for_producing()  # the lane's own Producer, not a KafkaSink (which tunes itself)
         config = worker_config(spec)
         rate = spec.rows_per_second_per_shard / max(1, lanes_per_shard)
         return cls(
