@@ -55,14 +55,15 @@ def _transaction(first_id: int, rows: int, seq: int) -> list[bytes]:
     return [vtgate_pb2.VStreamResponse(events=g).SerializeToString() for g in groups]
 
 
-def _run(lookahead_rows: int) -> list[tuple[str, Any]]:
-    """(kind, payload) per produced record and commit point, for two 4-row transactions."""
-    start = Vgtid((ShardGtid("ks", "0", f"{GTID}:1-7"),))
+def _run(lookahead_rows: int, restored: dict[str, Any] | None = None, only_second: bool = False) -> list[tuple[str, Any]]:
+    """(kind, payload) per produced record and commit point, for two 4-row transactions
+    (``only_second``: the second alone, as after a restart at the first one's END)."""
+    start = Vgtid((ShardGtid("ks", "0", f"{GTID}:1-{8 if only_second else 7}"),))
     features = Features()
-    features.txmeta = TransactionMonitor(TxMetaOptions(topic="p.transaction", ordered=True), None, start)
+    features.txmeta = TransactionMonitor(TxMetaOptions(topic="p.transaction", ordered=True), restored, start)
     sink = PointSink()
     proc = StreamProcessor(EncoderConfig("p"), sink, start, features=features, lookahead_rows=lookahead_rows)
-    for r in _transaction(1, 4, 8) + _transaction(5, 4, 9):
+    for r in ([] if only_second else _transaction(1, 4, 8)) + _transaction(5, 4, 9):
         proc.process(r)
     out: list[tuple[str, Any]] = []
     for topic, _p, _k, value, _h in sink.records:
@@ -101,3 +102,27 @@ def test_a_streamed_transaction_sends_begin_before_its_first_rows() -> None:
     assert [v for k, v in got if k in ("BEGIN", "END")] == [
         (_ids(7), None), (_ids(7), 4), (_ids(8), None), (_ids(8), 4)]
     assert [v[2] for k, v in got if k == "row"] == [1, 2, 3, 4] * 2
+
+
+def test_a_restart_at_an_end_offset_does_not_take_the_next_streamed_transaction_for_a_replay() -> None:
+    # The offset stored at the first transaction's END names it and its counters, and its restart
+    # VGTID is that transaction's own. The next transaction, streamed before its COMMIT, is
+    # identified by the same VGTID (the position before it): it is a new transaction all the same,
+    # so it gets its BEGIN and none of its rows are dropped as already delivered.
+    one = _ids(8)
+    restored = {"vgtid": one, "transaction_id": one, "transaction_data_collection_order_0.ks.t": 4}
+    got = _run(lookahead_rows=1, restored=restored, only_second=True)
+    assert [k for k, _ in got] == ["BEGIN", "row", "row", "row", "row", "END", "point"]
+    assert [v for k, v in got if k in ("BEGIN", "END")] == [(one, None), (one, 4)]
+    assert [v[:1] + v[2:] for k, v in got if k == "row"] == [(5, 1), (6, 2), (7, 3), (8, 4)]
+
+
+def test_a_restart_inside_a_transaction_still_skips_what_was_delivered() -> None:
+    # An offset stored inside the transaction (Debezium's per-record offsets: the restart VGTID is
+    # the one before it) resumes it: no second BEGIN, the delivered rows are dropped, counters go on.
+    two = _ids(9)
+    restored = {"vgtid": _ids(8), "transaction_id": two, "transaction_data_collection_order_0.ks.t": 2}
+    got = _run(lookahead_rows=1000, restored=restored, only_second=True)
+    assert [k for k, _ in got] == ["row", "row", "END", "point"]
+    assert [v for k, v in got if k == "row"] == [(7, two, 3), (8, two, 4)]
+    assert [v for k, v in got if k == "END"] == [(two, 4)]

@@ -41,7 +41,7 @@ from cdcworker.events import native
 from cdcworker.events.encoder import OutRecord
 from cdcworker.events.jsonfmt import dumps
 from cdcworker.offsets.javacompat import java_hashmap_order
-from cdcworker.offsets.value import TRANSACTION_COUNT_PREFIX, TRANSACTION_ID_KEY, OffsetValue
+from cdcworker.offsets.value import TRANSACTION_COUNT_PREFIX, TRANSACTION_ID_KEY, VGTID_KEY, OffsetValue
 from cdcworker.offsets.vgtid import Vgtid
 from cdcworker.txmeta.epoch import EpochProvider
 from cdcworker.txmeta.rank import decimal_json_bytes, rank
@@ -139,6 +139,26 @@ class EndResult(NamedTuple):
     offset: TxOffsetFields  # what Debezium stores with the END record
 
 
+def _ended_at(transaction_id: str, stored_vgtid: Any) -> bool:
+    """The restored offset was stored at the END of the transaction it names: its restart VGTID
+    is that transaction's own VGTID, so nothing of it is replayed. Only an offset stored inside a
+    transaction (restart VGTID before it, as Debezium's per-record offsets are) resumes one; an
+    END offset must not, or the next transaction that is streamed before its COMMIT (identified
+    by the position before it, the same VGTID) would be taken for a replay: no BEGIN, and its
+    first records dropped as already delivered."""
+    if not isinstance(stored_vgtid, str):
+        return False
+    try:
+        ended, restart = Vgtid.from_json(transaction_id), Vgtid.from_json(stored_vgtid)
+    except (ValueError, KeyError, TypeError):
+        return False  # an id that is not a VGTID cannot be the restart position
+    return _positions(ended) == _positions(restart)
+
+
+def _positions(v: Vgtid) -> set[tuple[str, str, str]]:
+    return {(sg.keyspace, sg.shard, sg.gtid) for sg in v}
+
+
 class TransactionMonitor:
     """Transaction bookkeeping of one task (not thread-safe; owned by the streaming loop)."""
 
@@ -186,7 +206,7 @@ class TransactionMonitor:
         self._epoch_items: tuple[object, tuple[tuple[str, Any], ...]] = (None, ())
         if restored:
             tx = restored.get(TRANSACTION_ID_KEY)
-            if isinstance(tx, str):
+            if isinstance(tx, str) and not _ended_at(tx, restored.get(VGTID_KEY)):
                 self._resume_id = tx
                 n = len(TRANSACTION_COUNT_PREFIX)
                 self._restored_counts = {
