@@ -62,17 +62,19 @@ def _at_heads(run: RunningTask, sim: VTGateSim, shards: list[str] | None = None)
     return at == {s: heads[s] for s in (shards or heads)}
 
 
-def _offsets(broker: KafkaBroker, cfg: WorkerConfig, partition: OffsetPartition) -> list[dict[str, str]]:
+def _offsets(
+    broker: KafkaBroker, cfg: WorkerConfig, partition: OffsetPartition, read_committed: bool = False
+) -> list[dict[str, str]]:
     """Every offset record the task wrote, oldest first, as {shard: gtid}."""
     key = offset_record_key(cfg.name, partition)
-    records = [r for r in consume_all(broker.bootstrap, cfg.kafka.offsets_topic) if r.key == key]
+    records = [r for r in consume_all(broker.bootstrap, cfg.kafka.offsets_topic, read_committed) if r.key == key]
     return [{sg.shard: sg.gtid for sg in OffsetValue.from_bytes(r.value or b"").vgtid} for r in records]
 
 
-def _changes(broker: KafkaBroker, topic: str) -> list[tuple[str, str, int, str | None]]:
+def _changes(broker: KafkaBroker, topic: str, read_committed: bool = False) -> list[tuple[str, str, int, str | None]]:
     """(shard, op, id, email) of every change record in topic order per partition; tombstones skipped."""
     out = []
-    for r in consume_all(broker.bootstrap, topic):
+    for r in consume_all(broker.bootstrap, topic, read_committed):
         if r.value is None:
             continue
         p = json.loads(r.value)["payload"]
@@ -138,11 +140,17 @@ def test_single_task_continues_from_old_shards_through_the_journal(sim: VTGateSi
     assert diff.empty, diff.summary()
 
 
-def test_per_task_split_stops_at_the_journal_for_reassignment(sim: VTGateSim, kafka_broker: KafkaBroker) -> None:
+@pytest.mark.parametrize("eos", [False, True], ids=["at-least-once", "exactly-once"])
+def test_per_task_split_stops_at_the_journal_for_reassignment(
+    sim: VTGateSim, kafka_broker: KafkaBroker, eos: bool
+) -> None:
+    # Exactly-once too: no record carries the target positions, so they go in an offset-only
+    # Kafka transaction before the task exits (the next generation starts from them).
     cfg = worker_config(kafka_broker, sim.address, KS, extra={
         "vitess.offset.storage.per.task": "true", "tasks.max": "2",
         "shardcdc.task.id": "0", "shardcdc.task.count": "2", "shardcdc.task.generation": "0",
         "shardcdc.task.shards": "-80", "shardcdc.task.prev.count": "1",
+        **({"exactly.once.support": "required", "poll.interval.ms": "100"} if eos else {}),
     })
     topic = f"{cfg.topic_prefix}.{KS}.customer"
     partition = OffsetPartition.for_task(cfg.topic_prefix, 0, 2, 0)
@@ -160,11 +168,11 @@ def test_per_task_split_stops_at_the_journal_for_reassignment(sim: VTGateSim, ka
         result = run.wait(30)
     assert result.exit_code == exitcodes.REASSIGNMENT_NEEDED, result
     # The task read its old shard up to the journal, then stored the journal's target positions.
-    stored = _offsets(kafka_broker, cfg, partition)
+    stored = _offsets(kafka_broker, cfg, partition, read_committed=eos)
     targets = {g.shard: g.gtid for g in journal.shard_gtids}
     assert stored[-1] == targets
     assert all(set(o) == {"-80"} and _n(o["-80"]) <= _n(old_head) for o in stored[:-1]), stored
-    ids = sorted(i for shard, op, i, _ in _changes(kafka_broker, topic))
+    ids = sorted(i for shard, op, i, _ in _changes(kafka_broker, topic, read_committed=eos))
     on_80 = [i for i in range(1, 13) if _shard_of(sim, i) == "-80"]
     assert ids == on_80  # ids 1-12 of -80, once each; nothing from after the cutover
 

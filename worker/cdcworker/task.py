@@ -285,15 +285,21 @@ class WorkerTask:
         marker says so), then announce new holds. Exactly-once: an offset record alone in a Kafka
         transaction (the states would otherwise wait for the next transaction's commit)."""
         sink = self.sink
+        if sink is not None and not isinstance(sink, TransactionalSink):
+            sink._durable = position  # a rewound shard is durable only up to its catch-up start
+        self._store_position(store, position)
+        self.handoff.fault_point()
+        self.handoff.announce()
+
+    def _store_position(self, store: OffsetStore, position: Vgtid) -> None:
+        """Store ``position`` under the task's key now and wait for it. Exactly-once: an offset
+        record alone in a Kafka transaction (offsets otherwise only travel with records)."""
+        sink = self.sink
         if isinstance(sink, TransactionalSink):
             sink.commit_point(Vgtid(tuple(position)))  # a new object: commit() skips the durable one
             sink.commit()
         else:
-            if sink is not None:
-                sink._durable = position  # a rewound shard is durable only up to its catch-up start
             self._write_offset(store, position)
-        self.handoff.fault_point()
-        self.handoff.announce()
 
     def _handing_off(self) -> bool:
         return self.handoff is not None and self.handoff.active
@@ -391,6 +397,14 @@ class WorkerTask:
             self.sink = sink = self._make_sink(store, position)
             if self._handing_off():
                 self._store_handoff(store, position)  # states start() created are stored before any hold is announced
+            elif cfg.task.per_task and self._restored is None and not any(sg.gtid == "current" for sg in position):
+                # No offset under this task's key yet (a new generation, or the first start): store
+                # where it starts now. The next generation needs every key of this one, and a task
+                # whose shards stay idle would otherwise never write its own (Debezium's "No offset
+                # found" after two scale changes of a quiet keyspace). "current" is stored once the
+                # stream names the position (VTGate sends it at once).
+                self._last_written = None
+                self._store_position(store, position)
             metrics.set_position_sources(
                 read=lambda: self.processor.position if self.processor else position,
                 durable=lambda: sink.durable,
@@ -513,7 +527,9 @@ class WorkerTask:
                         self._call.cancel()
                 except ReassignmentNeeded as exc:
                     sink.flush()
-                    self._write_offset(store, exc.vgtid)
+                    # The journal's target positions are what the next generation starts from:
+                    # stored before exiting, in exactly-once mode too (no records carry them).
+                    self._store_position(store, exc.vgtid)
                     _report_journal(metrics, exc)
                     result = TaskResult(exitcodes.REASSIGNMENT_NEEDED, str(exc), exc.vgtid)
                 except (grpc.RpcError, _StreamEnded, AnonymisedColumns) as exc:
