@@ -198,6 +198,7 @@ def test_record_refused_by_the_broker_follows_the_mode(sim: VTGateSim, kafka_bro
             result = run.wait(60)
         else:
             _wait_for(lambda: delivered(2) and run.task.extras.failures.skipped == 1, what="the big record's refusal")
+            assert run.task.extras.failures.topic_limit(topic) == 6000  # read from the broker: neighbours are told apart
             sim.execute("INSERT INTO customer (id, email) VALUES (5, 'after')", "commerce")
             head = sim.positions("commerce")
             _wait_for(lambda: delivered(3) and {sg.shard: sg.gtid for sg in run.task.sink.durable_position()} == head,
@@ -211,3 +212,37 @@ def test_record_refused_by_the_broker_follows_the_mode(sim: VTGateSim, kafka_bro
     assert result.exit_code == exitcodes.OK, result.reason
     records = consume_all(kafka_broker.bootstrap, topic)
     assert [json.loads(r.value)["payload"]["after"]["id"] for r in records] == [1, 5]
+
+
+class _Refused:
+    def __init__(self, size: int) -> None:
+        self._value = b"x" * size
+
+    def topic(self) -> str:
+        return "p.commerce.orders"
+
+    def partition(self) -> int:
+        return 0
+
+    def key(self) -> bytes:
+        return b"k"
+
+    def value(self) -> bytes:
+        return self._value
+
+
+@pytest.mark.parametrize("mode", ["warn", "skip"])
+def test_a_refused_record_is_dropped_only_when_it_alone_exceeds_the_topic_limit(mode: str) -> None:
+    from confluent_kafka import KafkaError
+
+    too_large = KafkaError(KafkaError.MSG_SIZE_TOO_LARGE)
+    limits: dict[str, int | None] = {"p.commerce.orders": 6000}
+    handler = FailureHandler(mode, topic_limit=lambda topic: limits[topic])
+    assert handler.on_delivery_error(too_large, _Refused(10_000)) is True  # the oversized one: dropped
+    assert handler.on_delivery_error(too_large, _Refused(500)) is False  # a neighbour in its batch: kept as an error
+    # The limit cannot be read (no DescribeConfigs right, a timeout): nothing can be told apart,
+    # so nothing is dropped and the task stops at the record instead of losing it.
+    limits["p.commerce.orders"] = None
+    assert handler.on_delivery_error(too_large, _Refused(10_000)) is False
+    assert handler.on_delivery_error(too_large, _Refused(500)) is False
+    assert handler.skipped == 1

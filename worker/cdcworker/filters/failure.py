@@ -67,7 +67,10 @@ def topic_limits(admin_config: dict[str, str]) -> Callable[[str], int | None]:
 
             try:
                 res = ConfigResource(ConfigResource.Type.TOPIC, topic)
-                entries = AdminClient(conf).describe_configs([res])[res].result(10)
+                # The client must outlive the future: a temporary one is destroyed at once and
+                # its request fails with _DESTROY, which left every limit unknown.
+                admin = AdminClient(conf)
+                entries = admin.describe_configs([res])[res].result(10)
                 cache[topic] = int(entries["max.message.bytes"].value)
             except Exception as exc:  # the refusal is then handled as the bad record itself
                 log.warning("cannot read max.message.bytes of %s: %s", topic, exc)
@@ -124,7 +127,17 @@ class FailureHandler:
             return False
         size = len(msg.value() or b"") + len(msg.key() or b"")
         limit = self.topic_limit(msg.topic()) if self.topic_limit is not None else None
-        if limit is not None and size + _RECORD_OVERHEAD <= limit:
+        if limit is None:
+            # The broker refuses a whole produce batch, so a record of normal size shares the
+            # error of an oversized neighbour; without the topic's limit nobody can tell which
+            # one this is, and dropping it could lose a good record.
+            log.error(
+                "record of %d bytes for %s[%d] was refused as too large, and the topic's max.message.bytes "
+                "cannot be read to tell whether it is the oversized one; it cannot be dropped "
+                "(grant DescribeConfigs on the topic)", size, msg.topic(), msg.partition(),
+            )
+            return False
+        if size + _RECORD_OVERHEAD <= limit:
             log.error(
                 "record of %d bytes for %s[%d] was refused with a larger one in its produce batch "
                 "(max.message.bytes=%d); it cannot be dropped", size, msg.topic(), msg.partition(), limit,

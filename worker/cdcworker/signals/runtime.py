@@ -72,7 +72,7 @@ class TaskExtras:
                 encoder,
                 tablet_type="PRIMARY" if tablet == "MASTER" else tablet,
                 exclude_keyspace_from_table_name=cfg.source.exclude_keyspace_from_table_name,
-                failures=FailureHandler("skip" if failures.mode == "skip" else "warn", metrics),
+                failures=_copy_failures(failures, metrics),
             )
             extras.dispatcher = SignalDispatcher(extras.engine)
         if source and sig.data_collection and extras.dispatcher is not None:
@@ -116,3 +116,11 @@ class TaskExtras:
             self.channel.close()
         if self.engine is not None:
             self.engine.close()
+
+
+def _copy_failures(stream: FailureHandler, metrics: Any) -> FailureHandler:
+    """An ad-hoc snapshot never fails the task: its bad events are skipped (or warned about), and
+    oversized records are judged against the same topic limits as the stream's."""
+    copy = FailureHandler("skip" if stream.mode == "skip" else "warn", metrics)
+    copy.topic_limit = stream.topic_limit
+    return copy
