@@ -233,3 +233,71 @@ def test_live_keys_are_remembered_while_a_snapshot_runs(kafka_broker: KafkaBroke
     keys = {r.key for r in consume_all(kafka_broker.bootstrap, topic)}
     assert len(keys) > 900
     assert seen == {(topic, k) for k in keys}
+
+
+def test_exactly_once_flush_stores_a_commit_point_without_records(kafka_broker: KafkaBroker) -> None:
+    """A stop right after commit points that carried no records (COPY_COMPLETED after the last
+    batch was committed, OTHER, empty transactions) still stores the last of them."""
+    prefix = f"nf{time.time_ns() % 10**9}"
+    topic, offsets = f"{prefix}.t", f"{prefix}.offsets"
+    create_topics(kafka_broker.bootstrap, [topic, offsets], partitions=1)
+    for cls in (NativeTransactionalSink, TransactionalSink):
+        written: list[Vgtid] = []
+
+        def write(producer: Any, position: Vgtid, written: list[Vgtid] = written) -> None:
+            producer.produce(offsets, key=b"k", value=position.to_json().encode(), partition=0)
+            written.append(position)
+
+        conf = producer_conf(kafka_broker.bootstrap, **{"transactional.id": f"{prefix}-{cls.__name__}"})
+        sink = cls(conf, write)
+        with_record = Vgtid((ShardGtid("ks", "0", "MySQL56/u:1-2"),))
+        sink.send_to_partition(topic, 0, b"k", b"v", None)
+        sink.commit_point(with_record)
+        sink.commit()
+        assert sink.durable is with_record
+        without = Vgtid((ShardGtid("ks", "0", "MySQL56/u:1-3"),))
+        sink.commit_point(without)  # nothing produced since the commit
+        assert sink.flush(10) is without and written[-1] is without
+        sink.close()
+    stored = [r.value for r in consume_all(kafka_broker.bootstrap, offsets, read_committed=True)]
+    assert stored[-1] == Vgtid((ShardGtid("ks", "0", "MySQL56/u:1-3"),)).to_json().encode()
+
+
+def test_exactly_once_abort_keeps_no_copies_of_the_purged_records(kafka_broker: KafkaBroker) -> None:
+    """Records still queued when a Kafka transaction is aborted (a reconnect mid-transaction) fail
+    with a purge report; the native producer copies each failed record for the failure hook, and
+    the exactly-once sink must let those copies go rather than hold them for the life of the task."""
+    prefix = f"na{time.time_ns() % 10**9}"
+    topic = f"{prefix}.t"
+    create_topics(kafka_broker.bootstrap, [topic], partitions=1)
+    conf = producer_conf(kafka_broker.bootstrap, **{"transactional.id": f"{prefix}-x", "linger.ms": 60_000,
+                                                           "message.timeout.ms": 120_000, "transaction.timeout.ms": 120_000})
+    sink = NativeTransactionalSink(conf, lambda producer, position: None)
+    for i in range(200):  # held by the minute-long linger: still queued at the abort
+        sink.send_to_partition(topic, 0, b"k%d" % i, b"v" * 1000, None)
+    sink.flush(10)  # no commit point: the open transaction holds a partial one and is aborted
+    assert sink.producer.take_errors() == ()
+    sink.close()
+
+
+def test_exactly_once_commit_waits_for_room_for_its_offset_record(kafka_broker: KafkaBroker) -> None:
+    """A full local queue when the offset record is produced (confluent-kafka raises BufferError
+    there under back-pressure) delays the commit; it does not crash the task."""
+    prefix = f"nb{time.time_ns() % 10**9}"
+    topic, offsets = f"{prefix}.t", f"{prefix}.offsets"
+    create_topics(kafka_broker.bootstrap, [topic, offsets], partitions=1)
+    refusals = [BufferError("Local: Queue full")]
+
+    def write(producer: Any, position: Vgtid) -> None:
+        if refusals:
+            raise refusals.pop()
+        producer.produce(offsets, key=b"k", value=position.to_json().encode(), partition=0)
+
+    sink = TransactionalSink(producer_conf(kafka_broker.bootstrap, **{"transactional.id": f"{prefix}-b"}), write)
+    point = Vgtid((ShardGtid("ks", "0", "MySQL56/u:1-2"),))
+    sink.send_to_partition(topic, 0, b"k", b"v", None)
+    sink.commit_point(point)
+    sink.commit()
+    assert sink.durable is point and not refusals
+    sink.close()
+    assert [r.value for r in consume_all(kafka_broker.bootstrap, offsets, read_committed=True)] == [point.to_json().encode()]

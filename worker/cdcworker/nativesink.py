@@ -187,6 +187,14 @@ class NativeTransactionalSink(_NativeSends, TransactionalSink):
         super().commit()
         self.producer.forget()
 
+    def _abort(self, timeout: float) -> None:
+        super()._abort(timeout)
+        # The aborted records' failed reports (purged from the queue) keep copies of each key and
+        # value until taken; nothing reads them here (the stream replays those records), and a
+        # reconnect mid-transaction would otherwise leave up to the whole buffer behind each time.
+        self.producer.poll(0)
+        self.producer.take_errors()
+
 
 def sink_classes() -> tuple[type[KafkaSink], type[TransactionalSink]]:
     """(at-least-once, exactly-once) sink classes for this process."""

@@ -345,7 +345,12 @@ class TransactionalSink(KafkaSink):
         if not self._in_txn:
             self._begin()
         try:
-            self._offset_writer(self.producer, self._point)
+            while True:
+                try:
+                    self._offset_writer(self.producer, self._point)
+                    break
+                except BufferError:  # confluent-kafka's full local queue (the native producer waits itself)
+                    self.producer.poll(0.05)
             t0 = self._clock()
             self.producer.commit_transaction(self._timeout)
             self.commit_seconds += self._clock() - t0
@@ -398,6 +403,11 @@ class TransactionalSink(KafkaSink):
                 self.commit()
             else:
                 self._abort(timeout)
+        elif self.commit_pending:
+            # Commit points with no records since the last commit (OTHER, empty transactions, a
+            # table's or the copy's completion): their offset goes in a transaction of its own,
+            # or a stop right after the copy would store a position that is still copying.
+            self.commit()
         return self._durable
 
     def rewind(self, handed_over: Any) -> Any:
