@@ -177,6 +177,30 @@ def test_per_task_split_stops_at_the_journal_for_reassignment(
     assert ids == on_80  # ids 1-12 of -80, once each; nothing from after the cutover
 
 
+def test_a_single_per_task_task_stops_at_the_journal_too(sim: VTGateSim, kafka_broker: KafkaBroker) -> None:
+    # The operator's tasks always run in per-task mode, and it plans every generation's shards
+    # from the journals its workers report: a lone task must report one rather than follow it.
+    cfg = worker_config(kafka_broker, sim.address, KS, extra={
+        "vitess.offset.storage.per.task": "true", "tasks.max": "1",
+        "shardcdc.task.id": "0", "shardcdc.task.count": "1", "shardcdc.task.generation": "0",
+        "shardcdc.task.shards": ",".join(OLD), "shardcdc.task.prev.count": "1",
+    })
+    partition = OffsetPartition.for_task(cfg.topic_prefix, 0, 1, 0)
+    with running_task(cfg) as run:
+        _wait_for(lambda: _at_heads(run, sim), "the stream positioned at the heads", run)
+        _insert(sim, range(1, 5))
+        _wait_for(lambda: _at_heads(run, sim), "the first changes", run)
+        assert run.stop().exit_code == exitcodes.OK
+    journal = sim.reshard(KS, NEW)
+    with running_task(cfg) as run:
+        result = run.wait(30)
+    assert result.exit_code == exitcodes.REASSIGNMENT_NEEDED, result
+    stored = _offsets(kafka_broker, cfg, partition)[-1]
+    assert stored == {sg.shard: sg.gtid for sg in result.position}
+    targets = {g.shard: g.gtid for g in journal.shard_gtids}
+    assert set(stored) & set(NEW) and all(stored[s] == targets[s] for s in set(stored) & set(NEW)), (stored, targets)
+
+
 def _shard_of(sim: VTGateSim, i: int) -> str:
     return keyrange.shard_for_keyspace_id(OLD, keyrange.hash_keyspace_id(i))
 

@@ -416,8 +416,10 @@ class WorkerTask:
                 max_retries=cfg.behaviour.errors_max_retries,
             )
             # Per-task mode: a journal may name shards another task holds; stop at it instead of
-            # letting VTGate fail the stream (Debezium's endless retry loop).
-            journal_stops = cfg.task.per_task and cfg.task.task_count > 1
+            # letting VTGate fail the stream (Debezium's endless retry loop). A single task stops
+            # too: VTGate could follow the journal for it, but the operator plans the shards of
+            # every generation and would wait for a journal that is never reported.
+            journal_stops = cfg.task.per_task
             stub = vtgateservice_pb2_grpc.VitessStub(channel)
             # The task's own stream: responses as bytes when the native scanner + encoder are on
             # (rows go to the encoder without a Python object per event); else parsed by upb.
