@@ -122,7 +122,9 @@ def test_stopped_problem_needs_stopped_state_observed_and_exited_workers() -> No
     assert "not yet observed" in (stopped_problem(body) or "")
     body["status"]["observedGeneration"] = 3
     assert "have not all exited" in (stopped_problem(body) or "")
-    body["status"]["assignment"]["phase"] = "Stopped"
+    body["status"]["assignment"]["phase"] = "Stopped"  # set at once; the workers are still flushing
+    assert "have not all exited" in (stopped_problem(body) or "")
+    body["status"]["assignment"]["stoppedCleanly"] = True  # every worker exited: offsets are final
     assert stopped_problem(body) is None
 
 

@@ -241,6 +241,7 @@ def test_transition_rules_and_scale(plane: KubeControlPlane) -> None:
     for path, value, message in [
         ("spec/source/vitess/keyspace", "other", "spec.source.vitess.keyspace is immutable"),
         ("spec/kafka/topicPrefix", "other", "spec.kafka.topicPrefix is immutable"),
+        ("spec/kafka/offsetsTopic", "other-offsets", "spec.kafka.offsetsTopic is immutable"),
     ]:
         r = plane.kubectl("apply", "-f", "-", input=json.dumps(with_path(path, value, name="immutable")))
         assert r.returncode != 0 and message in r.stderr, r.stderr

@@ -83,7 +83,9 @@ def stopped_problem(body: Any, how_to_stop: str = KUBECTL_STOP) -> str | None:
     if int(status.get("observedGeneration") or -1) != int(meta.get("generation") or 0):
         return "the operator has not yet observed spec.state: stopped; try again in a moment"
     assignment = status.get("assignment")
-    if assignment and assignment.get("phase") != "Stopped":
+    # The phase turns Stopped at once; the workers may still be flushing their last offsets in
+    # their termination grace, which would land after (and undo) a change made now.
+    if assignment and (assignment.get("phase") != "Stopped" or assignment.get("stoppedCleanly") is not True):
         return f"workers of generation {assignment.get('generation')} have not all exited yet " \
                f"(phase {assignment.get('phase')}); try again in a moment"
     return None
