@@ -604,3 +604,51 @@ def test_analyze_offsets_topic_records() -> None:
     assert analyze(plain, "shop", "shop", "elsewhere").shards == ()
     assert analyze({}, "shop", "shop", "commerce") == Adoption()
     assert not Adoption().found and adoption_from_status(None) is None
+
+
+# --- workers of an unrecorded generation ------------------------------------------------------------
+
+
+def test_first_generation_whose_record_was_lost_is_stopped_before_the_next_starts() -> None:
+    # A reconcile created generation 0's workers, then its status write failed: the record is
+    # missing, the workers run, and the offsets scan now finds their keys. Starting generation 1
+    # beside them would run two generations at once.
+    adopted = Adoption(generation=0, tasks=2, keys=("task0_2_0", "task1_2_0"), shards=tuple(FOUR))
+    running = [TaskReport(0, 0, TaskPhase.STREAMING), TaskReport(0, 1, TaskPhase.STREAMING)]
+    p = plan(spec(2), FOUR, None, running, adopted=adopted)
+    assert p.action is Action.WAIT and p.generation is None and p.workers == ()
+    assert p.stop == (TaskRef(0, 0), TaskRef(0, 1)) and p.remove == ()
+    assert condition(p, cond.PROGRESSING).reason == "StoppingUnrecordedWorkers"
+    assert not p.ready
+    # Once they have exited: the next generation starts from their offsets and their objects go.
+    exited = [TaskReport(0, 0, TaskPhase.EXITED), TaskReport(0, 1, TaskPhase.EXITED)]
+    p = plan(spec(2), FOUR, None, exited, adopted=adopted)
+    assert p.action is Action.START and p.generation is not None
+    assert (p.generation.generation, p.generation.previous_tasks) == (1, 2)
+    assert p.remove == (TaskRef(0, 0), TaskRef(0, 1))
+
+
+def test_unrecorded_generation_of_a_scale_is_stopped_and_its_extra_task_removed() -> None:
+    # Generation 1 (4 tasks) was started but not recorded; then spec.tasks became 3. Its fourth
+    # task must not keep streaming beside the task that now owns its shard.
+    g = start(2, FOUR)
+    drained = persist(plan(spec(4), FOUR, g, streaming(g)))
+    exited0 = [TaskReport(0, t, TaskPhase.EXITED) for t in range(2)]
+    strangers = [TaskReport(1, t, TaskPhase.STREAMING) for t in range(4)]
+    p = plan(spec(3), FOUR, drained, exited0 + strangers)
+    assert p.action is Action.WAIT and p.generation == drained
+    assert p.stop == tuple(TaskRef(1, t) for t in range(4))
+    assert all(not w.run for w in p.workers)
+    gone = [TaskReport(1, t, TaskPhase.EXITED) for t in range(4)]
+    p = plan(spec(3), FOUR, drained, exited0 + gone)
+    assert p.action is Action.START and p.generation is not None and p.generation.tasks == 3
+    assert TaskRef(1, 3) in p.remove  # the extra task's objects go
+    assert not {TaskRef(1, t) for t in range(3)} & set(p.remove)  # the new generation's names are kept
+
+
+def test_unrecorded_workers_beside_a_running_generation_are_stopped() -> None:
+    g = start(2, FOUR)
+    p = plan(spec(2), FOUR, g, [*streaming(g), TaskReport(1, 0, TaskPhase.STREAMING)])
+    assert p.action is Action.KEEP and p.stop == (TaskRef(1, 0),)
+    p = plan(spec(2), FOUR, g, [*streaming(g), TaskReport(1, 0, TaskPhase.EXITED)])
+    assert p.action is Action.KEEP and p.remove == (TaskRef(1, 0),) and p.stop == ()

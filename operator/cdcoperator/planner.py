@@ -308,6 +308,52 @@ def plan(
     Before the first generation, ``adopted`` is what the offsets topic held (None: not scanned,
     start from scratch) and ``offsets_error`` why it could not be read (then nothing starts).
     """
+    p = _plan(spec, serving, current, reports, source_error=source_error, adopted=adopted,
+              offsets_error=offsets_error)
+    return _without_strangers(p, current, reports)
+
+
+def _without_strangers(p: Plan, current: Generation | None, reports: Sequence[TaskReport]) -> Plan:
+    """Workers of a generation newer than the recorded one (a reconcile created them and its status
+    write was lost, or an offsets reset cleared the record): never two generations at once. They
+    are stopped, nothing new starts until they have exited, and then their objects are removed."""
+    cur_gen = current.generation if current is not None else -1
+    strangers = [r for r in reports if r.generation > cur_gen]
+    if not strangers:
+        return p
+    alive = {TaskRef(r.generation, r.task_id) for r in _alive(strangers)}
+    gone = {TaskRef(r.generation, r.task_id) for r in strangers} - alive
+    order = sorted(alive | gone, key=lambda t: (t.generation, t.task_id))
+    stop = tuple(dict.fromkeys((*p.stop, *(t for t in order if t in alive))))
+    remove = tuple(dict.fromkeys((*p.remove, *(t for t in order if t in gone))))
+    planned = {TaskRef(w.generation, w.task_id) for w in p.workers}  # a new START may reuse their names
+    remove = tuple(t for t in remove if t not in planned)
+    if not alive or p.action is not Action.START:
+        return replace(p, stop=stop, remove=remove)
+    names = ", ".join(f"g{t.generation}-t{t.task_id}" for t in order if t in alive)
+    message = (f"workers {names} of an unrecorded generation are still running; they are being stopped, "
+               f"and generation {p.generation.generation if p.generation else 0} starts once they have exited")
+    waiting = ConditionSpec(cond.PROGRESSING, True, "StoppingUnrecordedWorkers", message)
+    kept = tuple(c for c in p.conditions if c.type != cond.PROGRESSING)
+    ready = tuple(ConditionSpec(cond.READY, False, "StoppingUnrecordedWorkers", message) if c.type == cond.READY else c
+                  for c in kept)
+    return Plan(Action.WAIT, current, _workers(current, run=False) if current is not None else (), stop=stop,
+                remove=tuple(t for t in remove if current is None or t.generation != current.generation),
+                conditions=(*ready, waiting), desired_shards=p.desired_shards,
+                events=(Event("Warning", "StoppingUnrecordedWorkers", message),))
+
+
+def _plan(
+    spec: ConnectorSpec,
+    serving: Sequence[str] | None,
+    current: Generation | None,
+    reports: Sequence[TaskReport] = (),
+    *,
+    source_error: str = "",
+    adopted: Adoption | None = None,
+    offsets_error: str = "",
+) -> Plan:
+    """``plan`` for the recorded generation and older ones (newer workers: ``_without_strangers``)."""
     wanted = None if serving is None else desired_shards(spec, serving)
     running = spec.state is State.RUNNING
     # Reports of generations older than the current one: leftovers of a finished drain.
