@@ -41,6 +41,8 @@ __all__ = [
     "OFFSETS_ACTIONS",
     "OFFSETS_ANNOTATION",
     "OFFSETS_KEY",
+    "RESET_NOTE",
+    "RESET_STATUS",
     "delete_offsets",
     "delete_offsets_sync",
     "offsets_config_map_name",
@@ -99,6 +101,14 @@ async def delete_offsets(body: Mapping[str, Any]) -> tuple[bool, str]:
 def offsets_config_map_name(connector: str) -> str:
     name = f"{connector}-offsets"
     return name if len(name) <= 253 else f"{connector[:240]}-offsets"
+
+
+# After a reset the recorded generation must go too: its workers would look for the previous
+# generation's keys (deleted) and fail with "No offset found". Cleared, the connector starts over
+# at generation 0 as snapshot.mode says, and the old generation's stopped workers are removed.
+RESET_STATUS: dict[str, Any] = {"assignment": None, "adoptedOffsets": None}
+RESET_NOTE = ("the generation record was cleared with the offsets: when running again the connector starts over "
+              "at generation 0 as snapshot.mode says")
 
 
 def offsets_stopped_problem(body: Mapping[str, Any], live_pods: int) -> str | None:
@@ -196,6 +206,9 @@ async def handle_offsets_annotation(kube: KubeApi, body: Mapping[str, Any], live
         else:
             data[OFFSETS_KEY] = json.dumps(after, indent=2) + "\n"
             emit(body, "Normal", REASONS[action], message)
+            if action == "reset" and (body.get("status") or {}).get("assignment"):
+                await kube.patch_connector_status(namespace, name, RESET_STATUS)
+                emit(body, "Normal", "GenerationRecordCleared", RESET_NOTE)
         data[RESULT_KEY] = message
         await kube.apply(_config_map(body, data), live_cm)
     await kube.remove_annotation(namespace, name, OFFSETS_ANNOTATION, value)

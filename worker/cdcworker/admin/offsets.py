@@ -158,6 +158,32 @@ def _local_problem(args: argparse.Namespace, target: Target, err: Console) -> tu
     return where, None
 
 
+def _clear_generation(args: argparse.Namespace, target: Target, out: Console, err: Console) -> int:
+    """After a reset of a cluster connector, clear its generation record as the operator's
+    ``shardcdc.io/offsets=reset`` does (``cdcoperator.offsets.RESET_STATUS``): its workers would
+    otherwise look for the deleted keys of the previous generation and fail."""
+    if target.source != "cluster" or not ((target.body or {}).get("status") or {}).get("assignment"):
+        return 0
+    from cdcoperator.offsets import OFFSETS_ANNOTATION, RESET_NOTE, RESET_STATUS
+    from cdcworker.admin.target import CONNECTORS_PATH, kube_api
+
+    try:
+        api, _ = kube_api(args.kubeconfig, args.context)
+        try:
+            api._call("PATCH", CONNECTORS_PATH.format(namespace=target.namespace) + f"/{target.name}/status",
+                      {"status": RESET_STATUS}, content_type="application/merge-patch+json")
+        finally:
+            api.api.close()
+    except Exception as exc:  # RBAC (patch cdcconnectors/status), the API server
+        err.print(f"shardcdc offsets: the offsets are reset, but the generation record of {target.namespace}/"
+                  f"{target.name} could not be cleared ({exc}); its workers would fail to start. Run "
+                  f"`kubectl annotate cdc/{target.name} -n {target.namespace} {OFFSETS_ANNOTATION}=reset`, "
+                  "which clears it through the operator", markup=False, soft_wrap=True)
+        return 1
+    out.print(RESET_NOTE)
+    return 0
+
+
 def _require_topic(target: Target, timeout: float) -> None:
     """Fail unless the offsets topic exists (a metadata request naming it could auto-create it)."""
     from confluent_kafka.admin import AdminClient
@@ -215,6 +241,8 @@ def run(args: argparse.Namespace, console: Console | None = None) -> int:
                 return 0
             apply_changes(store, changes, timeout=args.timeout)
             out.print(f"wrote {len(changes)} records")
+            if args.action == "reset":
+                return _clear_generation(args, target, out, err)
             return 0
     except (OffsetsError, OffsetStoreError, KafkaException, OSError, ValueError) as exc:
         err.print(f"shardcdc offsets: {exc}", markup=False)
