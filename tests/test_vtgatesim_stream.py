@@ -485,3 +485,25 @@ def test_copy_in_several_batches_with_exact_lastpks(sim: VTGateSim, stub: Any) -
         assert resp.events[2].vgtid == vgtid(("commerce", "0", pos), pks=[lastpk(last)])
     assert resps[7].events[1].vgtid == vgtid(("commerce", "0", pos))
     r.close()
+
+
+def test_a_table_name_rule_needs_a_select_filter_when_streaming(sim: VTGateSim, stub: Any) -> None:
+    # The binlog vstreamer parses a table name's filter as SQL (buildTablePlan): an empty one fails
+    # the stream at the table's first event, with sqlparser's error (code INVALID_ARGUMENT, not
+    # retried). Only the copy phase reads it as `select *` (uvstreamer getQuery). A regex rule's
+    # empty filter means every row and column in both.
+    sim.create_keyspace("commerce", ddl=[CUSTOMER])
+    sim.execute("insert into customer (id, email) values (1, 'a')", "commerce")
+    r = Reader(stub, request(("commerce", "0", ""), rules=[("customer", "")]))
+    kinds = [[T.Name(e.type) for e in r.next().events] for _ in range(5)]
+    assert kinds[-1] == ["COPY_COMPLETED", "COPY_COMPLETED"]  # the copy phase reads the table
+    sim.execute("insert into customer (id, email) values (2, 'b')", "commerce")
+    err = r.end()
+    assert err is not None and err.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "Query was empty" in (err.details() or "")
+    r.close()
+    r = Reader(stub, request(("commerce", "0", "current"), rules=[("/^customer$", "")]))
+    r.next()
+    sim.execute("insert into customer (id, email) values (3, 'c')", "commerce")
+    assert [e.type for e in r.next().events] == [T.BEGIN, T.FIELD, T.ROW, T.VGTID, T.COMMIT]
+    r.close()

@@ -24,7 +24,11 @@ from .topology import keyspace_id
 
 
 class FilterError(Exception):
-    pass
+    """A filter the planbuilder refuses; ``code`` is the vtrpc code its Go error carries."""
+
+    def __init__(self, message: str, code: str = "UNKNOWN") -> None:
+        super().__init__(message)
+        self.code = code
 
 
 KEYSPACE_ID = -1  # a select-list entry computed from the row's vindex column: keyspace_id()
@@ -107,11 +111,16 @@ class Rules:
         except FilterError:
             return False
 
-    def plan(self, schema: TableSchema, vindex_column: str, sharded: bool) -> TablePlan | None:
+    def plan(self, schema: TableSchema, vindex_column: str, sharded: bool, copying: bool = False) -> TablePlan | None:
+        """The table's plan. ``copying``: for the copy phase's row streamer, which reads a table
+        name's empty filter as ``select * from <table>`` (uvstreamer ``getQuery``); the binlog
+        vstreamer's ``buildTablePlan`` parses the filter as SQL, and an empty one fails."""
         r = self.rule_for(schema.name)
         if r is None:
             return None
         flt = r[1].strip()
+        if not flt and not copying and not r[0].startswith("/"):
+            raise FilterError("Query was empty", code="INVALID_ARGUMENT")  # sqlparser.ErrEmpty
         if not flt:
             return TablePlan()
         vindex = _Vindex(schema, vindex_column, sharded)

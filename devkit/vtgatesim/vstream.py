@@ -410,7 +410,7 @@ class ShardStream:
         self.stream_id = f"{sg.keyspace}/{sg.shard}"
         fault = vs.fault
         self.tablet_failures_left = fault.tablet_failures if fault is not None else 0
-        self.plans: dict[int, TablePlan | None] = {}
+        self.plans: dict[tuple[int, bool], TablePlan | None] = {}
         self.packet_size = self.sim.packet_size
         self.anonymise = bool(vs.fault and vs.fault.anonymise_columns)
         f = vs.flags
@@ -427,17 +427,21 @@ class ShardStream:
     def tname(self, table: str) -> str:
         return f"{self.sg.keyspace}.{table}" if self.qualify else table
 
-    def plan(self, schema: TableSchema, at: str = "") -> TablePlan | None:
+    def plan(self, schema: TableSchema, at: str = "", copying: bool = False) -> TablePlan | None:
         """The table's plan. A filter the planbuilder refuses fails the tablet stream with its error
-        (code Unknown), which vtgate retries as ephemeral; the binlog vstreamer wraps it with the
-        position reached (`at`: the one including the transaction being parsed)."""
-        key = id(schema)
+        (mostly code Unknown, which vtgate retries as ephemeral); the binlog vstreamer wraps it
+        with the position reached (`at`: the one including the transaction being parsed).
+        ``copying``: the copy phase's plan (a table name's empty filter is a ``select *`` there)."""
+        key = (id(schema), copying)
         if key not in self.plans:
             try:
-                self.plans[key] = self.vs.rules.plan(schema, self.ks.vindex_column(schema.name), self.ks.sharded)
+                self.plans[key] = self.vs.rules.plan(schema, self.ks.vindex_column(schema.name), self.ks.sharded,
+                                                     copying=copying)
             except FilterError as e:
                 where = f"stream (at source tablet) error @ {at.split('/', 1)[-1]}: " if at else ""
-                raise _TabletError(UNKNOWN, f"vttablet: rpc error: code = Unknown desc = {where}{e}") from None
+                code = INVALID_ARGUMENT if e.code == "INVALID_ARGUMENT" else UNKNOWN
+                label = "InvalidArgument" if code == INVALID_ARGUMENT else "Unknown"
+                raise _TabletError(code, f"vttablet: rpc error: code = {label} desc = {where}{e}") from None
         return self.plans[key]
 
     def simple(self, etype: int, ts: int, ct: bytes, body: bytes = b"") -> bytes:
@@ -887,7 +891,8 @@ class ShardStream:
         binlog = self.shard.binlog
         inpks = {pk.table_name: pk for pk in sg.table_pks}
         with topo.lock:
-            tables = sorted((t for t in store.tables.values() if self.plan(t) is not None), key=lambda t: t.name)
+            tables = sorted((t for t in store.tables.values() if self.plan(t, copying=True) is not None),
+                            key=lambda t: t.name)
         if self.vs.flags.tables_to_copy:
             wanted = set(self.vs.flags.tables_to_copy)
             tables = [t for t in tables if t.name in wanted]
@@ -912,7 +917,7 @@ class ShardStream:
                 rows = store.rows_after(schema, lastpk)
                 snap_pos = binlog.position
                 snap_index = len(binlog.entries)
-            plan = self.plan(schema)
+            plan = self.plan(schema, copying=True)
             assert plan is not None
             if index is not None and snap_index > index:
                 # catch-up / fast-forward over what happened since the last snapshot, by a new

@@ -24,6 +24,7 @@ from cdcworker.backfill.reconcile import KeyReader
 from cdcworker.backfill.rowchange import PartialChange
 from cdcworker.config import WorkerConfig
 from cdcworker.events import EncoderConfig, TablePlan
+from cdcworker.filters.tables import table_rule
 from cdcworker.offsets import Vgtid
 from cdcworker.sink import KafkaSink
 from cdcworker.streaming import FIELD, StreamProcessor
@@ -199,7 +200,7 @@ def scan_finals(vstream: Callable[[vtgate_pb2.VStreamRequest], Iterable[Any]], k
     start, highs = window
     acc = FinalChanges(h)
     _read_window(vstream, keyspace, tablet_type, h.shard, start, highs,
-                 [binlogdata_pb2.Rule(match=t) for t in h.tables], acc.change)
+                 [binlogdata_pb2.Rule(match=table_rule(t)) for t in h.tables], acc.change)
     conditions = h.conditions
     if conditions:
         from cdcworker.snapshot import SnapshotRequest

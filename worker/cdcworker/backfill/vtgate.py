@@ -16,6 +16,7 @@ from typing import Any
 import grpc
 
 from cdcworker.backfill.gtid import covers
+from cdcworker.filters.tables import table_rule
 from cdcworker.source.channel import ChannelSettings, open_channel
 from vitessapi import binlogdata_pb2, query_pb2, vtgate_pb2, vtgateservice_pb2_grpc
 
@@ -142,7 +143,8 @@ class VTGateClient:
         return fields, rows
 
     def _vstream(self, shard: str, table: str | None) -> Any:
-        rules = [binlogdata_pb2.Rule(match=table)] if table else [binlogdata_pb2.Rule(match="/^$")]
+        # "/^$" matches no table: the stream carries positions only.
+        rules = [binlogdata_pb2.Rule(match=table_rule(table) if table else "/^$")]
         req = vtgate_pb2.VStreamRequest(
             tablet_type=self.tablet_type,
             vgtid=binlogdata_pb2.VGtid(

@@ -87,8 +87,16 @@ def _literal(expr: str) -> str | None:
     return "".join(out)
 
 
-def _escape_re2(s: str) -> str:
+def escape_re2(s: str) -> str:
+    """``s`` as an RE2 literal (VTGate's regex rules)."""
     return "".join(c if c.isalnum() or c == "_" else "\\" + c for c in s)
+
+
+def table_rule(table: str) -> str:
+    """A VStream rule's ``match`` for exactly ``table``, every row and column. A regex: a plain
+    table name's rule needs a SELECT as its filter once streaming (an empty one fails the stream
+    at the table's first event; only the copy phase reads it as ``select *``)."""
+    return "/^" + escape_re2(table) + "$"
 
 
 def complement_regex(names: Iterable[str]) -> str:
@@ -107,8 +115,8 @@ def complement_regex(names: Iterable[str]) -> str:
         if not chars:
             return ".+"  # the name itself is excluded; anything longer is not
         alts = [] if terminal else [""]
-        alts.append("[^" + "".join(_escape_re2(c) for c in chars) + "].*")
-        alts.extend(_escape_re2(c) + "(?:" + neg(node[c]) + ")" for c in chars)
+        alts.append("[^" + "".join(escape_re2(c) for c in chars) + "].*")
+        alts.extend(escape_re2(c) + "(?:" + neg(node[c]) + ")" for c in chars)
         return "|".join(alts)
 
     return "(?is)^(?:" + neg(trie) + ")$"
@@ -127,7 +135,7 @@ def vstream_rules(
     """
     if not include and not exclude:
         return ALL_TABLES
-    first = tuple(("/^" + _escape_re2(t) + "$", "") for t in always)
+    first = tuple(("/^" + escape_re2(t) + "$", "") for t in always)
     if include:
         parts = []
         for p in include:

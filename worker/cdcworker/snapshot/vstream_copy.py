@@ -47,6 +47,7 @@ from typing import Any
 
 from cdcworker.events import EncoderConfig, SourceContext, TablePlan
 from cdcworker.filters.failure import EventLocation, FailureHandler
+from cdcworker.filters.tables import table_rule
 from cdcworker.offsets import ShardGtid, Vgtid
 from cdcworker.offsets.copyresume import CopyResume
 from cdcworker.offsets.value import Checkpoint
@@ -63,10 +64,6 @@ DEBEZIUM_COLLECTIONS_KEY = "incremental_snapshot_collections"
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_$]*")
 
 
-def _re2_literal(s: str) -> str:
-    return "".join(c if c.isalnum() or c == "_" else "\\" + c for c in s)
-
-
 def copy_rules(keyspace: str, request: SnapshotRequest) -> list[tuple[str, str]]:
     """One filter rule per table: ``select * from t where <condition>`` or a ``/^t$`` match."""
     rules = []
@@ -76,7 +73,7 @@ def copy_rules(keyspace: str, request: SnapshotRequest) -> list[tuple[str, str]]
             name = table if _IDENT.fullmatch(table) else "`" + table.replace("`", "``") + "`"
             rules.append((table, f"select * from {name} where {cond}"))
         else:
-            rules.append(("/^" + _re2_literal(table) + "$", ""))
+            rules.append((table_rule(table), ""))
     return rules
 
 
