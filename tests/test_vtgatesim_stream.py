@@ -507,3 +507,30 @@ def test_a_table_name_rule_needs_a_select_filter_when_streaming(sim: VTGateSim, 
     sim.execute("insert into customer (id, email) values (3, 'c')", "commerce")
     assert [e.type for e in r.next().events] == [T.BEGIN, T.FIELD, T.ROW, T.VGTID, T.COMMIT]
     r.close()
+
+
+@pytest.mark.parametrize(("rules", "message"), [
+    ([("/^$", "")], "stream needs a position or a table to copy"),  # uvstreamer.init
+    ([("/.*", ""), ("xyz", "")], "table xyz is not present in the database"),  # buildTablePlan
+], ids=["nothing-to-copy", "missing-table"])
+def test_a_copy_needs_a_table_to_copy(sim: VTGateSim, stub: Any, rules: list[tuple[str, str]], message: str) -> None:
+    sim.create_keyspace("commerce", ddl=[CUSTOMER])
+    err = Reader(stub, request(("commerce", "0", ""), rules=rules)).end()
+    assert err is not None and message in (err.details() or ""), err
+    # With a position there is nothing to copy and nothing to fail: the stream just streams.
+    r = Reader(stub, request(("commerce", "0", "current"), rules=[("/^$", "")]))
+    assert [e.type for e in r.next().events] == [T.VGTID, T.OTHER]
+    r.close()
+
+
+def test_a_filter_without_rules_matches_no_table(sim: VTGateSim, stub: Any) -> None:
+    # vtgate's resolveParams puts "/.*" only in place of a missing Filter.
+    sim.create_keyspace("commerce", ddl=[CUSTOMER])
+    req = request(("commerce", "0", "current"))
+    req.filter.Clear()
+    req.filter.SetInParent()
+    r = Reader(stub, req)
+    r.next()
+    sim.execute("insert into customer (id, email) values (1, 'a')", "commerce")
+    assert [e.type for e in r.next().events] == [T.BEGIN, T.VGTID, T.COMMIT]
+    r.close()

@@ -104,6 +104,10 @@ class Rules:
                 return match, flt
         return None
 
+    def missing_tables(self, present: set[str]) -> list[str]:
+        """Table-name rules (not regexes) naming a table the shard does not have, in rule order."""
+        return [m for m, _ in self.rules if not m.startswith("/") and m not in present]
+
     def matches(self, table: str) -> bool:
         """planbuilder `ruleMatches` (DDL routing): a regex that does not compile matches nothing."""
         try:

@@ -212,8 +212,9 @@ class VStream:
     def __init__(self, sim: VTGateSim, req: Any, fault: FaultPlan | None = None) -> None:
         self.sim = sim
         self.fault = fault
+        # resolveParams: only a missing Filter means every table; one without rules matches none.
         flt = req.filter if req.HasField("filter") else None
-        rules = [(r.match, r.filter) for r in flt.rules] if flt is not None and flt.rules else [("/.*", "")]
+        rules = [(r.match, r.filter) for r in flt.rules] if flt is not None else [("/.*", "")]
         self.rules = Rules(rules)
         f = req.flags
         self.flags = Flags(f.heartbeat_interval, f.stop_on_reshard, f.stream_keyspace_heartbeats,
@@ -896,6 +897,14 @@ class ShardStream:
         if self.vs.flags.tables_to_copy:
             wanted = set(self.vs.flags.tables_to_copy)
             tables = [t for t in tables if t.name in wanted]
+        if not sg.gtid and not inpks:
+            missing = self.vs.rules.missing_tables({t for t in store.tables}) if store.tables else []
+            if missing:  # uvstreamer.buildTablePlan: a named table must exist (if the shard has any)
+                raise _TabletError(UNKNOWN, "vttablet: rpc error: code = Unknown desc = "
+                                   f"table {missing[0]} is not present in the database")
+            if not tables:  # uvstreamer.init
+                raise _TabletError(UNKNOWN, "vttablet: rpc error: code = Unknown desc = "
+                                   "stream needs a position or a table to copy")
         # table -> its copy has a lastpk; a table leaves the plans when its copy completes
         plans = {t.name: t.name in inpks for t in tables}
         index = self.start_index(sg.gtid) if sg.gtid else None
