@@ -213,3 +213,26 @@ def test_masked_columns_keep_the_native_encoder_and_mask_nulls(monkeypatch: pyte
     assert fast == slow
     afters = [json.loads(v)["payload"]["after"] for _, v in fast if v]
     assert afters == [{"id": 1, "c": "***", "n": "***"}, {"id": 2, "c": "***", "n": "***"}]
+
+
+@pytest.mark.parametrize("mode", ["initial", "initial_only"])
+def test_an_initial_snapshot_with_no_table_to_copy_streams_on(sim: VTGateSim, kafka_broker: KafkaBroker, mode: str) -> None:
+    # VTGate refuses a copy whose filter matches no table ("stream needs a position or a table to
+    # copy"), and Debezium then retries forever. Nothing to copy is an empty snapshot: the worker
+    # streams on from the shards' current positions, and picks the table up once it exists.
+    cfg = worker_config(kafka_broker, sim.address, "commerce",
+                        extra={"snapshot.mode": mode, "table.include.list": r"commerce\.later_.*"})
+    topic = f"{cfg.topic_prefix}.commerce.later_1"
+    with running_task(cfg) as run:
+        if mode == "initial_only":
+            result = run.wait(60)
+            assert result.exit_code == 0 and "initial snapshot completed" in result.reason, result
+            return
+        wait_positioned(sim, run)
+        sim.execute("CREATE TABLE later_1 (id BIGINT NOT NULL, v BIGINT, PRIMARY KEY (id))", "commerce")
+        sim.execute("INSERT INTO later_1 (id, v) VALUES (1, 10)", "commerce")
+        _wait_for(lambda: run.task.processor is not None and run.task.processor.stats.records_sent >= 1,
+                  what="the new table's row")
+        assert run.stop().exit_code == 0
+    records = [json.loads(r.value)["payload"] for r in consume_all(kafka_broker.bootstrap, topic) if r.value]
+    assert [(p["op"], p["after"]) for p in records] == [("c", {"id": 1, "v": 10})]

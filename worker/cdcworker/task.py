@@ -7,6 +7,7 @@ calls (``offsets.migration`` for where to start, ``source.retry`` for what to re
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import signal
 import threading
@@ -46,6 +47,16 @@ class TaskResult:
     exit_code: int
     reason: str
     position: Vgtid | None
+
+
+# uvstreamer.init's refusal of a copy (gtid "") whose filter matches no table.
+NOTHING_TO_COPY = "stream needs a position or a table to copy"
+
+
+def _without_empty_copies(position: Vgtid) -> Vgtid:
+    """``position`` with every shard whose copy has not begun (gtid "", no table lastpk) at "current"."""
+    return Vgtid(tuple(dataclasses.replace(sg, gtid="current") if sg.gtid == "" and not sg.table_p_ks else sg
+                       for sg in position))
 
 
 def channel_settings(config: WorkerConfig) -> ChannelSettings:
@@ -540,6 +551,19 @@ class WorkerTask:
                     position = sink.rewind(processor.position)
                     if self._stop.is_set():
                         break
+                    if isinstance(exc, grpc.RpcError) and NOTHING_TO_COPY in (exc.details() or ""):
+                        fresh = _without_empty_copies(position)
+                        if fresh != position:
+                            # The filter matches no table yet: an empty snapshot, so stream on from
+                            # the shards' current positions (tables created later are picked up).
+                            # VTGate would refuse the same request again and again (as Debezium's
+                            # connector then retries forever).
+                            log.info("no table matches the filter, nothing to snapshot: streaming from the current "
+                                     "positions of %s", ", ".join(sg.shard for sg in position if sg not in fresh))
+                            position = fresh
+                            if copy_only:
+                                result = TaskResult(exitcodes.OK, _SNAPSHOT_DONE, position)
+                            continue
                     if isinstance(exc, grpc.RpcError):
                         verdict = classify(exc)
                         if not verdict.retriable:
