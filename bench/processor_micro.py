@@ -16,6 +16,7 @@ the process (librdkafka's threads too), runs interleaved sink by sink. ``PYTHONP
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -117,13 +118,32 @@ def run_sink(data: list[bytes], rows: int, kind: str, bootstrap: str, topic_pref
     return (t1 - t0) / rows * 1e6, (p1 - p0) / rows * 1e6
 
 
-def run_once(data: list[bytes], rows: int, ordered: bool, parsed: bool) -> float:
+# streaming.py's FILTER_PROPS on this keyspace: an include list, one column left out, one truncated, one masked.
+FILTER_PROPS = {
+    "table.include.list": r"bench\.bench", "column.exclude.list": r"bench\.bench\.h",
+    "column.truncate.to.16.chars": r"bench\.bench\.d", "column.mask.with.8.chars": r"bench\.bench\.c",
+}
+
+
+def filter_policy() -> Any:
+    from cdcworker.config import load_config
+    from cdcworker.filters import FilterPolicy
+
+    cfg = load_config([], env={}, overrides={
+        "name": "m", "topic.prefix": "p", "database.hostname": "h", "vitess.keyspace": "bench", **FILTER_PROPS})
+    return FilterPolicy.from_config(cfg.filters, cfg.behaviour)
+
+
+def run_once(data: list[bytes], rows: int, ordered: bool, parsed: bool, filters: bool = False) -> float:
     start = Vgtid((ShardGtid("bench", "-80", f"MySQL56/{UUID}:1-1"), ShardGtid("bench", "80-", f"MySQL56/{UUID}:1-1")))
     features = Features()
+    encoder = EncoderConfig("p", headers=tuple(context_headers("p", "0", run_id="00000000-0000-7000-8000-000000000000")))
+    if filters:
+        features.policy = policy = filter_policy()
+        encoder = dataclasses.replace(encoder, policy=policy)
     if ordered:
         features.txmeta = TransactionMonitor(TxMetaOptions(topic="p.transaction", ordered=True), None, start)
-    headers = tuple(context_headers("p", "0", run_id="00000000-0000-7000-8000-000000000000"))
-    proc = StreamProcessor(EncoderConfig("p", headers=headers), CountingSink(), start, features=features)
+    proc = StreamProcessor(encoder, CountingSink(), start, features=features)
     parse = vtgate_pb2.VStreamResponse.FromString
     t0 = time.process_time()
     if parsed:  # upb's parse counts: gRPC's deserializer runs it in the worker process too
@@ -141,6 +161,7 @@ def main() -> None:
     p.add_argument("--per-txn", type=int, default=20)
     p.add_argument("--repeat", type=int, default=5)
     p.add_argument("--ordered", action="store_true", help="ordered transaction metadata on")
+    p.add_argument("--filters", action="store_true", help="the column and table filters of FILTER_PROPS on")
     p.add_argument("--parsed", action="store_true", help="upb-parsed responses instead of raw bytes")
     p.add_argument("--sinks", default="", help="counting,native,confluent: real sinks against a local broker")
     args = p.parse_args()
@@ -169,8 +190,8 @@ def main() -> None:
         finally:
             broker.close()
         return
-    runs = [run_once(data, args.rows, args.ordered, args.parsed) for _ in range(args.repeat)]
-    print(f"per_txn={args.per_txn} ordered={args.ordered} input={'parsed' if args.parsed else 'raw'}: "
+    runs = [run_once(data, args.rows, args.ordered, args.parsed, args.filters) for _ in range(args.repeat)]
+    print(f"per_txn={args.per_txn} ordered={args.ordered} filters={args.filters} input={'parsed' if args.parsed else 'raw'}: "
           f"best {min(runs):.2f} us/row of {[round(r, 2) for r in runs]}")
 
 

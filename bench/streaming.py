@@ -493,15 +493,19 @@ def _source(kind: str, sim: SimProcess, replays: dict[str, ReplaySource], tmp: s
 
 
 def _worker_request(sim: SimProcess, extra: dict[str, str]) -> bytes:
-    """The VStreamRequest a benchmark worker sends (its own ``WorkerTask._request``; default filter rules)."""
+    """The VStreamRequest a benchmark worker sends (its own ``WorkerTask._request``: the filter rules
+    of ``extra``'s table options too, so a replay serves what the test server sends that worker)."""
     from cdcworker.config import load_config
+    from cdcworker.filters import FilterPolicy
+    from cdcworker.filters.tables import vstream_rules
     from cdcworker.offsets import Vgtid
     from cdcworker.task import WorkerTask
 
-    if any(k.startswith(("table.", "column.")) for k in extra):
-        raise SystemExit("--source replay records the default filter rules; run filters with --source sim")
     props = {**worker_props(sim.address, sim.info["start"], "rec", "127.0.0.1:9"), **extra}
-    task = WorkerTask(load_config([], env={}, overrides=props))
+    cfg = load_config([], env={}, overrides=props)
+    task = WorkerTask(cfg)
+    tables = FilterPolicy.from_config(cfg.filters, cfg.behaviour).tables
+    task._rules = vstream_rules(cfg.source.keyspace, tables.include, tables.exclude)  # as TaskExtras.rules
     return task._request(Vgtid.from_json(start_vgtid(sim.info["start"])), False).SerializeToString()
 
 

@@ -391,3 +391,38 @@ def test_program_rejects_bad_programs() -> None:
     for _ in range(2000):
         r = prog.encode(rng.randbytes(rng.randrange(0, 40)))
         assert r is None or isinstance(r, tuple)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 5, 16])
+def test_truncated_text_runs_natively_and_matches_python(n: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """column.truncate.to.N.chars on text columns: OP_TEXT_TRUNC cuts in UTF-16 code units as the
+    Python converter (Java's substring) does: astral characters count twice, a split pair is
+    dropped; invalid UTF-8 and other types still take the Python converter."""
+    from cdcworker.config import load_config
+    from cdcworker.filters import FilterPolicy
+
+    cfg_props = load_config([], env={}, overrides={
+        "name": "m", "topic.prefix": "srv", "database.hostname": "h", "vitess.keyspace": "ks",
+        f"column.truncate.to.{n}.chars": r"ks\.t\.(s|b|v)", "column.mask.with.3.chars": r"ks\.t\.m"})
+    policy = FilterPolicy.from_config(cfg_props.filters, cfg_props.behaviour)
+    fe = field_event("ks.t", [field("id", "INT64", "bigint", NOT_NULL | PRI_KEY), field("s", "VARCHAR", "varchar(64)"),
+                              field("b", "BLOB", "blob"), field("m", "VARCHAR", "varchar(8)"),
+                              field("v", "VARCHAR", "varchar(8)", NOT_NULL)], keyspace="ks", shard="0")
+    cfg = EncoderConfig(logical_name="srv", policy=policy, headers=tuple(context_headers("srv", "0", run_id="r")))
+    fast, slow = _plans(fe, cfg, monkeypatch)
+    assert native.column_ops(fast._convs) == ["OP_INT", "OP_TEXT_TRUNC", "OP_PY", "OP_CONST", "OP_TEXT_TRUNC"]
+    rng = random.Random(n)
+    edges = ["", "a" * n, "a" * (n + 1), "😀" * n, "a" * (n - 1) + "😀", "é€" * n, "a" * (n - 1) + "é😀"]
+    rows = [[b"%d" % i, t.encode(), t.encode(), None, t.encode()] for i, t in enumerate(edges)]
+    for i in range(300):
+        rows.append([b"%d" % i, _text(rng), _text(rng), None if i % 3 else b"x", _text(rng)])
+    encoded = 0
+    for values in rows:
+        for rc in (insert(*values), update(values, [values[0], *values[:0:-1]]), delete(*values)):
+            r_fast, r_slow = _outcome(fast, rc), _outcome(slow, rc)
+            assert r_fast == r_slow, values
+            encoded += isinstance(r_fast, list)
+    assert encoded > 600
+    edge = orjson.loads(fast.encode_change(insert(*rows[4]), CTX, NOW_NS)[0].value)["payload"]["after"]
+    assert edge["s"] == "a" * (n - 1)  # the astral character would be split: dropped
+    assert edge["m"] == "***"

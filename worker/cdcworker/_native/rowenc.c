@@ -10,7 +10,8 @@
  * UTF-8...), is converted by the column's Python converter and serialized by orjson, so the
  * Python semantics stay the single source of truth. Malformed input or a column count that
  * does not match returns None: the caller then takes the Python path, which raises the
- * proper error. OP_CONST writes a masked column's constant (for NULLs too) without calling Python.
+ * proper error. OP_CONST writes a masked column's constant (for NULLs too) without calling Python;
+ * OP_TEXT_TRUNC a truncated text column (Java's substring: UTF-16 code units, no half pair).
  *
  * scan(VStreamResponse bytes) walks the response's wire format for the streaming stage: a ROW
  * event comes back as its table, shard and the serialized RowChanges (straight into
@@ -44,6 +45,7 @@ enum {
     OP_TIME_MICRO,   /* [-]H:MM:SS[.f]: microseconds */
     OP_TIME_CONNECT, /* TIME in [0, 24h]: milliseconds */
     OP_CONST,        /* any value, NULL too, becomes labels[0] (a masked column's JSON constant) */
+    OP_TEXT_TRUNC,   /* OP_TEXT cut to at most div UTF-16 code units (column.truncate.to.N.chars) */
     OP_MAX
 };
 
@@ -51,7 +53,7 @@ typedef struct {
     int op;
     PyObject *name;   /* bytes: JSON key including quotes and ':' */
     PyObject *conv;   /* Python converter (fallback), NULL for OP_DROP */
-    long long div;    /* OP_DATETIME divisor */
+    long long div;    /* OP_DATETIME divisor; OP_TEXT_TRUNC length */
     PyObject *labels; /* tuple of bytes: escaped label bodies (no quotes), OP_ENUM / OP_SET */
 } Col;
 
@@ -293,6 +295,23 @@ static int valid_utf8(const unsigned char *s, Py_ssize_t n) {
     return 1;
 }
 
+/* Bytes of valid UTF-8 ``s`` that keep at most ``units`` UTF-16 code units of whole characters:
+ * String.substring(0, units) as filters.columns._java_truncate cuts it (an astral character is
+ * two units; one that would be split is dropped, as the Python path's "ignore" decode drops it). */
+static Py_ssize_t utf16_prefix(const unsigned char *s, Py_ssize_t n, long long units) {
+    Py_ssize_t i = 0;
+    long long used = 0;
+    while (i < n) {
+        unsigned char c = s[i];
+        int len = c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
+        int u = len == 4 ? 2 : 1;
+        if (used + u > units) break;
+        used += u;
+        i += len;
+    }
+    return i;
+}
+
 /* The body of a JSON string as orjson escapes it, with Jackson's upper-case \u00XX. */
 static int put_escaped(Buf *b, const unsigned char *s, Py_ssize_t n) {
     if (buf_reserve(b, n * 6) < 0) return -1;
@@ -467,7 +486,9 @@ static int put_value(Program *pg, Deferred *d, Buf *b, Col *c, const char *s, Py
         if (canonical_int(s, n, 18, 1)) return buf_put(b, s, n);
         break;
     case OP_TEXT:
+    case OP_TEXT_TRUNC:
         if (valid_utf8((const unsigned char *)s, n)) {
+            if (c->op == OP_TEXT_TRUNC) n = utf16_prefix((const unsigned char *)s, n, c->div);
             if (PUTS(b, "\"") < 0 || put_escaped(b, (const unsigned char *)s, n) < 0) return -1;
             return PUTS(b, "\"");
         }
@@ -823,7 +844,7 @@ static PyObject *Program_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
             PyErr_SetString(PyExc_TypeError, "converter must be callable");
             goto fail;
         }
-        if (op == OP_DATETIME && div <= 0) { PyErr_SetString(PyExc_ValueError, "div must be > 0"); goto fail; }
+        if ((op == OP_DATETIME || op == OP_TEXT_TRUNC) && div <= 0) { PyErr_SetString(PyExc_ValueError, "div must be > 0"); goto fail; }
         if (op == OP_CONST && PyTuple_GET_SIZE(labels) != 1) {
             PyErr_SetString(PyExc_ValueError, "OP_CONST needs exactly one label");
             goto fail;
@@ -1036,7 +1057,8 @@ PyMODINIT_FUNC PyInit__rowenc(void) {
 #define OPC(n) PyModule_AddIntConstant(m, #n, n)
     if (OPC(OP_DROP) || OPC(OP_PY) || OPC(OP_INT) || OPC(OP_TEXT) || OPC(OP_F32) || OPC(OP_F64) || OPC(OP_B64) ||
         OPC(OP_B64URL) || OPC(OP_HEX) || OPC(OP_BOOL) || OPC(OP_DEC_B64) || OPC(OP_ENUM) || OPC(OP_SET) ||
-        OPC(OP_DATE) || OPC(OP_DATETIME) || OPC(OP_TIME_MICRO) || OPC(OP_TIME_CONNECT) || OPC(OP_CONST)) {
+        OPC(OP_DATE) || OPC(OP_DATETIME) || OPC(OP_TIME_MICRO) || OPC(OP_TIME_CONNECT) || OPC(OP_CONST) ||
+        OPC(OP_TEXT_TRUNC)) {
         Py_DECREF(m);
         return NULL;
     }

@@ -9,7 +9,8 @@ and hands every other value to the Python converter + orjson, so its bytes equal
 pure-Python path's (tests/test_events_native.py proves it for every type and mode).
 
 A masked column's constant converter (``filters.columns._const_conv``) becomes ``OP_CONST``: the
-constant's JSON is written without a Python call per value.
+constant's JSON is written without a Python call per value; a text column cut by
+``column.truncate.to.N.chars`` (``_then(text, _java_truncate(N))``) becomes ``OP_TEXT_TRUNC``.
 
 ``SHARDCDC_NATIVE=0`` forces the pure-Python path; without the extension it is used anyway.
 The same switch decides whether the task reads VStream responses as raw bytes
@@ -118,21 +119,29 @@ def _label(text: Any) -> bytes:
     return dumps(str(text))[1:-1]
 
 
-def _const_code() -> Any:
-    # filters.columns imports this module: look its constant converter up lazily.
+def _filter_codes() -> tuple[Any, Any, Any]:
+    # filters.columns imports this module: look its column-option converters up lazily.
     from cdcworker.filters import columns
 
-    return columns._const_conv(None).__code__
+    then = columns._then(columns._const_conv(None), columns._java_truncate(1))
+    return columns._const_conv(None).__code__, then.__code__, columns._java_truncate(1).__code__
 
 
-def _const_op(conv: Any) -> tuple[str, int, tuple[bytes, ...]] | None:
-    """A masked column's constant converter: OP_CONST with the constant's JSON (no Python call)."""
-    if getattr(conv, "__code__", None) is not _const_code():
-        return None
-    value = _cells(conv).get("value")
-    if type(value) is not str:
-        return None
-    return "OP_CONST", 1, (fix_escapes(orjson.dumps(value)),)
+def _filter_op(conv: Any) -> tuple[str, int, tuple[bytes, ...]] | None:
+    """A column option's converter the C loop runs itself: a masked column's constant (OP_CONST
+    with the constant's JSON) or a truncated text column (OP_TEXT_TRUNC, the length as divisor)."""
+    code = getattr(conv, "__code__", None)
+    const, then, truncate = _filter_codes()
+    cells = _cells(conv)
+    if code is const:
+        value = cells.get("value")
+        return ("OP_CONST", 1, (fix_escapes(orjson.dumps(value)),)) if type(value) is str else None
+    if code is then:
+        first, cut = cells.get("first"), cells.get("then")
+        n = _cells(cut).get("n")
+        if getattr(cut, "__code__", None) is truncate and type(n) is int and n > 0 and column_op(first)[0] == "OP_TEXT":
+            return "OP_TEXT_TRUNC", n, ()
+    return None
 
 
 def column_op(conv: Callable[[bytes], Any] | None) -> tuple[str, int, tuple[bytes, ...]]:
@@ -140,8 +149,8 @@ def column_op(conv: Callable[[bytes], Any] | None) -> tuple[str, int, tuple[byte
     if conv is None:
         return "OP_DROP", 1, ()
     op = _OPS.get(_identity(conv), "OP_PY")
-    if op == "OP_PY" and (const := _const_op(conv)) is not None:
-        return const
+    if op == "OP_PY" and (mapped := _filter_op(conv)) is not None:
+        return mapped
     if op == "ZERO_AWARE":
         # fn(raw) or 0: the native fast paths only produce real dates, for which `or 0` is a no-op.
         inner = _cells(conv).get("fn")
