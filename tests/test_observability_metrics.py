@@ -335,7 +335,7 @@ def test_state_generation_queue_and_connection_gauges(tm: TaskMetrics, url: str)
     states = {dict(ls)["state"]: v for (n, ls), v in s.items() if n == "shardcdc_state"}
     assert states == {
         "starting": 0, "snapshotting": 0, "streaming": 1, "reconnecting": 0,
-        "reassignment_needed": 0, "failed": 0, "stopped": 0,
+        "reassignment_needed": 0, "failed": 0, "stopped": 0, "completed": 0,
     }  # fmt: skip
     assert value(s, "shardcdc_connected", **BASE) == 1
     assert value(s, "shardcdc_ready", **BASE) == 1

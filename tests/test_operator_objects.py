@@ -171,6 +171,7 @@ def test_deployment_exact() -> None:
                                 {"name": "POD_NAMESPACE",
                                  "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
                                 {"name": "TMPDIR", "value": "/tmp"},
+                                {"name": "SHARDCDC_WORKER_SUPERVISED", "value": "1"},
                             ],
                             "ports": [{"name": "metrics", "containerPort": 8080, "protocol": "TCP"}],
                             "resources": {"requests": {"cpu": "1"}, "limits": {"memory": "2Gi"}},

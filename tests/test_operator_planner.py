@@ -137,6 +137,24 @@ def test_steady_state_ready_and_stable() -> None:
     assert p.events == ()
 
 
+def test_initial_only_tasks_that_completed_are_ready_not_failed() -> None:
+    """snapshot.mode initial_only under the operator: the workers finished the copy and idle
+    (state completed); the connector is Ready and stable, not Degraded nor re-planned."""
+    g = start(2, FOUR)
+    done = [TaskReport(g.generation, t, TaskPhase.COMPLETED, pod=f"p{t}") for t in range(g.tasks)]
+    p = plan(spec(2), FOUR, g, done)
+    assert p.action is Action.KEEP and p.generation == g and p.stop == () and p.remove == ()
+    assert all(w.run for w in p.workers)  # kept running: an exit would be restarted by the Deployment
+    assert condition(p, cond.READY) == cond.ConditionSpec(
+        cond.READY, True, "SnapshotCompleted",
+        "snapshot.mode initial_only: 2 tasks copied 4 shards in generation 0; nothing streams")
+    assert condition(p, cond.PROGRESSING).status is False
+    assert condition(p, cond.DEGRADED).status is False
+    half = [done[0], TaskReport(g.generation, 1, TaskPhase.SNAPSHOTTING, pod="p1")]
+    assert condition(plan(spec(2), FOUR, g, half), cond.READY) == cond.ConditionSpec(
+        cond.READY, False, "TasksNotStreaming", "task 1: Snapshotting")
+
+
 # --- scale up/down and migrations ---------------------------------------------------------------------
 
 

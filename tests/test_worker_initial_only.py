@@ -100,3 +100,24 @@ def test_an_interrupted_copy_resumes_then_stops(sim: VTGateSim, kafka_broker: Ka
     assert {sg.shard: (sg.gtid, sg.table_p_ks) for sg in final} == {
         shard: (gtid, ()) for shard, gtid in sim.positions("commerce").items()
     }
+
+
+def test_supervised_task_waits_completed_instead_of_exiting(
+        sim: VTGateSim, kafka_broker: KafkaBroker, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under the operator a Deployment restarts an exited worker: a finished initial_only snapshot
+    would crash-loop with status 0. Supervised, the task reports ``completed`` (ready and live with
+    no loop turning) and waits for its stop, then exits 0."""
+    from cdcworker.observability.health import liveness, readiness
+
+    monkeypatch.setenv(exitcodes.SUPERVISED_ENV, "1")
+    cfg = worker_config(kafka_broker, sim.address, "commerce", extra={"snapshot.mode": "initial_only"})
+    with running_task(cfg) as run:
+        wait_for(lambda: run.task.metrics is not None and run.task.metrics.state == "completed",
+                 what="state completed")
+        tm = run.task.metrics
+        assert run.thread.is_alive() and run.result is None
+        assert readiness(tm).ok and liveness(tm, now=tm.clock() + 10 * tm.liveness_timeout_s).ok
+        assert tm.status()["state"] == "completed" and tm.status()["reason"] == DONE
+        result = run.stop()
+    assert (result.exit_code, result.reason, result.done) == (exitcodes.OK, DONE, True)
+    assert sorted(_ids(kafka_broker, f"{cfg.topic_prefix}.commerce.customer")) == list(range(1, 41))

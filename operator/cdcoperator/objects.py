@@ -20,6 +20,7 @@ from typing import Any
 from cdcoperator import naming
 from cdcoperator.model import API_VERSION, KIND, ConnectorResource
 from cdcoperator.planner import TaskPlan
+from cdcworker import exitcodes
 from cdcworker.backfill.taskhandoff import INITIAL_RUN_PROPERTY
 
 __all__ = [
@@ -262,6 +263,8 @@ def build_deployment(cr: ConnectorResource, task: TaskPlan, config_map: Mapping[
             {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
             {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
             {"name": "TMPDIR", "value": "/tmp"},
+            # The Deployment restarts a worker that exits: one whose work is done waits instead.
+            {"name": exitcodes.SUPERVISED_ENV, "value": "1"},
         ],
         "ports": [{"name": "metrics", "containerPort": port, "protocol": "TCP"}],
         "resources": dict(worker.resources) if worker.resources else DEFAULT_RESOURCES,

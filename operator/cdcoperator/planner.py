@@ -84,6 +84,7 @@ class TaskPhase(enum.StrEnum):
     SNAPSHOTTING = "Snapshotting"  # VStream copy phase
     STREAMING = "Streaming"  # ready, streaming binlog events
     FAILED = "Failed"  # crash-looping or reporting an error
+    COMPLETED = "Completed"  # snapshot.mode=initial_only: the snapshot is done; the worker idles until stopped
     EXITED = "Exited"  # stopped with its offsets committed
     REASSIGNMENT_NEEDED = "ReassignmentNeeded"  # stopped at a reshard journal
 
@@ -591,7 +592,8 @@ def _conditions(
 ) -> tuple[ConditionSpec, ...]:
     by_id = {r.task_id: r for r in reports} if action is not Action.START else {}
     phases = [by_id[t].phase if t in by_id else TaskPhase.PENDING for t in range(record.tasks)]
-    not_streaming = [(t, p) for t, p in enumerate(phases) if p is not TaskPhase.STREAMING]
+    not_streaming = [(t, p) for t, p in enumerate(phases) if p not in (TaskPhase.STREAMING, TaskPhase.COMPLETED)]
+    completed = phases.count(TaskPhase.COMPLETED)
     failed = [t for t, p in enumerate(phases) if p is TaskPhase.FAILED]
     state_word = spec.state.value.capitalize()
 
@@ -604,6 +606,10 @@ def _conditions(
     elif not_streaming:
         ready = ConditionSpec(cond.READY, False, "TasksNotStreaming",
                               "; ".join(f"task {t}: {p.value}" for t, p in not_streaming))
+    elif completed == len(phases):
+        ready = ConditionSpec(cond.READY, True, "SnapshotCompleted",
+                              f"snapshot.mode initial_only: {record.tasks} tasks copied {len(record.shards)} shards "
+                              f"in generation {record.generation}; nothing streams")
     else:
         ready = ConditionSpec(cond.READY, True, "AllTasksStreaming",
                               f"{record.tasks} tasks streaming {len(record.shards)} shards in generation "

@@ -46,6 +46,7 @@ _STATES = {
     "reassignment_needed": TaskPhase.REASSIGNMENT_NEEDED,
     "failed": TaskPhase.FAILED,
     "stopped": TaskPhase.EXITED,
+    "completed": TaskPhase.COMPLETED,
 }
 _CRASH_REASONS = frozenset({"CrashLoopBackOff", "ErrImagePull", "ImagePullBackOff", "CreateContainerConfigError",
                             "InvalidImageName", "CreateContainerError", "RunContainerError"})

@@ -1,4 +1,4 @@
-"""Process exit statuses of ``shardcdc worker``; the operator acts on them."""
+"""Process exit statuses of ``shardcdc worker`` and its supervision contract; the operator acts on them."""
 
 OK = 0
 FAILED = 1
@@ -7,3 +7,8 @@ CONFIG_INVALID = 2
 # participants span tasks). The worker stored the target shards' positions from the journal in
 # its offset record and stopped; the operator starts a new generation that covers the new shards.
 REASSIGNMENT_NEEDED = 10
+
+# Set by the operator on worker pods: a supervisor (the Deployment) restarts a worker that exits, so
+# a task whose work is done (snapshot.mode=initial_only) reports state "completed" and waits to be
+# stopped instead of exiting into a restart loop.
+SUPERVISED_ENV = "SHARDCDC_WORKER_SUPERVISED"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import signal
 import threading
 import time
@@ -47,6 +48,8 @@ class TaskResult:
     exit_code: int
     reason: str
     position: Vgtid | None
+    done: bool = False  # the task's work is finished (snapshot.mode=initial_only): nothing to restart
+
 
 
 # uvstreamer.init's refusal of a copy (gtid "") whose filter matches no table.
@@ -379,6 +382,10 @@ class WorkerTask:
         server = serve(metrics, cfg.behaviour.metrics_port)
         try:
             result = self._run(metrics)
+            if result.done and os.environ.get(exitcodes.SUPERVISED_ENV) == "1" and not self._stop.is_set():
+                metrics.set_state("completed", result.reason)
+                log.info("%s; waiting to be stopped (supervised: an exit would be restarted)", result.reason)
+                self._stop.wait()
         except Exception as exc:
             metrics.set_state("failed", str(exc))
             raise
@@ -449,7 +456,7 @@ class WorkerTask:
             # snapshot.mode=initial_only: copy, store the position, stop before streaming any change.
             copy_only = cfg.source.snapshot_mode == "initial_only"
             if copy_only and not position.copying:
-                result = TaskResult(exitcodes.OK, _SNAPSHOT_DONE + " earlier (stored offset)", position)
+                result = TaskResult(exitcodes.OK, _SNAPSHOT_DONE + " earlier (stored offset)", position, done=True)
             encoder = encoder_config(cfg, self.run_id)
             # Transaction metadata, heartbeats, schema changes: built once, kept across reconnects.
             features = build_features(
@@ -511,7 +518,7 @@ class WorkerTask:
                                 backoff.reset()
                             if copy_only and not processor.position.copying:
                                 responses.cancel()  # every shard's copy ended at this commit point
-                                result = TaskResult(exitcodes.OK, _SNAPSHOT_DONE, processor.position)
+                                result = TaskResult(exitcodes.OK, _SNAPSHOT_DONE, processor.position, done=True)
                                 break
                             if metrics.state != "streaming" and not processor.position.copying:
                                 # Copy finished or reconnected: the operator's Ready waits for this.
@@ -562,7 +569,7 @@ class WorkerTask:
                                      "positions of %s", ", ".join(sg.shard for sg in position if sg not in fresh))
                             position = fresh
                             if copy_only:
-                                result = TaskResult(exitcodes.OK, _SNAPSHOT_DONE, position)
+                                result = TaskResult(exitcodes.OK, _SNAPSHOT_DONE, position, done=True)
                             continue
                     if isinstance(exc, grpc.RpcError):
                         verdict = classify(exc)

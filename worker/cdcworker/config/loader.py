@@ -243,6 +243,7 @@ RESERVED_ENV_TOOLING = frozenset(
         "SHARDCDC_MALLOC_TUNING",  # 0: glibc's malloc thresholds left as they are (cdcworker.allocator)
         "SHARDCDC_WORKER_IMAGE",  # operator: default worker image
         "SHARDCDC_TERMINATION_LOG",  # worker: where the reshard report goes
+        "SHARDCDC_WORKER_SUPERVISED",  # worker pods: a finished task waits instead of exiting (exitcodes)
         "SHARDCDC_SPARK_DRIVER",  # sparkSubmit Job: <namespace>:<driver pod> its SIGTERM kills
         "SHARDCDC_SPARK_MASTER",  # sparkSubmit Job: the k8s:// master of that kill
     }

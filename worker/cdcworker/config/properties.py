@@ -387,7 +387,9 @@ _PROPERTIES: tuple[Property, ...] = (
         E,
         "initial",
         "initial: copy then stream; never: stream only; initial_only: copy, store the position and exit 0 "
-        "before streaming (a restart after a complete copy exits at once; an interrupted copy resumes).",
+        "before streaming (a restart after a complete copy exits at once; an interrupted copy resumes). "
+        "Under the operator the finished worker reports state completed (Ready: SnapshotCompleted) and waits "
+        "to be stopped, since its Deployment would restart an exit.",
         allowed=("initial", "never", "initial_only"),
         group="snapshot",
     ),

@@ -6,7 +6,8 @@ a stuck process that Kubernetes should restart. The loop must therefore wake at 
 requesting VTGate heartbeats (``heartbeat_interval``) well below the timeout guarantees it.
 
 Readiness asks "is this task delivering changes?": false while starting, reconnecting, after a
-reshard stop, failed, stopped, or whenever the VStream is not connected.
+reshard stop, failed, stopped, or whenever the VStream is not connected. A supervised task whose
+work is done (``completed``: snapshot.mode=initial_only) is live and ready without a loop.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ class Verdict:
 
 
 def liveness(tm: TaskMetrics, now: float | None = None) -> Verdict:
+    if tm.state == "completed":  # no loop any more: the work is done and the process waits to be stopped
+        return Verdict(True, f"completed ({tm.reason})" if tm.reason else "completed")
     t = tm.clock() if now is None else now
     age = t - tm.last_beat
     if age <= tm.liveness_timeout_s:

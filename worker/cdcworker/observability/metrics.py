@@ -44,8 +44,10 @@ __all__ = [
 Clock = Callable[[], float]
 
 # The task's lifecycle as the operator sees it (``/status`` and ``shardcdc_state``).
-STATES = ("starting", "snapshotting", "streaming", "reconnecting", "reassignment_needed", "failed", "stopped")
+STATES = ("starting", "snapshotting", "streaming", "reconnecting", "reassignment_needed", "failed", "stopped",
+          "completed")
 _READY_STATES = frozenset(("snapshotting", "streaming"))
+_DONE_STATES = frozenset(("completed",))  # the work is finished: ready without a VTGate connection
 
 # Labels the worker sets itself; a custom.metric.tags key may not reuse them.
 RESERVED_LABELS = frozenset(("connector", "task", "shard", "code", "state", "le", "quantile"))
@@ -471,7 +473,7 @@ class TaskMetrics:
 
     def ready(self) -> bool:
         """Streaming (or snapshotting) and connected to VTGate."""
-        return self.connected and self.state in _READY_STATES
+        return (self.connected and self.state in _READY_STATES) or self.state in _DONE_STATES
 
     def status(self) -> dict[str, Any]:
         from cdcworker.observability.status import build_status
