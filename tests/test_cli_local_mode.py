@@ -162,6 +162,10 @@ def test_status_local_shows_generation_and_assignment(local: Local, capsys: Any)
     assert task_rows(out) == expected_rows(saved)
 
 
+RESET_NOTE = ("the generation record was cleared with the offsets: when running again the connector starts over "
+              "at generation 0 as snapshot.mode says")
+
+
 def test_offsets_local_refused_until_stopped(local: Local, capsys: Any) -> None:
     wait_for(lambda: [e.partition.task_key for e in entries(local.offsets(), "shop")] == ["task0_1_0"], STEP,
              "the task's offsets record")
@@ -183,8 +187,12 @@ def test_offsets_local_refused_until_stopped(local: Local, capsys: Any) -> None:
     assert [e.partition.task_key for e in entries(stopped, "shop")] == ["task0_1_0"]
     rc, out, err = shardcdc_in_process(capsys, "offsets", "reset", "shop", *local.kafka_args(), "--yes")
     assert (rc, err) == (0, "")
-    assert out.splitlines()[-1] == "wrote 1 records"
+    assert out.splitlines()[-2:] == ["wrote 1 records", RESET_NOTE]
     assert entries(local.offsets(), "shop") == []
+    # The generation record went with the offsets (through the control endpoint): running again
+    # starts over at generation 0 instead of looking for the deleted keys.
+    status = local.client.get().get("status") or {}
+    assert "assignment" not in status and "adoptedOffsets" not in status
 
 
 def test_offsets_local_without_a_running_instance(local: Local, capsys: Any, tmp_path: Path) -> None:
@@ -195,7 +203,9 @@ def test_offsets_local_without_a_running_instance(local: Local, capsys: Any, tmp
     assert rc == 0
     assert err == (f"`shardcdc run` for default/shop is not running (state in {state}/default/shop/connector.json): "
                    "no worker of it runs\n")
-    assert out.splitlines()[-1] == "wrote 1 records" and entries(local.offsets(), "shop") == []
+    assert out.splitlines()[-2:] == ["wrote 1 records", RESET_NOTE] and entries(local.offsets(), "shop") == []
+    saved = json.loads((local.state / "default" / "shop" / "connector.json").read_text())
+    assert "assignment" not in saved["status"] and saved["spec"]["kafka"]["offsetsTopic"] == local.offsets_topic
 
     # A control.json left by a killed instance: stale when its process is gone...
     control_file = local.state / "default" / "shop" / "control.json"

@@ -118,20 +118,23 @@ def operator(plane: Plane, chart_args: list[str], kubeconfig: Path, log: Path) -
     assert proc.returncode is not None
 
 
-def connector(plane: Plane, name: str, namespace: str, keyspace: str) -> dict[str, Any]:
+def connector(plane: Plane, name: str, namespace: str, keyspace: str, **vitess: Any) -> dict[str, Any]:
     return {
         "apiVersion": "shardcdc.io/v1alpha1", "kind": "CdcConnector",
         "metadata": {"name": name, "namespace": namespace},
-        "spec": {"source": {"vitess": {"vtgate": plane.sim.address, "keyspace": keyspace}},
+        "spec": {"source": {"vitess": {"vtgate": plane.sim.address, "keyspace": keyspace, **vitess}},
                  "kafka": {"bootstrapServers": plane.bootstrap, "topicPrefix": name}, "tasks": 2},
     }
 
 
-def assert_reconciles(plane: Plane, namespace: str, name: str, keyspace: str) -> None:
+def assert_reconciles(plane: Plane, namespace: str, name: str, keyspace: str, sim: VTGateSim | None = None,
+                      **vitess: Any) -> None:
     """Create, reach Ready with two tasks, then delete: every step the operator takes, as the SA."""
-    plane.sim.create_keyspace(keyspace, ["-80", "80-"])
+    sim = sim or plane.sim
+    sim.create_keyspace(keyspace, ["-80", "80-"])
+    body = connector(plane, name, namespace, keyspace, vtgate=sim.address, **vitess)
     with FakeNodes(KubeApi(plane.kube.api_client()), namespace) as nodes:
-        plane.kubectl("apply", "-f", "-", input=json.dumps(connector(plane, name, namespace, keyspace)))
+        plane.kubectl("apply", "-f", "-", input=json.dumps(body))
 
         def ready() -> dict[str, Any] | None:
             obj = plane.get(namespace, "cdc", name) or {}
@@ -211,3 +214,29 @@ def test_watch_namespaces_chart_rbac_is_enough_and_namespaced(plane: Plane) -> N
         assert_reconciles(plane, "team-x", "orders", "ns_orders")
         assert_reconciles(plane, "team-y", "users", "ns_users")
     assert_no_refusals(log)
+
+
+def test_source_secrets_switch_lets_the_operator_reach_a_tls_source(plane: Plane) -> None:
+    """rbac.sourceSecrets: get (only) on Secrets, and a connector whose VTGate serves TLS only and
+    wants credentials reconciles; its Execute calls carried the Secret's username and password."""
+    from kubetest.pki import new_ca
+
+    args, kubeconfig = plane.install_chart_identity("ss", {"rbac": {"sourceSecrets": True}})
+    assert can_i(plane, kubeconfig, "get", "secrets", "-n", "shop-c") == "yes"
+    assert can_i(plane, kubeconfig, "list", "secrets", "-n", "shop-c") == "no"
+    ca = new_ca("vtgate test CA")
+    served = ca.issue_server("localhost", ["localhost", "127.0.0.1"])
+    plane.kubectl("create", "namespace", "shop-c")
+    plane.kubectl("-n", "shop-c", "create", "secret", "generic", "vtgate-ca", "--from-literal=ca.crt=" + ca.cert_pem.decode())
+    plane.kubectl("-n", "shop-c", "create", "secret", "generic", "vtgate-login", "--from-literal=username=cdc",
+                  "--from-literal=password=s3cret")
+    log = plane.tmp / "source-secrets.log"
+    with VTGateSim(tls=(served.key_pem, served.cert_pem)) as tls_sim, \
+            operator(plane, json.loads(args), kubeconfig, log):
+        assert_reconciles(plane, "shop-c", "secure", "ss_secure", sim=tls_sim,
+                          tls={"enabled": True, "caSecretRef": {"name": "vtgate-ca"}},
+                          credentialsSecretRef={"name": "vtgate-login"})
+        logins = [kv for _, meta in tls_sim.execute_calls for kv in meta if kv[0] in ("username", "password")]
+    assert logins[:2] == [("username", "cdc"), ("password", "s3cret")]
+    assert_no_refusals(log)
+    assert "s3cret" not in log.read_text()

@@ -105,6 +105,7 @@ class VitessService:
         return self.sim.executor.stream_select(query.sql, session.target_string, binds)
 
     def execute(self, req: vtgate_pb2.ExecuteRequest, ctx: grpc.ServicerContext) -> bytes:
+        self.sim.execute_calls.append((req.query.sql, tuple((k, v) for k, v in ctx.invocation_metadata())))
         session = vtgate_pb2.Session()
         session.CopyFrom(req.session)
         if not session.SessionUUID:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import threading
 import time
 from typing import Any
@@ -28,6 +29,9 @@ class VTGateSim:
         self.streams_lock = threading.Lock()
         self.streams: list[VStream] = []
         self.vstream_calls: list[tuple[Any, tuple[tuple[str, str | bytes], ...]]] = []  # (request, metadata), for tests
+        # (sql, metadata) of the latest Execute calls, for tests (bounded: workloads execute a lot)
+        self.execute_calls: collections.deque[tuple[str, tuple[tuple[str, str | bytes], ...]]] = \
+            collections.deque(maxlen=256)
         self.tablet_restarts = 0  # tablet streams vtgate restarted after a retryable error
         self.skew_pauses = 0  # times minimize_skew held a shard stream back
         self.skew_timeout = 600.0  # seconds a paused stream waits before its tablet stream is restarted (10 min)

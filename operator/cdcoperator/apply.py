@@ -7,11 +7,17 @@ transport (kubeconfig or in-cluster). The blocking calls run in worker threads.
 Idempotency: children have deterministic names and are created, or patched when the hash of what
 we want (``shardcdc.io/applied-hash``) differs from the live object's, so re-applying an unchanged
 plan sends no writes at all. Status is patched only when it differs from the stored one.
+
+Removals: a JSON merge patch only removes a map key it sets to null, so each child also records
+the map keys we applied (``shardcdc.io/applied-keys``, keys only: no values, no secrets), and the
+next patch nulls those we no longer want (a pod-template label or node selector taken out of the
+spec), as kubectl's three-way apply does; keys others added (a restart annotation) are kept.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import hashlib
 import json
@@ -28,17 +34,58 @@ if TYPE_CHECKING:
 
 __all__ = [
     "APPLIED_HASH_ANNOTATION",
+    "APPLIED_KEYS_ANNOTATION",
     "ApiError",
     "ClusterApi",
     "Kind",
     "KubeApi",
     "applied_hash",
     "new_api_client",
+    "prepare_apply",
 ]
 
 APPLIED_HASH_ANNOTATION = f"{naming.PREFIX}/applied-hash"
+APPLIED_KEYS_ANNOTATION = f"{naming.PREFIX}/applied-keys"
 PLURAL = "cdcconnectors"
 DEFAULT_REQUEST_TIMEOUT = 30.0
+
+
+def _key_tree(value: Mapping[str, Any]) -> dict[str, Any]:
+    """The map keys of ``value``, nested (a leaf or a list is 0): what a later patch may need to null."""
+    return {k: _key_tree(v) if isinstance(v, Mapping) else 0 for k, v in value.items()}
+
+
+def _null_removed(patch: dict[str, Any], applied: Mapping[str, Any]) -> None:
+    """Set to null, in ``patch``, each key of ``applied`` (a key tree) that ``patch`` no longer has."""
+    for k, sub in applied.items():
+        if k not in patch:
+            patch[k] = None
+        elif isinstance(sub, Mapping) and isinstance(patch[k], dict):
+            _null_removed(patch[k], sub)
+
+
+def prepare_apply(obj: Mapping[str, Any], live: Mapping[str, Any] | None) -> tuple[dict[str, Any], dict[str, Any], str]:
+    """(the object to create, the merge patch to send to ``live``, the applied hash) for ``obj``.
+
+    The patch carries the whole desired labels, annotations, spec and data (lists replace the live
+    ones wholesale) plus a null for every map key the previous apply recorded that ``obj`` dropped."""
+    digest = applied_hash(obj)
+    desired: dict[str, Any] = json.loads(json.dumps(obj))
+    ours = {k: v for k, v in desired.items() if k in ("spec", "data")}
+    meta = desired["metadata"]
+    ours["metadata"] = {k: meta[k] for k in ("labels", "annotations") if k in meta}
+    annotations = meta.setdefault("annotations", {})
+    annotations[APPLIED_HASH_ANNOTATION] = digest
+    annotations[APPLIED_KEYS_ANNOTATION] = json.dumps(_key_tree(ours), separators=(",", ":"), sort_keys=True)
+    patch = {k: v for k, v in desired.items() if k in ("metadata", "spec", "data")}
+    patch["metadata"] = {k: v for k, v in meta.items() if k not in ("name", "namespace")}
+    previous = (((live or {}).get("metadata") or {}).get("annotations") or {}).get(APPLIED_KEYS_ANNOTATION)
+    if previous:
+        with contextlib.suppress(ValueError, TypeError, AttributeError):  # not ours to trust: no removals
+            applied = json.loads(previous)
+            if isinstance(applied, dict):
+                _null_removed(patch, applied)
+    return desired, patch, digest
 
 
 class ApiError(RuntimeError):
@@ -76,8 +123,12 @@ def applied_hash(obj: Mapping[str, Any]) -> str:
     """A digest of everything we set on a child (labels, annotations, owners, spec, data)."""
     meta = obj.get("metadata") or {}
     essence = {
+        # Bumped when what apply writes besides ``obj`` changes: every child is then patched once
+        # (2: the applied-keys annotation, which older children lack).
+        "format": 2,
         "labels": meta.get("labels"),
-        "annotations": {k: v for k, v in (meta.get("annotations") or {}).items() if k != APPLIED_HASH_ANNOTATION},
+        "annotations": {k: v for k, v in (meta.get("annotations") or {}).items()
+                        if k not in (APPLIED_HASH_ANNOTATION, APPLIED_KEYS_ANNOTATION)},
         "ownerReferences": meta.get("ownerReferences"),
         "spec": obj.get("spec"),
         "data": obj.get("data"),
@@ -103,6 +154,10 @@ class ClusterApi(Protocol):
     async def annotate_pod_template(self, namespace: str, name: str, key: str, value: str) -> None: ...
 
     async def delete(self, kind: Kind, namespace: str, name: str) -> bool: ...
+
+    async def read_secret(self, namespace: str, name: str) -> dict[str, bytes] | None:
+        """A Secret's data (None: no such Secret); discovery of a TLS or credentialed source."""
+        ...
 
     # Backfills (cdcoperator.backfill): objects of other kinds, selected by their own labels.
 
@@ -189,21 +244,19 @@ class KubeApi:
         """Create ``obj`` or bring ``live`` to it; returns "created", "patched" or "unchanged"."""
         kind = KINDS[obj["kind"]]
         meta = obj["metadata"]
-        digest = applied_hash(obj)
-        desired = json.loads(json.dumps(obj))
-        desired["metadata"].setdefault("annotations", {})[APPLIED_HASH_ANNOTATION] = digest
+        desired, patch, digest = prepare_apply(obj, live)
         if live is None:
             created = await self.call("POST", kind.path(meta["namespace"]), desired, allow=(409,))
             if created is not None:
                 return "created"
             live = await self.call("GET", kind.path(meta["namespace"], meta["name"]))
             assert live is not None
+            desired, patch, digest = prepare_apply(obj, live)
         if ((live.get("metadata") or {}).get("annotations") or {}).get(APPLIED_HASH_ANNOTATION) == digest:
             return "unchanged"
         # A merge patch of the whole desired object: lists (containers, volumes) are replaced
-        # wholesale; map keys others added (e.g. a restart annotation on the template) are kept.
-        patch = {k: v for k, v in desired.items() if k in ("metadata", "spec", "data")}
-        patch["metadata"] = {k: v for k, v in desired["metadata"].items() if k not in ("name", "namespace")}
+        # wholesale; map keys others added (e.g. a restart annotation on the template) are kept,
+        # those we applied before and dropped since are nulled (prepare_apply).
         await self.call("PATCH", kind.path(meta["namespace"], meta["name"]), patch,
                         content_type="application/merge-patch+json")
         return "patched"
@@ -223,6 +276,13 @@ class KubeApi:
         out = await self.call("DELETE", kind.path(namespace, name), {"propagationPolicy": "Background"},
                               allow=(404,))
         return out is not None
+
+    async def read_secret(self, namespace: str, name: str) -> dict[str, bytes] | None:
+        """A Secret's data; raises ApiError 403 without ``rbac.sourceSecrets`` (the caller says so)."""
+        out = await self.call("GET", f"/api/v1/namespaces/{namespace}/secrets/{name}", allow=(404,))
+        if out is None:
+            return None
+        return {k: base64.b64decode(v) for k, v in (out.get("data") or {}).items()}
 
     async def list_labelled(self, kind: Kind, namespace: str, selector: str) -> list[dict[str, Any]]:
         """Objects matching a label selector; [] when the kind is not served (404: e.g. no spark-operator

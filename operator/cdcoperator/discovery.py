@@ -10,24 +10,44 @@
 Blocking gRPC; the operator calls :func:`discover` in a worker thread. Every failure becomes a
 :class:`DiscoveryError` whose message names the endpoint and the gRPC status, so the ``Degraded``
 condition tells the user what to fix.
+
+A source with ``tls.enabled`` or ``credentials`` is reached as the workers reach it: over TLS with
+the CA and client certificate of its Secrets, and Vitess' static-auth ``username``/``password``
+call metadata. :func:`source_access` reads those Secrets (``get`` on Secrets: the chart's
+``rbac.sourceSecrets``); TLS with neither a CA nor a client certificate needs no Secret (the
+system roots). The material stays in memory and out of every message.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 import grpc
 
-from cdcoperator.model import VitessSource
+from cdcoperator.model import ConnectorResource, VitessSource
 from cdcworker.keyrange import sort_shards
+from cdcworker.source.channel import tls_channel
 from vitessapi import topodata_pb2, vtctldata_pb2, vtctlservice_pb2_grpc, vtgate_pb2, vtgateservice_pb2_grpc
 
-__all__ = ["DEFAULT_TIMEOUT", "Discovery", "DiscoveryError", "discover", "discover_via_vtctld", "discover_via_vtgate"]
+__all__ = [
+    "DEFAULT_TIMEOUT",
+    "Discovery",
+    "DiscoveryError",
+    "SecretReader",
+    "SourceAccess",
+    "discover",
+    "discover_via_vtctld",
+    "discover_via_vtgate",
+    "source_access",
+]
 
 DEFAULT_TIMEOUT = 10.0
 ChannelFactory = Callable[[str], grpc.Channel]
 Metadata = Sequence[tuple[str, str]]
+# (namespace, name) -> the Secret's data, None when it does not exist; raises an error with a
+# ``status`` of 403 when the operator may not read it (cdcoperator.apply.ApiError).
+SecretReader = Callable[[str, str], Awaitable[Mapping[str, bytes] | None]]
 
 
 class DiscoveryError(RuntimeError):
@@ -43,6 +63,65 @@ class Discovery:
 
 def _insecure(address: str) -> grpc.Channel:
     return grpc.insecure_channel(address)
+
+
+@dataclass(frozen=True, slots=True)
+class SourceAccess:
+    """How discovery reaches the source: TLS material and call metadata (never printed)."""
+
+    tls: bool = False
+    ca: bytes | None = field(default=None, repr=False)
+    cert: bytes | None = field(default=None, repr=False)
+    key: bytes | None = field(default=None, repr=False)
+    server_name: str | None = None
+    metadata: Metadata = field(default=(), repr=False)
+
+    def channel(self, address: str) -> grpc.Channel:
+        if not self.tls:
+            return grpc.insecure_channel(address)
+        return tls_channel(address, self.ca, self.key, self.cert, self.server_name)
+
+
+PLAINTEXT = SourceAccess()
+
+
+async def source_access(cr: ConnectorResource, read_secret: SecretReader) -> SourceAccess:
+    """What reaching ``cr``'s source takes, read from the Secrets its spec names."""
+    vt = cr.spec.source
+    if not vt.tls.enabled and vt.credentials is None:
+        return PLAINTEXT
+
+    async def secret(name: str, keys: Sequence[str], what: str) -> list[bytes]:
+        try:
+            data = await read_secret(cr.namespace, name)
+        except Exception as exc:
+            if getattr(exc, "status", None) != 403:
+                raise DiscoveryError(f"reading Secret {cr.namespace}/{name} ({what}) failed: {exc}") from None
+            raise DiscoveryError(
+                f"the operator may not read Secret {cr.namespace}/{name} ({what}), which listing the shards of a "
+                "source with TLS or credentials needs: install the chart with rbac.sourceSecrets=true (get on "
+                "Secrets), or bind that rule to the operator's ServiceAccount yourself"
+            ) from None
+        if data is None:
+            raise DiscoveryError(f"Secret {cr.namespace}/{name} ({what}) does not exist")
+        missing = [k for k in keys if k not in data]
+        if missing:
+            raise DiscoveryError(f"Secret {cr.namespace}/{name} ({what}) has no key {', '.join(missing)}")
+        return [bytes(data[k]) for k in keys]
+
+    ca = cert = key = None
+    if vt.tls.enabled and vt.tls.ca_secret_ref is not None:
+        (ca,) = await secret(vt.tls.ca_secret_ref.name, (vt.tls.ca_secret_ref.key,), "spec.source.vitess.tls.caSecretRef")
+    if vt.tls.enabled and vt.tls.client_cert_secret_ref is not None:
+        cert, key = await secret(vt.tls.client_cert_secret_ref, ("tls.crt", "tls.key"),
+                                 "spec.source.vitess.tls.clientCertSecretRef")
+    metadata: list[tuple[str, str]] = []
+    if vt.credentials is not None:
+        user, password = await secret(vt.credentials.name, (vt.credentials.username_key, vt.credentials.password_key),
+                                      "spec.source.vitess.credentialsSecretRef")
+        # Vitess' static auth (grpcclient.StaticAuthClientCreds): per-call metadata, as the workers send it.
+        metadata = [("username", user.decode()), ("password", password.decode())]
+    return SourceAccess(vt.tls.enabled, ca, cert, key, vt.tls.server_name, tuple(metadata))
 
 
 def _describe(exc: grpc.RpcError, what: str, address: str) -> str:
@@ -124,13 +203,16 @@ def discover_via_vtgate(
 def discover(
     source: VitessSource,
     *,
+    access: SourceAccess = PLAINTEXT,
     timeout: float = DEFAULT_TIMEOUT,
-    channel_factory: ChannelFactory = _insecure,
+    channel_factory: ChannelFactory | None = None,
     metadata: Metadata = (),
 ) -> Discovery:
-    """Serving shards of ``source.keyspace`` (vtctld if configured, else VTGate)."""
+    """Serving shards of ``source.keyspace`` (vtctld if configured, else VTGate), reached with ``access``."""
+    factory = channel_factory if channel_factory is not None else access.channel
+    meta = (*access.metadata, *metadata)
     if source.vtctld:
         return discover_via_vtctld(source.vtctld, source.keyspace, source.tablet_type, timeout=timeout,
-                                   channel_factory=channel_factory, metadata=metadata)
-    return discover_via_vtgate(source.vtgate, source.keyspace, timeout=timeout, channel_factory=channel_factory,
-                               metadata=metadata)
+                                   channel_factory=factory, metadata=meta)
+    return discover_via_vtgate(source.vtgate, source.keyspace, timeout=timeout, channel_factory=factory,
+                               metadata=meta)

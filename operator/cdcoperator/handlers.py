@@ -23,7 +23,7 @@ import kopf
 
 from cdcoperator import naming
 from cdcoperator.apply import CONFIG_MAPS, DEPLOYMENTS, PLURAL, ApiError, KubeApi, new_api_client
-from cdcoperator.discovery import DEFAULT_TIMEOUT, discover
+from cdcoperator.discovery import DEFAULT_TIMEOUT
 from cdcoperator.model import GROUP, VERSION, ConnectorResource, DeletionPolicy, SpecError
 from cdcoperator.reconcile import ReconcileContext, reconcile
 from cdcoperator.taskstatus import PodSummary, summarize_pod
@@ -119,13 +119,10 @@ def _context(memo: kopf.Memo, pods: kopf.Index[Any, Any]) -> ReconcileContext:
         store = pods.get((namespace, connector))
         return list(store) if store is not None else []
 
-    async def discoverer(cr: ConnectorResource) -> Any:
-        return await asyncio.to_thread(discover, cr.spec.source, timeout=DISCOVERY_TIMEOUT)
-
     warned = memo.get("warned")
     if warned is None:
         warned = memo["warned"] = set()
-    return ReconcileContext(kube=memo.kube, http=memo.http, emit=_emit, pods=pods_of, discover=discoverer,
+    return ReconcileContext(kube=memo.kube, http=memo.http, emit=_emit, pods=pods_of, discovery_timeout=DISCOVERY_TIMEOUT,
                             warned=warned)
 
 

@@ -35,7 +35,7 @@ from cdcoperator.adoption import (
     scan_offsets,
 )
 from cdcoperator.apply import CONFIG_MAPS, DEPLOYMENTS, ClusterApi
-from cdcoperator.discovery import Discovery, DiscoveryError, discover
+from cdcoperator.discovery import DEFAULT_TIMEOUT, Discovery, DiscoveryError, discover, source_access
 from cdcoperator.model import ConnectorResource, SpecError, State
 from cdcoperator.objects import build_task_objects
 from cdcoperator.planner import (
@@ -58,6 +58,7 @@ __all__ = [
     "Emit",
     "ReconcileContext",
     "build_status",
+    "discover_source",
     "merge_patch",
     "parse_restart",
     "reconcile",
@@ -73,8 +74,10 @@ Discoverer = Callable[[ConnectorResource], Awaitable[Discovery]]
 OffsetScanner = Callable[[ConnectorResource], Awaitable[Adoption]]  # raises OffsetScanError
 
 
-async def _default_discover(cr: ConnectorResource) -> Discovery:
-    return await asyncio.to_thread(discover, cr.spec.source)
+async def discover_source(kube: ClusterApi, cr: ConnectorResource, timeout: float = DEFAULT_TIMEOUT) -> Discovery:
+    """The source's shards, reached with the TLS material and credentials of the connector's Secrets."""
+    access = await source_access(cr, kube.read_secret)
+    return await asyncio.to_thread(discover, cr.spec.source, access=access, timeout=timeout)
 
 
 async def _default_scan_offsets(cr: ConnectorResource) -> Adoption:
@@ -89,7 +92,8 @@ class ReconcileContext:
     http: aiohttp.ClientSession
     emit: Emit
     pods: Callable[[str, str], Iterable[PodSummary]]  # (namespace, connector) -> indexed pods
-    discover: Discoverer = field(default=_default_discover)
+    discover: Discoverer | None = None  # None: discover_source with the Secrets read through ``kube``
+    discovery_timeout: float = DEFAULT_TIMEOUT
     scan_offsets: OffsetScanner = field(default=_default_scan_offsets)
     clock: Callable[[], _dt.datetime] = field(default=lambda: _dt.datetime.now(_dt.UTC))
     # Reasons of warnings already emitted and still standing (kept by the caller across reconciles):
@@ -299,7 +303,10 @@ async def reconcile(ctx: ReconcileContext, namespace: str, name: str) -> Plan | 
     discovery: Discovery | None = None
     source_error = ""
     try:
-        discovery = await ctx.discover(cr)
+        if ctx.discover is not None:
+            discovery = await ctx.discover(cr)
+        else:
+            discovery = await discover_source(kube, cr, ctx.discovery_timeout)
     except DiscoveryError as exc:
         source_error = str(exc)
     deployments = await kube.list_children(DEPLOYMENTS, namespace, name)

@@ -73,9 +73,12 @@ runs the operator with nothing more:
   sparkapplications, jobs  backfills (cdcoperator.backfill, rbac.backfills.*): list (by label),
                            create (once, 409 = it exists), delete (cancellation); get for kubectl
                            users' parity; no patch/watch (status is read by the resync's list)
-Nothing else: no Secrets (workers mount them; the operator never reads them), no pod writes, no
-CRDs or namespaces (settings.scanning.disabled), no leases or kopf peering objects (standalone:
-one replica with strategy Recreate).
+  secrets                  only with rbac.sourceSecrets: get, for listing the shards of a source
+                           with tls.enabled (CA, client certificate) or credentials, by name
+                           (cdcoperator.discovery.source_access); never list/watch
+Nothing else: by default no Secrets (workers mount them), no pod writes, no CRDs or namespaces
+(settings.scanning.disabled), no leases or kopf peering objects (standalone: one replica with
+strategy Recreate).
 */}}
 {{- define "shardcdc.rules" -}}
 - apiGroups: ["shardcdc.io"]
@@ -96,6 +99,11 @@ one replica with strategy Recreate).
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create"]
+{{- if .Values.rbac.sourceSecrets }}
+- apiGroups: [""]
+  resources: ["secrets"]
+  verbs: ["get"]
+{{- end }}
 {{- if .Values.rbac.backfills.sparkOperator }}
 - apiGroups: ["sparkoperator.k8s.io"]
   resources: ["sparkapplications"]

@@ -24,13 +24,15 @@ from pathlib import Path
 from typing import Any
 
 from cdcoperator import naming
-from cdcoperator.apply import APPLIED_HASH_ANNOTATION, CONFIG_MAPS, DEPLOYMENTS, KINDS, Kind, applied_hash
+from cdcoperator.apply import APPLIED_HASH_ANNOTATION, CONFIG_MAPS, DEPLOYMENTS, KINDS, Kind, prepare_apply
 from cdcoperator.model import API_VERSION, KIND, ConnectorResource, SpecError
 from cdcoperator.validation import validate_or_raise
 
-__all__ = ["LocalCluster", "apply_merge_patch", "connector_dir"]
+__all__ = ["GENERATION_RECORD", "LocalCluster", "apply_merge_patch", "clear_saved_generation_record", "connector_dir"]
 
 STATE_FILE = "connector.json"
+# The status fields that record the connector's generations (cleared by an offsets reset).
+GENERATION_RECORD = ("assignment", "adoptedOffsets")
 
 
 def apply_merge_patch(target: dict[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
@@ -38,8 +40,9 @@ def apply_merge_patch(target: dict[str, Any], patch: Mapping[str, Any]) -> dict[
     for key, value in patch.items():
         if value is None:
             target.pop(key, None)
-        elif isinstance(value, Mapping) and isinstance(target.get(key), dict):
-            apply_merge_patch(target[key], value)
+        elif isinstance(value, Mapping):
+            # RFC 7386: a patch object applies to the target's object, or to an empty one.
+            target[key] = apply_merge_patch(target[key] if isinstance(target.get(key), dict) else {}, value)
         else:
             target[key] = copy.deepcopy(value)
     return target
@@ -47,6 +50,22 @@ def apply_merge_patch(target: dict[str, Any], patch: Mapping[str, Any]) -> dict[
 
 def connector_dir(state_dir: Path, namespace: str, name: str) -> Path:
     return Path(state_dir) / namespace / name
+
+
+def clear_saved_generation_record(state_dir: Path, namespace: str, name: str) -> bool:
+    """``LocalCluster.clear_generation_record`` for a connector no instance runs: its saved state
+    file; False when there is none."""
+    path = connector_dir(state_dir, namespace, name) / STATE_FILE
+    try:
+        doc = json.loads(path.read_text())
+    except FileNotFoundError:
+        return False
+    status = doc.get("status") or {}
+    for key in GENERATION_RECORD:
+        status.pop(key, None)
+    doc["status"] = status
+    _write_json(path, doc)
+    return True
 
 
 def _write_json(path: Path, doc: Mapping[str, Any], mode: int = 0o644) -> None:
@@ -125,6 +144,20 @@ class LocalCluster:
             self._store(current, new)
             return copy.deepcopy(new)
 
+    def clear_generation_record(self, namespace: str, name: str, status: Mapping[str, Any]) -> dict[str, Any]:
+        """Merge ``status`` (``cdcoperator.offsets.RESET_STATUS``: only nulls of the generation
+        record) into the connector's status, after an offsets reset; ``shardcdc offsets`` asks for it."""
+        if any(v is not None for v in status.values()) or not set(status) <= set(GENERATION_RECORD):
+            raise SpecError(f"only {', '.join(GENERATION_RECORD)} can be cleared from the status")
+        with self._lock:
+            current = self._connectors.get((namespace, name))
+            if current is None:
+                raise KeyError(f"cdcconnector {namespace}/{name} not found")
+            new = copy.deepcopy(current)
+            new["status"] = apply_merge_patch(new.get("status") or {}, status)
+            self._store(current, new)
+            return copy.deepcopy(new)
+
     def connector(self, namespace: str, name: str) -> dict[str, Any] | None:
         with self._lock:
             body = self._connectors.get((namespace, name))
@@ -187,11 +220,9 @@ class LocalCluster:
         kind = KINDS[obj["kind"]]
         meta = obj["metadata"]
         key = (kind.plural, meta["namespace"], meta["name"])
-        digest = applied_hash(obj)
-        desired = copy.deepcopy(dict(obj))
-        desired["metadata"].setdefault("annotations", {})[APPLIED_HASH_ANNOTATION] = digest
         with self._lock:
             current = self._objects.get(key)
+            desired, patch, digest = prepare_apply(obj, current)
             if current is None:
                 self._version += 1
                 desired["metadata"]["resourceVersion"] = str(self._version)
@@ -199,8 +230,6 @@ class LocalCluster:
                 return "created"
             if (current["metadata"].get("annotations") or {}).get(APPLIED_HASH_ANNOTATION) == digest:
                 return "unchanged"
-            patch = {k: v for k, v in desired.items() if k in ("spec", "data")}
-            patch["metadata"] = {k: v for k, v in desired["metadata"].items() if k not in ("name", "namespace")}
             apply_merge_patch(current, patch)
             self._version += 1
             current["metadata"]["resourceVersion"] = str(self._version)
@@ -269,6 +298,9 @@ class LocalCluster:
 
     def deployments(self) -> list[dict[str, Any]]:
         return self.children(DEPLOYMENTS)
+
+    async def read_secret(self, namespace: str, name: str) -> dict[str, bytes] | None:
+        return self.resolve("Secret", namespace, name)
 
     def resolve(self, kind: str, namespace: str, name: str) -> dict[str, bytes] | None:
         """Data of a ConfigMap (from memory) or a Secret (files under the secrets directory)."""

@@ -59,6 +59,8 @@ class ControlHandlers:
 
     get: Callable[[], Mapping[str, Any] | None]
     patch: Callable[[Mapping[str, Any]], Mapping[str, Any]]  # raises SpecError / KeyError
+    # {"status": {...}} of an offsets reset (LocalCluster.clear_generation_record); raises likewise
+    patch_status: Callable[[Mapping[str, Any]], Mapping[str, Any]]
     pods: Callable[[], list[dict[str, Any]]]
     events: Callable[[], list[dict[str, Any]]]
 
@@ -77,6 +79,7 @@ class ControlServer:
         base = _path(self.namespace, self.name)
         app.router.add_get(base, self._get)
         app.router.add_patch(base, self._patch)
+        app.router.add_patch(base + "/status", self._patch_status)
         app.router.add_get(base + "/pods", self._pods)
         app.router.add_get(base + "/events", self._events)
         self._runner = web.AppRunner(app, access_log=None)
@@ -120,11 +123,18 @@ class ControlServer:
         return web.json_response(body)
 
     async def _patch(self, request: web.Request) -> web.Response:
+        return await self._apply(request, self.handlers.patch)
+
+    async def _patch_status(self, request: web.Request) -> web.Response:
+        return await self._apply(request, self.handlers.patch_status)
+
+    @staticmethod
+    async def _apply(request: web.Request, handler: Callable[[Mapping[str, Any]], Mapping[str, Any]]) -> web.Response:
         try:
             patch = await request.json()
             if not isinstance(patch, dict):
                 raise SpecError("the patch must be a JSON object")
-            return web.json_response(self.handlers.patch(patch))
+            return web.json_response(handler(patch))
         except (SpecError, ValueError) as exc:
             return web.json_response({"message": str(exc)}, status=422)
         except KeyError as exc:
@@ -181,6 +191,9 @@ class ControlClient:
 
     def patch(self, patch: Mapping[str, Any]) -> dict[str, Any]:
         return self._call("PATCH", body=patch)
+
+    def patch_status(self, status: Mapping[str, Any]) -> dict[str, Any]:
+        return self._call("PATCH", "status", body={"status": dict(status)})
 
     def scale(self, tasks: int) -> dict[str, Any]:
         return self.patch({"spec": {"tasks": tasks}})

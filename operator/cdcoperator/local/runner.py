@@ -33,6 +33,7 @@ from cdcoperator.local.cluster import LocalCluster, connector_dir
 from cdcoperator.local.control import ControlHandlers, ControlServer
 from cdcoperator.local.jobs import ProcessJobs
 from cdcoperator.local.kubelet import ProcessKubelet
+from cdcoperator.model import SpecError
 from cdcoperator.planner import Plan
 from cdcoperator.reconcile import ReconcileContext, reconcile
 from cdcoperator.taskstatus import PodSummary, summarize_pod
@@ -109,6 +110,13 @@ class LocalRunner:
         self.wake()
         return body
 
+    def _patch_status(self, patch: Mapping[str, Any]) -> Mapping[str, Any]:
+        if set(patch) != {"status"} or not isinstance(patch["status"], Mapping):
+            raise SpecError('expected {"status": {...}}')
+        body = self.cluster.clear_generation_record(self.namespace, self.name, patch["status"])
+        self.wake()
+        return body
+
     # --- the loop ---------------------------------------------------------------------------------------
 
     def wake(self) -> None:
@@ -129,6 +137,7 @@ class LocalRunner:
                     handlers = ControlHandlers(
                         get=lambda: self.cluster.connector(self.namespace, self.name),
                         patch=self._patch,
+                        patch_status=self._patch_status,
                         pods=self.kubelet.pods,
                         events=lambda: list(self.events),
                     )

@@ -158,11 +158,40 @@ def _local_problem(args: argparse.Namespace, target: Target, err: Console) -> tu
     return where, None
 
 
+def _clear_local_generation(args: argparse.Namespace, target: Target, out: Console, err: Console) -> int:
+    """``_clear_generation`` for a local-mode connector: through its running ``shardcdc run``
+    (control endpoint), else in the state it saved; nothing when it has no local state."""
+    from cdcoperator.local.cluster import clear_saved_generation_record
+    from cdcoperator.local.control import ControlClient, ControlError
+    from cdcoperator.offsets import RESET_NOTE, RESET_STATUS
+    from cdcworker.admin.localmode import LocalModeError, find_local, state_dir
+
+    root = state_dir(args.state_dir)
+    namespace = args.namespace or target.namespace or "default"
+    try:
+        conn = find_local(target.name, namespace, root)
+        if conn is None or not ((conn.body or {}).get("status") or {}).get("assignment"):
+            return 0
+        if conn.running:
+            ControlClient.find(target.name, namespace, root).patch_status(RESET_STATUS)
+        else:
+            clear_saved_generation_record(root, namespace, target.name)
+    except (LocalModeError, ControlError, OSError, ValueError) as exc:
+        err.print(f"shardcdc offsets: the offsets are reset, but the generation record of {namespace}/{target.name} "
+                  f"under {root} could not be cleared ({exc}); its workers would fail to start. Run `shardcdc offsets "
+                  "reset` again once its `shardcdc run` answers (or is stopped)", markup=False, soft_wrap=True)
+        return 1
+    out.print(RESET_NOTE)
+    return 0
+
+
 def _clear_generation(args: argparse.Namespace, target: Target, out: Console, err: Console) -> int:
-    """After a reset of a cluster connector, clear its generation record as the operator's
+    """After a reset, clear the connector's generation record as the operator's
     ``shardcdc.io/offsets=reset`` does (``cdcoperator.offsets.RESET_STATUS``): its workers would
     otherwise look for the deleted keys of the previous generation and fail."""
-    if target.source != "cluster" or not ((target.body or {}).get("status") or {}).get("assignment"):
+    if target.source != "cluster":
+        return _clear_local_generation(args, target, out, err)
+    if not ((target.body or {}).get("status") or {}).get("assignment"):
         return 0
     from cdcoperator.offsets import OFFSETS_ANNOTATION, RESET_NOTE, RESET_STATUS
     from cdcworker.admin.target import CONNECTORS_PATH, kube_api

@@ -78,15 +78,32 @@ def _options(settings: ChannelSettings) -> Sequence[tuple[str, int | str]]:
     return opts
 
 
+def tls_channel(
+    target: str,
+    ca: bytes | None,
+    key: bytes | None,
+    cert: bytes | None,
+    server_name: str | None = None,
+    options: Sequence[tuple[str, int | str]] = (),
+) -> grpc.Channel:
+    """A TLS channel from PEM bytes (no CA: the system roots); the operator's discovery uses it too."""
+    opts = list(options)
+    if server_name and not any(k == "grpc.ssl_target_name_override" for k, _ in opts):
+        opts.append(("grpc.ssl_target_name_override", server_name))
+    creds = grpc.ssl_channel_credentials(root_certificates=ca, private_key=key, certificate_chain=cert)
+    return grpc.secure_channel(target, creds, options=opts)
+
+
 def open_channel(settings: ChannelSettings) -> grpc.Channel:
     """A plaintext or TLS channel to VTGate with the configured limits."""
     options = _options(settings)
     if settings.tls is None:
         return grpc.insecure_channel(settings.target, options=options)
     tls = settings.tls
-    creds = grpc.ssl_channel_credentials(
-        root_certificates=tls.ca_file.read_bytes() if tls.ca_file else None,
-        private_key=tls.key_file.read_bytes() if tls.key_file else None,
-        certificate_chain=tls.cert_file.read_bytes() if tls.cert_file else None,
+    return tls_channel(
+        settings.target,
+        tls.ca_file.read_bytes() if tls.ca_file else None,
+        tls.key_file.read_bytes() if tls.key_file else None,
+        tls.cert_file.read_bytes() if tls.cert_file else None,
+        options=options,
     )
-    return grpc.secure_channel(settings.target, creds, options=options)

@@ -1,0 +1,105 @@
+"""Applying children: what the operator no longer wants is removed, what others added is kept.
+
+A JSON merge patch only removes map keys it nulls; ``prepare_apply`` nulls the keys the previous
+apply recorded (``shardcdc.io/applied-keys``) and the spec dropped since. Proved against a real
+kube-apiserver (KubeApi) and the local-mode cluster (LocalCluster), with the same steps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cdcoperator.apply import APPLIED_KEYS_ANNOTATION, DEPLOYMENTS, ClusterApi, KubeApi, prepare_apply
+from cdcoperator.local.cluster import LocalCluster
+from kubetest import KubeControlPlane, kube_control_plane_fixture
+
+NS = "applying"
+RESTART = "shardcdc.io/restartedAt"
+
+
+def deployment(labels: dict[str, str], node_selector: dict[str, str] | None, env: list[dict[str, str]]) -> dict[str, Any]:
+    spec: dict[str, Any] = {"containers": [{"name": "worker", "image": "shardcdc:1", "env": env}]}
+    if node_selector is not None:
+        spec["nodeSelector"] = node_selector
+    return {
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "c-g0-t0", "namespace": NS, "labels": {"shardcdc.io/connector": "c"},
+                     "annotations": {"team": "data"}},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "w"}},
+                 "template": {"metadata": {"labels": {"app": "w", **labels}}, "spec": spec}},
+    }
+
+
+def test_prepare_apply_nulls_only_dropped_keys_we_applied() -> None:
+    first = deployment({"team": "a", "tier": "x"}, {"disk": "ssd"}, [{"name": "A", "value": "1"}])
+    desired, patch, _ = prepare_apply(first, None)
+    live = copy.deepcopy(desired)
+    live["spec"]["template"]["metadata"]["annotations"] = {RESTART: "t"}  # added by someone else
+    second = deployment({"team": "a"}, None, [])
+    _, patch, _ = prepare_apply(second, live)
+    template = patch["spec"]["template"]
+    assert template["metadata"]["labels"] == {"app": "w", "team": "a", "tier": None}
+    assert template["spec"]["nodeSelector"] is None
+    assert template["spec"]["containers"][0]["env"] == []  # lists are replaced wholesale anyway
+    assert "annotations" not in template["metadata"]  # never applied by us: left alone
+    assert patch["metadata"]["annotations"]["team"] == "data"
+    assert json.loads(patch["metadata"]["annotations"][APPLIED_KEYS_ANNOTATION])["spec"]["template"]["metadata"] == \
+        {"labels": {"app": 0, "team": 0}}
+    # A live object without (or with a garbled) record: no removals, as a plain merge patch.
+    for garbled in (None, "not json", "[1]"):
+        old = copy.deepcopy(live)
+        old["metadata"]["annotations"][APPLIED_KEYS_ANNOTATION] = garbled
+        _, patch, _ = prepare_apply(second, old)
+        assert patch["spec"]["template"]["metadata"]["labels"] == {"app": "w", "team": "a"}
+
+
+async def _steps(api: ClusterApi, get: Any) -> None:
+    assert await api.apply(deployment({"team": "a", "tier": "x"}, {"disk": "ssd"}, [{"name": "A", "value": "1"}]),
+                           None) == "created"
+    await api.annotate_pod_template(NS, "c-g0-t0", RESTART, "t1")
+    live = await get()
+    assert await api.apply(deployment({"team": "b"}, None, []), live) == "patched"
+    live = await get()
+    template = live["spec"]["template"]
+    assert template["metadata"]["labels"] == {"app": "w", "team": "b"}
+    assert "nodeSelector" not in template["spec"]
+    assert template["metadata"]["annotations"] == {RESTART: "t1"}  # the restart stamp stays
+    assert await api.apply(deployment({"team": "b"}, None, []), live) == "unchanged"
+    assert await api.apply(deployment({"team": "b"}, {"zone": "z1"}, []), live) == "patched"
+    assert (await get())["spec"]["template"]["spec"]["nodeSelector"] == {"zone": "z1"}
+
+
+def test_local_cluster_removes_dropped_keys(tmp_path: Path) -> None:
+    cluster = LocalCluster(tmp_path)
+
+    async def get() -> dict[str, Any]:
+        (dep,) = await cluster.list_children(DEPLOYMENTS, NS, "c")
+        return dep
+
+    asyncio.run(_steps(cluster, get))
+
+
+@pytest.fixture(scope="module")
+def plane() -> Iterator[KubeControlPlane]:
+    for p in kube_control_plane_fixture():
+        p.kubectl("create", "namespace", NS, check=True)
+        yield p
+
+
+def test_api_server_removes_dropped_keys(plane: KubeControlPlane) -> None:
+    with plane.api_client() as client:
+        kube = KubeApi(client)
+
+        async def get() -> dict[str, Any]:
+            out = await kube.call("GET", DEPLOYMENTS.path(NS, "c-g0-t0"))
+            assert out is not None
+            return out
+
+        asyncio.run(_steps(kube, get))
