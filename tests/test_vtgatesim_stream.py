@@ -30,7 +30,9 @@ def test_empty_vgtid_is_invalid_argument(sim: VTGateSim, stub: Any) -> None:
     with pytest.raises(grpc.RpcError) as ei:
         list(stub.VStream(vtgate_pb2.VStreamRequest()))
     assert ei.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert ei.value.details() == "vgtid must have at least one value with a starting position in ShardGtids"
+    # vstreamManager.VStream wraps resolveParams' errors (vterrors.Wrap): the prefix is on the wire.
+    assert ei.value.details() == ("failed to resolve vstream parameters: "
+                                  "vgtid must have at least one value with a starting position in ShardGtids")
 
 
 def test_empty_keyspace_requires_current(sim: VTGateSim, stub: Any) -> None:
@@ -38,7 +40,8 @@ def test_empty_keyspace_requires_current(sim: VTGateSim, stub: Any) -> None:
     with pytest.raises(grpc.RpcError) as ei:
         list(stub.VStream(request(("", "", "MySQL56/x"))))
     assert ei.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert str(ei.value.details()).startswith("for an empty keyspace, the Gtid value must be 'current'")
+    assert str(ei.value.details()).startswith(
+        "failed to resolve vstream parameters: for an empty keyspace, the Gtid value must be 'current'")
 
 
 def test_current_then_transaction(sim: VTGateSim, stub: Any) -> None:
@@ -410,7 +413,8 @@ def test_regex_keyspace_that_does_not_compile(sim: VTGateSim, stub: Any) -> None
         list(stub.VStream(request(("/(", "", "current"))))
     # vterrors.Wrapf of Go's regexp error: code Unknown
     assert ei.value.code() == grpc.StatusCode.UNKNOWN
-    assert ei.value.details() == "failed to compile regexp using /(: error parsing regexp: missing closing ): `(`"
+    assert ei.value.details() == ("failed to resolve vstream parameters: "
+                                  "failed to compile regexp using /(: error parsing regexp: missing closing ): `(`")
 
 
 def test_empty_keyspace_with_current_streams_every_keyspace(sim: VTGateSim, stub: Any) -> None:
@@ -434,7 +438,8 @@ def test_unspecified_shard_with_an_explicit_gtid_is_invalid(sim: VTGateSim, stub
     with pytest.raises(grpc.RpcError) as ei:
         list(stub.VStream(request(("commerce", "", pos))))
     assert ei.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert ei.value.details() == ("if shards are unspecified, the Gtid value must be 'current' or empty; got: "
+    assert ei.value.details() == ("failed to resolve vstream parameters: "
+                                  "if shards are unspecified, the Gtid value must be 'current' or empty; got: "
                                   f'shard_gtids:{{keyspace:"commerce" gtid:"{pos}"}}')
 
 

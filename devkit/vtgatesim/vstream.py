@@ -153,36 +153,44 @@ def ct_parts(prefixes: list[bytes], suffix: bytes) -> list[bytes]:
     return parts
 
 
+# vstreamManager.VStream: vterrors.Wrap(err, "failed to resolve vstream parameters") of resolveParams' errors.
+RESOLVE_PREFIX = "failed to resolve vstream parameters: "
+
+
+def _param_error(code: int, message: str) -> VTError:
+    return VTError(code, RESOLVE_PREFIX + message)
+
+
 def resolve(sim: VTGateSim, vgtid: binlogdata_pb2.VGtid) -> list[SGtid]:
     """vstream_manager.resolveParams: expand empty / regex keyspaces and empty shards."""
     sgs = list(vgtid.shard_gtids)
     if not sgs:
-        raise VTError(INVALID_ARGUMENT, "vgtid must have at least one value with a starting position in ShardGtids")
+        raise _param_error(INVALID_ARGUMENT, "vgtid must have at least one value with a starting position in ShardGtids")
     topo = sim.topo
     if len(sgs) == 1 and (sgs[0].keyspace == "" or sgs[0].keyspace.startswith("/")):
         ks_in = sgs[0].keyspace
         names = sorted(topo.keyspaces)
         if ks_in == "":
             if sgs[0].gtid != "current":
-                raise VTError(INVALID_ARGUMENT,
-                              f"for an empty keyspace, the Gtid value must be 'current': {_fmt_vgtid(vgtid)}")
+                raise _param_error(INVALID_ARGUMENT,
+                                   f"for an empty keyspace, the Gtid value must be 'current': {_fmt_vgtid(vgtid)}")
             sgs = [binlogdata_pb2.ShardGtid(keyspace=k, gtid="current") for k in names]
         else:
             try:
                 rx = compile_regexp(ks_in.strip("/"))
             except FilterError as e:  # vterrors.Wrapf of Go's regexp error keeps its code: Unknown
-                raise VTError(UNKNOWN, f"failed to compile regexp using {ks_in}: {e}") from None
+                raise _param_error(UNKNOWN, f"failed to compile regexp using {ks_in}: {e}") from None
             sgs = [binlogdata_pb2.ShardGtid(keyspace=k, gtid=sgs[0].gtid) for k in names if rx.search(k)]
     out: list[SGtid] = []
     for sg in sgs:
         if sg.shard == "":
             if sg.gtid not in ("current", ""):
-                raise VTError(INVALID_ARGUMENT, "if shards are unspecified, the Gtid value must be 'current' or "
-                                                f"empty; got: {_fmt_vgtid(vgtid)}")
+                raise _param_error(INVALID_ARGUMENT, "if shards are unspecified, the Gtid value must be 'current' or "
+                                                     f"empty; got: {_fmt_vgtid(vgtid)}")
             ks = topo.keyspaces.get(sg.keyspace)
             if ks is None:
-                raise VTError(INVALID_ARGUMENT, f"failed to get shards in keyspace {sg.keyspace}: "
-                                                f"keyspace {sg.keyspace} fetch error: node doesn't exist")
+                raise _param_error(INVALID_ARGUMENT, f"failed to get shards in keyspace {sg.keyspace}: "
+                                                     f"keyspace {sg.keyspace} fetch error: node doesn't exist")
             out.extend(SGtid(sg.keyspace, s.name, sg.gtid, []) for s in ks.serving_shards())
         else:
             out.append(SGtid(sg.keyspace, sg.shard, sg.gtid, list(sg.table_p_ks)))
