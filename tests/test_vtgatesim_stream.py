@@ -286,6 +286,31 @@ def test_resumed_copy_catch_up_and_tables_copied_as_upstream(sim: VTGateSim, stu
         *copy_b_and_c]
 
 
+def test_copy_catch_up_passes_ddl_and_other_events(sim: VTGateSim, stub: Any) -> None:
+    """uvstreamer.filterEvents drops only HEARTBEATs and the ROW/FIELD events of tables whose copy
+    has not started: a DDL and an OTHER event in a resumed copy's catch-up reach the client, as
+    they do while streaming (the server dropped them before)."""
+    sim.create_keyspace("commerce", ddl=["create table b (id bigint not null, v varchar(8), primary key (id))"])
+    sim.execute("insert into b (id, v) values (1, 'b1'), (2, 'b2')", "commerce")
+    pos = sim.position("commerce", "0")
+    sim.execute("create table d (id bigint not null, primary key (id))", "commerce")
+    sim.other("commerce", "0")
+    sim.execute("update b set v = 'B1' where id = 1", "commerce")
+    req = request(("commerce", "0", pos))
+    req.vgtid.shard_gtids[0].table_p_ks.append(binlogdata_pb2.TableLastPK(table_name="b", lastpk=query_pb2.QueryResult(
+        fields=[query_pb2.Field(name="id", type=query_pb2.INT64)], rows=[query_pb2.Row(lengths=[1], values=b"1")])))
+    r = Reader(stub, req)
+    out: list[list[str]] = []
+    while not out or out[-1][-1] != "COPY_COMPLETED":
+        out.append(_summary(r.next()))
+    r.close()
+    assert out[:3] == [
+        ["VGTID(3;b>1)", "DDL"],  # the catch-up's DDL and OTHER, shaped as while streaming
+        ["VGTID(4;b>1)", "OTHER"],
+        ["BEGIN", "FIELD(b)", "ROW(b:1b1>1B1)", "VGTID(5;b>1)", "COMMIT"],
+    ]
+
+
 def test_copy_batch_goes_out_with_its_field_and_progress_with_its_rows(sim: VTGateSim, stub: Any) -> None:
     """vtgate sends a shard's events at COMMIT, under the stream lock: a table's [BEGIN, FIELD] and
     snapshot [VGTID] come with its first batch, and a VGTID never shows a shard's copy progress

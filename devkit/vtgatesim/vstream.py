@@ -645,18 +645,15 @@ class ShardStream:
             index += 1
             if e.kind == bl.TXN:
                 self.send_txn(e, plans)
+            # A copy's catch-up (plans set) filters ROW/FIELD events only (uvstreamer.filterEvents:
+            # an event without a table, DDL, OTHER and JOURNAL included, always passes).
             elif e.kind == bl.DDL:
-                if plans is not None:
-                    continue
                 self.send_ddl(e)
             elif e.kind == bl.OTHER:
-                if plans is None:
-                    now = time.time_ns()
-                    self.emit([[self.simple(wire.OTHER, e.timestamp, wire.ct_field(now))]], set_gtid=e.position,
-                              vgtid_at=(0, 0), align_ts=e.timestamp)
+                now = time.time_ns()
+                self.emit([[self.simple(wire.OTHER, e.timestamp, wire.ct_field(now))]], set_gtid=e.position,
+                          vgtid_at=(0, 0), align_ts=e.timestamp)
             elif e.kind == bl.JOURNAL:
-                if plans is not None:
-                    continue
                 self.handle_journal(e)
         return index
 
