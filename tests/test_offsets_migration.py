@@ -239,3 +239,56 @@ def test_configured_start_and_task_own_offset() -> None:
     assert isinstance(start.stored, OffsetValue)
     with pytest.raises(MigrationError, match="must be > 0"):
         plan({}, tasks_max=2, gen=1, prev_num_tasks=0, current_shards=["-80"])
+
+
+# --- the operator's generation chain (shardcdc.task.history) ---------------------------------------
+
+
+def _start(records: dict[bytes, bytes], shards: list[str], **kw: Any) -> Any:
+    return resolve_task_start(lookup_in(records, NAME), server=SERVER, keyspace=KS, shards=shards, **kw)
+
+
+def test_never_started_previous_task_resumes_from_the_generation_before_with_the_chain() -> None:
+    # Generation 0: one task streamed both shards. Generation 1: two tasks, but task 1's pod was
+    # never scheduled, so task1_2_1 was never written. Generation 2: one task again.
+    records = debezium_records({"task0_1_0": [("-80", "a0"), ("80-", "b0")], "task0_2_1": [("-80", "a1")]})
+    with pytest.raises(MissingOffsetsError) as info:  # Debezium's rule, without the chain
+        _start(records, ["-80", "80-"], task_id=0, num_tasks=1, gen=2, prev_num_tasks=2)
+    assert [p.task_key for p in info.value.missing] == ["task1_2_1"]
+    start = _start(records, ["-80", "80-"], task_id=0, num_tasks=1, gen=2, prev_num_tasks=2, older=[(0, 1)])
+    # -80 moved in generation 1; 80- never did, so it is where generation 0 left it.
+    assert start.vgtid == Vgtid.of(KS, [("-80", "a1"), ("80-", "b0")])
+    assert start.sources == {"-80": "previous-generation", "80-": "previous-generation"}
+
+
+def test_chain_takes_each_shard_from_its_newest_generation() -> None:
+    records = debezium_records({
+        "task0_1_0": [("-40", "g0a"), ("40-80", "g0b"), ("80-", "g0c")],
+        "task0_3_1": [("-40", "g1a")],  # tasks 1 and 2 of generation 1 never ran
+        "task0_2_2": [("-40", "g2a"), ("80-", "g2c")],  # task 1 (40-80) of generation 2 never ran
+    })
+    start = _start(records, ["-40", "40-80", "80-"], task_id=0, num_tasks=1, gen=3, prev_num_tasks=2,
+                   older=[(1, 3), (0, 1)])
+    assert start.vgtid == Vgtid.of(KS, [("-40", "g2a"), ("40-80", "g0b"), ("80-", "g2c")])
+
+
+def test_chain_ending_at_generation_zero_starts_unstored_shards_from_the_configuration() -> None:
+    # Every task of generation 0 and 1 holding 80- never ran: it starts as configured, as it would have.
+    records = debezium_records({"task0_2_0": [("-80", "a0")], "task0_2_1": [("-80", "a1")]})
+    start = _start(records, ["-80", "80-"], task_id=0, num_tasks=1, gen=2, prev_num_tasks=2, older=[(0, 2)],
+                   vgtid_setting="")
+    assert start.vgtid == Vgtid.of(KS, [("-80", "a1"), ("80-", "")])
+    assert start.sources == {"-80": "previous-generation", "80-": "config"}
+
+
+def test_truncated_chain_requires_its_oldest_generation_whole() -> None:
+    # The chain's oldest generation (3, not 0) is missing a key and a shard is still unfound:
+    # starting it from the configuration could skip changes, so the migration stops as Debezium's.
+    records = debezium_records({"task0_2_4": [("-80", "a4")], "task0_2_3": [("-80", "a3")]})
+    with pytest.raises(MissingOffsetsError) as info:
+        _start(records, ["-80", "80-"], task_id=0, num_tasks=1, gen=5, prev_num_tasks=2, older=[(3, 2)])
+    assert [p.task_key for p in info.value.missing] == ["task1_2_3"]
+    # Found before the oldest generation: not needed.
+    records.update(debezium_records({"task1_2_4": [("80-", "b4")]}))
+    start = _start(records, ["-80", "80-"], task_id=0, num_tasks=1, gen=5, prev_num_tasks=2, older=[(3, 2)])
+    assert start.vgtid == Vgtid.of(KS, [("-80", "a4"), ("80-", "b4")])

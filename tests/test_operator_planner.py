@@ -12,6 +12,7 @@ from cdcoperator import conditions as cond
 from cdcoperator.adoption import Adoption, adoption_from_status, adoption_to_status, analyze
 from cdcoperator.model import ConnectorSpec
 from cdcoperator.planner import (
+    HISTORY_LIMIT,
     Action,
     Generation,
     GenPhase,
@@ -212,7 +213,35 @@ def test_migration_quad_and_back() -> None:
     g1 = persist(up)
     assert g1 == Generation(1, 4, 1, (("-40",), ("40-80",), ("80-c0",), ("c0-",)))
     _, down = migrate(g1, spec(2), FOUR)
-    assert down.generation == Generation(2, 2, 4, (("-40", "80-c0"), ("40-80", "c0-")))
+    assert down.generation == Generation(2, 2, 4, (("-40", "80-c0"), ("40-80", "c0-")), history=((0, 1),))
+
+
+def test_generations_carry_the_chain_before_the_previous_one() -> None:
+    # 1 -> 2 tasks, the second never scheduled (Pending until drained), then back to 1: the new
+    # workers get generation 0's task count too, so they can take 80- from generation 0.
+    g0 = start(1, ["-80", "80-"])
+    assert g0.history == () and "history" not in generation_to_status(g0)
+    _, up = migrate(g0, spec(2), ["-80", "80-"])
+    g1 = persist(up)
+    assert g1.history == ()  # generation 0 is the previous one; nothing before it
+    drain = plan(spec(1), ["-80", "80-"], g1, [TaskReport(1, 0, TaskPhase.STREAMING, pod="p0"),
+                                                TaskReport(1, 1, TaskPhase.PENDING)])
+    assert drain.stop == (TaskRef(1, 0), TaskRef(1, 1))
+    down = plan(spec(1), ["-80", "80-"], persist(drain), [TaskReport(1, t, TaskPhase.EXITED) for t in (0, 1)])
+    g2 = persist(down)
+    assert (g2.generation, g2.previous_tasks, g2.history) == (2, 2, ((0, 1),))
+    assert generation_to_status(g2)["history"] == [{"generation": 0, "tasks": 1}]
+    assert [w.history for w in down.workers] == [((0, 1),)]
+    # Each generation adds the one before its previous; the record keeps the newest HISTORY_LIMIT.
+    g = g2
+    for n in range(HISTORY_LIMIT + 3):
+        _, nxt = migrate(g, spec(2 if n % 2 == 0 else 1), ["-80", "80-"])
+        g = persist(nxt)
+    assert g.generation == 2 + HISTORY_LIMIT + 3
+    assert len(g.history) == HISTORY_LIMIT
+    assert g.history[:3] == ((g.generation - 2, 1 if g.previous_tasks == 2 else 2), (g.generation - 3, g.previous_tasks),
+                             (g.generation - 4, 1 if g.previous_tasks == 2 else 2))
+    assert [gen for gen, _ in g.history] == list(range(g.generation - 2, g.generation - 2 - HISTORY_LIMIT, -1))
 
 
 def test_previous_tasks_is_the_actual_count_not_spec() -> None:

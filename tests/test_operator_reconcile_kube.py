@@ -266,6 +266,13 @@ def test_kubectl_scale_starts_the_next_generation_after_a_drain(env: Env) -> Non
     assert "Deleted" in reasons[i:]
     drain = next(m for _, r, m in env.events("scaled") if r == "Draining")
     assert drain == "stopping the 2 workers of generation 0 to start generation 1; tasks 2 -> 4 (Scale)"
+    # Back to 2: generation 2 also records generation 0 (kept by the status schema), and its workers
+    # get it, so a generation-1 task that never stored an offset cannot block them.
+    env.kubectl("scale", "cdc/scaled", "--replicas=2")
+    a2 = env.wait_generation("scaled", 2)
+    assert (a2["tasks"], a2["previousTasks"], a2["history"]) == (2, 4, [{"generation": 0, "tasks": 2}])
+    cm2 = env.children("configmaps", "scaled")["scaled-g2-t1"]["data"]["worker.properties"].splitlines()
+    assert {"vitess.prev.num.tasks=4", "shardcdc.task.history=0:2"} <= set(cm2)
 
 
 def test_reshard_waits_for_the_journal_then_follows_it(env: Env) -> None:

@@ -148,6 +148,7 @@ def test_operator_owned_names() -> None:
         "shardcdc.task.count",
         "shardcdc.task.generation",
         "shardcdc.task.prev.count",
+        "shardcdc.task.history",
         "shardcdc.task.shards",
     )
     rows = {row["name"]: row for row in catalogue()}
@@ -281,6 +282,27 @@ def test_task_identity_and_offset_partition() -> None:
     assert config.task.shards == ("40-80",)
     assert config.kafka.transactional is True
     assert config.kafka.transactional_id == "inventory-connector-task1_4_2"
+
+
+def test_task_history_is_the_chain_before_the_previous_generation() -> None:
+    base = {"tasks.max": "1", "vitess.offset.storage.per.task": "true", "vitess.prev.num.tasks": "2",
+            "vitess.offset.storage.task.key.gen": "3"}
+    assert load({**base, "shardcdc.task.history": "1:3,0:1"}).task.history == ((1, 3), (0, 1))
+    assert load(base).task.history == ()
+    assert problems({**base, "shardcdc.task.history": "1:3,x"}) == [
+        "shardcdc.task.history: 'x' is not <generation>:<tasks> with generation >= 0 and tasks >= 1",
+    ]
+    assert problems({**base, "shardcdc.task.history": "1:0"}) == [
+        "shardcdc.task.history: '1:0' is not <generation>:<tasks> with generation >= 0 and tasks >= 1",
+    ]
+    assert problems({**base, "shardcdc.task.history": "2:3"}) == [
+        "shardcdc.task.history: generation 2 must be older than 2: the generations before the previous one (2), "
+        "newest first",
+    ]
+    assert problems({**base, "shardcdc.task.history": "0:1,1:2"}) == [
+        "shardcdc.task.history: generation 1 must be older than 0: the generations before the previous one (2), "
+        "newest first",
+    ]
 
 
 def test_task_identity_aliases_must_agree() -> None:

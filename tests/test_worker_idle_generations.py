@@ -67,6 +67,22 @@ def _run_idle(sim: VTGateSim, cfg: WorkerConfig) -> None:
     assert result.exit_code == exitcodes.OK, result
 
 
+def _run_last_generation(sim: VTGateSim, broker: KafkaBroker, cfg: WorkerConfig, ids: range, eos: bool) -> None:
+    """Run a one-task generation over both shards with some changes; it stores the heads."""
+    with running_task(cfg) as run:
+        wait_positioned(sim, run, KS)
+        insert_customers(sim, ids, KS)
+        wait_for(lambda: caught_up(sim, run, KS), what=f"generation {cfg.task.generation}'s changes")
+        after = sim.positions(KS)
+        assert run.stop().exit_code == exitcodes.OK
+    assert _stored(broker, cfg, 0, 1, cfg.task.generation, eos) == after
+
+
+def _ids(broker: KafkaBroker, topic: str, eos: bool) -> list[int]:
+    return sorted(json.loads(r.value)["payload"]["after"]["id"]
+                  for r in consume_all(broker.bootstrap, topic, eos) if r.value is not None)
+
+
 @pytest.mark.parametrize("eos", [False, True], ids=["at-least-once", "exactly-once"])
 def test_two_scale_changes_of_an_idle_keyspace_need_no_hand_edits(
     sim: VTGateSim, kafka_broker: KafkaBroker, eos: bool
@@ -92,13 +108,39 @@ def test_two_scale_changes_of_an_idle_keyspace_need_no_hand_edits(
 
     # Generation 2: back to one task. It needs both keys of generation 1 and resumes at the heads.
     gen2 = _task(base, kafka_broker, sim, 0, 1, 2, 2, SHARDS, extra)
-    with running_task(gen2) as run:
+    _run_last_generation(sim, kafka_broker, gen2, range(9, 13), eos)
+    assert _ids(kafka_broker, topic, eos) == list(range(1, 13))  # each change once: nothing replayed, nothing missed
+
+
+@pytest.mark.parametrize("eos", [False, True], ids=["at-least-once", "exactly-once"])
+def test_a_task_that_never_started_does_not_block_the_next_generation(
+    sim: VTGateSim, kafka_broker: KafkaBroker, eos: bool
+) -> None:
+    """Scaling to two tasks whose second pod is never scheduled, then back to one: the operator's
+    generation chain (``shardcdc.task.history``) lets the new task take the second shard from
+    generation 0, where it still is, instead of failing on the missing ``task1_2_1`` key (Debezium
+    needs a hand-written offset for it)."""
+    extra = EOS if eos else {}
+    base = worker_config(kafka_broker, sim.address, KS)
+    topic = f"{base.topic_prefix}.{KS}.customer"
+    gen0 = _task(base, kafka_broker, sim, 0, 1, 0, 1, SHARDS, extra)
+    with running_task(gen0) as run:
         wait_positioned(sim, run, KS)
-        insert_customers(sim, range(9, 13), KS)
-        wait_for(lambda: caught_up(sim, run, KS), what="the changes after two scale changes")
-        after = sim.positions(KS)
+        insert_customers(sim, range(1, 9), KS)
+        wait_for(lambda: caught_up(sim, run, KS), what="generation 0's changes")
         assert run.stop().exit_code == exitcodes.OK
-    assert _stored(kafka_broker, gen2, 0, 1, 2, eos) == after
-    ids = sorted(json.loads(r.value)["payload"]["after"]["id"]
-                 for r in consume_all(kafka_broker.bootstrap, topic, eos) if r.value is not None)
-    assert ids == list(range(1, 13))  # each change once: nothing replayed, nothing missed
+
+    # Generation 1: only task 0 (-80) ever runs; both shards change meanwhile.
+    gen1 = _task(base, kafka_broker, sim, 0, 2, 1, 1, SHARDS[:1], extra)
+    with running_task(gen1) as run:
+        wait_positioned(sim, run, KS)
+        insert_customers(sim, range(9, 17), KS)
+        wait_for(lambda: run.task.processor is not None and run.task.processor.position is not None
+                 and run.task.processor.position.shard_gtids[0].gtid == sim.positions(KS)["-80"]
+                 and run.task.sink is not None and run.task.sink.pending == 0, what="generation 1's -80 changes")
+        assert run.stop().exit_code == exitcodes.OK
+    assert _stored(kafka_broker, gen1, 1, 2, 1, eos) is None
+
+    gen2 = _task(base, kafka_broker, sim, 0, 1, 2, 2, SHARDS, {**extra, "shardcdc.task.history": "0:1"})
+    _run_last_generation(sim, kafka_broker, gen2, range(17, 21), eos)
+    assert _ids(kafka_broker, topic, eos) == list(range(1, 21))  # 80-'s generation-1 changes once, by generation 2

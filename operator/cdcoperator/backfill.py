@@ -72,7 +72,7 @@ Conditions = Mapping[str, str] | None
 # Per-task keys of the worker configuration: a backfill is not a task.
 _TASK_KEYS = ("tasks.max", "vitess.offset.storage.per.task", "vitess.offset.storage.task.key.gen",
               "vitess.prev.num.tasks", "shardcdc.task.id", "shardcdc.task.count", "shardcdc.task.generation",
-              "shardcdc.task.prev.count", "shardcdc.task.shards")
+              "shardcdc.task.prev.count", "shardcdc.task.shards", "shardcdc.task.history")
 
 
 # --- what runs ---------------------------------------------------------------------------------------

@@ -107,6 +107,9 @@ def worker_properties(cr: ConnectorResource, task: TaskPlan) -> dict[str, str]:
         "vitess.keyspace": vt.keyspace,
         "vitess.tablet.type": vt.tablet_type,
     }
+    if task.history:
+        # Lets a task resume shards whose previous-generation task never stored an offset.
+        props["shardcdc.task.history"] = ",".join(f"{gen}:{tasks}" for gen, tasks in task.history)
     if vt.credentials is not None:
         props["database.user"] = _file_ref("vitess-credentials", vt.credentials.username_key)
         props["database.password"] = _file_ref("vitess-credentials", vt.credentials.password_key)

@@ -57,6 +57,7 @@ from cdcworker.keyrange import parse_shard
 from cdcworker.offsets.migration import assign_shards, java_sorted
 
 __all__ = [
+    "HISTORY_LIMIT",
     "Action",
     "Event",
     "GenPhase",
@@ -171,6 +172,9 @@ class Generation:
     pending: PendingChange | None = None
     stopped_cleanly: bool = False
     journal_positions: tuple[tuple[str, str], ...] = ()
+    # Generations before the previous one, newest first: (generation, tasks). The workers resume a
+    # shard whose previous-generation task never stored an offset (never scheduled) from them.
+    history: tuple[tuple[int, int], ...] = ()
 
     @property
     def shards(self) -> tuple[str, ...]:
@@ -193,6 +197,7 @@ class TaskPlan:
     previous_tasks: int
     shards: tuple[str, ...]
     run: bool
+    history: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -266,16 +271,28 @@ def _lost(removed: Iterable[str], serving: Sequence[str]) -> list[str]:
 # --- the planner ------------------------------------------------------------------------------------
 
 
+# Generations kept in ``status.assignment.history``. A chain this long of generations that each
+# had a task never started is not expected; past it the workers need the oldest one whole again.
+HISTORY_LIMIT = 16
+
+
 def _new_generation(
-    gen: int, shards: Sequence[str], tasks_max: int, previous: int, journal_positions: tuple[tuple[str, str], ...] = ()
+    gen: int, shards: Sequence[str], tasks_max: int, previous: int, journal_positions: tuple[tuple[str, str], ...] = (),
+    after: Generation | None = None,
 ) -> Generation:
+    """The record of generation ``gen``; ``after`` is the generation it follows (None for the first)."""
     assignment = tuple(tuple(t) for t in assign_shards(shards, tasks_max))
-    return Generation(gen, len(assignment), previous, assignment, journal_positions=journal_positions)
+    history: tuple[tuple[int, int], ...] = ()
+    if after is not None and after.generation >= 1 and after.previous_tasks >= 1:
+        history = ((after.generation - 1, after.previous_tasks), *after.history)[:HISTORY_LIMIT]
+    return Generation(gen, len(assignment), previous, assignment, journal_positions=journal_positions,
+                      history=history)
 
 
 def _workers(g: Generation, run: bool) -> tuple[TaskPlan, ...]:
     return tuple(
-        TaskPlan(g.generation, tid, g.tasks, g.previous_tasks, shards, run) for tid, shards in enumerate(g.assignment)
+        TaskPlan(g.generation, tid, g.tasks, g.previous_tasks, shards, run, g.history)
+        for tid, shards in enumerate(g.assignment)
     )
 
 
@@ -449,6 +466,7 @@ def _plan(
                 spec.tasks,
                 current.tasks,
                 journal_positions=tuple(sorted(p for j in change.journals for p in j.positions)),
+                after=current,
             )
             events.append(Event("Normal", "GenerationStarted",
                                 f"generation {record.generation} started: {record.tasks} tasks over "
@@ -702,6 +720,8 @@ def generation_to_status(g: Generation) -> dict[str, object]:
     }
     if g.journal_positions:
         out["journalPositions"] = _positions_to_status(g.journal_positions)
+    if g.history:
+        out["history"] = [{"generation": gen, "tasks": tasks} for gen, tasks in g.history]
     if g.pending is not None:
         out["pending"] = {
             "shards": list(g.pending.shards),
@@ -743,4 +763,8 @@ def generation_from_status(assignment: Mapping[str, object] | None) -> Generatio
         pending=pending,
         stopped_cleanly=bool(assignment.get("stoppedCleanly", False)),
         journal_positions=_positions_from_status(assignment.get("journalPositions")),  # type: ignore[arg-type]
+        history=tuple(
+            (int(h["generation"]), int(h["tasks"]))
+            for h in assignment.get("history") or ()  # type: ignore[attr-defined]
+        ),
     )

@@ -100,6 +100,8 @@ class TaskIdentity:
     generation: int
     prev_count: int
     shards: tuple[str, ...] | None  # None: vitess.shard, or every shard of the keyspace
+    # Generations before the previous one, newest first: (generation, task count).
+    history: tuple[tuple[int, int], ...] = ()
 
     @property
     def task_key(self) -> str | None:

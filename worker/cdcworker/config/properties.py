@@ -357,6 +357,16 @@ _PROPERTIES: tuple[Property, ...] = (
         group="task",
     ),
     _p(
+        "shardcdc.task.history",
+        LST,
+        (),
+        "Generations before the previous one, newest first, as <generation>:<tasks> (the operator's "
+        "record). With it a previous-generation task that never stored an offset does not stop the "
+        "migration: its shards resume from the newest older generation that holds them.",
+        operator_owned=True,
+        group="task",
+    ),
+    _p(
         "shardcdc.task.shards",
         LST,
         None,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import difflib
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from types import MappingProxyType
 
@@ -248,6 +248,7 @@ class _Validator:
             "shardcdc.task.count",
             "shardcdc.task.generation",
             "shardcdc.task.prev.count",
+            "shardcdc.task.history",
         ):
             return
         per_task = bool(self.get("vitess.offset.storage.per.task"))
@@ -267,6 +268,8 @@ class _Validator:
                 "vitess.prev.num.tasks",
                 "must be 1 or more when vitess.offset.storage.task.key.gen is 0 or more",
             )
+        if gen is not None:
+            self._check_history(gen)
         count = self.int_("shardcdc.task.count")
         task_id = self.int_("shardcdc.task.id")
         if count > tasks_max:
@@ -292,6 +295,27 @@ class _Validator:
                 self.problem(
                     "shardcdc.task.shards", f"{', '.join(extra)} not in vitess.shard ({', '.join(shards)})"
                 )
+
+    def _check_history(self, gen: int) -> None:
+        """``shardcdc.task.history``: strictly older than the previous generation, newest first."""
+        entries = self.get("shardcdc.task.history")
+        if not isinstance(entries, tuple):
+            return
+        try:
+            chain = parse_history(entries)
+        except ValueError as exc:
+            self.problem("shardcdc.task.history", str(exc))
+            return
+        newest = gen - 1
+        for g, _ in chain:
+            if g >= newest:
+                self.problem(
+                    "shardcdc.task.history",
+                    f"generation {g} must be older than {newest}: the generations before the previous one "
+                    f"({gen - 1}), newest first",
+                )
+                return
+            newest = g
 
     def _aliased_int(self, ours: str, debezium: str) -> int | None:
         """Our task-identity name and Debezium's may both be given, but must then agree."""
@@ -587,6 +611,7 @@ class _Validator:
             generation=_int(_first(g("shardcdc.task.generation"), g("vitess.offset.storage.task.key.gen"))),
             prev_count=_int(_first(g("shardcdc.task.prev.count"), g("vitess.prev.num.tasks"))),
             shards=_opt_tuple(_first(g("shardcdc.task.shards"), g("vitess.shard"))),
+            history=parse_history(_opt_tuple(g("shardcdc.task.history")) or ()),
         )
         keepalive = _int(g("vitess.keepalive.interval.ms"))
         source = SourceConfig(
@@ -772,6 +797,21 @@ class _Validator:
 
 def _first(*values: object) -> object:
     return next((v for v in values if v is not None), None)
+
+
+def parse_history(entries: Iterable[str]) -> tuple[tuple[int, int], ...]:
+    """``shardcdc.task.history`` entries ``<generation>:<tasks>`` as (generation, tasks) pairs."""
+    out: list[tuple[int, int]] = []
+    for entry in entries:
+        gen, sep, tasks = entry.partition(":")
+        try:
+            pair = (int(gen), int(tasks))
+        except ValueError:
+            pair = (-1, 0)
+        if not sep or pair[0] < 0 or pair[1] < 1:
+            raise ValueError(f"{entry!r} is not <generation>:<tasks> with generation >= 0 and tasks >= 1")
+        out.append(pair)
+    return tuple(out)
 
 
 def _int(value: object) -> int:

@@ -189,6 +189,36 @@ def read_generation(
     return GenerationOffsets(positions, missing)
 
 
+def _read_chain(
+    lookup: OffsetLookup, server: str, chain: Sequence[tuple[int, int]], shards: set[str]
+) -> GenerationOffsets | None:
+    """Positions of ``shards`` from the newest generation of ``chain`` that holds each one.
+
+    A chain of one (Debezium's ``vitess.prev.num.tasks`` alone) needs every key of that
+    generation. A longer chain is the operator's complete record of generations, so a missing key
+    only means a task that never stored an offset: its shards are still where the generation
+    before had them. The oldest generation is then required whole, unless it is generation 0
+    (whose never-started tasks began from the configuration, as they would now) or every shard
+    is found before it; so a truncated record still fails rather than restart a shard from the
+    configuration.
+    """
+    if len(chain) == 1:
+        gen, tasks = chain[0]
+        return read_generation(lookup, server, tasks, gen, require_all=True)
+    positions: dict[str, ShardGtid] = {}
+    for i, (gen, tasks) in enumerate(chain):
+        oldest = i == len(chain) - 1
+        found = read_generation(lookup, server, tasks, gen, require_all=oldest and gen > 0)
+        if found is None:
+            break
+        for shard in shards - set(positions):
+            if shard in found.positions:
+                positions[shard] = found.positions[shard]
+        if set(positions) >= shards:
+            break
+    return GenerationOffsets(positions)
+
+
 def _same(a: Iterable[str] | None, b: Iterable[str] | None) -> bool:
     return a is not None and b is not None and set(a) == set(b)
 
@@ -321,6 +351,7 @@ def resolve_task_start(
     gen: int = -1,
     prev_num_tasks: int = -1,
     vgtid_setting: str = CURRENT_GTID,
+    older: Sequence[tuple[int, int]] = (),
 ) -> TaskStart:
     """The VGTID a task starts from. ``task_id=None`` means per-task mode is off (plain server key).
 
@@ -328,6 +359,12 @@ def resolve_task_start(
     reshard it followed). Otherwise each assigned shard comes from the current generation, the
     previous generation (which must then be complete) or the configuration, and the VGTID is
     built in sorted shard order.
+
+    ``older`` is the chain of generations before the previous one, newest first, as
+    ``(generation, task count)`` (the operator's record, ``shardcdc.task.history``). With it a
+    previous-generation key may be missing: that task never stored an offset (its pod was never
+    scheduled, or it stopped before starting), so it never moved its shards, and they resume from
+    the newest older generation that holds them. See ``_read_chain``.
     """
     own = (
         OffsetPartition(server)
@@ -345,7 +382,8 @@ def resolve_task_start(
     current = read_generation(lookup, server, num_tasks, gen, require_all=False)
     previous: GenerationOffsets | None = None
     if current is None or not set(current.positions) >= set(ordered):
-        previous = read_generation(lookup, server, prev_num_tasks, gen - 1, require_all=True)
+        uncovered = set(ordered) - set(current.positions if current is not None else ())
+        previous = _read_chain(lookup, server, [(gen - 1, prev_num_tasks), *older], uncovered)
     starts = [_start_for(s, current, previous, config) for s in ordered]
     return TaskStart(
         Vgtid(tuple(sg for sg, _ in starts)),
