@@ -105,7 +105,9 @@ def test_first_generation_adopts_debezium_per_task_offsets(tmp_path: Path, kafka
         assert (a["generation"], a["tasks"], a["previousTasks"]) == (4, 2, 2)
         assert [t["shards"] for t in a["taskStates"]] == [["-80"], ["80-"]]
         assert status["adoptedOffsets"] == {"generation": 3, "tasks": 2, "keys": ["task0_2_3", "task1_2_3"],
-                                            "serverKey": True, "shards": ["-80", "80-"]}
+                                            "serverKey": True, "shards": ["-80", "80-"],
+                                            "chain": [{"generation": 3, "tasks": 2}, {"generation": 2, "tasks": 1}]}
+        assert a["history"] == status["adoptedOffsets"]["chain"]
         insert(sim, range(51, 61))
         final = sim.positions("shop")
 

@@ -255,10 +255,22 @@ def test_never_started_previous_task_resumes_from_the_generation_before_with_the
     with pytest.raises(MissingOffsetsError) as info:  # Debezium's rule, without the chain
         _start(records, ["-80", "80-"], task_id=0, num_tasks=1, gen=2, prev_num_tasks=2)
     assert [p.task_key for p in info.value.missing] == ["task1_2_1"]
-    start = _start(records, ["-80", "80-"], task_id=0, num_tasks=1, gen=2, prev_num_tasks=2, older=[(0, 1)])
+    start = _start(records, ["-80", "80-"], task_id=0, num_tasks=1, gen=2, prev_num_tasks=2, chain=[(1, 2), (0, 1)])
     # -80 moved in generation 1; 80- never did, so it is where generation 0 left it.
     assert start.vgtid == Vgtid.of(KS, [("-80", "a1"), ("80-", "b0")])
-    assert start.sources == {"-80": "previous-generation", "80-": "previous-generation"}
+    assert start.sources == {"-80": "previous-generation", "80-": "generation-0"}
+
+
+def test_never_started_task_of_generation_zero_does_not_block_generation_one() -> None:
+    # tasks: 4 on a cluster with room for 3 pods, then scaled to 3: task3_4_0 never existed. Its
+    # shard never streamed, so it starts as configured, as that task would have.
+    records = debezium_records({f"task{i}_4_0": [(s, f"g{i}")] for i, s in enumerate(["-40", "40-80", "80-c0"])})
+    with pytest.raises(MissingOffsetsError):
+        _start(records, ["-40", "c0-"], task_id=0, num_tasks=3, gen=1, prev_num_tasks=4)
+    start = _start(records, ["-40", "c0-"], task_id=0, num_tasks=3, gen=1, prev_num_tasks=4, chain=[(0, 4)],
+                   vgtid_setting="")
+    assert start.vgtid == Vgtid.of(KS, [("-40", "g0"), ("c0-", "")])
+    assert start.sources == {"-40": "previous-generation", "c0-": "config"}
 
 
 def test_chain_takes_each_shard_from_its_newest_generation() -> None:
@@ -268,27 +280,29 @@ def test_chain_takes_each_shard_from_its_newest_generation() -> None:
         "task0_2_2": [("-40", "g2a"), ("80-", "g2c")],  # task 1 (40-80) of generation 2 never ran
     })
     start = _start(records, ["-40", "40-80", "80-"], task_id=0, num_tasks=1, gen=3, prev_num_tasks=2,
-                   older=[(1, 3), (0, 1)])
+                   chain=[(2, 2), (1, 3), (0, 1)])
     assert start.vgtid == Vgtid.of(KS, [("-40", "g2a"), ("40-80", "g0b"), ("80-", "g2c")])
 
 
-def test_chain_ending_at_generation_zero_starts_unstored_shards_from_the_configuration() -> None:
-    # Every task of generation 0 and 1 holding 80- never ran: it starts as configured, as it would have.
-    records = debezium_records({"task0_2_0": [("-80", "a0")], "task0_2_1": [("-80", "a1")]})
-    start = _start(records, ["-80", "80-"], task_id=0, num_tasks=1, gen=2, prev_num_tasks=2, older=[(0, 2)],
-                   vgtid_setting="")
-    assert start.vgtid == Vgtid.of(KS, [("-80", "a1"), ("80-", "")])
-    assert start.sources == {"-80": "previous-generation", "80-": "config"}
+def test_chain_stops_at_a_complete_generation_so_an_added_shard_starts_as_configured() -> None:
+    # The chain was cut at generation 3, which is incomplete; generation 4 is complete, so a shard
+    # it does not hold is new (an explicit shard list grew), not lost.
+    records = debezium_records({"task0_2_4": [("-80", "a4")], "task1_2_4": [("80-c0", "b4")],
+                                "task0_2_3": [("-80", "a3")]})
+    start = _start(records, ["-80", "80-c0", "c0-"], task_id=0, num_tasks=1, gen=5, prev_num_tasks=2,
+                   chain=[(4, 2), (3, 2)], vgtid_setting="current")
+    assert start.vgtid == Vgtid.of(KS, [("-80", "a4"), ("80-c0", "b4"), ("c0-", "current")])
 
 
-def test_truncated_chain_requires_its_oldest_generation_whole() -> None:
-    # The chain's oldest generation (3, not 0) is missing a key and a shard is still unfound:
-    # starting it from the configuration could skip changes, so the migration stops as Debezium's.
+def test_chain_ending_at_an_incomplete_generation_refuses_unfound_shards() -> None:
+    # Every generation of the (cut) chain misses a key and 80- is in none: its position may be
+    # older still, and starting it from the configuration could skip changes.
     records = debezium_records({"task0_2_4": [("-80", "a4")], "task0_2_3": [("-80", "a3")]})
     with pytest.raises(MissingOffsetsError) as info:
-        _start(records, ["-80", "80-"], task_id=0, num_tasks=1, gen=5, prev_num_tasks=2, older=[(3, 2)])
+        _start(records, ["-80", "80-"], task_id=0, num_tasks=1, gen=5, prev_num_tasks=2, chain=[(4, 2), (3, 2)])
     assert [p.task_key for p in info.value.missing] == ["task1_2_3"]
-    # Found before the oldest generation: not needed.
+    assert "shards ['80-'] are in no generation of the recorded chain (4:2, 3:2)" in str(info.value)
+    # Found before the end of the chain: not needed.
     records.update(debezium_records({"task1_2_4": [("80-", "b4")]}))
-    start = _start(records, ["-80", "80-"], task_id=0, num_tasks=1, gen=5, prev_num_tasks=2, older=[(3, 2)])
+    start = _start(records, ["-80", "80-"], task_id=0, num_tasks=1, gen=5, prev_num_tasks=2, chain=[(4, 2), (3, 2)])
     assert start.vgtid == Vgtid.of(KS, [("-80", "a4"), ("80-", "b4")])

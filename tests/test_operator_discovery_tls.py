@@ -26,10 +26,15 @@ from vtgatesim import VTGateSim
 NS = "tls-source"
 
 
-def connector(address: str, tls: dict[str, Any] | None, credentials: bool) -> ConnectorResource:
+def connector(address: str, tls: dict[str, Any] | None, credentials: bool,
+              vtctld: str | None = None, vtctld_tls: dict[str, Any] | None = None) -> ConnectorResource:
     vitess: dict[str, Any] = {"vtgate": address, "keyspace": "secure"}
     if tls is not None:
         vitess["tls"] = tls
+    if vtctld is not None:
+        vitess["vtctld"] = vtctld
+    if vtctld_tls is not None:
+        vitess["vtctldTls"] = vtctld_tls
     if credentials:
         vitess["credentialsSecretRef"] = {"name": "vtgate-login"}
     return ConnectorResource.from_body({
@@ -64,7 +69,8 @@ def reader(secrets: Mapping[str, Mapping[str, bytes]], calls: list[str]) -> Any:
 
 
 def test_tls_and_credentials_come_from_the_secrets(tls_sim: VTGateSim, pki: dict[str, bytes]) -> None:
-    secrets = {"vtgate-ca": {"ca.crt": pki["ca"]}, "vtgate-login": {"username": b"cdc", "password": b"s3cret"},
+    # kubectl create secret --from-file keeps the files' final line end; the workers drop it (file provider).
+    secrets = {"vtgate-ca": {"ca.crt": pki["ca"]}, "vtgate-login": {"username": b"cdc\n", "password": b"s3cret\r\n"},
                "vtgate-client": {"tls.crt": pki["client_cert"], "tls.key": pki["client_key"]}}
     calls: list[str] = []
     cr = connector(tls_sim.address, {"enabled": True, "caSecretRef": {"name": "vtgate-ca"},
@@ -83,6 +89,26 @@ def test_tls_and_credentials_come_from_the_secrets(tls_sim: VTGateSim, pki: dict
         discover(cr.spec.source, access=SourceAccess(), timeout=3)
 
 
+def test_vtctld_has_its_own_tls_and_never_gets_vtgates_credentials(tls_sim: VTGateSim, pki: dict[str, bytes]) -> None:
+    vtgate_tls = {"enabled": True, "caSecretRef": {"name": "vtgate-ca"}, "serverName": "vtgate.example"}
+    secrets = {"vtgate-ca": {"ca.crt": pki["ca"]}, "vtctld-ca": {"ca.crt": pki["ca"]},
+               "vtgate-login": {"username": b"cdc", "password": b"s3cret"}}
+    # A TLS, credentialed VTGate and a plaintext vtctld (how such connectors ran before discovery
+    # learnt TLS): vtctld is dialled in plaintext and no Secret is read.
+    calls: list[str] = []
+    plain = connector(tls_sim.address, vtgate_tls, True, vtctld="127.0.0.1:1")
+    assert asyncio.run(source_access(plain, reader(secrets, calls))) == SourceAccess() and calls == []
+    # vtctldTls: its CA is read (and only it) and discovery goes to vtctld over TLS, without credentials.
+    cr = connector(tls_sim.address, vtgate_tls, True, vtctld=tls_sim.address,
+                   vtctld_tls={"enabled": True, "caSecretRef": {"name": "vtctld-ca"}, "serverName": "vtgate.example"})
+    access = asyncio.run(source_access(cr, reader(secrets, calls)))
+    assert calls == [f"{NS}/vtctld-ca"] and access.metadata == ()
+    found = discover(cr.spec.source, access=access, timeout=10)
+    assert found.serving == ("-40", "40-80", "80-") and found.via == "vtctld"
+    with pytest.raises(DiscoveryError, match=r"vtctld .* failed: UNAVAILABLE"):
+        discover(cr.spec.source, access=SourceAccess(), timeout=3)
+
+
 def test_plaintext_needs_no_secret_and_missing_material_is_named() -> None:
     calls: list[str] = []
     assert asyncio.run(source_access(connector("127.0.0.1:1", None, False), reader({}, calls))) == SourceAccess()
@@ -93,6 +119,9 @@ def test_plaintext_needs_no_secret_and_missing_material_is_named() -> None:
         ({"vtgate-ca": {"tls.crt": b"x"}}, "Secret tls-source/vtgate-ca (spec.source.vitess.tls.caSecretRef) has no key ca.crt"),
         ({"vtgate-ca": {"ca.crt": b"x"}, "vtgate-login": {"username": b"u"}},
          "Secret tls-source/vtgate-login (spec.source.vitess.credentialsSecretRef) has no key password"),
+        ({"vtgate-ca": {"ca.crt": b"x"}, "vtgate-login": {"username": b"u", "password": b"\xff"}},
+         "Secret tls-source/vtgate-login (spec.source.vitess.credentialsSecretRef) holds a username or password "
+         "that is not UTF-8"),
     ]
     cr = connector("127.0.0.1:1", {"enabled": True, "caSecretRef": {"name": "vtgate-ca"}}, True)
     for secrets, message in cases:

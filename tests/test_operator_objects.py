@@ -254,11 +254,11 @@ def test_minimal_spec_defaults() -> None:
     assert "database.user" not in props and "shardcdc.vitess.tls.enabled" not in props
     assert "shardcdc.task.history" not in props
     # A later generation carries the chain before its previous one, in a form the worker reads.
-    later = worker_properties(cr, TaskPlan(3, 0, 1, 2, ("0",), True, history=((1, 3), (0, 1))))
-    assert later["shardcdc.task.history"] == "1:3,0:1"
+    later = worker_properties(cr, TaskPlan(3, 0, 1, 2, ("0",), True, history=((2, 2), (1, 3), (0, 1))))
+    assert later["shardcdc.task.history"] == "2:2,1:3,0:1"
     from cdcworker.config import load_config
 
-    assert load_config([], env={}, overrides=later).task.history == ((1, 3), (0, 1))
+    assert load_config([], env={}, overrides=later).task.history == ((2, 2), (1, 3), (0, 1))
     _, dep = build_task_objects(cr, TaskPlan(0, 0, 1, -1, ("0",), True))
     pod = dep["spec"]["template"]["spec"]
     assert pod["containers"][0]["resources"] == {"requests": {"cpu": "250m", "memory": "256Mi"},

@@ -171,7 +171,7 @@ def test_scale_up_drains_then_starts_next_generation() -> None:
     ]
     assert condition(drain, cond.READY).reason == "GenerationChange"
     assert condition(drain, cond.PROGRESSING).reason == "Draining"
-    assert started.generation == Generation(1, 4, 2, (("-40",), ("40-80",), ("80-c0",), ("c0-",)))
+    assert started.generation == Generation(1, 4, 2, (("-40",), ("40-80",), ("80-c0",), ("c0-",)), history=((0, 2),))
     assert started.remove == (TaskRef(0, 0), TaskRef(0, 1))
     assert [w.run for w in started.workers] == [True] * 4
 
@@ -190,7 +190,7 @@ def test_drain_waits_until_every_worker_exited() -> None:
 def test_scale_down_four_to_one() -> None:
     g = start(4, FOUR)
     _, started = migrate(g, spec(1), FOUR)
-    assert started.generation == Generation(1, 1, 4, (tuple(FOUR),))
+    assert started.generation == Generation(1, 1, 4, (tuple(FOUR),), history=((0, 4),))
 
 
 def test_migration_single_task_single_shard_is_no_generation() -> None:
@@ -204,45 +204,53 @@ def test_migration_single_task_single_shard_is_no_generation() -> None:
 def test_migration_double() -> None:
     g = start(1, ["-80", "80-"])
     _, started = migrate(g, spec(2), ["-80", "80-"])
-    assert started.generation == Generation(1, 2, 1, (("-80",), ("80-",)))
+    assert started.generation == Generation(1, 2, 1, (("-80",), ("80-",)), history=((0, 1),))
 
 
 def test_migration_quad_and_back() -> None:
     g = start(1, FOUR)
     _, up = migrate(g, spec(4), FOUR)
     g1 = persist(up)
-    assert g1 == Generation(1, 4, 1, (("-40",), ("40-80",), ("80-c0",), ("c0-",)))
+    assert g1 == Generation(1, 4, 1, (("-40",), ("40-80",), ("80-c0",), ("c0-",)), history=((0, 1),))
     _, down = migrate(g1, spec(2), FOUR)
-    assert down.generation == Generation(2, 2, 4, (("-40", "80-c0"), ("40-80", "c0-")), history=((0, 1),))
+    assert down.generation == Generation(2, 2, 4, (("-40", "80-c0"), ("40-80", "c0-")), history=((1, 4), (0, 1)))
 
 
-def test_generations_carry_the_chain_before_the_previous_one() -> None:
-    # 1 -> 2 tasks, the second never scheduled (Pending until drained), then back to 1: the new
-    # workers get generation 0's task count too, so they can take 80- from generation 0.
-    g0 = start(1, ["-80", "80-"])
+def test_generations_carry_the_chain_of_earlier_generations() -> None:
+    # 2 -> 3 tasks with the third never scheduled (Pending until drained), then back to 2: the
+    # new workers get generation 1 and 0's task counts, so they can take c0- from generation 0.
+    g0 = start(2, FOUR)
     assert g0.history == () and "history" not in generation_to_status(g0)
-    _, up = migrate(g0, spec(2), ["-80", "80-"])
+    _, up = migrate(g0, spec(3), FOUR)
     g1 = persist(up)
-    assert g1.history == ()  # generation 0 is the previous one; nothing before it
-    drain = plan(spec(1), ["-80", "80-"], g1, [TaskReport(1, 0, TaskPhase.STREAMING, pod="p0"),
-                                                TaskReport(1, 1, TaskPhase.PENDING)])
-    assert drain.stop == (TaskRef(1, 0), TaskRef(1, 1))
-    down = plan(spec(1), ["-80", "80-"], persist(drain), [TaskReport(1, t, TaskPhase.EXITED) for t in (0, 1)])
+    assert g1.history == ((0, 2),)  # even the first change: a generation-0 task may never have run
+    assert [w.history for w in up.workers] == [((0, 2),)] * 3
+    drain = plan(spec(2), FOUR, g1, [TaskReport(1, 0, TaskPhase.STREAMING, pod="p0"),
+                                     TaskReport(1, 1, TaskPhase.STREAMING, pod="p1"),
+                                     TaskReport(1, 2, TaskPhase.PENDING)])
+    assert drain.stop == (TaskRef(1, 0), TaskRef(1, 1), TaskRef(1, 2))
+    down = plan(spec(2), FOUR, persist(drain), [TaskReport(1, t, TaskPhase.EXITED) for t in range(3)])
     g2 = persist(down)
-    assert (g2.generation, g2.previous_tasks, g2.history) == (2, 2, ((0, 1),))
-    assert generation_to_status(g2)["history"] == [{"generation": 0, "tasks": 1}]
-    assert [w.history for w in down.workers] == [((0, 1),)]
-    # Each generation adds the one before its previous; the record keeps the newest HISTORY_LIMIT.
+    assert (g2.generation, g2.previous_tasks, g2.history) == (2, 3, ((1, 3), (0, 2)))
+    assert generation_to_status(g2)["history"] == [{"generation": 1, "tasks": 3}, {"generation": 0, "tasks": 2}]
+    # The record keeps the newest HISTORY_LIMIT generations.
     g = g2
     for n in range(HISTORY_LIMIT + 3):
-        _, nxt = migrate(g, spec(2 if n % 2 == 0 else 1), ["-80", "80-"])
+        _, nxt = migrate(g, spec(1 if n % 2 == 0 else 2), FOUR)
         g = persist(nxt)
-    assert g.generation == 2 + HISTORY_LIMIT + 3
     assert len(g.history) == HISTORY_LIMIT
-    assert g.history[:3] == ((g.generation - 2, 1 if g.previous_tasks == 2 else 2), (g.generation - 3, g.previous_tasks),
-                             (g.generation - 4, 1 if g.previous_tasks == 2 else 2))
-    assert [gen for gen, _ in g.history] == list(range(g.generation - 2, g.generation - 2 - HISTORY_LIMIT, -1))
+    assert g.history[0] == (g.generation - 1, g.previous_tasks)
+    assert [gen for gen, _ in g.history] == list(range(g.generation - 1, g.generation - 1 - HISTORY_LIMIT, -1))
+    # A record edited by hand into something unreadable counts as no chain (Debezium's rule).
+    assert generation_from_status({**generation_to_status(g), "history": [{"generation": 1}]}).history == ()
 
+
+def test_adopted_first_generation_carries_the_offsets_topic_chain() -> None:
+    adopted = Adoption(generation=3, tasks=2, keys=("task0_2_3",), shards=tuple(FOUR), chain=((3, 2), (1, 4)))
+    p = plan(spec(2), FOUR, None, [], adopted=adopted)
+    assert p.generation is not None
+    assert (p.generation.generation, p.generation.previous_tasks, p.generation.history) == (4, 2, ((3, 2), (1, 4)))
+    assert adoption_from_status(adoption_to_status(adopted)) == adopted
 
 def test_previous_tasks_is_the_actual_count_not_spec() -> None:
     # spec.tasks 8 over 2 shards ran 2 tasks; the next generation's previous count is 2.
@@ -284,7 +292,7 @@ def test_split_followed_through_journal() -> None:
     assert started.action is Action.START
     assert started.generation == Generation(
         1, 2, 2, (("-40", "80-"), ("40-80",)),
-        journal_positions=(("-40", "MySQL56/a:1-7"), ("40-80", "MySQL56/b:1-9")),
+        journal_positions=(("-40", "MySQL56/a:1-7"), ("40-80", "MySQL56/b:1-9")), history=((0, 2),),
     )
     assert condition(started, cond.RESHARDING).status is True
     steady = plan(spec(2), ["-40", "40-80", "80-"], persist(started), streaming(persist(started)))
@@ -301,7 +309,8 @@ def test_merge_followed_through_journal() -> None:
     ]
     p = plan(spec(2), ["-80", "80-"], g, reports)
     assert p.action is Action.START  # nobody left to drain
-    assert p.generation == Generation(1, 2, 2, (("-80",), ("80-",)), journal_positions=(("-80", "MySQL56/m:1-3"),))
+    assert p.generation == Generation(1, 2, 2, (("-80",), ("80-",)), journal_positions=(("-80", "MySQL56/m:1-3"),),
+                                           history=((0, 2),))
 
 
 def test_restarted_worker_after_the_journal_is_stopped_before_the_next_generation() -> None:
@@ -319,7 +328,8 @@ def test_restarted_worker_after_the_journal_is_stopped_before_the_next_generatio
     assert drain.generation is not None and drain.generation.pending == PendingChange(("-80", "80-"), 2, "Reshard", (journal,))
     started = plan(spec(2), ["-80", "80-"], persist(drain), [TaskReport(0, 1, TaskPhase.REASSIGNMENT_NEEDED, journal=journal)])
     assert started.action is Action.START
-    assert started.generation == Generation(1, 2, 2, (("-80",), ("80-",)), journal_positions=(("-80", "MySQL56/m:1-3"),))
+    assert started.generation == Generation(1, 2, 2, (("-80",), ("80-",)), journal_positions=(("-80", "MySQL56/m:1-3"),),
+                                           history=((0, 2),))
 
 
 def test_serving_split_without_journal_waits_for_it() -> None:
@@ -412,7 +422,7 @@ def test_scale_while_paused_is_pending_then_applied_on_resume() -> None:
     assert p.generation is not None and p.generation.pending == PendingChange(tuple(FOUR), 4, "Scale")
     resumed = plan(spec(4), FOUR, persist(p), [])
     assert resumed.action is Action.START
-    assert resumed.generation == Generation(1, 4, 2, (("-40",), ("40-80",), ("80-c0",), ("c0-",)))
+    assert resumed.generation == Generation(1, 4, 2, (("-40",), ("40-80",), ("80-c0",), ("c0-",)), history=((0, 2),))
 
 
 def test_paused_before_first_generation_starts_nothing() -> None:
@@ -642,7 +652,7 @@ def test_analyze_offsets_topic_records() -> None:
     ])
     a = analyze(records, "shop", "shop", "commerce")
     assert a == Adoption(generation=3, tasks=2, keys=("task0_2_3", "task1_2_3"), server_key=True,
-                         shards=("-80", "80-"))
+                         shards=("-80", "80-"), chain=((3, 2), (2, 1)))
     assert (a.first_generation, a.previous_tasks, a.complete) == (4, 2, True)
     assert adoption_from_status(adoption_to_status(a)) == a
     assert analyze(records, "shop", "other", "commerce").generation == 8

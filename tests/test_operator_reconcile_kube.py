@@ -255,7 +255,7 @@ def test_kubectl_scale_starts_the_next_generation_after_a_drain(env: Env) -> Non
     assert sorted(env.children("configmaps", "scaled")) == [f"scaled-g1-t{i}" for i in range(4)]
     cm = env.children("configmaps", "scaled")["scaled-g1-t2"]["data"]["worker.properties"].splitlines()
     assert {"shardcdc.task.generation=1", "vitess.prev.num.tasks=2", "tasks.max=4",
-            "vitess.offset.storage.task.key.gen=1", "shardcdc.task.shards=80-c0"} <= set(cm)
+            "vitess.offset.storage.task.key.gen=1", "shardcdc.task.shards=80-c0", "shardcdc.task.history=0:2"} <= set(cm)
     # Never two generations at once.
     seen = [g for c, g in env.nodes.live_generations if c == "scaled"]
     assert frozenset({0}) in seen and frozenset({1}) in seen
@@ -270,9 +270,10 @@ def test_kubectl_scale_starts_the_next_generation_after_a_drain(env: Env) -> Non
     # get it, so a generation-1 task that never stored an offset cannot block them.
     env.kubectl("scale", "cdc/scaled", "--replicas=2")
     a2 = env.wait_generation("scaled", 2)
-    assert (a2["tasks"], a2["previousTasks"], a2["history"]) == (2, 4, [{"generation": 0, "tasks": 2}])
+    assert (a2["tasks"], a2["previousTasks"]) == (2, 4)
+    assert a2["history"] == [{"generation": 1, "tasks": 4}, {"generation": 0, "tasks": 2}]
     cm2 = env.children("configmaps", "scaled")["scaled-g2-t1"]["data"]["worker.properties"].splitlines()
-    assert {"vitess.prev.num.tasks=4", "shardcdc.task.history=0:2"} <= set(cm2)
+    assert {"vitess.prev.num.tasks=4", "shardcdc.task.history=1:4,0:2"} <= set(cm2)
 
 
 def test_reshard_waits_for_the_journal_then_follows_it(env: Env) -> None:

@@ -284,24 +284,25 @@ def test_task_identity_and_offset_partition() -> None:
     assert config.kafka.transactional_id == "inventory-connector-task1_4_2"
 
 
-def test_task_history_is_the_chain_before_the_previous_generation() -> None:
+def test_task_history_is_the_chain_from_the_previous_generation() -> None:
     base = {"tasks.max": "1", "vitess.offset.storage.per.task": "true", "vitess.prev.num.tasks": "2",
             "vitess.offset.storage.task.key.gen": "3"}
-    assert load({**base, "shardcdc.task.history": "1:3,0:1"}).task.history == ((1, 3), (0, 1))
+    assert load({**base, "shardcdc.task.history": "2:2,1:3,0:1"}).task.history == ((2, 2), (1, 3), (0, 1))
     assert load(base).task.history == ()
-    assert problems({**base, "shardcdc.task.history": "1:3,x"}) == [
+    assert problems({**base, "shardcdc.task.history": "2:2,x"}) == [
         "shardcdc.task.history: 'x' is not <generation>:<tasks> with generation >= 0 and tasks >= 1",
     ]
-    assert problems({**base, "shardcdc.task.history": "1:0"}) == [
-        "shardcdc.task.history: '1:0' is not <generation>:<tasks> with generation >= 0 and tasks >= 1",
+    assert problems({**base, "shardcdc.task.history": "2:0"}) == [
+        "shardcdc.task.history: '2:0' is not <generation>:<tasks> with generation >= 0 and tasks >= 1",
+    ]
+    assert problems({**base, "shardcdc.task.history": "1:3"}) == [
+        "shardcdc.task.history: starts with 1:3; it must start with the previous generation, 2:2 (vitess.prev.num.tasks)",
     ]
     assert problems({**base, "shardcdc.task.history": "2:3"}) == [
-        "shardcdc.task.history: generation 2 must be older than 2: the generations before the previous one (2), "
-        "newest first",
+        "shardcdc.task.history: starts with 2:3; it must start with the previous generation, 2:2 (vitess.prev.num.tasks)",
     ]
-    assert problems({**base, "shardcdc.task.history": "0:1,1:2"}) == [
-        "shardcdc.task.history: generation 1 must be older than 0: the generations before the previous one (2), "
-        "newest first",
+    assert problems({**base, "shardcdc.task.history": "2:2,0:1,1:2"}) == [
+        "shardcdc.task.history: generation 1 must be older than 0 (newest first)",
     ]
 
 

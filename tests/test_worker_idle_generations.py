@@ -141,6 +141,6 @@ def test_a_task_that_never_started_does_not_block_the_next_generation(
         assert run.stop().exit_code == exitcodes.OK
     assert _stored(kafka_broker, gen1, 1, 2, 1, eos) is None
 
-    gen2 = _task(base, kafka_broker, sim, 0, 1, 2, 2, SHARDS, {**extra, "shardcdc.task.history": "0:1"})
+    gen2 = _task(base, kafka_broker, sim, 0, 1, 2, 2, SHARDS, {**extra, "shardcdc.task.history": "1:2,0:1"})
     _run_last_generation(sim, kafka_broker, gen2, range(17, 21), eos)
     assert _ids(kafka_broker, topic, eos) == list(range(1, 21))  # 80-'s generation-1 changes once, by generation 2

@@ -20,7 +20,7 @@ The result is persisted as ``status.adoptedOffsets`` (the scan happens once) and
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from cdcoperator.model import ConnectorResource
@@ -33,6 +33,8 @@ __all__ = [
     "adoption_from_status",
     "adoption_to_status",
     "analyze",
+    "chain_from_status",
+    "chain_to_status",
     "credentials_problem",
     "scan_offsets",
 ]
@@ -48,6 +50,9 @@ class Adoption:
     server_key: bool = False  # a plain {"server": ...} record exists
     shards: tuple[str, ...] = ()  # shards of the keyspace the adopted records hold positions for
     skipped: str = ""  # why the topic was not scanned (a cluster the operator cannot read)
+    # Every generation with records, newest first: (generation, task count). The first generation's
+    # workers walk it for shards whose newest task never stored an offset (``shardcdc.task.history``).
+    chain: tuple[tuple[int, int], ...] = ()
 
     @property
     def per_task(self) -> bool:
@@ -100,12 +105,14 @@ def analyze(records: Mapping[bytes, bytes], connector: str, server: str, keyspac
             by_gen.setdefault(tk.gen, {}).setdefault(tk.num_tasks, []).append(e)
     if not by_gen:
         return Adoption(server_key=bool(plain), shards=_shards(plain, keyspace))
-    gen = max(by_gen)
     # One task count per generation in practice; if a generation was started twice with different
     # counts, the one with the most keys (then the larger count) is the one that ran.
-    tasks, items = max(by_gen[gen].items(), key=lambda kv: (len(kv[1]), kv[0]))
+    ran = {g: max(counts.items(), key=lambda kv: (len(kv[1]), kv[0])) for g, counts in by_gen.items()}
+    gen = max(by_gen)
+    tasks, items = ran[gen]
     items = sorted(items, key=lambda e: e.task_key.task_id if e.task_key else 0)
     return Adoption(
+        chain=tuple((g, ran[g][0]) for g in sorted(ran, reverse=True)),
         generation=gen,
         tasks=tasks,
         keys=tuple(str(e.partition.task_key) for e in items),
@@ -119,6 +126,8 @@ def adoption_to_status(a: Adoption) -> dict[str, object]:
                               "serverKey": a.server_key, "shards": list(a.shards)}
     if a.skipped:
         out["skipped"] = a.skipped
+    if a.chain:
+        out["chain"] = chain_to_status(a.chain)
     return out
 
 
@@ -136,7 +145,22 @@ def adoption_from_status(raw: Mapping[str, object] | None) -> Adoption | None:
         server_key=bool(raw.get("serverKey", False)),
         shards=tuple(str(s) for s in shards),
         skipped=str(raw.get("skipped") or ""),
+        chain=chain_from_status(raw.get("chain")),
     )
+
+
+def chain_to_status(chain: Iterable[tuple[int, int]]) -> list[dict[str, int]]:
+    """A generation chain (``status.assignment.history``, ``status.adoptedOffsets.chain``)."""
+    return [{"generation": gen, "tasks": tasks} for gen, tasks in chain]
+
+
+def chain_from_status(items: object) -> tuple[tuple[int, int], ...]:
+    """A recorded generation chain; an unreadable one (edited by hand) counts as none, so the
+    workers fall back to Debezium's rule rather than to a wrong chain."""
+    try:
+        return tuple((int(i["generation"]), int(i["tasks"])) for i in items or ())  # type: ignore[attr-defined]
+    except (KeyError, TypeError, ValueError):
+        return ()
 
 
 # --- the scan (I/O; reconcile calls it through ReconcileContext.scan_offsets) -------------------------

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import grpc
 
 from cdcoperator.model import ConnectorResource, VitessSource
+from cdcworker.config.loader import strip_final_newline
 from cdcworker.keyrange import sort_shards
 from cdcworker.source.channel import tls_channel
 from vitessapi import topodata_pb2, vtctldata_pb2, vtctlservice_pb2_grpc, vtgate_pb2, vtgateservice_pb2_grpc
@@ -86,9 +87,16 @@ PLAINTEXT = SourceAccess()
 
 
 async def source_access(cr: ConnectorResource, read_secret: SecretReader) -> SourceAccess:
-    """What reaching ``cr``'s source takes, read from the Secrets its spec names."""
+    """What reaching the server discovery asks takes, read from the Secrets the spec names.
+
+    That server is vtctld when ``spec.source.vitess.vtctld`` is set: its own ``vtctldTls`` (off:
+    plaintext) and no credentials (VTGate's static auth is VTGate's); otherwise VTGate with ``tls``
+    and ``credentialsSecretRef``, as the workers reach it.
+    """
     vt = cr.spec.source
-    if not vt.tls.enabled and vt.credentials is None:
+    tls, field_name = (vt.vtctld_tls, "vtctldTls") if vt.vtctld else (vt.tls, "tls")
+    credentials = None if vt.vtctld else vt.credentials
+    if not tls.enabled and credentials is None:
         return PLAINTEXT
 
     async def secret(name: str, keys: Sequence[str], what: str) -> list[bytes]:
@@ -110,18 +118,25 @@ async def source_access(cr: ConnectorResource, read_secret: SecretReader) -> Sou
         return [bytes(data[k]) for k in keys]
 
     ca = cert = key = None
-    if vt.tls.enabled and vt.tls.ca_secret_ref is not None:
-        (ca,) = await secret(vt.tls.ca_secret_ref.name, (vt.tls.ca_secret_ref.key,), "spec.source.vitess.tls.caSecretRef")
-    if vt.tls.enabled and vt.tls.client_cert_secret_ref is not None:
-        cert, key = await secret(vt.tls.client_cert_secret_ref, ("tls.crt", "tls.key"),
-                                 "spec.source.vitess.tls.clientCertSecretRef")
+    if tls.enabled and tls.ca_secret_ref is not None:
+        (ca,) = await secret(tls.ca_secret_ref.name, (tls.ca_secret_ref.key,),
+                             f"spec.source.vitess.{field_name}.caSecretRef")
+    if tls.enabled and tls.client_cert_secret_ref is not None:
+        cert, key = await secret(tls.client_cert_secret_ref, ("tls.crt", "tls.key"),
+                                 f"spec.source.vitess.{field_name}.clientCertSecretRef")
     metadata: list[tuple[str, str]] = []
-    if vt.credentials is not None:
-        user, password = await secret(vt.credentials.name, (vt.credentials.username_key, vt.credentials.password_key),
+    if credentials is not None:
+        user, password = await secret(credentials.name, (credentials.username_key, credentials.password_key),
                                       "spec.source.vitess.credentialsSecretRef")
-        # Vitess' static auth (grpcclient.StaticAuthClientCreds): per-call metadata, as the workers send it.
-        metadata = [("username", user.decode()), ("password", password.decode())]
-    return SourceAccess(vt.tls.enabled, ca, cert, key, vt.tls.server_name, tuple(metadata))
+        # Vitess' static auth (grpcclient.StaticAuthClientCreds): per-call metadata, exactly as the
+        # workers send it (they read the Secret's files without one final line end).
+        try:
+            metadata = [("username", strip_final_newline(user.decode())),
+                        ("password", strip_final_newline(password.decode()))]
+        except UnicodeDecodeError:
+            raise DiscoveryError(f"Secret {cr.namespace}/{credentials.name} (spec.source.vitess.credentialsSecretRef) "
+                                 "holds a username or password that is not UTF-8") from None
+    return SourceAccess(tls.enabled, ca, cert, key, tls.server_name, tuple(metadata))
 
 
 def _describe(exc: grpc.RpcError, what: str, address: str) -> str:

@@ -117,6 +117,7 @@ class VitessSource:
     shards: tuple[str, ...] | None = None  # None: every serving shard
     tls: TlsSpec = field(default_factory=TlsSpec)
     credentials: CredentialsRef | None = None
+    vtctld_tls: TlsSpec = field(default_factory=TlsSpec)  # vtctld's own TLS (discovery only); off: plaintext
 
     @property
     def vtgate_host(self) -> str:
@@ -292,16 +293,7 @@ def _parse_source(spec: Mapping[str, Any]) -> VitessSource:
         bad = [s for s in shards if not is_valid_shard_name(s)]
         if bad:
             raise SpecError(f"{where}.shards has invalid shard names: {', '.join(bad)}")
-    tls_raw = _obj(vt, "tls", where)
-    ca = _obj(tls_raw, "caSecretRef", f"{where}.tls")
-    tls = TlsSpec(
-        enabled=bool(tls_raw.get("enabled", False)),
-        ca_secret_ref=SecretKeyRef(_req_str(ca, "name", f"{where}.tls.caSecretRef"), str(ca.get("key") or "ca.crt"))
-        if ca
-        else None,
-        client_cert_secret_ref=_opt_str(_obj(tls_raw, "clientCertSecretRef", f"{where}.tls"), "name", where),
-        server_name=_opt_str(tls_raw, "serverName", f"{where}.tls"),
-    )
+    tls = _tls(vt, "tls", where)
     cred_raw = _obj(vt, "credentialsSecretRef", where)
     credentials = (
         CredentialsRef(
@@ -320,6 +312,21 @@ def _parse_source(spec: Mapping[str, Any]) -> VitessSource:
         shards=shards,
         tls=tls,
         credentials=credentials,
+        vtctld_tls=_tls(vt, "vtctldTls", where),
+    )
+
+
+def _tls(vt: Mapping[str, Any], name: str, where: str) -> TlsSpec:
+    raw = _obj(vt, name, where)
+    at = f"{where}.{name}"
+    ca = _obj(raw, "caSecretRef", at)
+    return TlsSpec(
+        enabled=bool(raw.get("enabled", False)),
+        ca_secret_ref=SecretKeyRef(_req_str(ca, "name", f"{at}.caSecretRef"), str(ca.get("key") or "ca.crt"))
+        if ca
+        else None,
+        client_cert_secret_ref=_opt_str(_obj(raw, "clientCertSecretRef", at), "name", where),
+        server_name=_opt_str(raw, "serverName", at),
     )
 
 

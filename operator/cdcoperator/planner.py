@@ -50,7 +50,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from cdcoperator import conditions as cond
-from cdcoperator.adoption import Adoption
+from cdcoperator.adoption import Adoption, chain_from_status, chain_to_status
 from cdcoperator.conditions import ConditionSpec
 from cdcoperator.model import ConnectorSpec, State
 from cdcworker.keyrange import parse_shard
@@ -172,8 +172,9 @@ class Generation:
     pending: PendingChange | None = None
     stopped_cleanly: bool = False
     journal_positions: tuple[tuple[str, str], ...] = ()
-    # Generations before the previous one, newest first: (generation, tasks). The workers resume a
-    # shard whose previous-generation task never stored an offset (never scheduled) from them.
+    # The generations before this one, newest first from the previous: (generation, tasks). The
+    # workers resume a shard whose previous-generation task never stored an offset (its pod was
+    # never scheduled) from the newest of them that holds it (``shardcdc.task.history``).
     history: tuple[tuple[int, int], ...] = ()
 
     @property
@@ -278,15 +279,12 @@ HISTORY_LIMIT = 16
 
 def _new_generation(
     gen: int, shards: Sequence[str], tasks_max: int, previous: int, journal_positions: tuple[tuple[str, str], ...] = (),
-    after: Generation | None = None,
+    history: Sequence[tuple[int, int]] = (),
 ) -> Generation:
-    """The record of generation ``gen``; ``after`` is the generation it follows (None for the first)."""
+    """The record of generation ``gen``; ``history``: the generations before it, newest first."""
     assignment = tuple(tuple(t) for t in assign_shards(shards, tasks_max))
-    history: tuple[tuple[int, int], ...] = ()
-    if after is not None and after.generation >= 1 and after.previous_tasks >= 1:
-        history = ((after.generation - 1, after.previous_tasks), *after.history)[:HISTORY_LIMIT]
     return Generation(gen, len(assignment), previous, assignment, journal_positions=journal_positions,
-                      history=history)
+                      history=tuple(history)[:HISTORY_LIMIT])
 
 
 def _workers(g: Generation, run: bool) -> tuple[TaskPlan, ...]:
@@ -466,7 +464,7 @@ def _plan(
                 spec.tasks,
                 current.tasks,
                 journal_positions=tuple(sorted(p for j in change.journals for p in j.positions)),
-                after=current,
+                history=((current.generation, current.tasks), *current.history),
             )
             events.append(Event("Normal", "GenerationStarted",
                                 f"generation {record.generation} started: {record.tasks} tasks over "
@@ -581,7 +579,8 @@ def _plan_first(
     kept = desired_shards(spec, adoption.shards) if adoption.shards else ()
     if kept and not set(wanted) >= set(kept):
         shards = kept  # resharded while nothing streamed: resume the stored shards, then follow the journal
-    record = _new_generation(adoption.first_generation, shards, spec.tasks, adoption.previous_tasks)
+    record = _new_generation(adoption.first_generation, shards, spec.tasks, adoption.previous_tasks,
+                             history=adoption.chain)
     events: list[Event] = []
     if adopted is not None and (adopted.found or adopted.skipped):
         events.append(Event("Warning" if adopted.skipped or not adopted.complete else "Normal", "AdoptedOffsets",
@@ -721,7 +720,7 @@ def generation_to_status(g: Generation) -> dict[str, object]:
     if g.journal_positions:
         out["journalPositions"] = _positions_to_status(g.journal_positions)
     if g.history:
-        out["history"] = [{"generation": gen, "tasks": tasks} for gen, tasks in g.history]
+        out["history"] = chain_to_status(g.history)
     if g.pending is not None:
         out["pending"] = {
             "shards": list(g.pending.shards),
@@ -763,8 +762,5 @@ def generation_from_status(assignment: Mapping[str, object] | None) -> Generatio
         pending=pending,
         stopped_cleanly=bool(assignment.get("stoppedCleanly", False)),
         journal_positions=_positions_from_status(assignment.get("journalPositions")),  # type: ignore[arg-type]
-        history=tuple(
-            (int(h["generation"]), int(h["tasks"]))
-            for h in assignment.get("history") or ()  # type: ignore[attr-defined]
-        ),
+        history=chain_from_status(assignment.get("history")),
     )

@@ -252,7 +252,7 @@ class WorkerTask:
             gen=t.generation,
             prev_num_tasks=t.prev_count,
             vgtid_setting=cfg.source.start_gtid,
-            older=t.history,
+            chain=t.history or None,  # unset: Debezium's rule
         )
         log.info("starting from %s (%s)", start.vgtid.to_json(), start.sources)
         self._restored = start.stored  # transaction metadata resumes from the task's own offset

@@ -295,7 +295,7 @@ class _Providers:
             return self.env[key]
         if provider == "file":
             if path is None:  # whole file (shardcdc extension)
-                return _strip_newline(self._read(key))
+                return strip_final_newline(self._read(key))
             if path not in self._props:
                 self._props[path] = {k: v for _, k, v in parse_properties(self._read(path))}
             if key not in self._props[path]:
@@ -314,7 +314,8 @@ class _Providers:
             raise LookupError(f"cannot read {path}: {exc.strerror or exc}") from None
 
 
-def _strip_newline(text: str) -> str:
+def strip_final_newline(text: str) -> str:
+    """A Secret file's value without the one line end ``kubectl create secret --from-file`` keeps."""
     if text.endswith("\r\n"):
         return text[:-2]
     return text[:-1] if text.endswith("\n") else text

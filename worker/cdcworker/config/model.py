@@ -100,7 +100,8 @@ class TaskIdentity:
     generation: int
     prev_count: int
     shards: tuple[str, ...] | None  # None: vitess.shard, or every shard of the keyspace
-    # Generations before the previous one, newest first: (generation, task count).
+    # The generations before this one, newest first from the previous: (generation, task count).
+    # Empty: not given (Debezium's rule, the previous generation must be complete).
     history: tuple[tuple[int, int], ...] = ()
 
     @property

@@ -360,9 +360,9 @@ _PROPERTIES: tuple[Property, ...] = (
         "shardcdc.task.history",
         LST,
         (),
-        "Generations before the previous one, newest first, as <generation>:<tasks> (the operator's "
-        "record). With it a previous-generation task that never stored an offset does not stop the "
-        "migration: its shards resume from the newest older generation that holds them.",
+        "The generations before this one, newest first from the previous one, as <generation>:<tasks> "
+        "(the operator's record). With it a previous-generation task that never stored an offset does "
+        "not stop the migration: its shards resume from the newest generation that holds them.",
         operator_owned=True,
         group="task",
     ),

@@ -7,6 +7,7 @@ cross-property rules in the order they are written here. Secret values never app
 from __future__ import annotations
 
 import difflib
+import itertools
 import json
 import re
 from collections.abc import Iterable, Mapping
@@ -269,7 +270,7 @@ class _Validator:
                 "must be 1 or more when vitess.offset.storage.task.key.gen is 0 or more",
             )
         if gen is not None:
-            self._check_history(gen)
+            self._check_history(gen, prev)
         count = self.int_("shardcdc.task.count")
         task_id = self.int_("shardcdc.task.id")
         if count > tasks_max:
@@ -296,26 +297,28 @@ class _Validator:
                     "shardcdc.task.shards", f"{', '.join(extra)} not in vitess.shard ({', '.join(shards)})"
                 )
 
-    def _check_history(self, gen: int) -> None:
-        """``shardcdc.task.history``: strictly older than the previous generation, newest first."""
+    def _check_history(self, gen: int, prev: int | None) -> None:
+        """``shardcdc.task.history``: the previous generation first, then strictly older ones."""
         entries = self.get("shardcdc.task.history")
-        if not isinstance(entries, tuple):
+        if not isinstance(entries, tuple) or not entries:
             return
         try:
             chain = parse_history(entries)
         except ValueError as exc:
             self.problem("shardcdc.task.history", str(exc))
             return
-        newest = gen - 1
-        for g, _ in chain:
-            if g >= newest:
-                self.problem(
-                    "shardcdc.task.history",
-                    f"generation {g} must be older than {newest}: the generations before the previous one "
-                    f"({gen - 1}), newest first",
-                )
+        first_gen, first_tasks = chain[0]
+        if first_gen != gen - 1 or (prev is not None and first_tasks != prev):
+            self.problem(
+                "shardcdc.task.history",
+                f"starts with {first_gen}:{first_tasks}; it must start with the previous generation, "
+                f"{gen - 1}:{prev if prev is not None else '<tasks>'} (vitess.prev.num.tasks)",
+            )
+            return
+        for (newer, _), (g, _) in itertools.pairwise(chain):
+            if g >= newer:
+                self.problem("shardcdc.task.history", f"generation {g} must be older than {newer} (newest first)")
                 return
-            newest = g
 
     def _aliased_int(self, ours: str, debezium: str) -> int | None:
         """Our task-identity name and Debezium's may both be given, but must then agree."""

@@ -189,34 +189,51 @@ def read_generation(
     return GenerationOffsets(positions, missing)
 
 
+@dataclass(frozen=True, slots=True)
+class _ChainPositions:
+    """Shard positions found along a generation chain, and the generation each came from."""
+
+    positions: dict[str, ShardGtid]
+    generation_of: dict[str, int]
+
+
 def _read_chain(
     lookup: OffsetLookup, server: str, chain: Sequence[tuple[int, int]], shards: set[str]
-) -> GenerationOffsets | None:
+) -> _ChainPositions:
     """Positions of ``shards`` from the newest generation of ``chain`` that holds each one.
 
-    A chain of one (Debezium's ``vitess.prev.num.tasks`` alone) needs every key of that
-    generation. A longer chain is the operator's complete record of generations, so a missing key
-    only means a task that never stored an offset: its shards are still where the generation
-    before had them. The oldest generation is then required whole, unless it is generation 0
-    (whose never-started tasks began from the configuration, as they would now) or every shard
-    is found before it; so a truncated record still fails rather than restart a shard from the
-    configuration.
+    ``chain`` is the operator's record of the generations before this one, newest first, so a
+    missing key only means a task that never stored an offset (its pod was never scheduled): it
+    never moved its shards, and they are where an older generation had them. The walk stops at a
+    complete generation (every key present: a shard it does not hold is new) or at generation 0
+    (a never-started task there began from the configuration, as its shards do now). A chain that
+    ends before either, at an incomplete generation, with shards still unfound is refused: those
+    shards might have positions further back, and starting them from the configuration could skip
+    changes.
     """
-    if len(chain) == 1:
-        gen, tasks = chain[0]
-        return read_generation(lookup, server, tasks, gen, require_all=True)
     positions: dict[str, ShardGtid] = {}
-    for i, (gen, tasks) in enumerate(chain):
-        oldest = i == len(chain) - 1
-        found = read_generation(lookup, server, tasks, gen, require_all=oldest and gen > 0)
-        if found is None:
-            break
+    generation_of: dict[str, int] = {}
+    for gen, tasks in chain:
+        found = read_generation(lookup, server, tasks, gen, require_all=False)
+        assert found is not None  # chains hold generations >= 0
         for shard in shards - set(positions):
             if shard in found.positions:
                 positions[shard] = found.positions[shard]
-        if set(positions) >= shards:
-            break
-    return GenerationOffsets(positions)
+                generation_of[shard] = gen
+        if set(positions) >= shards or not found.missing or gen == 0:
+            return _ChainPositions(positions, generation_of)
+    oldest, tasks = chain[-1]
+    missing = read_generation(lookup, server, tasks, oldest, require_all=False)
+    assert missing is not None
+    names = ", ".join(str(p) for p in missing.missing)
+    unfound = java_sorted(shards - set(positions))
+    raise MissingOffsetsError(
+        f"No offset found for {names}, and shards {unfound} are in no generation of the recorded chain "
+        f"({', '.join(f'{g}:{n}' for g, n in chain)}); generation {oldest}, the oldest recorded, is "
+        "incomplete, so their positions may be older still. Write their offsets "
+        "(shardcdc offsets alter) or reset the connector's offsets.",
+        missing.missing,
+    )
 
 
 def _same(a: Iterable[str] | None, b: Iterable[str] | None) -> bool:
@@ -336,7 +353,7 @@ class TaskStart:
     """Where one task resumes, and why."""
 
     vgtid: Vgtid
-    sources: dict[str, str]  # shard -> "stored" | "current-generation" | "previous-generation" | "config"
+    sources: dict[str, str]  # shard -> "stored" | "current-generation" | "previous-generation" | "generation-<g>" | "config"
     stored: OffsetValue | None  # the task's own offset, when it had one
 
 
@@ -351,7 +368,7 @@ def resolve_task_start(
     gen: int = -1,
     prev_num_tasks: int = -1,
     vgtid_setting: str = CURRENT_GTID,
-    older: Sequence[tuple[int, int]] = (),
+    chain: Sequence[tuple[int, int]] | None = None,
 ) -> TaskStart:
     """The VGTID a task starts from. ``task_id=None`` means per-task mode is off (plain server key).
 
@@ -360,11 +377,11 @@ def resolve_task_start(
     previous generation (which must then be complete) or the configuration, and the VGTID is
     built in sorted shard order.
 
-    ``older`` is the chain of generations before the previous one, newest first, as
-    ``(generation, task count)`` (the operator's record, ``shardcdc.task.history``). With it a
-    previous-generation key may be missing: that task never stored an offset (its pod was never
-    scheduled, or it stopped before starting), so it never moved its shards, and they resume from
-    the newest older generation that holds them. See ``_read_chain``.
+    ``chain`` is the operator's record of the generations before this one, newest first, as
+    ``(generation, task count)`` starting with the previous one (``shardcdc.task.history``). With it
+    a previous-generation key may be missing: that task never stored an offset, so it never moved
+    its shards, and they resume from the newest generation of the chain that holds them (see
+    ``_read_chain``). Without it, Debezium's rule: the previous generation must be complete.
     """
     own = (
         OffsetPartition(server)
@@ -380,13 +397,20 @@ def resolve_task_start(
     if task_id is None:
         return TaskStart(Vgtid(tuple(config[s] for s in ordered)), dict.fromkeys(ordered, "config"), None)
     current = read_generation(lookup, server, num_tasks, gen, require_all=False)
+    assert current is not None  # per-task mode: gen >= 0
     previous: GenerationOffsets | None = None
-    if current is None or not set(current.positions) >= set(ordered):
-        uncovered = set(ordered) - set(current.positions if current is not None else ())
-        previous = _read_chain(lookup, server, [(gen - 1, prev_num_tasks), *older], uncovered)
+    sources: dict[str, str] = {}
+    uncovered = set(ordered) - set(current.positions)
+    if uncovered and chain is None:
+        previous = read_generation(lookup, server, prev_num_tasks, gen - 1, require_all=True)
+    elif uncovered and chain is not None:
+        found = _read_chain(lookup, server, chain, uncovered)
+        previous = GenerationOffsets(found.positions)
+        sources = {s: "previous-generation" if g == gen - 1 else f"generation-{g}"
+                   for s, g in found.generation_of.items()}
     starts = [_start_for(s, current, previous, config) for s in ordered]
     return TaskStart(
         Vgtid(tuple(sg for sg, _ in starts)),
-        {s: src for s, (_, src) in zip(ordered, starts, strict=True)},
+        {s: sources.get(s, src) for s, (_, src) in zip(ordered, starts, strict=True)},
         None,
     )
