@@ -131,6 +131,25 @@ def test_rerun_skips_finished_chunks(sim: VTGateSim, kafka_broker: KafkaBroker) 
         assert len(rows) == len(sim.source_truth(KS, table))
 
 
+def test_a_replica_connectors_backfill_reads_from_the_primary(sim: VTGateSim, kafka_broker: KafkaBroker) -> None:
+    """VTGate may send REPLICA calls to different replicas of a shard, so a chunk read and its
+    watermark streams could see different histories: backfills read every chunk from the primary."""
+    populate(sim, 200)
+    p = {**props(kafka_broker, sim), "vitess.tablet.type": "REPLICA"}
+    targets: list[str] = []
+    ex = sim.executor
+    inner = ex.stream_select
+
+    def stream_select(sql: str, target: str = "", binds: Any = None) -> Any:
+        targets.append(target)
+        return inner(sql, target, binds)
+
+    ex.stream_select = stream_select  # type: ignore[method-assign]
+    result = run_backfill(BackfillSpec("run-replica", ("items",), p, chunk_size=50), engine="local", parallelism=1)
+    assert result.chunks_read == result.chunks_total > 1
+    assert targets and all(t.endswith("@primary") for t in targets), sorted(set(targets))
+
+
 def test_snapshot_records_have_the_streaming_paths_bytes(sim: VTGateSim, kafka_broker: KafkaBroker) -> None:
     sim.execute("insert into items (id, name, qty, price) values (1, 'a\\u00e9', 3, 4.50), (200, NULL, NULL, 0.05)", KS)
     p = props(kafka_broker, sim)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import orjson
 from events_fixtures import field, field_event, insert
 from worker_fixtures import RecordingSink
 
@@ -126,3 +127,29 @@ def test_a_restart_inside_a_transaction_still_skips_what_was_delivered() -> None
     assert [k for k, _ in got] == ["row", "row", "END", "point"]
     assert [v for k, v in got if k == "row"] == [(7, two, 3), (8, two, 4)]
     assert [v for k, v in got if k == "END"] == [(two, 4)]
+
+
+def test_a_replay_resumes_only_on_the_interrupted_shard() -> None:
+    """Two shards: shard -80's transaction was interrupted after two delivered rows; the stream
+    comes back with 80-'s transaction first, carrying the same id (a streamed transaction is named
+    by the VGTID before it). 80-'s transaction is new: its BEGIN is sent and none of its rows are
+    skipped; -80's replay then resumes (no second BEGIN, counters go on)."""
+    two = ('[{"keyspace":"ks","shard":"-80","gtid":"' + GTID + ':1-8","table_p_ks":[]},'
+           '{"keyspace":"ks","shard":"80-","gtid":"' + GTID + ':1-5","table_p_ks":[]}]')
+    start = Vgtid.from_json(two)
+    for restored in (None, {"vgtid": two, "transaction_id": "T",
+                            "transaction_data_collection_order_-80.ks.t": 2}):
+        mon = TransactionMonitor(TxMetaOptions(topic="p.transaction"), restored, start)
+        if restored is None:  # in-process: the stream broke inside -80's transaction
+            assert mon.begin("T", 1, "-80") is not None
+            mon.on_event("-80.ks.t")
+            mon.on_event("-80.ks.t")
+            mon.interrupt(delivered=True)
+        assert mon.begin("T", 2, "80-") is not None  # 80-'s own BEGIN
+        block = json.loads(orjson.dumps(mon.on_event("80-.ks.t")))
+        assert (block["total_order"], block["data_collection_order"]) == (1, 1)  # nothing skipped
+        assert json.loads(mon.end(3).record.value)["payload"]["event_count"] == 1
+        assert mon.begin("T", 4, "-80") is None  # -80's replay: resumed
+        assert mon.on_event("-80.ks.t") is None and mon.on_event("-80.ks.t") is None  # delivered before
+        block = json.loads(orjson.dumps(mon.on_event("-80.ks.t")))
+        assert block["total_order"] == 3

@@ -121,3 +121,27 @@ def test_supervised_task_waits_completed_instead_of_exiting(
         result = run.stop()
     assert (result.exit_code, result.reason, result.done) == (exitcodes.OK, DONE, True)
     assert sorted(_ids(kafka_broker, f"{cfg.topic_prefix}.commerce.customer")) == list(range(1, 41))
+
+
+def test_a_snapshot_whose_last_records_fail_is_not_done(
+    sim: VTGateSim, kafka_broker: KafkaBroker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The copy ended, but the final flush found records Kafka refused: the snapshot is not
+    complete, so the task fails (and is restarted from its durable position) instead of reporting
+    done and never running again."""
+    import cdcworker.task as task_module
+    from cdcworker.sink import SinkError
+
+    alo, eos = task_module.sink_classes()
+
+    class RefusingFlush(alo):  # type: ignore[misc, valid-type]
+        def flush(self, timeout: float = 30.0) -> object:
+            super().flush(timeout)
+            raise SinkError("1 record refused by Kafka: MSG_SIZE_TOO_LARGE")
+
+    monkeypatch.setattr(task_module, "sink_classes", lambda: (RefusingFlush, eos))
+    cfg = worker_config(kafka_broker, sim.address, "commerce", extra={"snapshot.mode": "initial_only"})
+    with running_task(cfg) as run:
+        result = run.wait(60)
+    assert (result.exit_code, result.done) == (exitcodes.FAILED, False)
+    assert "MSG_SIZE_TOO_LARGE" in result.reason

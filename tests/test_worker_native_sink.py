@@ -14,6 +14,7 @@ transaction metadata (plain, ordered, ordered without ``transaction.id``) the C 
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Iterator
 from types import SimpleNamespace
@@ -28,7 +29,7 @@ from cdcworker.events.encoder import context_headers
 from cdcworker.nativesink import NativeKafkaSink, NativeTransactionalSink, native_sinks
 from cdcworker.offsets import Vgtid
 from cdcworker.offsets.vgtid import ShardGtid
-from cdcworker.sink import KafkaSink, TransactionalSink
+from cdcworker.sink import KafkaSink, SinkError, TransactionalSink
 from cdcworker.txmeta import TransactionMonitor
 from cdcworker.txmeta.monitor import TxMetaOptions
 from localkafka import ConsumedRecord, KafkaBroker, consume_all, create_topics
@@ -235,6 +236,17 @@ def test_live_keys_are_remembered_while_a_snapshot_runs(kafka_broker: KafkaBroke
     assert seen == {(topic, k) for k in keys}
 
 
+def offsets_sink(cls: type[TransactionalSink], broker: KafkaBroker, txn_id: str, offsets: str) -> tuple[Any, list[Vgtid]]:
+    """An exactly-once sink whose offset writer puts each position (JSON) on ``offsets`` and lists it."""
+    written: list[Vgtid] = []
+
+    def write(producer: Any, position: Vgtid) -> None:
+        producer.produce(offsets, key=b"k", value=position.to_json().encode(), partition=0)
+        written.append(position)
+
+    return cls(producer_conf(broker.bootstrap, **{"transactional.id": txn_id}), write), written
+
+
 def test_exactly_once_flush_stores_a_commit_point_without_records(kafka_broker: KafkaBroker) -> None:
     """A stop right after commit points that carried no records (COPY_COMPLETED after the last
     batch was committed, OTHER, empty transactions) still stores the last of them."""
@@ -242,14 +254,7 @@ def test_exactly_once_flush_stores_a_commit_point_without_records(kafka_broker: 
     topic, offsets = f"{prefix}.t", f"{prefix}.offsets"
     create_topics(kafka_broker.bootstrap, [topic, offsets], partitions=1)
     for cls in (NativeTransactionalSink, TransactionalSink):
-        written: list[Vgtid] = []
-
-        def write(producer: Any, position: Vgtid, written: list[Vgtid] = written) -> None:
-            producer.produce(offsets, key=b"k", value=position.to_json().encode(), partition=0)
-            written.append(position)
-
-        conf = producer_conf(kafka_broker.bootstrap, **{"transactional.id": f"{prefix}-{cls.__name__}"})
-        sink = cls(conf, write)
+        sink, written = offsets_sink(cls, kafka_broker, f"{prefix}-{cls.__name__}", offsets)
         with_record = Vgtid((ShardGtid("ks", "0", "MySQL56/u:1-2"),))
         sink.send_to_partition(topic, 0, b"k", b"v", None)
         sink.commit_point(with_record)
@@ -301,3 +306,44 @@ def test_exactly_once_commit_waits_for_room_for_its_offset_record(kafka_broker: 
     assert sink.durable is point and not refusals
     sink.close()
     assert [r.value for r in consume_all(kafka_broker.bootstrap, offsets, read_committed=True)] == [point.to_json().encode()]
+
+
+def test_exactly_once_failed_commit_stores_no_offset_past_the_aborted_records(kafka_broker: KafkaBroker) -> None:
+    """A record the broker refuses fails its Kafka transaction's commit, which aborts it. The stop
+    that follows must not commit the aborted commit point's offset on its own (the records would
+    be skipped for good); the stored position stays at the last committed transaction."""
+    prefix = f"nc{time.time_ns() % 10**9}"
+    topic, offsets = f"{prefix}.t", f"{prefix}.offsets"
+    create_topics(kafka_broker.bootstrap, [topic], partitions=1, config={"max.message.bytes": "2000"})
+    create_topics(kafka_broker.bootstrap, [offsets], partitions=1)
+    for cls in (NativeTransactionalSink, TransactionalSink):
+        sink, _ = offsets_sink(cls, kafka_broker, f"{prefix}-{cls.__name__}", offsets)
+        first = Vgtid((ShardGtid("ks", "0", "MySQL56/u:1-2"),))
+        sink.send_to_partition(topic, 0, b"k", b"v", None)
+        sink.commit_point(first)
+        sink.commit()
+        refused = Vgtid((ShardGtid("ks", "0", "MySQL56/u:1-3"),))
+        sink.send_to_partition(topic, 0, b"big", os.urandom(10_000), None)  # over max.message.bytes, compressed too
+        sink.commit_point(refused)
+        with pytest.raises(SinkError, match="Kafka transaction commit failed"):
+            sink.commit()
+        assert sink.flush(10) is first and sink.durable is first
+        sink.close()
+    stored = [r.value for r in consume_all(kafka_broker.bootstrap, offsets, read_committed=True)]
+    assert set(stored) == {first.to_json().encode()}  # never the refused transaction's position
+
+
+def test_exactly_once_reconnect_commits_a_transaction_that_ends_at_its_commit_point(kafka_broker: KafkaBroker) -> None:
+    """A reconnect does not leave a complete Kafka transaction open through its waits (they could
+    outlast transaction.timeout.ms, and the coordinator's abort would end the task as fenced)."""
+    prefix = f"nr{time.time_ns() % 10**9}"
+    topic, offsets = f"{prefix}.t", f"{prefix}.offsets"
+    create_topics(kafka_broker.bootstrap, [topic, offsets], partitions=1)
+    sink, written = offsets_sink(TransactionalSink, kafka_broker, f"{prefix}-r", offsets)
+    point = Vgtid((ShardGtid("ks", "0", "MySQL56/u:1-2"),))
+    sink.send_to_partition(topic, 0, b"k", b"v", None)
+    sink.commit_point(point)
+    assert sink.rewind(point) is point
+    assert sink.durable is point and written == [point] and sink.pending == 0
+    sink.close()
+    assert [r.value for r in consume_all(kafka_broker.bootstrap, topic, read_committed=True)] == [b"v"]

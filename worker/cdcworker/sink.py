@@ -413,16 +413,23 @@ class TransactionalSink(KafkaSink):
     def rewind(self, handed_over: Any) -> Any:
         """A reconnect resumes from the last commit point in the open transaction, or, if that
         transaction holds part of a Vitess transaction (which the new stream replays), after
-        aborting it, from the last committed position."""
+        aborting it, from the last committed position. A transaction that ends at its commit point
+        is committed now: reconnect waits could otherwise outlast ``transaction.timeout.ms``, and the
+        coordinator's abort would end the task as fenced."""
         if self._in_txn and self._records_at_point != self._txn_records:
             self._abort(self._timeout)
-            self._point = self._durable
             return self._durable
+        if self.commit_pending:
+            self.commit()
         return handed_over
 
     def _abort(self, timeout: float) -> None:
         """Abort the open transaction. A fenced producer's was voided by the fence: its fatal error
-        is raised by the next begin or commit (this may run while reconnecting, or stopping)."""
+        is raised by the next begin or commit (this may run while reconnecting, or stopping).
+
+        Every commit point in it goes with it: the position falls back to the last committed one,
+        or a later commit (the stop's flush after a failed commit) would store an offset-only
+        transaction past the aborted records."""
         try:
             self.producer.abort_transaction(timeout)
         except KafkaException as exc:
@@ -430,6 +437,8 @@ class TransactionalSink(KafkaSink):
                 raise
         self._in_txn = False
         self._begin_needed = True
+        self._point = self._durable
+        self._records_at_point = 0
 
     def _fatal_reason(self, err: KafkaError) -> str:
         if err.code() == KafkaError._FATAL:

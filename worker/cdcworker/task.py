@@ -233,8 +233,8 @@ class WorkerTask:
         if wait:
             writes.drain()  # an older queued write must not land after this one
             store.write(self.config.name, self._partition(), self._offset_value(position))
-        else:
-            writes.queue(self.config.name, self._partition(), self._offset_value(position))
+        elif not writes.queue(self.config.name, self._partition(), self._offset_value(position)):
+            return  # not queued (a full local queue): a later flush or the stop writes it
         self._last_written = position
         self._last_extra = extra
 
@@ -598,7 +598,9 @@ class WorkerTask:
                 durable = sink.flush(cfg.behaviour.shutdown_grace_ms / 1000.0)
             except SinkError as exc:  # refused records: nothing from them on is durable
                 durable = sink.durable
-                if result is None:
+                if result is None or result.exit_code == exitcodes.OK:
+                    # Also after a finished snapshot (initial_only): its last records are not all
+                    # in Kafka, so it is not done; a restart resumes it from the durable position.
                     result = TaskResult(exitcodes.FAILED, str(exc), durable)
             if result is None or result.exit_code != exitcodes.REASSIGNMENT_NEEDED:
                 self._write_offset(store, durable)
@@ -653,7 +655,8 @@ class _OffsetWrites:
         self._errors: list[Any] = []
         self.in_flight = 0
 
-    def queue(self, name: str, partition: OffsetPartition, value: Any) -> None:
+    def queue(self, name: str, partition: OffsetPartition, value: Any) -> bool:
+        """Queue the offset record; False when the local queue had no room for it."""
         self.check()
         if self._producer is None:
             self._producer = self.store._own_producer()  # the producer of store.write: one order
@@ -669,8 +672,9 @@ class _OffsetWrites:
         try:
             written.append(self.store.produce(self._producer, name, partition, value, on_delivery))
         except BufferError:
-            return  # not with one record per interval; the next flush writes a newer position
+            return False  # not with one record per interval; the next flush writes it
         self.in_flight += 1
+        return True
 
     def check(self) -> None:
         """Serve the acks of earlier writes; raise if one of them failed."""

@@ -69,10 +69,17 @@ def progress_store(spec: BackfillSpec, config: WorkerConfig) -> ProgressStore:
     )
 
 
+# A chunk's read and its watermark streams must see one tablet's history (docs/backfill.md): VTGate
+# may route calls for REPLICA to different replicas of a shard, whose positions differ, and a
+# change between a lagging read and the low watermark would be in neither. The primary is one
+# tablet per shard, so backfills read from it whatever vitess.tablet.type the stream uses.
+BACKFILL_TABLET_TYPE = "PRIMARY"
+
+
 def client_for(config: WorkerConfig) -> VTGateClient:
     from cdcworker.task import channel_settings
 
-    return VTGateClient(channel_settings(config), config.source.keyspace, config.source.tablet_type)
+    return VTGateClient(channel_settings(config), config.source.keyspace, BACKFILL_TABLET_TYPE)
 
 
 # --- planning (driver) -------------------------------------------------------------------------

@@ -182,6 +182,11 @@ class TransactionMonitor:
         self._skip_total = 0
         self._resume_id: str | None = None
         self._restored_counts: dict[str, int] = {}
+        # The shard of the transaction to resume (None: unknown). With several shards, another
+        # shard's transaction can start at the same VGTID and so carry the same id; only the
+        # interrupted shard's replay may skip the records counted before.
+        self._resume_shard: str | None = None
+        self._shard = ""  # the open transaction's shard
         self._key = b""  # of the open transaction's BEGIN and END (made at BEGIN)
         self._id_json = b""
         # END's data_collections in Java HashMap order, per set of collections (few distinct sets).
@@ -212,6 +217,9 @@ class TransactionMonitor:
                 self._restored_counts = {
                     k[n:]: int(v) for k, v in restored.items() if k.startswith(TRANSACTION_COUNT_PREFIX)
                 }
+                # Data collection ids are <shard>.<keyspace>.<table> (shard names have no dot).
+                shards = {k.split(".", 1)[0] for k in self._restored_counts}
+                self._resume_shard = shards.pop() if len(shards) == 1 else None
         self.epochs: EpochProvider | None = None
         if opts.ordered:
             if start_vgtid is None:
@@ -294,11 +302,13 @@ class TransactionMonitor:
         ``id_json`` the id as a JSON string when the caller has it (``dumps(transaction_id)``).
         """
         resumed = False
-        if self._resume_id is not None:  # only the first BEGIN after a restart can resume
+        self._shard = shard
+        # Only the interrupted shard's first BEGIN after a restart can resume.
+        if self._resume_id is not None and (self._resume_shard is None or self._resume_shard == shard):
             resumed = self._resume_id == transaction_id
             restored_counts = self._restored_counts if resumed else {}
             self._restored_counts = {}
-            self._resume_id = None
+            self._resume_id = self._resume_shard = None
             self.counts = dict(restored_counts)
             self.total = self._skip_total = sum(restored_counts.values())
             self._skip = dict(restored_counts)
@@ -456,9 +466,10 @@ class TransactionMonitor:
             return
         if delivered:
             self._resume_id = self.transaction_id
+            self._resume_shard = self._shard
             self._restored_counts = dict(self.counts)
         else:
-            self._resume_id = None
+            self._resume_id = self._resume_shard = None
             self._restored_counts = {}
         self.transaction_id = None
         self.counts = {}
