@@ -42,6 +42,11 @@ class Worker:
         self.config.write_text("".join(f"{k}={v}\n" for k, v in {**p, "offset.flush.interval.ms": "50"}.items()))
         self.proc: subprocess.Popen[bytes] | None = None
 
+    def configure(self, changes: dict[str, str]) -> None:
+        """Change properties for the next start (e.g. a new task generation)."""
+        lines = [line for line in self.config.read_text().splitlines() if line.split("=", 1)[0] not in changes]
+        self.config.write_text("".join(f"{line}\n" for line in lines) + "".join(f"{k}={v}\n" for k, v in changes.items()))
+
     def start(self) -> None:
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen([sys.executable, "-m", "cdcworker.cli", "worker", "-c", str(self.config)],

@@ -56,6 +56,11 @@ from vtgatesim import VTGateSim
 
 TABLES = ("items", "orders", "lines")
 CATCHUP_PHASE, HELD_PHASE = "catchup", "held"
+# Killed while holding, then started as the next task generation (the operator after a rescale):
+# the new task key has no offset of its own and must take the hold over from the old key.
+HELD_NEW_GENERATION = "held, new generation"
+NEXT_GENERATION = {"vitess.offset.storage.per.task": "true", "shardcdc.task.generation": "1",
+                   "shardcdc.task.prev.count": "1", "shardcdc.task.history": "0:1"}
 
 
 @pytest.fixture
@@ -120,7 +125,7 @@ def _scenario(tmp_path: Path, broker: KafkaBroker, sim: VTGateSim, kill_in: str 
             first_reads[chunk.shard] = holds(broker, p, spec.run_id)
         if n == 15:  # some chunks done, others not: one transaction on both sides of them
             sim.execute("update orders set qty = qty + 1", KS)
-        if kill_in == HELD_PHASE and n == 20:
+        if kill_in in (HELD_PHASE, HELD_NEW_GENERATION) and n == 20:
             # Killed while it holds the tables back and chunks are being read (the test's main
             # thread restarts it: a child dies with the thread that started it, bound_preexec).
             assert HELD_PHASE in phases(offsets(broker, p)[-1])
@@ -140,8 +145,10 @@ def _scenario(tmp_path: Path, broker: KafkaBroker, sim: VTGateSim, kill_in: str 
             with ThreadPoolExecutor(1) as pool:
                 job = pool.submit(run_backfill, spec, engine="local", parallelism=4, on_planned=during_hold,
                                   on_read=on_read)
-                if kill_in == HELD_PHASE:
+                if kill_in in (HELD_PHASE, HELD_NEW_GENERATION):
                     assert killed.wait(120), "no kill while holding"
+                    if kill_in == HELD_NEW_GENERATION:
+                        worker.configure(NEXT_GENERATION)
                     worker.start()
                 result = job.result()
             assert result.chunks_read == result.chunks_total >= 30
@@ -174,7 +181,8 @@ def _scenario(tmp_path: Path, broker: KafkaBroker, sim: VTGateSim, kill_in: str 
                                          read_committed=exactly_once)
     ops = {json.loads(r.value)["payload"]["op"] for r in consume_all(broker.bootstrap, f"{p['topic.prefix']}.{KS}.items")
            if r.value}
-    return {"phases": seen_phases, "killed_in": killed_in, "states": states, "ops": ops, "log": worker.output(),
+    keys = {json.loads(r.key)[1].get("task_key") for r in consume_all(broker.bootstrap, p["offset.storage.topic"])}
+    return {"keys": keys, "phases": seen_phases, "killed_in": killed_in, "states": states, "ops": ops, "log": worker.output(),
             "late": late, "sequences": sequences}
 
 
@@ -204,6 +212,17 @@ def test_worker_killed_while_holding_resumes_the_hold_exactly(tmp_path: Path, ka
     out = _scenario(tmp_path, kafka_broker, sim, kill_in=HELD_PHASE)
     # Restarted from its stored offset, the worker kept holding from the same positions (not late).
     assert out["killed_in"] == {HELD_PHASE} and out["late"] == set()
+    seq = out["sequences"]
+    assert seq["snapshot"] > 2000 and seq["final_delete"] >= 3 and seq["after_high"] > 100
+
+
+def test_a_new_task_generation_takes_the_hold_over(tmp_path: Path, kafka_broker: KafkaBroker,
+                                                   sim: VTGateSim) -> None:
+    # Before, the next generation's task started from the old key's position without its hold
+    # state: it held again from there (late) and the changes between the two holds were lost.
+    out = _scenario(tmp_path, kafka_broker, sim, kill_in=HELD_NEW_GENERATION)
+    assert out["killed_in"] == {HELD_PHASE} and out["late"] == set(), out["log"]
+    assert "task0_1_1" in out["keys"]  # the new generation stored (and handed off) under its own key
     seq = out["sequences"]
     assert seq["snapshot"] > 2000 and seq["final_delete"] >= 3 and seq["after_high"] > 100
 

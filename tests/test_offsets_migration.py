@@ -259,6 +259,9 @@ def test_never_started_previous_task_resumes_from_the_generation_before_with_the
     # -80 moved in generation 1; 80- never did, so it is where generation 0 left it.
     assert start.vgtid == Vgtid.of(KS, [("-80", "a1"), ("80-", "b0")])
     assert start.sources == {"-80": "previous-generation", "80-": "generation-0"}
+    # Each shard's state travels from the value its position came from (a backfill hold).
+    assert {s: v.vgtid.to_json() for s, v in start.inherited.items()} == {
+        "-80": Vgtid.of(KS, [("-80", "a1")]).to_json(), "80-": Vgtid.of(KS, [("-80", "a0"), ("80-", "b0")]).to_json()}
 
 
 def test_never_started_task_of_generation_zero_does_not_block_generation_one() -> None:

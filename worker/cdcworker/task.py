@@ -172,6 +172,7 @@ class WorkerTask:
         self.processor: StreamProcessor | None = None
         self.sink: KafkaSink | None = None
         self._last_written: Any = None
+        self._inherited: dict[str, Any] = {}  # TaskStart.inherited: shard -> offset value of another key
         self._offset_writes: _OffsetWrites | None = None  # queued periodic offset writes
         self._restored: Any = None  # the task's own stored OffsetValue, if any
         self.metrics: Any = None
@@ -256,6 +257,7 @@ class WorkerTask:
         )
         log.info("starting from %s (%s)", start.vgtid.to_json(), start.sources)
         self._restored = start.stored  # transaction metadata resumes from the task's own offset
+        self._inherited = start.inherited
         return start.vgtid
 
     # --- backfill hand-off (docs/backfill.md, "Wiring into the worker") -------------------------
@@ -269,13 +271,14 @@ class WorkerTask:
             INITIAL_RUN_PROPERTY,
             ProgressFeed,
             TaskHandoff,
+            inherited_states,
             progress_topic_of,
         )
 
         cfg = self.config
         feed = ProgressFeed(cfg.kafka.client_config("consumer"), progress_topic_of(cfg.topic_prefix), cfg.source.keyspace)
-        self.handoff = TaskHandoff(feed, self._restored.fields if self._restored is not None else None,
-                                   scan=finals_scanner(cfg))
+        stored = self._restored.fields if self._restored is not None else inherited_states(self._inherited)
+        self.handoff = TaskHandoff(feed, stored, scan=finals_scanner(cfg))
         initial = cfg.properties.get(INITIAL_RUN_PROPERTY) or None
         fresh = initial is not None and all(sg.gtid == "current" for sg in position)
         if fresh:

@@ -75,10 +75,20 @@ LOOKUP_INTERVAL = 2.0  # seconds between looks for a progress topic that does no
 # Set by the operator on the workers of a connector whose initial snapshot is a backfill: that run's id.
 INITIAL_RUN_PROPERTY = "shardcdc.backfill.initial.run"
 
-__all__ = ["INITIAL_RUN_PROPERTY", "OFFSET_FIELD", "HoldStarted", "ProgressFeed", "TaskHandoff", "parse_hold",
+__all__ = ["INITIAL_RUN_PROPERTY", "OFFSET_FIELD", "HoldStarted", "ProgressFeed", "TaskHandoff", "inherited_states", "parse_hold",
            "progress_topic_of"]
 
 FAULT_DIR_ENV = "CDC_HANDOFF_FAULT_DIR"  # test hook (fault_point); not SHARDCDC_*: those are connector properties
+
+
+def inherited_states(values: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The hand-off states a task takes over with shards it did not stream itself (a new
+    generation): each shard's entry in the offset value its position came from
+    (``TaskStart.inherited``, shard -> ``OffsetValue``). Without them a rescale during a hold
+    would start a new hold at the inherited position and lose the changes between the two."""
+    states = {s: v.fields[OFFSET_FIELD][s] for s, v in values.items()
+              if isinstance(v.fields.get(OFFSET_FIELD), Mapping) and s in v.fields[OFFSET_FIELD]}
+    return {OFFSET_FIELD: states} if states else None
 
 
 def progress_topic_of(topic_prefix: str) -> str:

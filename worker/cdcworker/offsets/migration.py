@@ -141,6 +141,7 @@ class GenerationOffsets:
 
     positions: dict[str, ShardGtid]
     missing: list[OffsetPartition] = field(default_factory=list)
+    values: dict[str, OffsetValue] = field(default_factory=dict)  # shard -> the offset value holding it
 
 
 def read_generation(
@@ -161,6 +162,7 @@ def read_generation(
     if gen < 0:
         return None
     positions: dict[str, ShardGtid] = {}
+    values: dict[str, OffsetValue] = {}
     missing: list[OffsetPartition] = []
     server_only = OffsetPartition(server)
     for i in range(num_tasks):
@@ -177,6 +179,7 @@ def read_generation(
             raise MigrationError(f"stored offset for {partition} is unreadable: {exc}") from exc
         for sg in vgtid:
             positions[sg.shard] = sg
+            values[sg.shard] = offset
     if missing and require_all:
         fallback = f" (nor for {server_only})" if gen == 0 else ""
         names = ", ".join(str(p) + fallback for p in missing)
@@ -186,7 +189,7 @@ def read_generation(
             f"tasks that actually ran, at most the shard count) and vitess.offset.storage.task.key.gen.",
             missing,
         )
-    return GenerationOffsets(positions, missing)
+    return GenerationOffsets(positions, missing, values)
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,6 +198,7 @@ class _ChainPositions:
 
     positions: dict[str, ShardGtid]
     generation_of: dict[str, int]
+    values: dict[str, OffsetValue]
 
 
 def _read_chain(
@@ -213,6 +217,7 @@ def _read_chain(
     """
     positions: dict[str, ShardGtid] = {}
     generation_of: dict[str, int] = {}
+    values: dict[str, OffsetValue] = {}
     for gen, tasks in chain:
         found = read_generation(lookup, server, tasks, gen, require_all=False)
         assert found is not None  # chains hold generations >= 0
@@ -220,8 +225,9 @@ def _read_chain(
             if shard in found.positions:
                 positions[shard] = found.positions[shard]
                 generation_of[shard] = gen
+                values[shard] = found.values[shard]
         if set(positions) >= shards or not found.missing or gen == 0:
-            return _ChainPositions(positions, generation_of)
+            return _ChainPositions(positions, generation_of, values)
     oldest, tasks = chain[-1]
     missing = read_generation(lookup, server, tasks, oldest, require_all=False)
     assert missing is not None
@@ -355,6 +361,9 @@ class TaskStart:
     vgtid: Vgtid
     sources: dict[str, str]  # shard -> "stored" | "current-generation" | "previous-generation" | "generation-<g>" | "config"
     stored: OffsetValue | None  # the task's own offset, when it had one
+    # Without one: per shard, the offset value (of another task key) its position came from, so
+    # per-shard state stored beside it (a backfill hold) moves with the shard to its new task.
+    inherited: dict[str, OffsetValue] = field(default_factory=dict)
 
 
 def resolve_task_start(
@@ -405,12 +414,18 @@ def resolve_task_start(
         previous = read_generation(lookup, server, prev_num_tasks, gen - 1, require_all=True)
     elif uncovered and chain is not None:
         found = _read_chain(lookup, server, chain, uncovered)
-        previous = GenerationOffsets(found.positions)
+        previous = GenerationOffsets(found.positions, values=found.values)
         sources = {s: "previous-generation" if g == gen - 1 else f"generation-{g}"
                    for s, g in found.generation_of.items()}
     starts = [_start_for(s, current, previous, config) for s in ordered]
+    inherited = {}
+    for s, (_, src) in zip(ordered, starts, strict=True):
+        held = current if src == "current-generation" else previous if src == "previous-generation" else None
+        if held is not None and s in held.values:
+            inherited[s] = held.values[s]
     return TaskStart(
         Vgtid(tuple(sg for sg, _ in starts)),
         {s: sources.get(s, src) for s, (_, src) in zip(ordered, starts, strict=True)},
         None,
+        inherited,
     )
