@@ -316,6 +316,41 @@ def test_reconcile_backfills_creates_tracks_and_cancels(plane: KubeControlPlane)
         assert _get(plane, "sparkapplication", bf.run_name("rec", "b3")) is not None
 
 
+def test_backfills_of_one_connector_run_one_at_a_time(plane: KubeControlPlane) -> None:
+    """The workers hold one run per shard: a second run launched beside the first would wait for
+    holds that never come until it failed. It is queued and starts when the first has finished."""
+    import asyncio
+
+    from cdcoperator.apply import KubeApi
+
+    live = body(engine="sparkOperator")
+    live["metadata"] = {"name": "queue", "namespace": NS}
+    live["spec"]["backfills"] = [{"id": "q1", "tables": ["items"]}, {"id": "q2", "tables": ["lines"]}]
+    c = ConnectorResource.from_body(_apply(plane, live))
+    first, second = bf.run_name("queue", "q1"), bf.run_name("queue", "q2")
+    with plane.api_client() as client:
+        kube = KubeApi(client)
+
+        def step(status: dict[str, Any]) -> list[dict[str, Any]]:
+            return asyncio.run(bf.reconcile_backfills(kube, c, status, NOW))[0]
+
+        entries = step({})
+        assert _get(plane, "sparkapplication", first) is not None and _get(plane, "sparkapplication", second) is None
+        assert [(e["id"], e["phase"]) for e in entries] == [("q1", "Pending"), ("q2", "Pending")]
+        assert entries[1]["message"].startswith("queued: starts when backfill q1 has finished")
+        plane.kubectl("patch", "sparkapplication", first, "-n", NS, "--type=merge", "-p",
+                      json.dumps({"status": {"applicationState": {"state": "RUNNING"}}}), check=True)
+        entries = step({"backfills": entries})
+        assert [e["phase"] for e in entries] == ["Running", "Pending"] and _get(plane, "sparkapplication", second) is None
+        plane.kubectl("patch", "sparkapplication", first, "-n", NS, "--type=merge", "-p",
+                      json.dumps({"status": {"applicationState": {"state": "COMPLETED"}, "terminationTime": NOW}}),
+                      check=True)
+        entries = step({"backfills": entries})
+        assert [e["phase"] for e in entries] == ["Succeeded", "Pending"]
+        assert _get(plane, "sparkapplication", second) is not None  # started as soon as the first finished
+        assert not entries[1].get("message", "").startswith("queued")
+
+
 def test_spark_version_has_one_home() -> None:
     """The SparkApplication's sparkVersion is the pyspark the Spark image installs (constraints.txt)."""
     import re

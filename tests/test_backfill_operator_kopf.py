@@ -135,7 +135,11 @@ def test_spark_application_created_tracked_and_cancelled(env: Env) -> None:
     wait_for(lambda: env.backfills("so")[0] == ("b1", "Running"), 30, "b1 Running")
     entry = env.status("so")["backfills"][0]
     assert entry["runName"] == "so-bf-b1" and entry["engine"] == "sparkOperator" and "startTime" in entry
+    # One run at a time per connector (the workers hold one run per shard): b2 waits for b1.
+    assert env.get("sparkapplications", "so-bf-b2") is None
+    assert env.status("so")["backfills"][1]["message"].startswith("queued: starts when backfill b1 has finished")
     set_state("so-bf-b1", "COMPLETED")
+    wait_for(lambda: env.get("sparkapplications", "so-bf-b2"), 30, "b2 started once b1 finished")
     set_state("so-bf-b2", "FAILED")
     wait_for(lambda: env.backfills("so") == [("b1", "Succeeded"), ("b2", "Failed")], 30, "b1 done, b2 failed")
     assert env.condition("so") == ("False", "BackfillFailed")

@@ -240,7 +240,9 @@ def test_operator_launches_tracks_and_cancels_signal_runs(plane: KubeControlPlan
                 "--config", "/etc/shardcdc/worker.properties", "--run-id", f"sig-adhoc-1-{uid8}",
                 "--table", "customer", "--condition", "customer=id > 3", "--await-holds"]
             assert app["metadata"]["labels"]["shardcdc.io/backfill"] == "sig-adhoc-1"
-            assert get("sparkapplication", name2) is not None
+            # One run at a time per connector (the workers hold one run per shard): adhoc-2 waits.
+            assert get("sparkapplication", name2) is None
+            assert entries["sig-adhoc-2"]["message"].startswith("queued: starts when backfill sig-adhoc-1 has finished")
             assert entries["sig-adhoc-1"]["source"] == "signal" and entries["sig-adhoc-1"]["signalId"] == "adhoc-1"
             assert step() == entries  # idempotent: nothing created twice, same status
             # The job's records: counts, times and the error come from the topic.
@@ -254,7 +256,13 @@ def test_operator_launches_tracks_and_cancels_signal_runs(plane: KubeControlPlan
             e1 = wait_for(lambda: (e := step()["sig-adhoc-1"]).get("chunksDone") == 2 and e, 30, "progress counts")
             assert (e1["phase"], e1["chunksTotal"], e1["rows"], e1["startTime"]) == (
                 "Running", 3, 201, "2026-01-02T03:04:00Z")
-            # adhoc-2 completes in Spark: closed in the topic with its phase.
+            # stop-snapshot for customer: adhoc-1's application goes, its entry says Cancelled.
+            worker.forward("stop-1", "stop-snapshot", None, ("commerce.customer",))
+            wait_for(lambda: step()["sig-adhoc-1"]["phase"] == "Cancelled", 30, "adhoc-1 cancelled")
+            assert get("sparkapplication", name1) is None and get("configmap", f"{name1}-config") is None
+            assert step()["sig-adhoc-1"]["message"] == "stopped by signal stop-1"
+            # adhoc-2 (orders) starts now, then fails in Spark: closed in the topic with its phase.
+            wait_for(lambda: (step(), get("sparkapplication", name2))[1], 30, "adhoc-2 started after adhoc-1")
             plane.kubectl("patch", "sparkapplication", name2, "-n", NS, "--type=merge", "-p", json.dumps(
                 {"status": {"applicationState": {"state": "FAILED", "errorMessage": "driver lost"},
                             "terminationTime": NOW}}), check=True)
@@ -262,11 +270,6 @@ def test_operator_launches_tracks_and_cancels_signal_runs(plane: KubeControlPlan
                                                    "VTGate unavailable")])
             wait_for(lambda: step()["sig-adhoc-2"]["message"] == "VTGate unavailable", 30, "the job's error")
             assert status["backfills"][1]["phase"] == "Failed"
-            # stop-snapshot for customer: adhoc-1's application goes, its entry says Cancelled.
-            worker.forward("stop-1", "stop-snapshot", None, ("commerce.customer",))
-            wait_for(lambda: step()["sig-adhoc-1"]["phase"] == "Cancelled", 30, "adhoc-1 cancelled")
-            assert get("sparkapplication", name1) is None and get("configmap", f"{name1}-config") is None
-            assert step()["sig-adhoc-1"]["message"] == "stopped by signal stop-1"
 
             def closed() -> dict[str, str]:
                 return {json.loads(r.value)["id"]: json.loads(r.value)["phase"]

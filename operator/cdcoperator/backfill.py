@@ -637,6 +637,10 @@ async def reconcile_backfills(kube: ClusterApi, cr: ConnectorResource, existing_
     live = {(o["kind"], o["metadata"]["name"]): o for o in listed}
     entries: list[dict[str, Any]] = []
     ended: dict[str, str] = {}  # run id -> why it will not finish (backfillrelease)
+    # One run at a time per connector: a worker holds one run per shard, so a second run started
+    # beside it would wait for holds that never come (its hold timeout, then retries, then failed).
+    # The next one starts once the first has finished; one already started (objects exist) goes on.
+    running: str | None = None
     for launch in plan:
         req = launch.req
         name = run_name(cr.name, req.id)
@@ -652,6 +656,10 @@ async def reconcile_backfills(kube: ClusterApi, cr: ConnectorResource, existing_
                 phase = Phase(end.phase, end.message)
             else:
                 phase = Phase(CANCELLED, f"stopped by signal {launch.cancelled_by}", now)
+        elif objects and not finished and running is not None \
+                and (objects[-1]["kind"], name) not in live:
+            phase = Phase(PENDING, f"queued: starts when backfill {running} has finished (one run at a time "
+                                   "per connector, as the workers hold one run per shard)")
         elif objects:
             main_kind = objects[-1]["kind"]
             refused = ""
@@ -681,6 +689,8 @@ async def reconcile_backfills(kube: ClusterApi, cr: ConnectorResource, existing_
             phase = phase_from_progress(progress, prev, f"local engine: run `shardcdc backfill --run-id "
                                                         f"{run_id(cr, req.id)}` next to the workers")
         entries.append(status_entry(req, phase, engine, name, prev, now, progress, launch.signal_id))
+        if launch.active and objects and phase.phase not in FINAL and running is None:
+            running = req.id
         if not launch.active:
             ended[run_id(cr, req.id)] = f"cancelled: {phase.message}"
         elif phase.phase == FAILED and objects:  # an engine the operator runs failed for good
