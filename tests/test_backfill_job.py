@@ -28,6 +28,7 @@ from cdcworker.backfill.job import progress_store, run_backfill, worker_config
 from cdcworker.backfill.spec import BackfillSpec, Chunk
 from cdcworker.config import load_config
 from cdcworker.offsets import Vgtid
+from cdcworker.verify import materialise
 from localkafka import KafkaBroker, consume_all
 from vtgatesim import VTGateSim
 from vtgatesim.sql import Select
@@ -148,6 +149,30 @@ def test_a_replica_connectors_backfill_reads_from_the_primary(sim: VTGateSim, ka
     result = run_backfill(BackfillSpec("run-replica", ("items",), p, chunk_size=50), engine="local", parallelism=1)
     assert result.chunks_read == result.chunks_total > 1
     assert targets and all(t.endswith("@primary") for t in targets), sorted(set(targets))
+
+
+def test_a_ddl_inside_a_chunk_window_reads_the_chunk_again(sim: VTGateSim, kafka_broker: KafkaBroker) -> None:
+    """Rows of a window with a DDL have two column layouts: a key whose last change came before the
+    ALTER would be encoded with the new one. The chunk is read again from a new low watermark."""
+    populate(sim, 120)
+    p = props(kafka_broker, sim)
+    reads = ReadCounter(sim)
+    altered: list[str] = []
+
+    def alter_once(chunk: Chunk) -> None:  # after the first read, before its high watermark
+        if altered:
+            return
+        altered.append(chunk.ident)
+        sim.execute("update items set qty = 111 where id % 2 = 0", KS)
+        sim.execute("ALTER TABLE items ADD COLUMN note VARCHAR(16)", KS)
+        sim.execute("update items set qty = 555 where id % 2 = 1", KS)
+
+    spec = BackfillSpec("run-ddl", ("items",), p, chunk_size=1000)
+    result = run_backfill(spec, engine="local", parallelism=1, on_read=alter_once)
+    assert result.chunks_read == result.chunks_total and reads.total == result.chunks_total + 1
+    rows = materialise(consume_all(kafka_broker.bootstrap, f"{p['topic.prefix']}.{KS}.items")).by_column("id")
+    assert len(rows) == 120
+    assert {(i % 2, r["qty"], "note" in r and r["note"] is None) for i, r in rows.items()} == {(0, 111, True), (1, 555, True)}
 
 
 def test_snapshot_records_have_the_streaming_paths_bytes(sim: VTGateSim, kafka_broker: KafkaBroker) -> None:

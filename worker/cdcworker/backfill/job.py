@@ -36,7 +36,7 @@ from cdcworker.backfill.reconcile import KeyReader, reconcile
 from cdcworker.backfill.spec import BackfillSpec, Chunk, Key
 from cdcworker.backfill.store import ProgressStore
 from cdcworker.backfill.throttle import RowThrottle
-from cdcworker.backfill.vtgate import VTGateClient
+from cdcworker.backfill.vtgate import QueryError, VTGateClient, Window
 from cdcworker.config import WorkerConfig, load_config
 from cdcworker.events import EncoderConfig, SourceContext, TablePlan
 from cdcworker.offsets import Vgtid
@@ -271,21 +271,38 @@ def _key_reader(chunk: Chunk, fields: Sequence[Any]) -> KeyReader:
     return KeyReader(idx, [bool(fields[i].type & ISINTEGRAL) for i in idx])
 
 
+# Reads of one chunk whose window saw a DDL of its table, before the chunk fails.
+SCHEMA_CHANGE_ATTEMPTS = 3
+
+
+def _read_reconcilable(chunk: Chunk, ctx: LaneContext) -> tuple[Any, list[Any], str, list[tuple[Any, Any]], Window]:
+    """Low watermark, read, high watermark and the window's changes: (fields, rows, high, changes,
+    the window). A window with a DDL of the table is read again from a new low
+    watermark (its rows have two column layouts, and the read has one of them)."""
+    client = ctx.client
+    for _ in range(SCHEMA_CHANGE_ATTEMPTS):
+        window = client.open_window(chunk.shard, chunk.table)
+        try:
+            sql, binds = chunking.chunk_select(chunk)
+            fields, rows = client.stream_execute(sql, binds, shard=chunk.shard)
+            if ctx.on_read is not None:
+                ctx.on_read(chunk)
+            high = client.current_position(chunk.shard)
+            changes = window.read_until(high)
+        finally:
+            window.close()
+        if not window.schema_changed:
+            return fields, rows, high, changes, window
+        log.info("chunk %s: %s changed its columns inside the window; reading the chunk again", chunk.ident, chunk.table)
+    raise QueryError(f"chunk {chunk.ident}: {chunk.table} changed its columns in each of {SCHEMA_CHANGE_ATTEMPTS} "
+                     "windows (DDL); the chunk is retried with the task")
+
+
 def process_chunk(chunk: Chunk, ctx: LaneContext) -> ChunkStats:
     """Low watermark, read, high watermark, window, merge, emit, mark done."""
     t0 = time.monotonic()
-    client = ctx.client
-    window = client.open_window(chunk.shard, chunk.table)
-    try:
-        sql, binds = chunking.chunk_select(chunk)
-        fields, rows = client.stream_execute(sql, binds, shard=chunk.shard)
-        if ctx.on_read is not None:
-            ctx.on_read(chunk)
-        high = client.current_position(chunk.shard)
-        changes = window.read_until(high)
-        window_fields = window.field_event
-    finally:
-        window.close()
+    fields, rows, high, changes, window = _read_reconcilable(chunk, ctx)
+    window_fields = window.field_event
     throttled = ctx.throttle.wait(len(rows))
     plan = TablePlan.compile(_field_event(chunk, fields), ctx.encoder) if fields else None
     key_of = _key_reader(chunk, fields) if fields else None

@@ -43,6 +43,10 @@ def bind_variables(binds: Mapping[str, Any]) -> dict[str, query_pb2.BindVariable
     return out
 
 
+def _layout(field_event: Any) -> list[tuple[str, int]]:
+    return [(f.name, f.type) for f in field_event.fields]
+
+
 @dataclass
 class Window:
     """The shard's changes to one table after ``low``: ``read_until(high)`` collects them."""
@@ -54,6 +58,9 @@ class Window:
     field_event: Any = None
     changes: list[tuple[Any, Any]] = field(default_factory=list)
     transactions: int = 0
+    # A FIELD event with another column layout than the window's first (a DDL inside the window):
+    # its rows cannot all be read with one layout, nor merged with a read taken under either.
+    schema_changed: bool = False
 
     def read_until(self, high: str) -> list[tuple[Any, Any]]:
         """(before, after) raw rows of every change with position <= ``high``, in commit order."""
@@ -69,6 +76,8 @@ class Window:
                             (rc.before if rc.HasField("before") else None, rc.after if rc.HasField("after") else None)
                         )
                 elif t == _T.FIELD:
+                    if self.field_event is not None and _layout(self.field_event) != _layout(ev.field_event):
+                        self.schema_changed = True
                     self.field_event = ev.field_event
                 elif t == _T.ROLLBACK:
                     pending.clear()
