@@ -347,3 +347,28 @@ def test_exactly_once_reconnect_commits_a_transaction_that_ends_at_its_commit_po
     assert sink.durable is point and written == [point] and sink.pending == 0
     sink.close()
     assert [r.value for r in consume_all(kafka_broker.bootstrap, topic, read_committed=True)] == [b"v"]
+
+
+def test_a_failure_hook_that_raises_leaves_the_record_failed(kafka_broker: KafkaBroker) -> None:
+    """The native sink takes the failed reports out of C before judging them: when the failure
+    hook raises, the reports it did not judge must stay failures, or the next durable position
+    would pass a record Kafka refused (and the stop would store it)."""
+    prefix = f"nh{time.time_ns() % 10**9}"
+    topic = f"{prefix}.t"
+    create_topics(kafka_broker.bootstrap, [topic], partitions=1, config={"max.message.bytes": "2000"})
+    sink = NativeKafkaSink(producer_conf(kafka_broker.bootstrap))
+
+    def hook(err: Any, msg: Any) -> bool:
+        raise RuntimeError("failure hook broke")
+
+    sink.on_error = hook
+    point = Vgtid((ShardGtid("ks", "0", "MySQL56/u:1-2"),))
+    sink.send_to_partition(topic, 0, b"big", os.urandom(10_000), None)  # refused by the broker
+    sink.commit_point(point)
+    deadline = time.monotonic() + 30
+    with pytest.raises(RuntimeError, match="failure hook broke"):
+        while time.monotonic() < deadline:
+            sink.durable_position()
+    with pytest.raises(SinkError, match="Kafka rejected 1 record"):
+        sink.durable_position()
+    assert sink.durable is None

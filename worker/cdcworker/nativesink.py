@@ -158,9 +158,17 @@ class NativeKafkaSink(_NativeSends, KafkaSink):
 
     def _advance(self) -> None:
         p = self.producer
-        for seq, code, reason, topic, partition, key, value in p.take_errors():
+        errors = p.take_errors()
+        for i, (seq, code, reason, topic, partition, key, value) in enumerate(errors):
             err = KafkaError(code, reason)
-            if not self._delivery_error(err, _Refused(topic, partition, key, value)):
+            try:
+                accepted = self._delivery_error(err, _Refused(topic, partition, key, value))
+            except BaseException:
+                # Taken from C and not judged: they stay failures, or done_through would pass them.
+                for later in errors[i:]:
+                    self._failed.setdefault(later[0], []).append(KafkaError(later[1], later[2]))
+                raise
+            if not accepted:
                 self._failed.setdefault(seq, []).append(err)
         if self._failed:
             seq = min(self._failed)

@@ -214,15 +214,24 @@ static void on_delivery(rk_t *rk, const rk_message_t *m, void *opaque) {
     Producer *self = opaque;
     int64_t seq = (int64_t)(intptr_t)m->_private;
     Py_ssize_t i = (Py_ssize_t)(seq - self->base_seq);
-    if (i >= 0 && i < self->nsegs) self->segs[i].done++;
-    if (!m->err) return;
-    /* A refused record: Python decides (failure-handling mode) before anything passes it. */
+    int in_range = i >= 0 && i < self->nsegs;
+    if (!m->err) {
+        if (in_range) self->segs[i].done++;
+        return;
+    }
+    /* A refused record: Python decides (failure-handling mode) before anything passes it. It
+     * counts as settled only once its report is in the list Python reads: a report lost here
+     * (no memory) leaves its segment unsettled, so no durable position ever passes it. */
     PyGILState_STATE g = PyGILState_Ensure();
     const char *topic = m->rkt ? K.topic_name(m->rkt) : "";
     PyObject *t = Py_BuildValue("(Lissiy#y#)", (long long)seq, m->err, K.err2str(m->err), topic, (int)m->partition,
                                 (const char *)m->key, (Py_ssize_t)(m->key ? m->key_len : 0),
                                 (const char *)m->payload, (Py_ssize_t)(m->payload ? m->len : 0));
-    if (!t || PyList_Append(self->errors, t) < 0) PyErr_WriteUnraisable((PyObject *)self);
+    if (t && PyList_Append(self->errors, t) == 0) {
+        if (in_range) self->segs[i].done++;
+    } else {
+        PyErr_WriteUnraisable((PyObject *)self);
+    }
     Py_XDECREF(t);
     PyGILState_Release(g);
 }
