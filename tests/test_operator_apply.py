@@ -74,6 +74,13 @@ async def _steps(api: ClusterApi, get: Any) -> None:
     assert await api.apply(deployment({"team": "b"}, None, []), live) == "unchanged"
     assert await api.apply(deployment({"team": "b"}, {"zone": "z1"}, []), live) == "patched"
     assert (await get())["spec"]["template"]["spec"]["nodeSelector"] == {"zone": "z1"}
+    # A worker stopped with set_replicas (an unrecorded generation) or scaled by hand, then wanted
+    # again unchanged: the hash still matches, the replica count does not; before, it stayed at 0.
+    await api.set_replicas(NS, "c-g0-t0", 0)
+    assert await api.apply(deployment({"team": "b"}, {"zone": "z1"}, []), await get()) == "patched"
+    live = await get()
+    assert live["spec"]["replicas"] == 1
+    assert await api.apply(deployment({"team": "b"}, {"zone": "z1"}, []), live) == "unchanged"
 
 
 def test_local_cluster_removes_dropped_keys(tmp_path: Path) -> None:

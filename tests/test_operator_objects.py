@@ -316,3 +316,17 @@ def test_initial_snapshot_by_a_backfill_engine_leaves_the_workers_streaming_only
     cm, _ = build_task_objects(ConnectorResource.from_body(body), TASK)
     assert "\nsnapshot.mode=initial\n" in cm["data"]["worker.properties"]
     assert "shardcdc.backfill.initial.run" not in cm["data"]["worker.properties"]
+
+
+def test_shard_names_with_an_empty_key_range_are_a_spec_error() -> None:
+    """'80-40' passes the CRD's name pattern; the planner's key-range parsing would then fail every
+    reconcile without a condition. The model refuses it (InvalidSpec)."""
+    from cdcoperator.model import SpecError
+
+    body = {"metadata": {"name": "c", "namespace": "ns", "uid": "u"},
+            "spec": {"source": {"vitess": {"vtgate": "vtgate:15991", "keyspace": "ks", "shards": ["-80", "80-40"]}},
+                     "kafka": {"bootstrapServers": "k:9092", "topicPrefix": "p"}}}
+    with pytest.raises(SpecError, match=r"invalid shard names: 80-40 \(a shard is '0' or '<start>-<end>'"):
+        ConnectorResource.from_body(body)
+    body["spec"]["source"]["vitess"]["shards"] = ["-80", "80-"]
+    assert ConnectorResource.from_body(body).spec.source.shards == ("-80", "80-")

@@ -313,6 +313,30 @@ def test_merge_followed_through_journal() -> None:
                                            history=((0, 2),))
 
 
+def test_merge_across_tasks_waits_for_every_participant_to_reach_the_journal() -> None:
+    """-40 (task 0) and 40-80 (task 1) merge into -80. Task 0 reaches the journal first; task 1 is
+    behind and must stream 40-80 up to the cut-over too, or its changes before it are lost: it
+    keeps running, task 0 (restarted by its Deployment) is stopped. Once task 1 has reported the
+    journal as well, the generation drains and the next one starts."""
+    g = start(2, ["-40", "40-80", "80-"])
+    assert g.assignment == (("-40", "80-"), ("40-80",))
+    journal = Journal.of(["-40", "40-80"], {"-80": "MySQL56/m:1-3"})
+    reports = [TaskReport(0, 0, TaskPhase.REASSIGNMENT_NEEDED, journal=journal, running=True),
+               TaskReport(0, 1, TaskPhase.STREAMING, pod="p1")]
+    waiting = plan(spec(2), ["-80", "80-"], g, reports)
+    assert waiting.action is Action.DRAIN and waiting.stop == (TaskRef(0, 0),)
+    assert [(w.task_id, w.run) for w in waiting.workers] == [(0, False), (1, True)]
+    assert waiting.generation is not None and waiting.generation.pending is not None
+    assert waiting.generation.pending.journals == (journal,)
+    assert [e.reason for e in waiting.events] == ["AwaitingJournal"]
+    # Task 0 stopped (no report of it any more); task 1 reaches the journal: drain, then start.
+    both = [TaskReport(0, 1, TaskPhase.REASSIGNMENT_NEEDED, journal=journal)]
+    started = plan(spec(2), ["-80", "80-"], persist(waiting), both)
+    assert started.action is Action.START
+    assert started.generation is not None and started.generation.shards == ("-80", "80-")
+    assert started.generation.journal_positions == (("-80", "MySQL56/m:1-3"),)
+
+
 def test_restarted_worker_after_the_journal_is_stopped_before_the_next_generation() -> None:
     """Kubernetes restarts a Deployment's container after the reshard exit: its process runs
     until the operator stops it, so the next generation waits (never two generations at once)."""

@@ -40,6 +40,7 @@ __all__ = [
     "Kind",
     "KubeApi",
     "applied_hash",
+    "is_applied",
     "new_api_client",
     "prepare_apply",
 ]
@@ -62,6 +63,16 @@ def _null_removed(patch: dict[str, Any], applied: Mapping[str, Any]) -> None:
             patch[k] = None
         elif isinstance(sub, Mapping) and isinstance(patch[k], dict):
             _null_removed(patch[k], sub)
+
+
+def is_applied(live: Mapping[str, Any], obj: Mapping[str, Any], digest: str) -> bool:
+    """``live`` is what we applied last and still runs the replicas ``obj`` wants. The replica count
+    is compared as well: stopping a worker (``set_replicas``) or a ``kubectl scale`` changes it
+    without the hash, and a later apply of the same object must bring it back."""
+    if ((live.get("metadata") or {}).get("annotations") or {}).get(APPLIED_HASH_ANNOTATION) != digest:
+        return False
+    wanted = (obj.get("spec") or {}).get("replicas")
+    return wanted is None or (live.get("spec") or {}).get("replicas") == wanted
 
 
 def prepare_apply(obj: Mapping[str, Any], live: Mapping[str, Any] | None) -> tuple[dict[str, Any], dict[str, Any], str]:
@@ -252,7 +263,7 @@ class KubeApi:
             live = await self.call("GET", kind.path(meta["namespace"], meta["name"]))
             assert live is not None
             desired, patch, digest = prepare_apply(obj, live)
-        if ((live.get("metadata") or {}).get("annotations") or {}).get(APPLIED_HASH_ANNOTATION) == digest:
+        if is_applied(live, obj, digest):
             return "unchanged"
         # A merge patch of the whole desired object: lists (containers, volumes) are replaced
         # wholesale; map keys others added (e.g. a restart annotation on the template) are kept,

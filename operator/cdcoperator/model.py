@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from cdcworker.keyrange import is_valid_shard_name
+from cdcworker.keyrange import parse_shard
 
 __all__ = [
     "API_VERSION",
@@ -290,9 +290,10 @@ def _parse_source(spec: Mapping[str, Any]) -> VitessSource:
     shards: tuple[str, ...] | None = None
     if shards_raw:
         shards = tuple(str(s) for s in shards_raw)
-        bad = [s for s in shards if not is_valid_shard_name(s)]
+        bad = [s for s in shards if not _parses(s)]
         if bad:
-            raise SpecError(f"{where}.shards has invalid shard names: {', '.join(bad)}")
+            raise SpecError(f"{where}.shards has invalid shard names: {', '.join(bad)} (a shard is '0' or "
+                            "'<start>-<end>' in hex with start below end, e.g. '-80', '80-c0')")
     tls = _tls(vt, "tls", where)
     cred_raw = _obj(vt, "credentialsSecretRef", where)
     credentials = (
@@ -314,6 +315,15 @@ def _parse_source(spec: Mapping[str, Any]) -> VitessSource:
         credentials=credentials,
         vtctld_tls=_tls(vt, "vtctldTls", where),
     )
+
+
+def _parses(shard: str) -> bool:
+    """A well-formed name whose key range is not empty (``80-40`` matches the name pattern)."""
+    try:
+        parse_shard(shard)
+    except ValueError:
+        return False
+    return True
 
 
 def _tls(vt: Mapping[str, Any], name: str, where: str) -> TlsSpec:

@@ -294,6 +294,13 @@ def _workers(g: Generation, run: bool) -> tuple[TaskPlan, ...]:
     )
 
 
+def _behind_the_journal(current: Generation, alive: Sequence[TaskReport], journals: Sequence[Journal]) -> list[int]:
+    """Live tasks holding a participant shard of a reported journal that have not reported one."""
+    participants = {s for j in journals for s in j.participants}
+    return sorted(r.task_id for r in alive if r.phase is not TaskPhase.REASSIGNMENT_NEEDED
+                  and r.task_id < len(current.assignment) and participants & set(current.assignment[r.task_id]))
+
+
 def _merge_journals(old: Iterable[Journal], new: Iterable[Journal]) -> tuple[Journal, ...]:
     seen: dict[Journal, None] = dict.fromkeys(old)
     seen.update(dict.fromkeys(new))
@@ -449,7 +456,22 @@ def _plan(
         stop = tuple(TaskRef(r.generation, r.task_id) for r in alive)
         remove = leftovers
     elif change is not None:
-        if alive:
+        behind = _behind_the_journal(current, alive, journals)
+        if behind:
+            # A merge's participants can be spread over tasks: one reached the journal, the others
+            # must stream their shards up to it too, or their changes before the cut-over are lost.
+            # Those keep running; the ones that reported it are stopped (a restarted one would
+            # stream the target shards from its offset, beside the next generation's workers).
+            record = replace(current, phase=GenPhase.DRAINING, pending=change, stopped_cleanly=False)
+            if current.pending != change:
+                events.append(Event("Normal", "AwaitingJournal", f"tasks {', '.join(map(str, behind))} of generation "
+                                    f"{cur_gen} stream shards of the reshard and have not reached its journal yet; "
+                                    "they keep streaming until they do"))
+            action = Action.DRAIN
+            workers = tuple(replace(w, run=w.task_id in behind) for w in _workers(record, run=True))
+            stop = tuple(TaskRef(cur_gen, r.task_id) for r in alive if r.task_id not in behind)
+            remove = leftovers
+        elif alive:
             record = replace(current, phase=GenPhase.DRAINING, pending=change, stopped_cleanly=False)
             if current.phase is not GenPhase.DRAINING or current.pending != change:
                 events.append(Event("Normal", "Draining", _describe_change(current, change)))

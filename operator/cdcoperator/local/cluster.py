@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from cdcoperator import naming
-from cdcoperator.apply import APPLIED_HASH_ANNOTATION, CONFIG_MAPS, DEPLOYMENTS, KINDS, Kind, prepare_apply
+from cdcoperator.apply import CONFIG_MAPS, DEPLOYMENTS, KINDS, Kind, is_applied, prepare_apply
 from cdcoperator.model import API_VERSION, KIND, ConnectorResource, SpecError
 from cdcoperator.validation import validate_or_raise
 
@@ -228,7 +228,7 @@ class LocalCluster:
                 desired["metadata"]["resourceVersion"] = str(self._version)
                 self._objects[key] = desired
                 return "created"
-            if (current["metadata"].get("annotations") or {}).get(APPLIED_HASH_ANNOTATION) == digest:
+            if is_applied(current, obj, digest):
                 return "unchanged"
             apply_merge_patch(current, patch)
             self._version += 1
