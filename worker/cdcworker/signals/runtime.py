@@ -64,13 +64,15 @@ class TaskExtras:
             )
             extras.dispatcher = SignalDispatcher(extras.engine)
         elif source or kafka:
-            tablet = cfg.source.tablet_type.upper()
             extras.engine = VStreamCopyEngine(
                 open_stream,
                 cfg.source.keyspace,
                 shards,
                 encoder,
-                tablet_type="PRIMARY" if tablet == "MASTER" else tablet,
+                # The copy reads the primary, which is never behind the live stream's tablet: a
+                # lagging replica could copy a row the live stream has already deleted (a read
+                # after the delete brings it back).
+                tablet_type="PRIMARY",
                 exclude_keyspace_from_table_name=cfg.source.exclude_keyspace_from_table_name,
                 failures=_copy_failures(failures, metrics),
             )

@@ -125,6 +125,10 @@ class _Run:
         self.vgtid_json = ""
         self.vgtid: Vgtid | None = None  # the newest VGTID of the copy stream
         self.copy = CopyResume(())  # resume points of the shards copied (set by _launch)
+        # Per shard, the copy state (table_p_ks) at the last COMMIT: a transaction that does not
+        # move it is the tablet's catch-up of binlog changes, not a copy batch.
+        self.pks: dict[str, Any] = {}
+        self.catchup_rows = 0
         self.cancelled = False
         self.emitted = 0
         self.superseded = 0
@@ -383,6 +387,7 @@ class VStreamCopyEngine:
         run = _Run(request, self._open(req), topics, self._depth, resume)
         run.stopped_tables |= self._stopped.pop(request.id, set())
         run.copy = CopyResume(ShardGtid.from_proto(sg) for sg in shard_gtids)
+        run.pks = {sg.shard: ShardGtid.from_proto(sg).table_p_ks for sg in shard_gtids}
         self._run = run
         run.thread.start()
 
@@ -431,6 +436,7 @@ class VStreamCopyEngine:
                 run.vgtid = v = Vgtid.from_proto(ev.vgtid)
                 run.vgtid_json = v.to_json()
             elif t == _T.COMMIT:
+                self._drop_catchup(run)
                 self._flush(run, sink, ev.timestamp)
             elif t == _T.COPY_COMPLETED:
                 if ev.shard:
@@ -439,6 +445,21 @@ class VStreamCopyEngine:
                 if not ev.shard:
                     return True  # VTGate's final COPY_COMPLETED: every shard is copied
         return False
+
+    @staticmethod
+    def _drop_catchup(run: _Run) -> None:
+        """Drop the rows of a catch-up transaction (the copy state did not move): binlog changes the
+        live stream delivers itself, in order. Read as rows, a resumed copy's replay of an update
+        made before a later delete would bring the deleted row back after its tombstone."""
+        if run.vgtid is None:
+            return
+        now = {sg.shard: sg.table_p_ks for sg in run.vgtid}
+        if run.rows:
+            shard = run.rows[0][0].shard
+            if shard in run.pks and now.get(shard) == run.pks[shard]:
+                run.catchup_rows += len(run.rows)
+                run.rows = []
+        run.pks = now
 
     def _flush(self, run: _Run, sink: Any, commit_ts: int) -> None:
         """Emit the rows of a copy batch, always holding the newest one back: it may be the last.
