@@ -345,3 +345,32 @@ def test_multi_table_snapshot_resumes_in_the_second_table(kafka_broker: KafkaBro
     assert sorted(markers).count("last") == 1
     # the first run stopped at or in the second table: account was read (but for a held row)
     assert len(expected - first_run_ids["account"]) <= 1
+
+
+def test_an_aborted_kafka_transaction_starts_the_snapshots_over_from_the_committed_state() -> None:
+    """Exactly-once: a reconnect inside a streamed transaction aborts the open Kafka transaction,
+    snapshot records included, and the live stream rewinds to the committed offset. The engine
+    must rewind too (before, it went on from memory and the aborted reads were never sent again):
+    the snapshots start over from the state that offset carries."""
+    from collections import deque
+
+    from cdcworker.events import EncoderConfig
+    from cdcworker.offsets import Vgtid
+    from cdcworker.snapshot import SnapshotRequest
+    from cdcworker.snapshot.vstream_copy import VStreamCopyEngine
+
+    engine = VStreamCopyEngine(lambda req: iter(()), "commerce", lambda: ["-80", "80-"], EncoderConfig("p"))
+    a, b = SnapshotRequest("a", ("commerce.customer",)), SnapshotRequest("b", ("commerce.orders",))
+    copy_position = '[{"keyspace":"commerce","shard":"-80","gtid":"MySQL56/u:1-5","table_p_ks":[]}]'
+    engine.start(a)
+    engine._resume["a"] = copy_position
+    committed = engine.decorate(Vgtid.of("commerce", {"-80": "MySQL56/u:1-9", "80-": "MySQL56/v:1-3"}))
+    # Since that commit: a completed and b was queued; then the Kafka transaction is aborted.
+    engine._queued, engine._resume, engine.completed = deque([b]), {}, ["a"]
+    engine.on_abort(committed)
+    assert [r.id for r in engine._queued] == ["a", "b"] and engine._resume == {"a": copy_position}
+    assert engine.completed == []
+    # Nothing stored and nothing running: nothing to undo.
+    idle = VStreamCopyEngine(lambda req: iter(()), "commerce", lambda: ["-80"], EncoderConfig("p"))
+    idle.on_abort(Vgtid.of("commerce", {"-80": "MySQL56/u:1-9"}))
+    assert not idle.active

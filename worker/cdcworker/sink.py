@@ -299,6 +299,7 @@ class TransactionalSink(KafkaSink):
         self._point: Any = None
         self._last_commit = self._clock()
         self.commits = 0
+        self.aborts = 0  # Kafka transactions aborted (the snapshot engine starts over after one)
         # Wall time the stage spent blocked in commit_transaction (librdkafka flushes every batch
         # in flight, then ends the transaction): what exactly-once costs the stream per commit.
         self.commit_seconds = 0.0
@@ -439,6 +440,7 @@ class TransactionalSink(KafkaSink):
         self._begin_needed = True
         self._point = self._durable
         self._records_at_point = 0
+        self.aborts += 1
 
     def _fatal_reason(self, err: KafkaError) -> str:
         if err.code() == KafkaError._FATAL:

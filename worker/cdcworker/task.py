@@ -239,6 +239,16 @@ class WorkerTask:
         self._last_written = position
         self._last_extra = extra
 
+    def _rewind(self, sink: KafkaSink, processor: Any) -> Any:
+        """``sink.rewind``; an aborted Kafka transaction also undid ad-hoc snapshot records, so the
+        snapshot engine starts over from the committed offset's state, as the live stream does."""
+        aborts = getattr(sink, "aborts", 0)
+        position = sink.rewind(processor.position)
+        engine = self.extras.engine if self.extras is not None else None
+        if getattr(sink, "aborts", 0) != aborts and engine is not None and hasattr(engine, "on_abort"):
+            engine.on_abort(sink.durable)
+        return position
+
     def _resolve_start(self, store: OffsetStore, channel: grpc.Channel, metadata: tuple[tuple[str, str], ...]) -> Vgtid:
         cfg = self.config
         shards = list(cfg.task.shards or cfg.source.shards or discover_shards(channel, cfg, metadata))
@@ -543,7 +553,7 @@ class WorkerTask:
                     # Everything streamed so far goes to Kafka, then the states move on and the stream
                     # restarts (rewound for a catch-up) with the offset carrying position and state.
                     processor.abandon_transaction()
-                    position = sink.rewind(processor.position)
+                    position = self._rewind(sink, processor)
                     sink.flush(cfg.behaviour.shutdown_grace_ms / 1000.0)
                     position, _ = self.handoff.advance(position)
                     self._store_handoff(store, position)
@@ -559,7 +569,7 @@ class WorkerTask:
                 except (grpc.RpcError, _StreamEnded, AnonymisedColumns) as exc:
                     metrics.set_connected(False)
                     processor.abandon_transaction()
-                    position = sink.rewind(processor.position)
+                    position = self._rewind(sink, processor)
                     if self._stop.is_set():
                         break
                     if isinstance(exc, grpc.RpcError) and NOTHING_TO_COPY in (exc.details() or ""):

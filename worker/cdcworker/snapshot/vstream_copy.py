@@ -104,6 +104,23 @@ class _WatchingSink:
         return getattr(self.inner, name)
 
 
+def _stored_requests(offset_fields: Any) -> list[tuple[SnapshotRequest, str, set[str]]]:
+    """The snapshot requests of a stored offset (``state_fields``): (request, copy VGTID, stopped tables)."""
+    raw = offset_fields.get(STATE_KEY) if offset_fields else None
+    if not isinstance(raw, str):
+        return []
+    try:
+        return [
+            (SnapshotRequest(str(r["id"]), tuple(r["data_collections"]), dict(r.get("conditions") or {}),
+                             str(r.get("kind") or "incremental")),
+             str(r.get("vgtid") or ""), set(r.get("stopped") or ()))
+            for r in json.loads(raw)["requests"]
+        ]
+    except (ValueError, KeyError, TypeError) as exc:
+        log.warning("the stored ad-hoc snapshot state cannot be read (%s); it is dropped", exc)
+        return []
+
+
 class _Run:
     """One request being copied."""
 
@@ -250,23 +267,34 @@ class VStreamCopyEngine:
 
     def restore(self, offset_fields: Any) -> None:
         """Queue the snapshots a previous run of this task stored in its offset (``state_fields``)."""
-        raw = offset_fields.get(STATE_KEY) if offset_fields else None
-        if not isinstance(raw, str):
+        for request, vgtid, stopped in _stored_requests(offset_fields):
+            if vgtid:
+                self._resume[request.id] = vgtid
+            if stopped:
+                self._stopped[request.id] = stopped
+            self._queued.append(request)
+            log.info("snapshot %s restored from the offset (%s)", request.id, "resuming" if vgtid else "from the start")
+
+    def on_abort(self, durable: Any) -> None:
+        """The exactly-once sink aborted its open Kafka transaction (a reconnect inside a streamed
+        transaction): snapshot records since ``durable`` are gone with it, while the live stream
+        rewinds there. The snapshots start over from the state ``durable`` carries, as after a
+        restart; one started since then starts from the beginning."""
+        stored = _stored_requests(dict(durable.extra) if isinstance(durable, Checkpoint) else {})
+        run = self._run
+        if run is None and not stored:
             return
-        try:
-            requests = json.loads(raw)["requests"]
-            for r in requests:
-                request = SnapshotRequest(
-                    str(r["id"]), tuple(r["data_collections"]), dict(r.get("conditions") or {}), str(r.get("kind") or "incremental")
-                )
-                if r.get("vgtid"):
-                    self._resume[request.id] = str(r["vgtid"])
-                if r.get("stopped"):
-                    self._stopped[request.id] = set(r["stopped"])
-                self._queued.append(request)
-                log.info("snapshot %s restored from the offset (%s)", request.id, "resuming" if r.get("vgtid") else "from the start")
-        except (ValueError, KeyError, TypeError) as exc:
-            log.warning("the stored ad-hoc snapshot state cannot be read (%s); it is dropped", exc)
+        if run is not None:
+            self._stop_run(complete=False)
+        ids = {r.id for r, _, _ in stored}
+        later = ([run.request] if run is not None and run.request.id not in ids else []) + [
+            r for r in self._queued if r.id not in ids]
+        self._queued = deque([*(r for r, _, _ in stored), *later])
+        self._resume = {r.id: v for r, v, _ in stored if v}
+        self._stopped = {r.id: st for r, _, st in stored if st}
+        self.completed = [c for c in self.completed if c not in ids]
+        log.info("snapshots %s start over from the last committed offset (Kafka transaction aborted)",
+                 ", ".join(r.id for r in self._queued) or "-")
 
     def cancel(self, request_id: str | None = None, data_collections: tuple[str, ...] = ()) -> None:
         if not data_collections:
