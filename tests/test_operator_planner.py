@@ -329,6 +329,11 @@ def test_merge_across_tasks_waits_for_every_participant_to_reach_the_journal() -
     assert waiting.generation is not None and waiting.generation.pending is not None
     assert waiting.generation.pending.journals == (journal,)
     assert [e.reason for e in waiting.events] == ["AwaitingJournal"]
+    # Both reached it and are being stopped: their terminating pods serve no status document
+    # (Starting); they must not be started again as if behind.
+    stopping = plan(spec(2), ["-80", "80-"], persist(waiting),
+                    [TaskReport(0, 0, TaskPhase.STARTING, pod="p0"), TaskReport(0, 1, TaskPhase.STARTING, pod="p1")])
+    assert stopping.action is Action.DRAIN and not any(w.run for w in stopping.workers)
     # Task 0 stopped (no report of it any more); task 1 reaches the journal: drain, then start.
     both = [TaskReport(0, 1, TaskPhase.REASSIGNMENT_NEEDED, journal=journal)]
     started = plan(spec(2), ["-80", "80-"], persist(waiting), both)

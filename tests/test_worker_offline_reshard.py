@@ -201,6 +201,34 @@ def test_a_single_per_task_task_stops_at_the_journal_too(sim: VTGateSim, kafka_b
     assert set(stored) & set(NEW) and all(stored[s] == targets[s] for s in set(stored) & set(NEW)), (stored, targets)
 
 
+def test_a_supervised_task_waits_at_the_journal_until_stopped(
+        sim: VTGateSim, kafka_broker: KafkaBroker, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under the operator a Deployment restarts an exited worker: restarted after the journal, it
+    resumed from its offset (the target shards), streamed them beside the next generation and
+    lost the journal from its status document before the operator read it. Supervised, it waits
+    (live, not ready) with the journal in its status, and exits 10 when stopped."""
+    from cdcworker.observability.health import liveness, readiness
+
+    monkeypatch.setenv(exitcodes.SUPERVISED_ENV, "1")
+    cfg = worker_config(kafka_broker, sim.address, KS, extra={
+        "vitess.offset.storage.per.task": "true", "tasks.max": "1",
+        "shardcdc.task.id": "0", "shardcdc.task.count": "1", "shardcdc.task.generation": "0",
+        "shardcdc.task.shards": ",".join(OLD), "shardcdc.task.prev.count": "1",
+    })
+    with running_task(cfg) as run:
+        _wait_for(lambda: _at_heads(run, sim), "the stream positioned at the heads", run)
+        sim.reshard(KS, NEW)
+        _wait_for(lambda: run.task.metrics is not None and run.task.metrics.state == "reassignment_needed",
+                  "the journal reported", run)
+        tm = run.task.metrics
+        assert run.thread.is_alive() and run.result is None  # waiting, not exited
+        assert liveness(tm, now=tm.clock() + 10 * tm.liveness_timeout_s).ok and not readiness(tm).ok
+        status = tm.status()
+        assert status["state"] == "reassignment_needed" and status["journal"]
+        result = run.stop()
+    assert result.exit_code == exitcodes.REASSIGNMENT_NEEDED
+
+
 def _shard_of(sim: VTGateSim, i: int) -> str:
     return keyrange.shard_for_keyspace_id(OLD, keyrange.hash_keyspace_id(i))
 

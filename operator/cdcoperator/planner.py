@@ -295,9 +295,11 @@ def _workers(g: Generation, run: bool) -> tuple[TaskPlan, ...]:
 
 
 def _behind_the_journal(current: Generation, alive: Sequence[TaskReport], journals: Sequence[Journal]) -> list[int]:
-    """Live tasks holding a participant shard of a reported journal that have not reported one."""
+    """Streaming tasks holding a participant shard of a reported journal, which they have not
+    reached yet. Only tasks seen streaming count: a stopped worker's terminating pod (no status
+    document: Starting) must not be started again."""
     participants = {s for j in journals for s in j.participants}
-    return sorted(r.task_id for r in alive if r.phase is not TaskPhase.REASSIGNMENT_NEEDED
+    return sorted(r.task_id for r in alive if r.phase in (TaskPhase.STREAMING, TaskPhase.SNAPSHOTTING)
                   and r.task_id < len(current.assignment) and participants & set(current.assignment[r.task_id]))
 
 

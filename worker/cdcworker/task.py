@@ -396,9 +396,16 @@ class WorkerTask:
         server = serve(metrics, cfg.behaviour.metrics_port)
         try:
             result = self._run(metrics)
-            if result.done and os.environ.get(exitcodes.SUPERVISED_ENV) == "1" and not self._stop.is_set():
+            supervised = os.environ.get(exitcodes.SUPERVISED_ENV) == "1" and not self._stop.is_set()
+            if supervised and result.done:
                 metrics.set_state("completed", result.reason)
                 log.info("%s; waiting to be stopped (supervised: an exit would be restarted)", result.reason)
+                self._stop.wait()
+            elif supervised and result.exit_code == exitcodes.REASSIGNMENT_NEEDED:
+                # Restarted, the worker would resume from its offset (the journal's target shards)
+                # and stream them beside the next generation, and the journal would leave its
+                # status document: it waits, reporting the journal, until the operator stops it.
+                log.info("%s; waiting to be stopped with the journal reported", result.reason)
                 self._stop.wait()
         except Exception as exc:
             metrics.set_state("failed", str(exc))

@@ -7,7 +7,8 @@ requesting VTGate heartbeats (``heartbeat_interval``) well below the timeout gua
 
 Readiness asks "is this task delivering changes?": false while starting, reconnecting, after a
 reshard stop, failed, stopped, or whenever the VStream is not connected. A supervised task whose
-work is done (``completed``: snapshot.mode=initial_only) is live and ready without a loop.
+work is done (``completed``: snapshot.mode=initial_only) is live and ready without a loop; one
+stopped at a reshard journal (``reassignment_needed``) is live, not ready, until it is stopped.
 """
 
 from __future__ import annotations
@@ -20,6 +21,10 @@ if TYPE_CHECKING:
 
 __all__ = ["Verdict", "liveness", "readiness"]
 
+# A supervised worker waits in these states instead of exiting: its snapshot is done
+# (initial_only), or it stopped at a reshard journal the operator must read.
+_WAITING = frozenset(("completed", "reassignment_needed"))
+
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
@@ -31,8 +36,8 @@ class Verdict:
 
 
 def liveness(tm: TaskMetrics, now: float | None = None) -> Verdict:
-    if tm.state == "completed":  # no loop any more: the work is done and the process waits to be stopped
-        return Verdict(True, f"completed ({tm.reason})" if tm.reason else "completed")
+    if tm.state in _WAITING:  # no loop any more: the process waits to be stopped (a restart would undo it)
+        return Verdict(True, f"{tm.state} ({tm.reason})" if tm.reason else tm.state)
     t = tm.clock() if now is None else now
     age = t - tm.last_beat
     if age <= tm.liveness_timeout_s:
