@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from cdcoperator import naming
 from cdcoperator.discovery import (
     Discovery,
     DiscoveryError,
@@ -261,3 +262,20 @@ def test_delete_offsets_tombstones_only_this_connectors_records(kafka_broker: An
     with OffsetStore(config, topic) as store:
         remaining = store.load()
     assert [json.loads(k)[0] for k in remaining] == ["other"]
+
+
+def test_an_unschedulable_pod_is_a_failed_task() -> None:
+    """A worker pod the scheduler cannot place stayed Pending (Progressing) for ever; nothing
+    streams its shards, so the task is Failed with the scheduler's message (Degraded)."""
+    body = {"metadata": {"name": "c-g0-t1-x", "labels": {naming.LABEL_GENERATION: "0", naming.LABEL_TASK: "1"}},
+            "spec": {"containers": [{"name": "worker", "ports": [{"name": "metrics", "containerPort": 8080}]}]},
+            "status": {"phase": "Pending", "conditions": [{
+                "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                "message": "0/3 nodes are available: 3 Insufficient cpu."}]}}
+    pod = summarize_pod(body)
+    assert pod is not None and pod.unschedulable == "0/3 nodes are available: 3 Insufficient cpu."
+    report = task_report(0, 1, 1, [pod], None)
+    assert (report.phase, report.message) == (
+        TaskPhase.FAILED, "pod cannot be scheduled: 0/3 nodes are available: 3 Insufficient cpu.")
+    body["status"]["conditions"][0].update(status="True", reason="")
+    assert task_report(0, 1, 1, [summarize_pod(body)], None).phase is TaskPhase.PENDING  # type: ignore[list-item]

@@ -374,3 +374,20 @@ def test_an_aborted_kafka_transaction_starts_the_snapshots_over_from_the_committ
     idle = VStreamCopyEngine(lambda req: iter(()), "commerce", lambda: ["-80"], EncoderConfig("p"))
     idle.on_abort(Vgtid.of("commerce", {"-80": "MySQL56/u:1-9"}))
     assert not idle.active
+
+
+def test_stop_snapshot_removes_the_tables_from_queued_snapshots_too() -> None:
+    """A stop-snapshot names tables: queued snapshots lose them as well (before, only the running
+    copy did, and a queued request for the stopped table still ran later)."""
+    from cdcworker.events import EncoderConfig
+    from cdcworker.snapshot import SnapshotRequest
+    from cdcworker.snapshot.vstream_copy import STATE_KEY, VStreamCopyEngine
+
+    engine = VStreamCopyEngine(lambda req: iter(()), "commerce", lambda: ["-80"], EncoderConfig("p"))
+    engine.start(SnapshotRequest("a", ("commerce.customer",)))
+    engine.start(SnapshotRequest("b", ("commerce.customer", "commerce.orders")))
+    engine.cancel(None, ("commerce.customer",))
+    assert [r.id for r in engine._queued] == ["b"]  # a had only the stopped table
+    assert engine._stopped == {"b": {"customer"}}
+    (stored,) = json.loads(dict(engine.state_fields())[STATE_KEY])["requests"]
+    assert (stored["id"], stored["stopped"]) == ("b", ["customer"])  # kept across a restart

@@ -68,6 +68,7 @@ class PodSummary:
     exit_code: int | None  # of the current run if terminated, else of the previous one
     termination_message: str
     restarts: int
+    unschedulable: str | None = None  # the scheduler's message while PodScheduled is False (Unschedulable)
 
 
 def pod_index_key(namespace: str, connector: str) -> tuple[str, str]:
@@ -105,6 +106,10 @@ def summarize_pod(body: Mapping[str, Any]) -> PodSummary | None:
         if term:
             exit_code = int(term.get("exitCode", 0))
             message = str(term.get("message") or "")
+    unschedulable = next((str(c.get("message") or c.get("reason") or "Unschedulable")
+                          for c in status.get("conditions") or ()
+                          if c.get("type") == "PodScheduled" and c.get("status") == "False"
+                          and c.get("reason") == "Unschedulable"), None)
     return PodSummary(
         name=str(meta.get("name")),
         generation=generation,
@@ -118,6 +123,7 @@ def summarize_pod(body: Mapping[str, Any]) -> PodSummary | None:
         exit_code=exit_code,
         termination_message=message,
         restarts=restarts,
+        unschedulable=unschedulable,
     )
 
 
@@ -207,6 +213,10 @@ def task_report(
     if pod.waiting_reason in _CRASH_REASONS:
         return report(TaskPhase.FAILED, f"{pod.waiting_reason} (exit status {pod.exit_code})"
                       if pod.exit_code is not None else str(pod.waiting_reason))
+    if pod.phase == "Pending" and pod.unschedulable:
+        # Never started (no room, a nodeSelector no node matches, a taint): nothing streams these
+        # shards, which is a failure to report, not a phase to wait in.
+        return report(TaskPhase.FAILED, f"pod cannot be scheduled: {pod.unschedulable}")
     if pod.phase == "Running":
         # Ready means snapshotting or streaming (the worker's /readyz); without the document we
         # cannot tell which, and streaming is the steady state.

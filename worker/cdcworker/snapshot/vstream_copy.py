@@ -315,6 +315,21 @@ class VStreamCopyEngine:
             run.stopped_tables |= {t for t in tables if t in run.request.tables(self.keyspace)}
             if set(run.request.tables(self.keyspace)) <= run.stopped_tables:
                 self._stop_run(complete=False, signalled=True)
+        # Queued (or restored) requests lose the tables too: Debezium's stop-snapshot removes them
+        # from every pending snapshot, not only the running one.
+        kept: deque[SnapshotRequest] = deque()
+        for r in self._queued:
+            own = set(r.tables(self.keyspace))
+            stopped = self._stopped.get(r.id, set()) | (own & tables)
+            if own <= stopped:
+                self._resume.pop(r.id, None)
+                self._stopped.pop(r.id, None)
+                log.info("snapshot %s: every table stopped before it ran; dropped", r.id)
+                continue
+            if stopped:
+                self._stopped[r.id] = stopped
+            kept.append(r)
+        self._queued = kept
 
     def close(self) -> None:
         self._queued.clear()
