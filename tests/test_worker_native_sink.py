@@ -247,6 +247,15 @@ def offsets_sink(cls: type[TransactionalSink], broker: KafkaBroker, txn_id: str,
     return cls(producer_conf(broker.bootstrap, **{"transactional.id": txn_id}), write), written
 
 
+def commit_one(sink: TransactionalSink, topic: str, gtid: str = "MySQL56/u:1-2") -> Vgtid:
+    """Send one record to ``topic`` and commit it at a commit point; the committed position."""
+    point = Vgtid((ShardGtid("ks", "0", gtid),))
+    sink.send_to_partition(topic, 0, b"k", b"v", None)
+    sink.commit_point(point)
+    sink.commit()
+    return point
+
+
 def test_exactly_once_flush_stores_a_commit_point_without_records(kafka_broker: KafkaBroker) -> None:
     """A stop right after commit points that carried no records (COPY_COMPLETED after the last
     batch was committed, OTHER, empty transactions) still stores the last of them."""
@@ -255,10 +264,7 @@ def test_exactly_once_flush_stores_a_commit_point_without_records(kafka_broker: 
     create_topics(kafka_broker.bootstrap, [topic, offsets], partitions=1)
     for cls in (NativeTransactionalSink, TransactionalSink):
         sink, written = offsets_sink(cls, kafka_broker, f"{prefix}-{cls.__name__}", offsets)
-        with_record = Vgtid((ShardGtid("ks", "0", "MySQL56/u:1-2"),))
-        sink.send_to_partition(topic, 0, b"k", b"v", None)
-        sink.commit_point(with_record)
-        sink.commit()
+        with_record = commit_one(sink, topic)
         assert sink.durable is with_record
         without = Vgtid((ShardGtid("ks", "0", "MySQL56/u:1-3"),))
         sink.commit_point(without)  # nothing produced since the commit
@@ -318,10 +324,7 @@ def test_exactly_once_failed_commit_stores_no_offset_past_the_aborted_records(ka
     create_topics(kafka_broker.bootstrap, [offsets], partitions=1)
     for cls in (NativeTransactionalSink, TransactionalSink):
         sink, _ = offsets_sink(cls, kafka_broker, f"{prefix}-{cls.__name__}", offsets)
-        first = Vgtid((ShardGtid("ks", "0", "MySQL56/u:1-2"),))
-        sink.send_to_partition(topic, 0, b"k", b"v", None)
-        sink.commit_point(first)
-        sink.commit()
+        first = commit_one(sink, topic)
         refused = Vgtid((ShardGtid("ks", "0", "MySQL56/u:1-3"),))
         sink.send_to_partition(topic, 0, b"big", os.urandom(10_000), None)  # over max.message.bytes, compressed too
         sink.commit_point(refused)

@@ -458,28 +458,22 @@ def _plan(
         stop = tuple(TaskRef(r.generation, r.task_id) for r in alive)
         remove = leftovers
     elif change is not None:
-        behind = _behind_the_journal(current, alive, journals)
-        if behind:
+        if alive:
             # A merge's participants can be spread over tasks: one reached the journal, the others
             # must stream their shards up to it too, or their changes before the cut-over are lost.
-            # Those keep running; the ones that reported it are stopped (a restarted one would
-            # stream the target shards from its offset, beside the next generation's workers).
+            # Those keep running; the others are stopped (one that reported the journal, restarted,
+            # would stream the target shards from its offset, beside the next generation's workers).
+            behind = _behind_the_journal(current, alive, journals)
             record = replace(current, phase=GenPhase.DRAINING, pending=change, stopped_cleanly=False)
-            if current.pending != change:
+            if behind and current.pending != change:
                 events.append(Event("Normal", "AwaitingJournal", f"tasks {', '.join(map(str, behind))} of generation "
                                     f"{cur_gen} stream shards of the reshard and have not reached its journal yet; "
                                     "they keep streaming until they do"))
+            elif not behind and (current.phase is not GenPhase.DRAINING or current.pending != change):
+                events.append(Event("Normal", "Draining", _describe_change(current, change)))
             action = Action.DRAIN
             workers = tuple(replace(w, run=w.task_id in behind) for w in _workers(record, run=True))
             stop = tuple(TaskRef(cur_gen, r.task_id) for r in alive if r.task_id not in behind)
-            remove = leftovers
-        elif alive:
-            record = replace(current, phase=GenPhase.DRAINING, pending=change, stopped_cleanly=False)
-            if current.phase is not GenPhase.DRAINING or current.pending != change:
-                events.append(Event("Normal", "Draining", _describe_change(current, change)))
-            action = Action.DRAIN
-            workers = _workers(record, run=False)
-            stop = tuple(TaskRef(cur_gen, r.task_id) for r in alive)
             remove = leftovers
         else:
             record = _new_generation(

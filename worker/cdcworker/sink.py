@@ -95,6 +95,7 @@ class KafkaSink:
         return hook is not None and hook(err, msg)
 
     _begin_needed = False  # TransactionalSink: the next record opens a Kafka transaction
+    aborts = 0  # Kafka transactions aborted (TransactionalSink; the snapshot engine starts over after one)
 
     # Creates missing topics (topic.creation.*); None leaves them to the broker's auto-creation.
     topics: TopicCreator | None = None
@@ -299,7 +300,6 @@ class TransactionalSink(KafkaSink):
         self._point: Any = None
         self._last_commit = self._clock()
         self.commits = 0
-        self.aborts = 0  # Kafka transactions aborted (the snapshot engine starts over after one)
         # Wall time the stage spent blocked in commit_transaction (librdkafka flushes every batch
         # in flight, then ends the transaction): what exactly-once costs the stream per commit.
         self.commit_seconds = 0.0

@@ -242,10 +242,10 @@ class WorkerTask:
     def _rewind(self, sink: KafkaSink, processor: Any) -> Any:
         """``sink.rewind``; an aborted Kafka transaction also undid ad-hoc snapshot records, so the
         snapshot engine starts over from the committed offset's state, as the live stream does."""
-        aborts = getattr(sink, "aborts", 0)
+        aborts = sink.aborts
         position = sink.rewind(processor.position)
         engine = self.extras.engine if self.extras is not None else None
-        if getattr(sink, "aborts", 0) != aborts and engine is not None and hasattr(engine, "on_abort"):
+        if sink.aborts != aborts and engine is not None and hasattr(engine, "on_abort"):
             engine.on_abort(sink.durable)
         return position
 

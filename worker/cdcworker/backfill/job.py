@@ -275,9 +275,9 @@ def _key_reader(chunk: Chunk, fields: Sequence[Any]) -> KeyReader:
 SCHEMA_CHANGE_ATTEMPTS = 3
 
 
-def _read_reconcilable(chunk: Chunk, ctx: LaneContext) -> tuple[Any, list[Any], str, list[tuple[Any, Any]], Window]:
-    """Low watermark, read, high watermark and the window's changes: (fields, rows, high, changes,
-    the window). A window with a DDL of the table is read again from a new low
+def _read_reconcilable(chunk: Chunk, ctx: LaneContext) -> tuple[Any, list[Any], str, Window]:
+    """Low watermark, read, high watermark and the window read up to it: (fields, rows, high, window
+    with its changes). A window with a DDL of the table is read again from a new low
     watermark (its rows have two column layouts, and the read has one of them)."""
     client = ctx.client
     for _ in range(SCHEMA_CHANGE_ATTEMPTS):
@@ -288,11 +288,11 @@ def _read_reconcilable(chunk: Chunk, ctx: LaneContext) -> tuple[Any, list[Any], 
             if ctx.on_read is not None:
                 ctx.on_read(chunk)
             high = client.current_position(chunk.shard)
-            changes = window.read_until(high)
+            window.read_until(high)
         finally:
             window.close()
         if not window.schema_changed:
-            return fields, rows, high, changes, window
+            return fields, rows, high, window
         log.info("chunk %s: %s changed its columns inside the window; reading the chunk again", chunk.ident, chunk.table)
     raise QueryError(f"chunk {chunk.ident}: {chunk.table} changed its columns in each of {SCHEMA_CHANGE_ATTEMPTS} "
                      "windows (DDL); the chunk is retried with the task")
@@ -301,8 +301,8 @@ def _read_reconcilable(chunk: Chunk, ctx: LaneContext) -> tuple[Any, list[Any], 
 def process_chunk(chunk: Chunk, ctx: LaneContext) -> ChunkStats:
     """Low watermark, read, high watermark, window, merge, emit, mark done."""
     t0 = time.monotonic()
-    fields, rows, high, changes, window = _read_reconcilable(chunk, ctx)
-    window_fields = window.field_event
+    fields, rows, high, window = _read_reconcilable(chunk, ctx)
+    changes, window_fields = window.changes, window.field_event
     throttled = ctx.throttle.wait(len(rows))
     plan = TablePlan.compile(_field_event(chunk, fields), ctx.encoder) if fields else None
     key_of = _key_reader(chunk, fields) if fields else None

@@ -192,19 +192,11 @@ def read_generation(
     return GenerationOffsets(positions, missing, values)
 
 
-@dataclass(frozen=True, slots=True)
-class _ChainPositions:
-    """Shard positions found along a generation chain, and the generation each came from."""
-
-    positions: dict[str, ShardGtid]
-    generation_of: dict[str, int]
-    values: dict[str, OffsetValue]
-
-
 def _read_chain(
     lookup: OffsetLookup, server: str, chain: Sequence[tuple[int, int]], shards: set[str]
-) -> _ChainPositions:
-    """Positions of ``shards`` from the newest generation of ``chain`` that holds each one.
+) -> tuple[GenerationOffsets, dict[str, int]]:
+    """Positions of ``shards`` from the newest generation of ``chain`` that holds each one, and
+    that generation per shard.
 
     ``chain`` is the operator's record of the generations before this one, newest first, so a
     missing key only means a task that never stored an offset (its pod was never scheduled): it
@@ -215,30 +207,29 @@ def _read_chain(
     shards might have positions further back, and starting them from the configuration could skip
     changes.
     """
-    positions: dict[str, ShardGtid] = {}
+    out = GenerationOffsets({})
     generation_of: dict[str, int] = {}
-    values: dict[str, OffsetValue] = {}
+    found: GenerationOffsets | None = None
     for gen, tasks in chain:
         found = read_generation(lookup, server, tasks, gen, require_all=False)
         assert found is not None  # chains hold generations >= 0
-        for shard in shards - set(positions):
+        for shard in shards - set(out.positions):
             if shard in found.positions:
-                positions[shard] = found.positions[shard]
+                out.positions[shard] = found.positions[shard]
+                out.values[shard] = found.values[shard]
                 generation_of[shard] = gen
-                values[shard] = found.values[shard]
-        if set(positions) >= shards or not found.missing or gen == 0:
-            return _ChainPositions(positions, generation_of, values)
-    oldest, tasks = chain[-1]
-    missing = read_generation(lookup, server, tasks, oldest, require_all=False)
-    assert missing is not None
-    names = ", ".join(str(p) for p in missing.missing)
-    unfound = java_sorted(shards - set(positions))
+        if set(out.positions) >= shards or not found.missing or gen == 0:
+            return out, generation_of
+    assert found is not None  # the chain is never empty (it starts with the previous generation)
+    oldest = chain[-1][0]
+    names = ", ".join(str(p) for p in found.missing)
+    unfound = java_sorted(shards - set(out.positions))
     raise MissingOffsetsError(
         f"No offset found for {names}, and shards {unfound} are in no generation of the recorded chain "
         f"({', '.join(f'{g}:{n}' for g, n in chain)}); generation {oldest}, the oldest recorded, is "
         "incomplete, so their positions may be older still. Write their offsets "
         "(shardcdc offsets alter) or reset the connector's offsets.",
-        missing.missing,
+        found.missing,
     )
 
 
@@ -413,10 +404,8 @@ def resolve_task_start(
     if uncovered and chain is None:
         previous = read_generation(lookup, server, prev_num_tasks, gen - 1, require_all=True)
     elif uncovered and chain is not None:
-        found = _read_chain(lookup, server, chain, uncovered)
-        previous = GenerationOffsets(found.positions, values=found.values)
-        sources = {s: "previous-generation" if g == gen - 1 else f"generation-{g}"
-                   for s, g in found.generation_of.items()}
+        previous, generation_of = _read_chain(lookup, server, chain, uncovered)
+        sources = {s: "previous-generation" if g == gen - 1 else f"generation-{g}" for s, g in generation_of.items()}
     starts = [_start_for(s, current, previous, config) for s in ordered]
     inherited = {}
     for s, (_, src) in zip(ordered, starts, strict=True):

@@ -447,8 +447,8 @@ class VStreamCopyEngine:
         if complete:
             self.completed.append(run.request.id)
             log.info(
-                "snapshot %s complete: %d records (%d superseded by live changes)",
-                run.request.id, run.emitted, run.superseded,
+                "snapshot %s complete: %d records (%d superseded by live changes, %d catch-up rows left to "
+                "the live stream)", run.request.id, run.emitted, run.superseded, run.catchup_rows,
             )
         else:
             log.info("snapshot %s stopped after %d records", run.request.id, run.emitted)
