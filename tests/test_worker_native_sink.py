@@ -228,8 +228,7 @@ def test_live_keys_are_remembered_while_a_snapshot_runs(kafka_broker: KafkaBroke
     create_topics(kafka_broker.bootstrap, [topic], partitions=2)
     seen: set[tuple[str, bytes]] = set()
     inner = NativeKafkaSink(producer_conf(kafka_broker.bootstrap))
-    engine = SimpleNamespace(decorate=lambda position: position)
-    watching = _WatchingSink(inner, {topic}, seen, engine)  # type: ignore[arg-type]
+    watching = _WatchingSink(inner, {topic}, seen)
     run_stream(watching, data, prefix)  # type: ignore[arg-type]
     keys = {r.key for r in consume_all(kafka_broker.bootstrap, topic)}
     assert len(keys) > 900

@@ -143,6 +143,9 @@ class Features:
     policy: Any = None
     failures: Any = None
     signals: Any = None
+    # Offset fields of state kept beside the position (ad-hoc snapshots, the Kafka signal
+    # channel's read position: signals.runtime.TaskExtras.decorate), added to every commit point.
+    decorate: Callable[[Vgtid], Vgtid] | None = None
 
 
 @dataclass(slots=True)
@@ -536,10 +539,12 @@ class StreamProcessor:
             source_vgtid = local_vgtid_json(vgtid_json, shard) if self.features.local_vgtid else vgtid_json
             rec = self.features.schema_changes.record(shard, ddl.statement, ddl.timestamp, source_vgtid, time.time_ns() // 1_000_000)
             self.sink.send_to_partition(rec.topic, SCHEMA_CHANGE_PARTITION, rec.key, rec.value, list(self.encoder.headers))  # Debezium: context headers as on data records
-        self.position = position
-        self.sink.commit_point(position)
         if self._signals is not None:
+            # Acted on before the commit point is sealed: the position passes the signal row only
+            # together with what the signal started (an ad-hoc snapshot in the offset, a backfill
+            # signal written to the progress topic), so a crash in between replays the signal.
             self._signals.commit(vgtid_json)
+        self.seal(position)
         self.stats.transactions += 1
         self.stats.last_commit_ts = timestamp
         if self.metrics is not None and self._pending_shard and timestamp:
@@ -562,7 +567,14 @@ class StreamProcessor:
         resume = self._copy.resumable(self._raw)
         if resume.shard_gtids == self.position.shard_gtids:
             return
-        position = dataclasses.replace(self.position, shard_gtids=resume.shard_gtids)
+        self.seal(dataclasses.replace(self.position, shard_gtids=resume.shard_gtids))
+
+    def seal(self, position: Vgtid) -> None:
+        """``position`` becomes the current one and a commit point of the sink, with the task's
+        offset fields (``Features.decorate``) as they are now."""
+        decorate = self.features.decorate
+        if decorate is not None:
+            position = decorate(position)
         self.position = position
         self.sink.commit_point(position)
 
@@ -626,9 +638,7 @@ class StreamProcessor:
             return
         self.sink.send_to_partition(rec.topic, HEARTBEAT_PARTITION, rec.key, rec.value, rec.headers)
         # A fresh object for the same position: the sink seals (and, exactly-once, commits) it.
-        position = dataclasses.replace(self.position)
-        self.position = position
-        self.sink.commit_point(position)
+        self.seal(dataclasses.replace(self.position))
 
     def _journal(self, journal: binlogdata_pb2.Journal) -> None:
         if not self.journal_stops or journal.migration_type != binlogdata_pb2.MigrationType.SHARDS:

@@ -492,7 +492,10 @@ class WorkerTask:
             )
             encoder = extras.encoder
             extras.install(features)
-            extras.restore(self._restored.fields if self._restored else None)  # an interrupted ad-hoc snapshot
+            # Interrupted ad-hoc snapshots and the signal channel's position, from the task's own
+            # offset or (a new generation) from those its shards come from.
+            extras.restore(self._restored.fields if self._restored else None,
+                           {s: v.fields for s, v in self._inherited.items()})
             sink.on_error = extras.failures.on_delivery_error  # records the broker refuses as too large
             self._rules = extras.rules()
             while result is None and not self._stop.is_set():

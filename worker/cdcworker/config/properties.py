@@ -678,7 +678,9 @@ _PROPERTIES: tuple[Property, ...] = (
         "signal.kafka.groupId",
         S,
         "kafka-signal",
-        "Consumer group of the Kafka signal channel.",
+        "Consumer group of the Kafka signal channel (per task: <groupId>-<task key>). Where the channel resumes is "
+        "stored in the task's offset (shardcdc_signal_offsets), not committed to the group, so a signal is acted on "
+        "again only if its effect was not durable; the group's offset is read only when the offset has none.",
         group="signals",
     ),
     _p(

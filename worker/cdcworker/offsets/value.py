@@ -30,6 +30,7 @@ __all__ = [
     "Checkpoint",
     "OffsetValue",
     "offset_value_at",
+    "with_offset_fields",
 ]
 
 VGTID_KEY = "vgtid"
@@ -154,3 +155,18 @@ def offset_value_at(position: Vgtid) -> OffsetValue:
             Vgtid(position.shard_gtids), position.transaction_id, dict(position.collection_counts), position.extra
         )
     return OffsetValue.build(position)
+
+
+def with_offset_fields(position: Vgtid, fields: tuple[tuple[str, Any], ...], owned: frozenset[str]) -> Vgtid:
+    """``position`` whose extra offset fields named in ``owned`` are exactly ``fields`` (the
+    others, e.g. transaction metadata's, kept). The same object when nothing changes, so a task
+    without such state pays one tuple check per commit point."""
+    if isinstance(position, Checkpoint):
+        extra = position.extra
+        if not fields and not any(k in owned for k, _ in extra):
+            return position
+        kept = tuple(kv for kv in extra if kv[0] not in owned)
+        return Checkpoint(position.shard_gtids, position.transaction_id, position.collection_counts, kept + fields)
+    if not fields:
+        return position
+    return Checkpoint(position.shard_gtids, extra=fields)

@@ -13,6 +13,12 @@ Source channel (``signal.data.collection``): an INSERT into the table (columns `
 ``data``) is acted on once its transaction commits, as Debezium does; other operations are
 ignored. Kafka channel (``signal.enabled.channels`` contains ``kafka``): records on
 ``signal.kafka.topic`` whose key is ``topic.prefix`` and whose value is ``{"type", "data"}``.
+
+Where the Kafka channel resumes is part of the task's offset (``SIGNAL_OFFSETS_KEY``: per
+partition, the next record to read), sealed into the same commit point as what the signals
+started, so a signal is replayed after a crash exactly when its effect was not durable. Debezium
+commits the channel's consumer group on its own schedule instead: a crash loses a signal read
+before it, and a task key of a new generation (a new group) reads the topic from the start again.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ import json
 import logging
 import queue
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -41,6 +47,7 @@ class Signal:
     type: str
     data: Mapping[str, Any]
     channel: str = "source"
+    position: tuple[int, int] | None = None  # Kafka channel: (partition, offset) of its record
 
 
 def _data(raw: Any) -> Mapping[str, Any]:
@@ -61,7 +68,8 @@ def signal_from_row(row: Mapping[str, Any]) -> Signal:
     return Signal(str(row.get("id") or ""), str(row.get("type") or ""), _data(row.get("data")), "source")
 
 
-def signal_from_kafka(key: bytes | None, value: bytes | None, prefix: str, offset: int) -> Signal | None:
+def signal_from_kafka(key: bytes | None, value: bytes | None, prefix: str, offset: int,
+                      partition: int = 0) -> Signal | None:
     """A Kafka signal record, or None when it is addressed to another connector (key != prefix)."""
     if key is None or key.decode(errors="replace") != prefix or not value:
         return None
@@ -69,7 +77,43 @@ def signal_from_kafka(key: bytes | None, value: bytes | None, prefix: str, offse
     if not isinstance(body, Mapping):
         raise ValueError("signal value is not a JSON object")
     sid = str(body.get("id") or f"kafka-{offset}")
-    return Signal(sid, str(body.get("type") or ""), _data(body.get("data")), "kafka")
+    return Signal(sid, str(body.get("type") or ""), _data(body.get("data")), "kafka", (partition, offset))
+
+
+SIGNAL_OFFSETS_KEY = "shardcdc_signal_offsets"
+
+
+def signal_offsets_field(offsets: Mapping[int, int]) -> tuple[tuple[str, str], ...]:
+    """The offset field for the Kafka channel's read position (partition -> next offset)."""
+    if not offsets:
+        return ()
+    return ((SIGNAL_OFFSETS_KEY, json.dumps({str(p): o for p, o in sorted(offsets.items())}, separators=(",", ":"))),)
+
+
+def stored_signal_offsets(fields: Mapping[str, Any] | None) -> dict[int, int] | None:
+    """The Kafka channel's read position in a stored offset value (None: none recorded)."""
+    raw = fields.get(SIGNAL_OFFSETS_KEY) if fields else None
+    if not isinstance(raw, str):
+        return None
+    try:
+        return {int(p): int(o) for p, o in json.loads(raw).items()}
+    except (ValueError, TypeError, AttributeError) as exc:
+        log.warning("the stored signal channel position cannot be read (%s); the channel resumes from its "
+                    "consumer group", exc)
+        return None
+
+
+def inherited_signal_offsets(values: Sequence[Mapping[str, Any]]) -> dict[int, int] | None:
+    """Where a task of a new generation resumes the channel: per partition, the lowest position
+    of the tasks its shards come from, so no signal that one of them had not acted on durably is
+    lost (one that another had acted on may run again for that one's shards: at least once). A
+    partition one of them never read starts from the group's position (none: the earliest)."""
+    stored = [stored_signal_offsets(v) for v in values]
+    if not stored or any(s is None for s in stored):
+        return None
+    known = [s for s in stored if s is not None]
+    common = set(known[0]).intersection(*known[1:])
+    return {p: min(s[p] for s in known) for p in common} or None
 
 
 def snapshot_request(signal: Signal) -> SnapshotRequest:
@@ -97,7 +141,13 @@ class SignalDispatcher:
     def __init__(self, engine: SnapshotEngine | None) -> None:
         self.engine = engine
         self.handled: list[Signal] = []  # for status and tests
-        self._inbox: queue.SimpleQueue[Signal] = queue.SimpleQueue()
+        # Signals, and Kafka read positions (partition, next offset) to record once what came
+        # before them has been acted on.
+        self._inbox: queue.SimpleQueue[Signal | tuple[int, int]] = queue.SimpleQueue()
+        # The Kafka channel's position as of the signals acted on (processing thread only).
+        self.channel_offsets: dict[int, int] = {}
+        # Something was acted on or read since the task last sealed a commit point for it.
+        self.changed = False
 
     @property
     def forwards(self) -> bool:
@@ -110,17 +160,30 @@ class SignalDispatcher:
         is durably handed over."""
         if self.forwards:
             self.dispatch(signal)
+            if signal.position is not None:
+                self.passed(signal.position[0], signal.position[1] + 1)
             return
         self._inbox.put(signal)
+
+    def passed(self, partition: int, next_offset: int) -> None:
+        """Thread-safe: the Kafka channel has read up to ``next_offset`` (records before it were
+        submitted or were not for this connector)."""
+        self._inbox.put((partition, next_offset))
 
     def poll(self) -> None:
         """Act on queued signals (cheap when none)."""
         while True:
             try:
-                signal = self._inbox.get_nowait()
+                item = self._inbox.get_nowait()
             except queue.Empty:
                 return
-            self.dispatch(signal)
+            self.changed = True
+            if isinstance(item, Signal):
+                self.dispatch(item)
+                if item.position is None:
+                    continue
+                item = (item.position[0], item.position[1] + 1)
+            self.channel_offsets[item[0]] = item[1]
 
     def dispatch(self, signal: Signal) -> None:
         log.info("signal %s (%s) from the %s channel: %s", signal.id, signal.type, signal.channel, dict(signal.data))
@@ -197,8 +260,11 @@ class SignalTap:
 class KafkaSignalChannel:
     """Consumes ``signal.kafka.topic`` on its own thread and submits signals to the dispatcher.
 
-    Each task reads every signal (a consumer group per task key) and acts on it for its own
-    shards; the group's committed offset keeps a restarted task from running a signal twice.
+    Each task reads every signal and acts on it for its own shards. It starts where its offset
+    says (``start(offsets)``, the dispatcher's ``channel_offsets`` as stored); a partition without
+    one starts from the task's consumer group (an offset committed by an earlier shardcdc, which
+    committed there) or, with none, from the earliest record, as Debezium's channel does. It
+    never commits the group itself: the offset is the record of what was acted on.
     """
 
     def __init__(
@@ -218,17 +284,25 @@ class KafkaSignalChannel:
             "enable.auto.commit": False,
         }
         self._consumer = Consumer(conf)
-        self._topic = topic
+        self.topic = topic
         self._prefix = prefix
         self._dispatcher = dispatcher
         self._stop = threading.Event()
+        self._offsets: dict[int, int] = {}
         self.received = 0
         self._thread = threading.Thread(target=self._run, name="signal-kafka", daemon=True)
 
-    def start(self) -> KafkaSignalChannel:
-        self._consumer.subscribe([self._topic])
+    def start(self, offsets: Mapping[int, int] | None = None) -> KafkaSignalChannel:
+        self._offsets = dict(offsets or {})
+        self._consumer.subscribe([self.topic], on_assign=self._on_assign)
         self._thread.start()
         return self
+
+    def _on_assign(self, consumer: Any, partitions: list[Any]) -> None:
+        for tp in partitions:
+            if tp.partition in self._offsets:
+                tp.offset = self._offsets[tp.partition]
+        consumer.assign(partitions)
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -244,23 +318,25 @@ class KafkaSignalChannel:
                     log.error("signal channel: %s", err)
                     return
                 continue
+            partition, offset = msg.partition() or 0, msg.offset() or 0
             try:
-                signal = signal_from_kafka(msg.key(), msg.value(), self._prefix, msg.offset() or 0)
+                signal = signal_from_kafka(msg.key(), msg.value(), self._prefix, offset, partition)
             except (ValueError, UnicodeDecodeError) as exc:
-                log.warning("signal record at %s/%d ignored: %s", self._topic, msg.offset(), exc)
+                log.warning("signal record at %s/%d ignored: %s", self.topic, offset, exc)
                 signal = None
-            if signal is not None:
-                try:
-                    self._dispatcher.submit(signal)
-                except Exception as exc:  # e.g. the progress topic cannot be written: retry the record
-                    log.error("signal %s not handed over (%s); retrying", signal.id, exc)
-                    from confluent_kafka import TopicPartition
+            if signal is None:
+                self._dispatcher.passed(partition, offset + 1)
+                continue
+            try:
+                self._dispatcher.submit(signal)
+            except Exception as exc:  # e.g. the progress topic cannot be written: retry the record
+                log.error("signal %s not handed over (%s); retrying", signal.id, exc)
+                from confluent_kafka import TopicPartition
 
-                    self._consumer.seek(TopicPartition(self._topic, msg.partition() or 0, msg.offset() or 0))
-                    self._stop.wait(5.0)
-                    continue
-                self.received += 1
-            self._consumer.commit(message=msg, asynchronous=False)
+                self._consumer.seek(TopicPartition(self.topic, partition, offset))
+                self._stop.wait(5.0)
+                continue
+            self.received += 1
 
     def close(self) -> None:
         self._stop.set()
@@ -272,12 +348,16 @@ class KafkaSignalChannel:
 __all__ = [
     "EXECUTE_SNAPSHOT",
     "LOG",
+    "SIGNAL_OFFSETS_KEY",
     "STOP_SNAPSHOT",
     "KafkaSignalChannel",
     "Signal",
     "SignalDispatcher",
     "SignalTap",
+    "inherited_signal_offsets",
     "signal_from_kafka",
     "signal_from_row",
+    "signal_offsets_field",
     "snapshot_request",
+    "stored_signal_offsets",
 ]

@@ -1,15 +1,16 @@
 """Wiring of filters, failure handling, signals and ad-hoc snapshots into one task run.
 
-``TaskExtras.build`` reads the configuration once; the task then calls ``rules()`` for each
-VStream request, ``poll(processor)`` on every loop turn and ``close()`` at the end. Nothing here
-runs when none of these features is configured (``poll`` is a no-op).
+``TaskExtras.build`` reads the configuration once; the task then calls ``restore(...)`` with its
+stored (or inherited) offset, ``rules()`` for each VStream request, ``poll(processor)`` on every
+loop turn and ``close()`` at the end. Nothing here runs when none of these features is configured
+(``poll`` is a no-op, and no commit point is decorated).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from cdcworker.backfill.taskhandoff import progress_topic_of
@@ -17,11 +18,22 @@ from cdcworker.config import WorkerConfig
 from cdcworker.events import EncoderConfig
 from cdcworker.filters import FailureHandler, FilterPolicy, vstream_rules
 from cdcworker.filters.failure import topic_limits
-from cdcworker.signals import KafkaSignalChannel, SignalDispatcher, SignalTap
+from cdcworker.offsets.value import with_offset_fields
+from cdcworker.signals import (
+    SIGNAL_OFFSETS_KEY,
+    KafkaSignalChannel,
+    SignalDispatcher,
+    SignalTap,
+    inherited_signal_offsets,
+    signal_offsets_field,
+    stored_signal_offsets,
+)
 from cdcworker.signals.forward import BACKFILL, ENGINE_PROPERTY, BackfillSignalForwarder
 from cdcworker.snapshot.vstream_copy import VStreamCopyEngine
 
 log = logging.getLogger(__name__)
+
+_CHANNEL_KEYS = frozenset({SIGNAL_OFFSETS_KEY})
 
 
 @dataclasses.dataclass
@@ -84,7 +96,7 @@ class TaskExtras:
             task_key = cfg.task.task_key
             group = sig.kafka_group_id if task_key is None else f"{sig.kafka_group_id}-{task_key}"
             client = {**cfg.kafka.client_config("consumer"), **sig.consumer}
-            extras.channel = KafkaSignalChannel(client, sig.kafka_topic, group, cfg.topic_prefix, extras.dispatcher).start()
+            extras.channel = KafkaSignalChannel(client, sig.kafka_topic, group, cfg.topic_prefix, extras.dispatcher)
         return extras
 
     def install(self, features: Any) -> None:
@@ -92,11 +104,38 @@ class TaskExtras:
         features.policy = self.policy
         features.failures = self.failures
         features.signals = self.tap
+        if self.channel is not None or isinstance(self.engine, VStreamCopyEngine):
+            features.decorate = self.decorate
 
-    def restore(self, offset_fields: Any) -> None:
-        """Resume the ad-hoc snapshots the task's stored offset says were queued or running."""
+    def decorate(self, position: Any) -> Any:
+        """``position`` with the state to resume from in its offset fields: the ad-hoc snapshots
+        (``VStreamCopyEngine.state_fields``) and where the Kafka signal channel has read to."""
+        if isinstance(self.engine, VStreamCopyEngine):
+            position = self.engine.decorate(position)
+        if self.channel is not None and self.dispatcher is not None:
+            position = with_offset_fields(position, signal_offsets_field(self.dispatcher.channel_offsets), _CHANNEL_KEYS)
+        return position
+
+    def restore(self, own: Mapping[str, Any] | None, inherited: Mapping[str, Mapping[str, Any]] | None = None) -> None:
+        """Resume from the task's stored offset fields (``own``), or, for a task key without one
+        (a new generation), from the offset fields its shards come from (``inherited``, shard ->
+        fields): the ad-hoc snapshots that were queued or running, and the Kafka signal channel's
+        position."""
+        inherited = inherited or {}
         if self.engine is not None:
-            self.engine.restore(offset_fields)
+            if own is not None:
+                self.engine.restore(own)
+            elif inherited and isinstance(self.engine, VStreamCopyEngine):
+                self.engine.restore_inherited(inherited)
+        if self.channel is not None:
+            offsets = (stored_signal_offsets(own) if own is not None
+                       else inherited_signal_offsets(list({id(v): v for v in inherited.values()}.values())))
+            if self.dispatcher is not None and offsets:
+                self.dispatcher.channel_offsets.update(offsets)  # kept in the offset until it moves
+                self.dispatcher.changed = own is None  # a new task key stores them at once
+            log.info("signal channel %s starts from %s", self.channel.topic,
+                     offsets or "its consumer group's position (earliest without one)")
+            self.channel.start(offsets)
 
     def rules(self) -> tuple[tuple[str, str], ...]:
         tf = self.policy.tables
@@ -108,8 +147,15 @@ class TaskExtras:
         return self.engine is not None and self.engine.active
 
     def poll(self, processor: Any) -> None:
-        if self.dispatcher is not None:
-            self.dispatcher.poll()
+        d = self.dispatcher
+        if d is not None:
+            d.poll()
+            if d.changed and processor is not None and processor.features.decorate is not None \
+                    and processor.between_transactions and not any(sg.gtid == "current" for sg in processor.position):
+                # A commit point of its own, so what the signals changed is stored while the
+                # source is idle too (a stop or a rescale then starts from it).
+                d.changed = False
+                processor.seal(dataclasses.replace(processor.position))
         if self.engine is not None and self.engine.active:
             self.engine.pump(processor)
 

@@ -42,7 +42,7 @@ import re
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from cdcworker.events import EncoderConfig, SourceContext, TablePlan
@@ -50,7 +50,7 @@ from cdcworker.filters.failure import EventLocation, FailureHandler
 from cdcworker.filters.tables import table_rule
 from cdcworker.offsets import ShardGtid, Vgtid
 from cdcworker.offsets.copyresume import CopyResume
-from cdcworker.offsets.value import Checkpoint
+from cdcworker.offsets.value import Checkpoint, with_offset_fields
 from cdcworker.snapshot import SnapshotRequest
 from vitessapi import binlogdata_pb2, vtgate_pb2
 
@@ -61,6 +61,7 @@ _END = object()
 # Offset-value keys: ours (the resume state) and Debezium's list of collections still to snapshot.
 STATE_KEY = "shardcdc_snapshot"
 DEBEZIUM_COLLECTIONS_KEY = "incremental_snapshot_collections"
+STATE_KEYS = frozenset({STATE_KEY, DEBEZIUM_COLLECTIONS_KEY})
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_$]*")
 
 
@@ -78,27 +79,23 @@ def copy_rules(keyspace: str, request: SnapshotRequest) -> list[tuple[str, str]]
 
 
 class _WatchingSink:
-    """The live stream's sink while a snapshot runs: remembers (topic, key) of watched topics and
-    puts the snapshot's resume state into every commit point."""
+    """The live stream's sink while a snapshot runs: remembers (topic, key) of watched topics.
+    (The snapshot's resume state reaches every commit point through ``StreamProcessor.seal``.)"""
 
     # The native sink's C loop sends rows without calling ``send``: it would skip ``seen``, and a
     # snapshot read of a key the live stream already changed would overwrite the newer state.
     # No ``rows_sender`` here sends every live record through ``send`` while a snapshot runs.
     rows_sender = None
 
-    def __init__(self, inner: Any, topics: set[str], seen: set[tuple[str, bytes]], engine: VStreamCopyEngine) -> None:
+    def __init__(self, inner: Any, topics: set[str], seen: set[tuple[str, bytes]]) -> None:
         self.inner = inner
         self._topics = topics
         self._seen = seen
-        self._engine = engine
 
     def send(self, topic: str, key: bytes | None, value: bytes | None, headers: Any) -> None:
         if key is not None and topic in self._topics:
             self._seen.add((topic, key))
         self.inner.send(topic, key, value, headers)
-
-    def commit_point(self, position: Any) -> None:
-        self.inner.commit_point(self._engine.decorate(position))
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -256,14 +253,9 @@ class VStreamCopyEngine:
         return fields
 
     def decorate(self, position: Any) -> Any:
-        """``position`` with the snapshot state in its offset fields (``offsets.Checkpoint.extra``)."""
-        fields = self.state_fields()
-        if not fields:
-            return position
-        if isinstance(position, Checkpoint):
-            kept = tuple((k, v) for k, v in position.extra if k not in (STATE_KEY, DEBEZIUM_COLLECTIONS_KEY))
-            return Checkpoint(position.shard_gtids, position.transaction_id, position.collection_counts, kept + fields)
-        return Checkpoint(position.shard_gtids, extra=fields)
+        """``position`` with the snapshot state now in its offset fields (``offsets.Checkpoint.extra``);
+        a state that ended is removed."""
+        return with_offset_fields(position, self.state_fields(), STATE_KEYS)
 
     def restore(self, offset_fields: Any) -> None:
         """Queue the snapshots a previous run of this task stored in its offset (``state_fields``)."""
@@ -274,6 +266,33 @@ class VStreamCopyEngine:
                 self._stopped[request.id] = stopped
             self._queued.append(request)
             log.info("snapshot %s restored from the offset (%s)", request.id, "resuming" if vgtid else "from the start")
+
+    def restore_inherited(self, values: Mapping[str, Mapping[str, Any]]) -> None:
+        """A new generation's task: resume the snapshots the tasks its shards come from had queued
+        or running (``values``: shard -> the offset fields it was inherited with). Each shard
+        resumes from its own entry of the old copy position; a shard with none (its old task had
+        finished the snapshot, or not started it) is copied again from the start, so a rescale in
+        the middle of a snapshot loses no shard of it (at worst reads some rows twice)."""
+        found: dict[str, SnapshotRequest] = {}
+        entries: dict[str, dict[str, ShardGtid]] = {}
+        stopped: dict[str, set[str]] = {}
+        for shard, fields in values.items():
+            for request, vgtid, gone in _stored_requests(fields):
+                found.setdefault(request.id, request)
+                stopped.setdefault(request.id, set()).update(gone)
+                own = [sg for sg in Vgtid.from_json(vgtid) if sg.shard == shard] if vgtid else []
+                if own:
+                    entries.setdefault(request.id, {})[shard] = own[0]
+        shards = list(self._shards())
+        for rid, request in found.items():
+            have = entries.get(rid, {})
+            start = Vgtid(tuple(have.get(s) or ShardGtid(self.keyspace, s, "") for s in shards))
+            self._resume[rid] = start.to_json()
+            if stopped.get(rid):
+                self._stopped[rid] = stopped[rid]
+            self._queued.append(request)
+            log.info("snapshot %s inherited from the previous generation (%d of %d shards resuming)",
+                     rid, sum(1 for s in shards if s in have), len(shards))
 
     def on_abort(self, durable: Any) -> None:
         """The exactly-once sink aborted its open Kafka transaction (a reconnect inside a streamed
@@ -355,7 +374,7 @@ class VStreamCopyEngine:
         live = processor.sink
         if not isinstance(live, _WatchingSink) or live._seen is not run.seen:
             base = live.inner if isinstance(live, _WatchingSink) else live
-            processor.sink = _WatchingSink(base, run.topics, run.seen, self)
+            processor.sink = _WatchingSink(base, run.topics, run.seen)
         sink = processor.sink.inner
         before = run.emitted
         done = False
@@ -385,9 +404,7 @@ class VStreamCopyEngine:
             # A commit point at the live position: the sink makes the snapshot records durable
             # (and, exactly-once, commits them) without waiting for the next live transaction,
             # and the offset records the snapshot's progress (or its end).
-            position = dataclasses.replace(processor.position)
-            processor.position = position
-            sink.commit_point(self.decorate(position))
+            processor.seal(dataclasses.replace(processor.position))
         return run.emitted - before
 
     def _finish_stopped(self, processor: Any) -> None:
@@ -399,9 +416,7 @@ class VStreamCopyEngine:
         before = run.emitted
         self._emit_held(run, sink, "last")
         if run.emitted != before:
-            position = dataclasses.replace(processor.position)
-            processor.position = position
-            sink.commit_point(self.decorate(position))
+            processor.seal(dataclasses.replace(processor.position))
 
     def _launch(self, request: SnapshotRequest) -> None:
         tables = request.tables(self.keyspace)
