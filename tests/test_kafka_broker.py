@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 
 from confluent_kafka import Producer
 
@@ -138,3 +139,26 @@ def _alive(pid: int) -> bool:
             return fh.read().split()[2] != "Z"
     except FileNotFoundError:
         return False
+
+
+def test_leftover_broker_directories_of_dead_processes_are_removed(tmp_path: Path) -> None:
+    """A killed run never reaches close(): its broker data (GBs after a benchmark) is swept by the
+    next broker, unless its owner still runs."""
+    import subprocess
+    import sys
+
+    from localkafka.broker import OWNER_FILE, WORKDIR_PREFIX, remove_stale_workdirs
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, check=True)
+    gone, live, old, young = (tmp_path / f"{WORKDIR_PREFIX}{n}" for n in ("gone", "live", "old", "young"))
+    for d in (gone, live, old, young):
+        (d / "data").mkdir(parents=True)
+    (gone / OWNER_FILE).write_text(dead.stdout.decode().strip())
+    (live / OWNER_FILE).write_text(str(os.getpid()))
+    os.utime(old, (0, 0))  # no owner file, untouched since 1970
+    other = tmp_path / "not-ours"
+    other.mkdir()
+    os.utime(other, (0, 0))
+    removed = remove_stale_workdirs(tmp_path)
+    assert sorted(removed) == sorted([gone, old])
+    assert live.exists() and young.exists() and other.exists() and not gone.exists() and not old.exists()
