@@ -18,6 +18,7 @@ _T = binlogdata_pb2.VEventType
 CONNECTOR, TASK = "inventory", "task1_3_2"
 BASE = {"connector": CONNECTOR, "task": TASK}
 SHARDS = ("-40", "40-80", "80-")
+UUID = "0b7e9d2a-1111-2222-3333-444455556666"
 
 
 # --- a loop-shaped driver ----------------------------------------------------------------------
@@ -74,9 +75,21 @@ class Loop:
                 self.unacked.append((sm, ev.timestamp, txn_rows))
                 txn_rows = 0
             elif ev.type == _T.HEARTBEAT:
-                tm.on_heartbeat(ev.timestamp, now, durable=not self.unacked)
+                tm.on_heartbeat(ev.timestamp, now)
         tm.on_response(len(response.events), rows, now=now)
         tm.on_ops(creates=rows)
+
+    def probe(self, lagging: tuple[str, ...] = ()) -> list[str]:
+        """An ``IdleProbe`` round: every shard's primary is at ``G:1-9``; the durable position has
+        that for every shard of the task except ``lagging`` ones (and only when nothing is unacknowledged)."""
+        from cdcworker.idleprobe import IdleProbe
+        from cdcworker.offsets import ShardGtid, Vgtid
+
+        head, behind = "MySQL56/" + UUID + ":1-9", "MySQL56/" + UUID + ":1-8"
+        names = [sm.name for sm in self.tm.shards]
+        durable = Vgtid(tuple(ShardGtid("ks", s, behind if s in lagging or self.unacked else head) for s in names))
+        return IdleProbe(lambda shards: dict.fromkeys(shards, head), lambda: durable, self.tm.mark_idle,
+                         self.clock).probe()
 
     def kafka_acks(self) -> None:
         for sm, commit_ts, n in self.unacked:
@@ -227,12 +240,17 @@ def test_lag_falls_to_zero_when_idle(tm: TaskMetrics, clock: FakeClock, url: str
     assert value(s, "shardcdc_milliseconds_since_last_event", **BASE) == 3000.0
     assert value(s, "shardcdc_low_watermark_lag_seconds", **BASE) == 8.0
 
-    # VTGate heartbeats while idle: caught up, everything acknowledged → lag ~0, watermark = now.
+    # A VTGate heartbeat while idle: lag ~0, but on its own it proves no shard caught up.
     clock.advance(1)
     loop.feed(heartbeat_response(int(clock())))
     s = scrape(url)
     for shard in SHARDS:
         assert value(s, "shardcdc_milliseconds_behind_source", shard=shard, **BASE) == 0.0
+    assert value(s, "shardcdc_low_watermark_seconds", **BASE) == T0
+    # The probe it triggers: every durable position holds its primary's set → watermark = now.
+    assert loop.probe() == list(SHARDS)
+    s = scrape(url)
+    for shard in SHARDS:
         assert value(s, "shardcdc_shard_low_watermark_seconds", shard=shard, **BASE) == T0 + 9
     assert value(s, "shardcdc_milliseconds_since_last_event", **BASE) == 0.0
     assert value(s, "shardcdc_low_watermark_seconds", **BASE) == T0 + 9
@@ -250,12 +268,19 @@ def test_unacked_records_hold_the_low_watermark_back(tm: TaskMetrics, clock: Fak
     assert tm.low_watermark() == T0
     clock.t = T0 + 20
     loop.feed(txn_response("80-", 1, int(T0) + 19))  # in flight
-    loop.feed(heartbeat_response(int(T0) + 20))  # not durable: a record is unacknowledged
+    loop.feed(heartbeat_response(int(T0) + 20))
+    assert loop.probe() == []  # not durable: a record is unacknowledged
     assert tm.low_watermark() == T0
     loop.kafka_acks()
     assert [s.watermark for s in tm.shards] == [T0, T0, T0 + 19]
     assert tm.low_watermark() == T0  # -40 and 40-80 are idle but not proven durable yet
-    loop.feed(heartbeat_response(int(T0) + 21))
+    # A throttled (or lagging) shard looks idle to VTGate too: its changes are not read, and
+    # only the shards whose durable position holds their primary's move.
+    clock.t = T0 + 21
+    assert loop.probe(lagging=("40-80",)) == ["-40", "80-"]
+    assert [s.watermark for s in tm.shards] == [T0 + 21, T0, T0 + 21]
+    assert tm.low_watermark() == T0
+    assert loop.probe() == list(SHARDS)
     assert tm.low_watermark() == T0 + 21
     # A shard bound later (a reshard) has no watermark yet: the published one does not go back.
     fresh = tm.shard("80-c0", "ks")
@@ -263,12 +288,38 @@ def test_unacked_records_hold_the_low_watermark_back(tm: TaskMetrics, clock: Fak
     fresh.on_ack(T0 + 25, T0 + 26)
     assert tm.low_watermark() == T0 + 21
     tm.drop_shard("80-")
-    loop.feed(heartbeat_response(int(T0) + 27))
+    clock.t = T0 + 27
+    loop.probe()
     assert tm.low_watermark() == T0 + 27
     tm.set_low_watermark(T0 + 30)  # the loop may compute it itself
     assert tm.low_watermark() == T0 + 30
     tm.set_low_watermark(None)
     assert tm.low_watermark() == T0 + 27
+
+
+def test_a_backfill_hold_keeps_the_shards_watermark_until_it_is_released(tm: TaskMetrics, clock: FakeClock) -> None:
+    """A held table's changes reach Kafka only in the catch-up: the shard's other commits must not
+    move its watermark past the hold's start."""
+    loop = Loop(tm, clock)
+    clock.t = T0 + 1
+    for shard in SHARDS:
+        loop.feed(txn_response(shard, 1, int(T0)))
+    loop.kafka_acks()
+    assert tm.low_watermark() == T0
+    tm.set_held(["40-80"])
+    clock.t = T0 + 10
+    for shard in SHARDS:
+        loop.feed(txn_response(shard, 1, int(T0) + 9))
+    loop.kafka_acks()
+    assert loop.probe() == list(SHARDS)
+    assert [s.watermark for s in tm.shards] == [T0 + 10, T0, T0 + 10]
+    assert tm.low_watermark() == T0
+    tm.set_held([])  # caught up and rejoined
+    assert tm.low_watermark() == T0 + 10
+    fresh = tm.shard("c0-", "ks")  # held before it has any watermark: unknown until released
+    tm.set_held(["c0-"])
+    fresh.on_ack(T0 + 12)
+    assert fresh.watermark is None and tm.low_watermark() == T0 + 10
 
 
 def test_latency_histograms_have_exact_buckets(tm: TaskMetrics, clock: FakeClock, url: str) -> None:

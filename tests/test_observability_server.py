@@ -158,8 +158,10 @@ def test_status_document_exact_shape(tm: TaskMetrics, clock: FakeClock, url: str
             },
         ],
     }
-    # Once the idle shard is proven durable, the task watermark appears.
-    tm.on_heartbeat(T0 + 4, durable=True)
+    # Once the idle shard is proven caught up (idleprobe), the task watermark appears.
+    tm.on_heartbeat(T0 + 4)
+    for shard in ("-80", "80-"):
+        tm.mark_idle(shard, T0 + 4)
     doc = json.loads(http_get(url, "/status")[2])
     assert (doc["low_watermark_ms"], doc["low_watermark_lag_ms"]) == (int(T0 * 1000) + 4000, 0)
     assert [s["lag_ms"] for s in doc["shards"]] == [0, 0]  # idle and caught up

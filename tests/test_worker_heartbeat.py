@@ -128,3 +128,41 @@ def test_keyspace_heartbeats_stream_the_heartbeat_table(sim: VTGateSim, kafka_br
     assert {p["source"]["table"] for p in payloads} == {"heartbeat"}
     # VARBINARY: bytes, base64 in JSON
     assert {base64.b64decode(p["after"]["keyspaceShard"]) for p in payloads} == {b"commerce/-80", b"commerce/80-"}
+
+
+def test_a_throttled_shard_holds_the_low_watermark_back(sim: VTGateSim, kafka_broker: KafkaBroker) -> None:
+    """VTGate's heartbeat only says it sent nothing for a while; a shard whose tablet is throttled
+    looks just as idle. Its changes are not in Kafka, so its watermark must not pass them, while
+    the other shard's (proven caught up by the idle probe) moves on."""
+    import time
+
+    cfg = worker_config(kafka_broker, sim.address, "commerce", extra={"heartbeat.interval.ms": "1000"})
+    with running_task(cfg) as run:
+        wait_positioned(sim, run)
+        sim.throttle("commerce", "80-")
+        t_write = float(int(time.time()))  # commit timestamps are whole seconds
+        for i in range(1, 11):
+            sim.execute(f"INSERT INTO customer (id, email) VALUES ({i}, 'u{i}@x.io')", "commerce")
+        source = sim.positions("commerce")
+        metrics = run.task.metrics
+        low, high = metrics.shard("-80"), metrics.shard("80-")
+
+        def proven() -> bool:
+            read = {sg.shard: sg.gtid for sg in run.task.processor.position}
+            return read["-80"] == source["-80"] and (low.watermark or 0) >= t_write
+
+        wait_for(proven, what="-80's changes acknowledged and the shard proven caught up", timeout=30)
+        probes = run.task.idle_probe.probes
+        wait_for(lambda: run.task.idle_probe.probes >= probes + 2, what="two more probes while 80- is throttled")
+        assert {sg.shard: sg.gtid for sg in run.task.processor.position}["80-"] != source["80-"]
+        # Commit times are whole seconds and the watermark says "committed before T": the writes
+        # (at t_write or later) are not covered, while VTGate's heartbeats, a second or more
+        # after them, would have moved it past t_write.
+        assert high.watermark is None or high.watermark <= t_write
+        assert metrics.low_watermark() is None or metrics.low_watermark() <= t_write
+
+        sim.throttle("commerce", "80-", on=False)
+        wait_for(lambda: caught_up(sim, run), what="80-'s changes after the throttle")
+        wait_for(lambda: (high.watermark or 0) > t_write and (metrics.low_watermark() or 0) > t_write,
+                 what="the low watermark past the writes")
+        assert run.stop().exit_code == 0

@@ -156,6 +156,13 @@ class VTGateSim:
     def delete_shards(self, keyspace: str, names: list[str]) -> None:
         rs.delete_shards(self, keyspace, names)
 
+    def throttle(self, keyspace: str, shard: str, on: bool = True) -> None:
+        """The tablet throttler on ``keyspace/shard``'s primary: its vstreamers stop sending row
+        changes until ``on=False`` (VTGate's own heartbeats go on: the stream looks idle)."""
+        with self.topo.lock:
+            s = self.topo.shard(keyspace, shard)
+        (s.unthrottled.clear if on else s.unthrottled.set)()
+
     def write_heartbeat(self, keyspace: str) -> None:
         """One heartbeat-writer upsert of `_vt.heartbeat` on every serving primary of `keyspace`."""
         from .executor import ShardTxn

@@ -25,9 +25,13 @@ class Shard:
     deleted: bool = False
     store: ShardStore = field(default_factory=ShardStore)
     binlog: Binlog = field(init=False)
+    # Cleared while the tablet throttler holds the shard's vstreamers (VTGateSim.throttle).
+    unthrottled: threading.Event = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.binlog = Binlog(self.server_uuid)
+        self.unthrottled = threading.Event()
+        self.unthrottled.set()
 
     @property
     def key_range(self) -> keyrange.KeyRange:

@@ -631,6 +631,11 @@ class ShardStream:
         entries = binlog.entries
         while stop is None or index < stop:
             self.check_cancel()
+            if not self.shard.unthrottled.is_set():
+                # The tablet throttler: the vstreamer sends only heartbeats (with throttled=true),
+                # which vtgate never forwards, until the throttle is lifted.
+                self.shard.unthrottled.wait(0.1)
+                continue
             if index >= len(entries):
                 if stop is not None:
                     break

@@ -8,11 +8,13 @@ calls (``offsets.migration`` for where to start, ``source.retry`` for what to re
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import os
 import signal
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +26,7 @@ from cdcworker.events import EncoderConfig, TopicNaming, TypeOptions, producer_p
 from cdcworker.events.encoder import context_headers, new_run_id
 from cdcworker.features import build_features, tx_block_schema
 from cdcworker.filters import AnonymisedColumns, EventConversionError
+from cdcworker.idleprobe import IdleProbe
 from cdcworker.nativesink import sink_classes
 from cdcworker.offsets import OffsetPartition, Vgtid
 from cdcworker.offsets.migration import resolve_task_start
@@ -161,6 +164,12 @@ def discover_shards(channel: grpc.Channel, config: WorkerConfig, metadata: tuple
     return shards
 
 
+def _on_heartbeat(metrics: Any, probe: IdleProbe | None, ev: Any) -> None:
+    metrics.on_heartbeat(ev.timestamp)
+    if probe is not None:
+        probe.request()
+
+
 class WorkerTask:
     """Runs one task until stopped, failed, or a reshard needs a new assignment."""
 
@@ -180,6 +189,8 @@ class WorkerTask:
         self._rules: tuple[tuple[str, str], ...] = (("/.*", ""),)  # VStream filter rules (filters.vstream_rules)
         self.handoff: Any = None  # backfill.taskhandoff.TaskHandoff: shards held back / catching up for a backfill
         self._last_extra: tuple[tuple[str, Any], ...] = ()
+        self._probe_client: Any = None  # idleprobe's VTGate client, opened on the first probe
+        self.idle_probe: IdleProbe | None = None
         self.extras: Any = None  # signals.runtime.TaskExtras: filters, failure mode, signals, snapshots  # __debezium.context.runId: one per task run, kept across reconnects
 
     # --- control ----------------------------------------------------------------------------
@@ -295,6 +306,19 @@ class WorkerTask:
             position = self._current_positions(position)  # a hold begins at a real position
         return self.handoff.start(position, initial_run=initial, fresh=fresh)
 
+    def _idle_probe(self, metrics: Any, sink: KafkaSink) -> IdleProbe:
+        """The low watermark's proof for idle shards, reading each shard's PRIMARY position."""
+        from cdcworker.backfill.vtgate import VTGateClient
+
+        cfg = self.config
+
+        def positions(shards: Sequence[str]) -> dict[str, str]:
+            if self._probe_client is None:
+                self._probe_client = VTGateClient(channel_settings(cfg), cfg.source.keyspace, "PRIMARY")
+            return {s: self._probe_client.current_position(s) for s in shards}
+
+        return IdleProbe(positions, lambda: sink.durable, metrics.mark_idle)
+
     def _current_positions(self, position: Vgtid) -> Vgtid:
         """``position`` with every shard's ``current`` replaced by the shard's position now."""
         from cdcworker.backfill.vtgate import VTGateClient
@@ -316,6 +340,8 @@ class WorkerTask:
         if sink is not None and not isinstance(sink, TransactionalSink):
             sink._durable = position  # a rewound shard is durable only up to its catch-up start
         self._store_position(store, position)
+        if self.metrics is not None:
+            self.metrics.set_held(self.handoff.states)  # their low watermark waits for the catch-up
         self.handoff.fault_point()
         self.handoff.announce()
 
@@ -498,6 +524,9 @@ class WorkerTask:
                            {s: v.fields for s, v in self._inherited.items()})
             sink.on_error = extras.failures.on_delivery_error  # records the broker refuses as too large
             self._rules = extras.rules()
+            # VTGate heartbeats come only while the stream is idle: each asks for proof that the
+            # idle shards are caught up, which moves their low watermark (idleprobe).
+            probe = self.idle_probe = self._idle_probe(metrics, sink) if cfg.source.heartbeat_interval_seconds > 0 else None
             while result is None and not self._stop.is_set():
                 processor = self.processor = self._processor_class()(
                     encoder,
@@ -508,7 +537,7 @@ class WorkerTask:
                     max_queue_bytes=cfg.behaviour.max_queue_size_in_bytes if not self._handing_off() else 0,
                     journal_stops=journal_stops,
                     metrics=metrics,
-                    on_heartbeat=lambda ev: metrics.on_heartbeat(ev.timestamp, durable=sink.pending == 0),
+                    on_heartbeat=functools.partial(_on_heartbeat, metrics, probe),
                     features=features,
                 )
                 try:
@@ -633,6 +662,10 @@ class WorkerTask:
             metrics.set_state(states.get(result.exit_code, "failed"), result.reason)
             return result
         finally:
+            if self.idle_probe is not None:
+                self.idle_probe.close()
+            if self._probe_client is not None:
+                self._probe_client.close()
             if self.extras is not None:
                 self.extras.close()
             if self.handoff is not None:

@@ -160,6 +160,8 @@ class ShardMetrics:
         "_h_read",
         "acked_commit_ts",
         "behind_source_ms",
+        "held",
+        "held_cap",
         "idle_ts",
         "keyspace",
         "labels",
@@ -184,7 +186,11 @@ class ShardMetrics:
         self.last_commit_ts: float | None = None  # source commit time (s) of the newest transaction read
         self.last_read_ts: float | None = None
         self.acked_commit_ts: float | None = None  # newest commit time whose records Kafka acknowledged
-        self.idle_ts: float | None = None  # caught up and nothing in flight at this source time
+        self.idle_ts: float | None = None  # proven caught up, everything durable, at this time
+        # While a backfill holds some of the shard's tables back (their changes reach Kafka only in
+        # the catch-up), the watermark stays where it was when the hold began (None: unknown).
+        self.held = False
+        self.held_cap: float | None = None
 
     # --- hot path (per transaction) ------------------------------------------------------------
 
@@ -219,15 +225,28 @@ class ShardMetrics:
         if idle is None or source_ts_s > idle:
             self.idle_ts = source_ts_s
 
+    def hold(self, held: bool) -> None:
+        """A backfill holds (some of) the shard's tables back, or no longer does."""
+        if held and not self.held:
+            self.held_cap = self.watermark  # the value before the hold: still a true statement
+        self.held = held
+        if not held:
+            self.held_cap = None
+
     @property
     def watermark(self) -> float | None:
         """Source time T such that every change of this shard committed before T is in Kafka."""
         acked, idle = self.acked_commit_ts, self.idle_ts
         if acked is None:
-            return idle
-        if idle is None:
-            return acked
-        return acked if acked > idle else idle
+            wm = idle
+        elif idle is None:
+            wm = acked
+        else:
+            wm = acked if acked > idle else idle
+        if self.held:
+            cap = self.held_cap
+            return None if cap is None or wm is None else min(wm, cap)
+        return wm
 
 
 class TaskMetrics:
@@ -385,11 +404,12 @@ class TaskMetrics:
 
     # --- per event of note --------------------------------------------------------------------
 
-    def on_heartbeat(self, source_ts_s: float, read_ts: float | None = None, durable: bool = False) -> None:
-        """A VTGate heartbeat: the stream is idle, so every shard is caught up to ``source_ts_s``.
+    def on_heartbeat(self, source_ts_s: float, read_ts: float | None = None) -> None:
+        """A VTGate heartbeat: VTGate sent nothing for the heartbeat interval (Debezium's lag of 0).
 
-        ``durable`` says Kafka has acknowledged everything produced so far; only then may the
-        idle shards move the low watermark (an idle shard must not hold it back forever).
+        It does not move the low watermark: VTGate's heartbeat says nothing per shard, and a shard
+        whose tablet is throttled or lagging sends nothing either. A shard's watermark moves on
+        its own acknowledged commits and on ``mark_idle`` (``idleprobe.IdleProbe``'s proof).
         """
         if read_ts is None:
             read_ts = self.clock()
@@ -397,8 +417,18 @@ class TaskMetrics:
         behind = lag * 1000.0 if lag > 0.0 else 0.0
         for sm in self._shard_list:
             sm.behind_source_ms = behind
-            if durable:
-                sm.mark_idle(source_ts_s)
+
+    def mark_idle(self, shard: str, ts_s: float) -> None:
+        """``shard`` is proven caught up at ``ts_s`` with everything read durable (``IdleProbe``)."""
+        sm = self._shards.get(shard)
+        if sm is not None:
+            sm.mark_idle(ts_s)
+
+    def set_held(self, shards: Iterable[str]) -> None:
+        """The shards a backfill hand-off holds now (their watermark stays until released)."""
+        held = set(shards)
+        for sm in self._shard_list:
+            sm.hold(sm.name in held)
 
     def on_erroneous(self, n: int = 1) -> None:
         """Events that could not be converted (warn/skip failure handling)."""

@@ -1,0 +1,98 @@
+"""Proof that idle shards are caught up, so the low watermark moves while nothing changes there.
+
+A shard's low watermark moves on its own acknowledged commits. An idle shard commits nothing, so
+something else must show that it has no change the task has not made durable. VTGate's heartbeat
+cannot: it only says VTGate sent nothing for a while, which is also what a shard whose tablet is
+throttled, or lagging behind its primary, looks like. The probe asks instead: it reads each shard's
+executed GTID set on its PRIMARY (a VStream started at ``current``: the position VTGate would start
+a stream from) after noting the time ``t0``, then compares it with the task's durable position. A
+shard whose durable position contains that set had every change committed before ``t0`` in Kafka,
+so its watermark may move to ``t0``. The primary, not the stream's tablet type: a replica behind
+its primary would "prove" changes durable that it has not applied yet.
+
+The task asks for a probe on every VTGate heartbeat (only sent while the stream is idle), and a
+probe runs on its own thread, at most one at a time, so the stream never waits for it. Cost: one
+short VStream per shard per heartbeat interval while idle.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+
+from cdcworker.backfill.gtid import GtidError, covers
+from cdcworker.offsets import Vgtid
+
+log = logging.getLogger(__name__)
+
+Positions = Callable[[Sequence[str]], Mapping[str, str]]
+
+
+def caught_up(durable: Vgtid, current: Mapping[str, str]) -> list[str]:
+    """The shards whose durable position contains their executed set ``current`` (pure)."""
+    out = []
+    for sg in durable:
+        want = current.get(sg.shard)
+        if want is None or sg.copying:
+            continue
+        try:
+            if covers(sg.gtid, want):
+                out.append(sg.shard)
+        except GtidError:
+            continue  # not a set we can compare (another flavor): no proof
+    return out
+
+
+class IdleProbe:
+    """Marks shards idle (``mark(shard, t0)``) once their durable position covers the primary's."""
+
+    def __init__(
+        self,
+        positions: Positions,
+        durable: Callable[[], Vgtid | None],
+        mark: Callable[[str, float], None],
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._positions = positions
+        self._durable = durable
+        self._mark = mark
+        self._clock = clock
+        self._busy = threading.Lock()
+        self._closed = threading.Event()
+        self.probes = 0  # completed probes, for status and tests
+
+    def probe(self) -> list[str]:
+        """One probe, on the caller's thread: the shards marked idle."""
+        t0 = self._clock()
+        before = self._durable()
+        if before is None:
+            return []
+        current = self._positions([sg.shard for sg in before])
+        after = self._durable()  # durable positions only grow: a later one proves as much
+        marked = caught_up(after, current) if after is not None else []
+        for shard in marked:
+            self._mark(shard, t0)
+        self.probes += 1
+        return marked
+
+    def request(self) -> None:
+        """Start a probe on a thread of its own unless one is running (never blocks)."""
+        if self._closed.is_set() or not self._busy.acquire(blocking=False):
+            return
+        threading.Thread(target=self._run, name="idle-probe", daemon=True).start()
+
+    def _run(self) -> None:
+        try:
+            self.probe()
+        except Exception as exc:  # a failed probe proves nothing; the next heartbeat tries again
+            log.debug("idle probe failed: %s", exc)
+        finally:
+            self._busy.release()
+
+    def close(self) -> None:
+        self._closed.set()
+
+
+__all__ = ["IdleProbe", "caught_up"]
