@@ -334,6 +334,7 @@ async def reconcile(ctx: ReconcileContext, namespace: str, name: str) -> Plan | 
         ctx.emit(body, ev.type, ev.reason, ev.message)
     ctx.warned.clear()
     ctx.warned.update(standing)
+    await _record_ahead(ctx, body, existing_status, p, adopted)
     await _apply(ctx, body, cr, p, deployments, config_maps)
     await _restart(ctx, body, cr, p)
     wanted = build_status(cr, existing_status, p, discovery, reports, now, adopted)
@@ -344,6 +345,30 @@ async def reconcile(ctx: ReconcileContext, namespace: str, name: str) -> Plan | 
                                                      observed_generation=cr.generation, now=now)
     await _write_status(ctx, body, existing_status, wanted)
     return p
+
+
+async def _record_ahead(
+    ctx: ReconcileContext, body: Mapping[str, Any], existing: Mapping[str, Any], p: Plan, adopted: Adoption | None
+) -> None:
+    """Store a changed generation record before acting on it (a write-ahead record).
+
+    Acting removes what the plan was made from: the pods of workers that stopped at a reshard
+    journal (their termination messages hold it) and the previous generation's Deployments. Were
+    the status write after acting lost, the next reconcile would plan from the old record without
+    them: the journal gone for good (waiting for it for ever), or a second generation with the same
+    number beside the one that runs. If this write fails, nothing has been acted on.
+    """
+    if p.generation is None:
+        return
+    record = generation_to_status(p.generation)
+    current = generation_from_status(existing.get("assignment"))
+    if current is not None and generation_to_status(current) == record:
+        return
+    ahead: dict[str, Any] = {"assignment": record}
+    if adopted is not None and not existing.get("adoptedOffsets"):
+        ahead["adoptedOffsets"] = adoption_to_status(adopted)  # the first generation's adopted offsets
+    meta = body["metadata"]
+    await ctx.kube.patch_connector_status(meta["namespace"], meta["name"], ahead)
 
 
 async def _write_status(
