@@ -72,6 +72,7 @@ class KafkaSink:
         self._durable: Any = None
         self._poll_every = poll_every
         self.records_sent = 0
+        self._interrupted = False
 
     def _make_producer(self, config: dict[str, Any]) -> Any:
         """confluent-kafka's producer; ``nativesink`` swaps in the C one."""
@@ -126,6 +127,19 @@ class KafkaSink:
     def _begin(self) -> None:
         raise NotImplementedError
 
+    def interrupt(self) -> None:
+        """From now on a send waiting for room in librdkafka's full queue raises InterruptedError
+        (a stop must not wait for a broker that may never come back; thread-safe)."""
+        self._interrupted = True
+        native = getattr(self.producer, "interrupt", None)
+        if native is not None:
+            native()
+
+    def _check_interrupt(self) -> None:
+        if self._interrupted:
+            raise InterruptedError("stopping: the task was asked to stop while Kafka's local queue was full "
+                                   "(the record was not sent; offsets stay behind it)")
+
     def _send_when_room(self, topic: str, key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes]] | None) -> None:
         # librdkafka's queue is full: this is the back-pressure point. Serving callbacks frees
         # room; meanwhile we do not read from VStream, so gRPC flow control holds the source.
@@ -135,6 +149,7 @@ class KafkaSink:
         while True:
             self.producer.poll(0.05)
             self._advance()
+            self._check_interrupt()
             try:
                 self._produce(topic, value, key, **kwargs)
                 return
@@ -160,6 +175,7 @@ class KafkaSink:
             except BufferError:
                 self.producer.poll(0.05)
                 self._advance()
+                self._check_interrupt()
             except KafkaException as exc:
                 self._raise_if_fatal(exc)
                 raise

@@ -201,6 +201,9 @@ class WorkerTask:
         call = self._call
         if call is not None:
             call.cancel()
+        sink = self.sink
+        if sink is not None:
+            sink.interrupt()  # a send waiting for room in a full queue (a broker away) gives up
 
     def install_signal_handlers(self) -> None:
         def on_signal(signum: int, _frame: object) -> None:
@@ -223,9 +226,10 @@ class WorkerTask:
         value = offset_value_at(position)
         return value.with_fields(extra) if extra else value
 
-    def _write_offset(self, store: OffsetStore, position: Vgtid, wait: bool = True) -> None:
+    def _write_offset(self, store: OffsetStore, position: Vgtid, wait: bool = True, timeout: float | None = None) -> None:
         """Store ``position`` (already durable in Kafka). ``wait=False``: the periodic flush queues
-        the record and goes on streaming (``_OffsetWrites``); every other write waits for the ack."""
+        the record and goes on streaming (``_OffsetWrites``); every other write waits for the ack
+        (at most ``timeout`` seconds when given, else the store's timeout)."""
         if isinstance(self.sink, TransactionalSink):
             return  # offsets are committed inside the Kafka transactions
         writes = self._offset_writes
@@ -238,13 +242,13 @@ class WorkerTask:
             and extra == self._last_extra
         ):
             if wait:
-                writes.drain()  # a stop: the last queued write has landed before the task ends
+                writes.drain(timeout)  # a stop: the last queued write has landed before the task ends
             else:
                 writes.check()
             return
         if wait:
-            writes.drain()  # an older queued write must not land after this one
-            store.write(self.config.name, self._partition(), self._offset_value(position))
+            writes.drain(timeout)  # an older queued write must not land after this one
+            store.write(self.config.name, self._partition(), self._offset_value(position), timeout)
         elif not writes.queue(self.config.name, self._partition(), self._offset_value(position)):
             return  # not queued (a full local queue): a later flush or the stop writes it
         self._last_written = position
@@ -605,6 +609,14 @@ class WorkerTask:
                     self._store_position(store, exc.vgtid)
                     _report_journal(metrics, exc)
                     result = TaskResult(exitcodes.REASSIGNMENT_NEEDED, str(exc), exc.vgtid)
+                except InterruptedError:
+                    if not self._stop.is_set():
+                        raise
+                    # Stopped while Kafka's queue was full: what is in flight is flushed below
+                    # within the shutdown grace; the stored offset stays at the durable position
+                    # (the flush never commits part of a Vitess transaction).
+                    processor.abandon_transaction()
+                    break
                 except (grpc.RpcError, _StreamEnded, AnonymisedColumns) as exc:
                     metrics.set_connected(False)
                     processor.abandon_transaction()
@@ -646,6 +658,7 @@ class WorkerTask:
                 finally:
                     self._call = None
             # Stop, flush, store the durable position (never past what Kafka holds).
+            grace_end = time.monotonic() + cfg.behaviour.shutdown_grace_ms / 1000.0
             try:
                 durable = sink.flush(cfg.behaviour.shutdown_grace_ms / 1000.0)
             except SinkError as exc:  # refused records: nothing from them on is durable
@@ -655,7 +668,19 @@ class WorkerTask:
                     # in Kafka, so it is not done; a restart resumes it from the durable position.
                     result = TaskResult(exitcodes.FAILED, str(exc), durable)
             if result is None or result.exit_code != exitcodes.REASSIGNMENT_NEEDED:
-                self._write_offset(store, durable)
+                try:
+                    # A stop has the shutdown grace in all (Kubernetes kills the pod after it).
+                    self._write_offset(store, durable, timeout=max(0.5, grace_end - time.monotonic())
+                                       if self._stop.is_set() else None)
+                except OffsetStoreError as exc:
+                    if not self._stop.is_set():
+                        raise
+                    # Kafka is away: the stored offset stays older than what Kafka holds, so the
+                    # next start sends some records again and loses none.
+                    if result is None or result.exit_code == exitcodes.OK:
+                        result = TaskResult(exitcodes.FAILED, f"stopped without storing the offset ({exc}); the next "
+                                            "start resumes from the last stored offset and sends the "
+                                            "records after it again", durable)
             if result is None:
                 result = TaskResult(exitcodes.OK, self._stop_reason or "stopped", durable)
             states = {exitcodes.OK: "stopped", exitcodes.REASSIGNMENT_NEEDED: "reassignment_needed"}
@@ -670,7 +695,8 @@ class WorkerTask:
                 self.extras.close()
             if self.handoff is not None:
                 self.handoff.close()
-            store.close()
+            # A stop already waited for its offset write (within the grace): nothing left to wait for.
+            store.close(1.0 if self._stop.is_set() else None)
             channel.close()
 
 
@@ -739,9 +765,9 @@ class _OffsetWrites:
         if self._errors:
             raise OffsetStoreError(f"offset not written: {self._errors[0]}")
 
-    def drain(self) -> None:
+    def drain(self, timeout: float | None = None) -> None:
         if self.in_flight:
-            timeout = self.store._timeout
+            timeout = self.store._timeout if timeout is None else timeout
             if self._producer.flush(timeout):
                 raise OffsetStoreError(f"offset not acknowledged within {timeout}s")
         self.check()

@@ -171,6 +171,7 @@ typedef struct {
     int64_t records_sent, poll_every;
     int fatal_code;       /* set by the error callback on a fatal error */
     char fatal_reason[512];
+    volatile int interrupted; /* interrupt(): a wait for room in the queue gives up */
 } Producer;
 
 static Seg *open_seg(Producer *self) { return &self->segs[self->nsegs - 1]; }
@@ -380,6 +381,13 @@ static int produce(Producer *self, const char *topic, int32_t partition, const c
         K.error_destroy(err);
         poll_nogil(self, 50);
         if (PyErr_CheckSignals() < 0) goto fail;
+        /* A stop (SIGTERM's handler runs inside PyErr_CheckSignals, or another thread) must not
+         * wait for a broker that may never come back: the record is not sent, nothing after it is. */
+        if (self->interrupted) {
+            PyErr_SetString(PyExc_InterruptedError, "stopping: the task was asked to stop while Kafka's "
+                            "local queue was full (the record was not sent; offsets stay behind it)");
+            goto fail;
+        }
     }
     open_seg(self)->produced++;
     if (counted && ++self->records_sent % self->poll_every == 0) K.poll(self->rk, 0);
@@ -627,6 +635,11 @@ static PyObject *Producer_flush(Producer *self, PyObject *args) {
     return PyLong_FromLong(left);
 }
 
+static PyObject *Producer_interrupt(Producer *self, PyObject *unused) {
+    self->interrupted = 1;
+    Py_RETURN_NONE;
+}
+
 static PyObject *txn_result(Producer *self, rk_error_t *err) {
     if (err) { raise_error_obj(self, err); return NULL; }
     Py_RETURN_NONE;
@@ -688,6 +701,8 @@ static PyMethodDef Producer_methods[] = {
     {"forget", (PyCFunction)Producer_forget, METH_NOARGS, "settle every segment (a committed transaction)"},
     {"poll", (PyCFunction)Producer_poll, METH_O, "poll(timeout_seconds) -> events served"},
     {"flush", (PyCFunction)Producer_flush, METH_VARARGS, "flush([timeout_seconds]) -> records still queued"},
+    {"interrupt", (PyCFunction)Producer_interrupt, METH_NOARGS,
+     "a send waiting for room in the full queue raises InterruptedError (from now on)"},
     {"init_transactions", (PyCFunction)Producer_init_transactions, METH_VARARGS, NULL},
     {"begin_transaction", (PyCFunction)Producer_begin_transaction, METH_NOARGS, NULL},
     {"commit_transaction", (PyCFunction)Producer_commit_transaction, METH_VARARGS, NULL},

@@ -253,9 +253,9 @@ class OffsetStore:
 
     # -- lifecycle -----------------------------------------------------------------------------
 
-    def close(self) -> None:
+    def close(self, timeout: float | None = None) -> None:
         if self._producer is not None:
-            self._producer.flush(self._timeout)
+            self._producer.flush(self._timeout if timeout is None else timeout)
             self._producer = None
 
     def __enter__(self) -> OffsetStore:
