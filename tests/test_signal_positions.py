@@ -105,22 +105,22 @@ def test_the_dispatcher_records_the_channel_position_only_once_a_signal_was_acte
             pass
 
     d = SignalDispatcher(Engine())  # type: ignore[arg-type]
-    d.passed(0, 3)  # records 0..2 were another connector's
-    d.submit(Signal("a", "execute-snapshot", {"data-collections": ["ks.t"]}, "kafka", (0, 3)))
-    d.passed(1, 8)
+    d.passed("sig", 0, 3)  # records 0..2 were another connector's
+    d.submit(Signal("a", "execute-snapshot", {"data-collections": ["ks.t"]}, "kafka", ("sig", 0, 3)))
+    d.passed("sig", 1, 8)
     assert d.channel_offsets == {} and started == []  # queued: nothing acted on yet
     d.poll()
     assert started == ["a"]
-    assert d.channel_offsets == {0: 4, 1: 8}
+    assert d.channel_offsets == {("sig", 0): 4, ("sig", 1): 8}
 
 
 def test_a_new_generation_resumes_the_channel_at_the_lowest_position_of_its_sources() -> None:
     def fields(offsets: dict[int, int] | None) -> dict[str, str]:
-        return {} if offsets is None else {SIGNAL_OFFSETS_KEY: json.dumps({str(p): o for p, o in offsets.items()})}
+        return {} if offsets is None else {SIGNAL_OFFSETS_KEY: json.dumps({"sig": {str(p): o for p, o in offsets.items()}})}
 
-    assert stored_signal_offsets(fields({0: 5, 2: 1})) == {0: 5, 2: 1}
+    assert stored_signal_offsets(fields({0: 5, 2: 1})) == {("sig", 0): 5, ("sig", 2): 1}
     assert stored_signal_offsets({SIGNAL_OFFSETS_KEY: "not json"}) is None
-    assert inherited_signal_offsets([fields({0: 9}), fields({0: 4, 1: 2})]) == {0: 4}
+    assert inherited_signal_offsets([fields({0: 9}), fields({0: 4, 1: 2})]) == {("sig", 0): 4}
     # One source task never stored a position: nothing it had not acted on may be skipped.
     assert inherited_signal_offsets([fields({0: 9}), fields(None)]) is None
     assert inherited_signal_offsets([]) is None
@@ -196,7 +196,7 @@ def test_the_kafka_channel_resumes_from_the_offset_after_a_restart_and_a_rescale
         wait_for(lambda: run.task.extras.engine.completed == ["snap-1"], what="the snapshot")
         wait_for(lambda: SIGNAL_OFFSETS_KEY in _stored(kafka_broker, gen0), what="the channel position stored")
         assert run.stop().exit_code == exitcodes.OK
-    assert json.loads(_stored(kafka_broker, gen0)[SIGNAL_OFFSETS_KEY]) == {"0": 1}
+    assert json.loads(_stored(kafka_broker, gen0)[SIGNAL_OFFSETS_KEY]) == {gen0.signals.kafka_topic: {"0": 1}}
     reads = [r for r in consume_all(kafka_broker.bootstrap, topic) if r.value]
     assert len(reads) == 4
 
@@ -216,5 +216,37 @@ def test_the_kafka_channel_resumes_from_the_offset_after_a_restart_and_a_rescale
                      and [s.id for s in r.task.extras.dispatcher.handled] == ["log-3"],
                      what=f"task {task} of generation 1 to read the new signal")
             assert run.stop().exit_code == exitcodes.OK
-        assert json.loads(_stored(kafka_broker, cfg)[SIGNAL_OFFSETS_KEY]) == {"0": 3}
+        assert json.loads(_stored(kafka_broker, cfg)[SIGNAL_OFFSETS_KEY]) == {cfg.signals.kafka_topic: {"0": 3}}
     assert len([r for r in consume_all(kafka_broker.bootstrap, topic) if r.value]) == 4  # no second snapshot
+
+
+SIGNAL_DDL = [*DDL, "CREATE TABLE dbz_signal (id BIGINT NOT NULL, type VARCHAR(32), data TEXT, PRIMARY KEY (id))"]
+
+
+def test_a_signal_row_reaches_every_task_of_a_multi_task_connector(kafka_broker: KafkaBroker) -> None:
+    """The signal row is on one shard, so only one task reads it; before, only that task's shards
+    were snapshotted. It now relays the signal, and the other task snapshots its shards too."""
+    with commerce_sim(SIGNAL_DDL, customers=6) as sim:
+        base = worker_config(kafka_broker, sim.address, "commerce")
+
+        def task(i: int, shard: str) -> WorkerConfig:
+            return worker_config(kafka_broker, sim.address, "commerce", prefix=base.topic_prefix, extra={
+                "signal.data.collection": "commerce.dbz_signal", "vitess.offset.storage.per.task": "true",
+                "tasks.max": "2", "shardcdc.task.id": str(i), "shardcdc.task.count": "2",
+                "shardcdc.task.generation": "0", "shardcdc.task.shards": shard, "shardcdc.task.prev.count": "1"})
+
+        with running_task(task(0, "-80")) as a, running_task(task(1, "80-")) as b:
+            for run in (a, b):
+                wait_for(lambda r=run: r.task.processor is not None and r.task.extras is not None  # type: ignore[misc]
+                         and all(sg.gtid != "current" for sg in r.task.processor.position), what="positioned")
+            data = json.dumps({"data-collections": ["commerce.customer"]})
+            sim.execute(f"INSERT INTO dbz_signal (id, type, data) VALUES (1, 'execute-snapshot', '{data}')", "commerce")
+            for run in (a, b):
+                wait_for(lambda r=run: r.task.extras.engine.completed == ["1"], what="both tasks' snapshots")  # type: ignore[misc]
+                wait_for(lambda r=run: r.task.sink.pending == 0, what="acknowledged")  # type: ignore[misc]
+            relayed = [r.task.extras.relay.relayed for r in (a, b)]
+            assert sorted(relayed) == [[], ["1"]]  # the task that read the row relayed it
+            assert a.stop().exit_code == exitcodes.OK and b.stop().exit_code == exitcodes.OK
+    reads = [json.loads(r.value)["payload"] for r in consume_all(kafka_broker.bootstrap, f"{base.topic_prefix}.commerce.customer")
+             if r.value]
+    assert sorted(p["after"]["id"] for p in reads if p["op"] == "r") == [1, 2, 3, 4, 5, 6]

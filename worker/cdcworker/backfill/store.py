@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
@@ -16,15 +16,19 @@ TOPIC_CONFIG = {"cleanup.policy": "compact"}
 
 
 class ProgressStore:
-    def __init__(self, client_config: dict[str, Any], topic: str, replication_factor: int = -1) -> None:
+    def __init__(self, client_config: dict[str, Any], topic: str, replication_factor: int = -1,
+                 topic_config: Mapping[str, str] | None = None) -> None:
         self.client_config = dict(client_config)
         self.topic = topic
         self.replication_factor = replication_factor
+        self.topic_config = dict(TOPIC_CONFIG if topic_config is None else topic_config)
 
     def ensure_topic(self, timeout: float = 30.0) -> None:
-        """One partition (a total order of a run's records), compacted; existing topics are kept."""
+        """One partition (a total order of a run's records), compacted unless the store was made
+        with another ``topic_config``; existing topics are kept."""
         admin = AdminClient(self.client_config)
-        new = NewTopic(self.topic, num_partitions=1, replication_factor=self.replication_factor, config=TOPIC_CONFIG)
+        new = NewTopic(self.topic, num_partitions=1, replication_factor=self.replication_factor,
+                       config=self.topic_config)
         for fut in admin.create_topics([new], operation_timeout=timeout).values():
             try:
                 fut.result(timeout)

@@ -47,7 +47,7 @@ class Signal:
     type: str
     data: Mapping[str, Any]
     channel: str = "source"
-    position: tuple[int, int] | None = None  # Kafka channel: (partition, offset) of its record
+    position: tuple[str, int, int] | None = None  # Kafka channel: (topic, partition, offset) of its record
 
 
 def _data(raw: Any) -> Mapping[str, Any]:
@@ -69,41 +69,56 @@ def signal_from_row(row: Mapping[str, Any]) -> Signal:
 
 
 def signal_from_kafka(key: bytes | None, value: bytes | None, prefix: str, offset: int,
-                      partition: int = 0) -> Signal | None:
-    """A Kafka signal record, or None when it is addressed to another connector (key != prefix)."""
+                      partition: int = 0, topic: str = "", skip_origin: str | None = None) -> Signal | None:
+    """A Kafka signal record, or None when it is addressed to another connector (key != prefix)
+    or was relayed by this task itself (``origin`` = ``skip_origin``)."""
     if key is None or key.decode(errors="replace") != prefix or not value:
         return None
     body = json.loads(value)
     if not isinstance(body, Mapping):
         raise ValueError("signal value is not a JSON object")
+    if skip_origin is not None and body.get("origin") == skip_origin:
+        return None
     sid = str(body.get("id") or f"kafka-{offset}")
-    return Signal(sid, str(body.get("type") or ""), _data(body.get("data")), "kafka", (partition, offset))
+    return Signal(sid, str(body.get("type") or ""), _data(body.get("data")), "kafka", (topic, partition, offset))
+
+
+def relay_value(signal: Signal, origin: str) -> bytes:
+    """A signal-table signal as a record of the relay topic (``signal_from_kafka`` reads it)."""
+    body = {"id": signal.id, "type": signal.type, "data": dict(signal.data), "origin": origin}
+    return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 SIGNAL_OFFSETS_KEY = "shardcdc_signal_offsets"
 
 
-def signal_offsets_field(offsets: Mapping[int, int]) -> tuple[tuple[str, str], ...]:
-    """The offset field for the Kafka channel's read position (partition -> next offset)."""
+ChannelOffsets = Mapping[tuple[str, int], int]  # (topic, partition) -> next offset to read
+
+
+def signal_offsets_field(offsets: ChannelOffsets) -> tuple[tuple[str, str], ...]:
+    """The offset field for the Kafka channels' read positions (``{topic: {partition: next}}``)."""
     if not offsets:
         return ()
-    return ((SIGNAL_OFFSETS_KEY, json.dumps({str(p): o for p, o in sorted(offsets.items())}, separators=(",", ":"))),)
+    by_topic: dict[str, dict[str, int]] = {}
+    for (topic, p), o in sorted(offsets.items()):
+        by_topic.setdefault(topic, {})[str(p)] = o
+    return ((SIGNAL_OFFSETS_KEY, json.dumps(by_topic, separators=(",", ":"))),)
 
 
-def stored_signal_offsets(fields: Mapping[str, Any] | None) -> dict[int, int] | None:
-    """The Kafka channel's read position in a stored offset value (None: none recorded)."""
+def stored_signal_offsets(fields: Mapping[str, Any] | None) -> dict[tuple[str, int], int] | None:
+    """The Kafka channels' read positions in a stored offset value (None: none recorded)."""
     raw = fields.get(SIGNAL_OFFSETS_KEY) if fields else None
     if not isinstance(raw, str):
         return None
     try:
-        return {int(p): int(o) for p, o in json.loads(raw).items()}
+        return {(str(t), int(p)): int(o) for t, parts in json.loads(raw).items() for p, o in parts.items()}
     except (ValueError, TypeError, AttributeError) as exc:
         log.warning("the stored signal channel position cannot be read (%s); the channel resumes from its "
                     "consumer group", exc)
         return None
 
 
-def inherited_signal_offsets(values: Sequence[Mapping[str, Any]]) -> dict[int, int] | None:
+def inherited_signal_offsets(values: Sequence[Mapping[str, Any]]) -> dict[tuple[str, int], int] | None:
     """Where a task of a new generation resumes the channel: per partition, the lowest position
     of the tasks its shards come from, so no signal that one of them had not acted on durably is
     lost (one that another had acted on may run again for that one's shards: at least once). A
@@ -141,11 +156,11 @@ class SignalDispatcher:
     def __init__(self, engine: SnapshotEngine | None) -> None:
         self.engine = engine
         self.handled: list[Signal] = []  # for status and tests
-        # Signals, and Kafka read positions (partition, next offset) to record once what came
-        # before them has been acted on.
-        self._inbox: queue.SimpleQueue[Signal | tuple[int, int]] = queue.SimpleQueue()
-        # The Kafka channel's position as of the signals acted on (processing thread only).
-        self.channel_offsets: dict[int, int] = {}
+        # Signals, and Kafka read positions (topic, partition, next offset) to record once what
+        # came before them has been acted on.
+        self._inbox: queue.SimpleQueue[Signal | tuple[str, int, int]] = queue.SimpleQueue()
+        # The Kafka channels' positions as of the signals acted on (processing thread only).
+        self.channel_offsets: dict[tuple[str, int], int] = {}
         # Something was acted on or read since the task last sealed a commit point for it.
         self.changed = False
 
@@ -161,14 +176,15 @@ class SignalDispatcher:
         if self.forwards:
             self.dispatch(signal)
             if signal.position is not None:
-                self.passed(signal.position[0], signal.position[1] + 1)
+                topic, partition, offset = signal.position
+                self.passed(topic, partition, offset + 1)
             return
         self._inbox.put(signal)
 
-    def passed(self, partition: int, next_offset: int) -> None:
-        """Thread-safe: the Kafka channel has read up to ``next_offset`` (records before it were
-        submitted or were not for this connector)."""
-        self._inbox.put((partition, next_offset))
+    def passed(self, topic: str, partition: int, next_offset: int) -> None:
+        """Thread-safe: a Kafka channel has read up to ``next_offset`` (records before it were
+        submitted or were not for this task)."""
+        self._inbox.put((topic, partition, next_offset))
 
     def poll(self) -> None:
         """Act on queued signals (cheap when none)."""
@@ -182,8 +198,9 @@ class SignalDispatcher:
                 self.dispatch(item)
                 if item.position is None:
                     continue
-                item = (item.position[0], item.position[1] + 1)
-            self.channel_offsets[item[0]] = item[1]
+                topic, partition, offset = item.position
+                item = (topic, partition, offset + 1)
+            self.channel_offsets[(item[0], item[1])] = item[2]
 
     def dispatch(self, signal: Signal) -> None:
         log.info("signal %s (%s) from the %s channel: %s", signal.id, signal.type, signal.channel, dict(signal.data))
@@ -217,8 +234,12 @@ class SignalDispatcher:
 class SignalTap:
     """Reads the signal table out of the change stream: INSERTs, acted on at their COMMIT."""
 
-    def __init__(self, data_collection: str, encoder: EncoderConfig, dispatcher: SignalDispatcher) -> None:
+    def __init__(self, data_collection: str, encoder: EncoderConfig, dispatcher: SignalDispatcher,
+                 relay: Any = None) -> None:
         keyspace, _, table = data_collection.partition(".")
+        # Multi-task: the row reaches only the task streaming its shard; the relay
+        # (forward.SignalRelay) hands it to the others before the commit point is sealed.
+        self._relay = relay
         # VTGate names tables "ks.t", or "t" with exclude_keyspace_from_table_name.
         self.tables = frozenset({f"{keyspace}.{table}", table})
         self._encoder = EncoderConfig(encoder.logical_name, encoder.naming, encoder.types)
@@ -252,6 +273,8 @@ class SignalTap:
                 log.warning("signal row at %s cannot be read: %s", vgtid_json, exc)
                 continue
             self._dispatcher.dispatch(signal)
+            if self._relay is not None:
+                self._relay.publish(signal)
 
     def rollback(self) -> None:
         self._pending.clear()
@@ -274,6 +297,7 @@ class KafkaSignalChannel:
         group_id: str,
         prefix: str,
         dispatcher: SignalDispatcher,
+        skip_origin: str | None = None,
     ) -> None:
         from confluent_kafka import Consumer
 
@@ -289,11 +313,12 @@ class KafkaSignalChannel:
         self._dispatcher = dispatcher
         self._stop = threading.Event()
         self._offsets: dict[int, int] = {}
+        self._skip_origin = skip_origin  # the relay topic: records this task relayed itself
         self.received = 0
         self._thread = threading.Thread(target=self._run, name="signal-kafka", daemon=True)
 
-    def start(self, offsets: Mapping[int, int] | None = None) -> KafkaSignalChannel:
-        self._offsets = dict(offsets or {})
+    def start(self, offsets: ChannelOffsets | None = None) -> KafkaSignalChannel:
+        self._offsets = {p: o for (t, p), o in (offsets or {}).items() if t == self.topic}
         self._consumer.subscribe([self.topic], on_assign=self._on_assign)
         self._thread.start()
         return self
@@ -320,12 +345,13 @@ class KafkaSignalChannel:
                 continue
             partition, offset = msg.partition() or 0, msg.offset() or 0
             try:
-                signal = signal_from_kafka(msg.key(), msg.value(), self._prefix, offset, partition)
+                signal = signal_from_kafka(msg.key(), msg.value(), self._prefix, offset, partition, self.topic,
+                                           self._skip_origin)
             except (ValueError, UnicodeDecodeError) as exc:
                 log.warning("signal record at %s/%d ignored: %s", self.topic, offset, exc)
                 signal = None
             if signal is None:
-                self._dispatcher.passed(partition, offset + 1)
+                self._dispatcher.passed(self.topic, partition, offset + 1)
                 continue
             try:
                 self._dispatcher.submit(signal)
@@ -355,6 +381,7 @@ __all__ = [
     "SignalDispatcher",
     "SignalTap",
     "inherited_signal_offsets",
+    "relay_value",
     "signal_from_kafka",
     "signal_from_row",
     "signal_offsets_field",

@@ -46,19 +46,51 @@ def signal_record(signal_id: str, kind: str, keyspace: str, request: SnapshotReq
     return SignalRecord(signal_id, kind, keyspace, tables, tuple(sorted(conds.items())), channel)
 
 
-class BackfillSignalForwarder:
+class TopicWriter:
+    """Writes records to a one-partition topic and waits for Kafka to hold them (thread-safe),
+    creating the topic on first use and retrying a failed write with a backoff."""
+
+    def __init__(self, client_config: Mapping[str, Any], topic: str, replication_factor: int = -1,
+                 topic_config: Mapping[str, str] | None = None) -> None:
+        from cdcworker.backfill.store import ProgressStore
+
+        self.store = ProgressStore(dict(client_config), topic, replication_factor, topic_config)
+        self._lock = threading.Lock()
+        self._producer: Any = None
+        self._topic_ready = False
+
+    def _write(self, rec: Any, what: str) -> None:
+        from confluent_kafka import KafkaException, Producer
+
+        with self._lock:
+            for attempt in range(WRITE_ATTEMPTS):
+                try:
+                    if not self._topic_ready:
+                        self.store.ensure_topic()
+                        self._topic_ready = True
+                    if self._producer is None:
+                        self._producer = Producer(self.store.client_config)
+                    self.store.write(self._producer, [rec], timeout=30)
+                    return
+                except (KafkaException, TimeoutError) as exc:
+                    if attempt + 1 == WRITE_ATTEMPTS:
+                        raise
+                    log.warning("writing %s to %s failed (%s); retrying", what, self.store.topic, exc)
+                    time.sleep(min(2.0 ** attempt, 10.0))  # backoff between retries of a failed write
+
+    def close(self) -> None:
+        if self._producer is not None:
+            self._producer.flush(10)
+
+
+class BackfillSignalForwarder(TopicWriter):
     """Writes snapshot signals to the progress topic (thread-safe; each call waits for Kafka)."""
 
     def __init__(self, client_config: Mapping[str, Any], topic: str, keyspace: str,
                  replication_factor: int = -1) -> None:
-        from cdcworker.backfill.store import ProgressStore
-
-        self.store = ProgressStore(dict(client_config), topic, replication_factor)
+        super().__init__(client_config, topic, replication_factor)
         self.keyspace = keyspace
         self.written: list[SignalRecord] = []  # for status and tests
-        self._lock = threading.Lock()
-        self._producer: Any = None
-        self._topic_ready = False
 
     # SnapshotEngine, for callers that only know that contract
     def start(self, request: SnapshotRequest) -> None:
@@ -73,30 +105,11 @@ class BackfillSignalForwarder:
         if kind == "execute-snapshot" and not rec.tables:
             log.warning("signal %s names no table of keyspace %s; ignored", signal_id, self.keyspace)
             return None
-        with self._lock:
-            self._write(rec)
-            self.written.append(rec)
+        self._write(cast(Any, rec), f"signal {rec.signal_id}")
+        self.written.append(rec)
         log.info("signal %s (%s %s) handed to the operator via %s", signal_id, kind, list(rec.tables) or "all",
                  self.store.topic)
         return rec
-
-    def _write(self, rec: SignalRecord) -> None:
-        from confluent_kafka import KafkaException, Producer
-
-        for attempt in range(WRITE_ATTEMPTS):
-            try:
-                if not self._topic_ready:
-                    self.store.ensure_topic()
-                    self._topic_ready = True
-                if self._producer is None:
-                    self._producer = Producer(self.store.client_config)
-                self.store.write(self._producer, [cast(Any, rec)], timeout=30)
-                return
-            except (KafkaException, TimeoutError) as exc:
-                if attempt + 1 == WRITE_ATTEMPTS:
-                    raise
-                log.warning("writing signal %s to %s failed (%s); retrying", rec.signal_id, self.store.topic, exc)
-                time.sleep(min(2.0 ** attempt, 10.0))  # backoff between retries of a failed write
 
     @property
     def active(self) -> bool:
@@ -108,6 +121,42 @@ class BackfillSignalForwarder:
     def restore(self, offset_fields: Any) -> None:
         """No state in the offsets: the progress topic holds it."""
 
-    def close(self) -> None:
-        if self._producer is not None:
-            self._producer.flush(10)
+
+RELAY_SUFFIX = ".signal-relay"
+
+
+class SignalRelay(TopicWriter):
+    """Hands signal-table signals to the connector's other tasks (multi-task mode).
+
+    The signal row is on one shard, so only the task streaming that shard reads it. That task acts
+    on it for its own shards and writes it here (``<topic.prefix>.signal-relay``, one partition,
+    key ``topic.prefix``, value with ``origin`` = its task key) before sealing the commit point
+    past the row; every other task reads the topic as a Kafka signal channel and acts on it for
+    its shards. Debezium's connector acts on the signal in that one task only.
+    """
+
+    def __init__(self, client_config: Mapping[str, Any], prefix: str, origin: str, replication_factor: int = -1) -> None:
+        super().__init__(client_config, prefix + RELAY_SUFFIX, replication_factor, topic_config={})
+        self.prefix = prefix
+        self.origin = origin
+        self.relayed: list[str] = []  # signal ids, for status and tests
+
+    def publish(self, signal: Any) -> None:
+        from cdcworker.signals import relay_value
+
+        self._write(_Record(self.prefix.encode(), relay_value(signal, self.origin)), f"signal {signal.id}")
+        self.relayed.append(signal.id)
+        log.info("signal %s relayed to the connector's other tasks via %s", signal.id, self.store.topic)
+
+
+class _Record:
+    __slots__ = ("_key", "_value")
+
+    def __init__(self, key: bytes, value: bytes) -> None:
+        self._key, self._value = key, value
+
+    def key(self) -> bytes:
+        return self._key
+
+    def value(self) -> bytes:
+        return self._value

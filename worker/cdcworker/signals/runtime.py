@@ -28,7 +28,7 @@ from cdcworker.signals import (
     signal_offsets_field,
     stored_signal_offsets,
 )
-from cdcworker.signals.forward import BACKFILL, ENGINE_PROPERTY, BackfillSignalForwarder
+from cdcworker.signals.forward import BACKFILL, ENGINE_PROPERTY, BackfillSignalForwarder, SignalRelay
 from cdcworker.snapshot.vstream_copy import VStreamCopyEngine
 
 log = logging.getLogger(__name__)
@@ -46,7 +46,8 @@ class TaskExtras:
     dispatcher: SignalDispatcher | None = None
     tap: SignalTap | None = None
     engine: VStreamCopyEngine | BackfillSignalForwarder | None = None
-    channel: KafkaSignalChannel | None = None
+    channels: list[KafkaSignalChannel] = dataclasses.field(default_factory=list)
+    relay: SignalRelay | None = None
 
     @classmethod
     def build(
@@ -89,14 +90,21 @@ class TaskExtras:
                 failures=_copy_failures(failures, metrics),
             )
             extras.dispatcher = SignalDispatcher(extras.engine)
+        task_key = cfg.task.task_key
+        client = {**cfg.kafka.client_config("consumer"), **sig.consumer}
         if source and sig.data_collection and extras.dispatcher is not None:
-            extras.tap = SignalTap(sig.data_collection, encoder, extras.dispatcher)
+            if isinstance(extras.engine, VStreamCopyEngine) and task_key is not None and cfg.task.task_count > 1:
+                # The signal row reaches one task; the others learn of it through the relay.
+                extras.relay = SignalRelay(cfg.kafka.client_config("producer"), cfg.topic_prefix, task_key,
+                                           replication_factor=cfg.kafka.offsets_replication_factor)
+                extras.channels.append(KafkaSignalChannel(client, extras.relay.store.topic,
+                                                          f"{sig.kafka_group_id}-relay-{task_key}", cfg.topic_prefix,
+                                                          extras.dispatcher, skip_origin=task_key))
+            extras.tap = SignalTap(sig.data_collection, encoder, extras.dispatcher, extras.relay)
             extras.signal_tables = (sig.data_collection.partition(".")[2],)
         if kafka and extras.dispatcher is not None:
-            task_key = cfg.task.task_key
             group = sig.kafka_group_id if task_key is None else f"{sig.kafka_group_id}-{task_key}"
-            client = {**cfg.kafka.client_config("consumer"), **sig.consumer}
-            extras.channel = KafkaSignalChannel(client, sig.kafka_topic, group, cfg.topic_prefix, extras.dispatcher)
+            extras.channels.append(KafkaSignalChannel(client, sig.kafka_topic, group, cfg.topic_prefix, extras.dispatcher))
         return extras
 
     def install(self, features: Any) -> None:
@@ -104,7 +112,7 @@ class TaskExtras:
         features.policy = self.policy
         features.failures = self.failures
         features.signals = self.tap
-        if self.channel is not None or isinstance(self.engine, VStreamCopyEngine):
+        if self.channels or isinstance(self.engine, VStreamCopyEngine):
             features.decorate = self.decorate
 
     def decorate(self, position: Any) -> Any:
@@ -112,7 +120,7 @@ class TaskExtras:
         (``VStreamCopyEngine.state_fields``) and where the Kafka signal channel has read to."""
         if isinstance(self.engine, VStreamCopyEngine):
             position = self.engine.decorate(position)
-        if self.channel is not None and self.dispatcher is not None:
+        if self.channels and self.dispatcher is not None:
             position = with_offset_fields(position, signal_offsets_field(self.dispatcher.channel_offsets), _CHANNEL_KEYS)
         return position
 
@@ -127,15 +135,17 @@ class TaskExtras:
                 self.engine.restore(own)
             elif inherited and isinstance(self.engine, VStreamCopyEngine):
                 self.engine.restore_inherited(inherited)
-        if self.channel is not None:
+        if self.channels:
             offsets = (stored_signal_offsets(own) if own is not None
                        else inherited_signal_offsets(list({id(v): v for v in inherited.values()}.values())))
             if self.dispatcher is not None and offsets:
                 self.dispatcher.channel_offsets.update(offsets)  # kept in the offset until it moves
                 self.dispatcher.changed = own is None  # a new task key stores them at once
-            log.info("signal channel %s starts from %s", self.channel.topic,
-                     offsets or "its consumer group's position (earliest without one)")
-            self.channel.start(offsets)
+            for channel in self.channels:
+                mine = {k: o for k, o in (offsets or {}).items() if k[0] == channel.topic}
+                log.info("signal channel %s starts from %s", channel.topic,
+                         mine or "its consumer group's position (earliest without one)")
+                channel.start(mine)
 
     def rules(self) -> tuple[tuple[str, str], ...]:
         tf = self.policy.tables
@@ -160,8 +170,10 @@ class TaskExtras:
             self.engine.pump(processor)
 
     def close(self) -> None:
-        if self.channel is not None:
-            self.channel.close()
+        for channel in self.channels:
+            channel.close()
+        if self.relay is not None:
+            self.relay.close()
         if self.engine is not None:
             self.engine.close()
 
