@@ -11,6 +11,7 @@ import pytest
 from observability_fixtures import T0, FakeClock, Samples, parse, running, scrape, value
 from prometheus_client import REGISTRY
 
+from cdcworker.idleprobe import CLOCK_MARGIN_S
 from cdcworker.observability import LATENCY_BUCKETS, LatencyHistogram, ShardMetrics, TaskMetrics
 from vitessapi import binlogdata_pb2, query_pb2
 
@@ -247,14 +248,15 @@ def test_lag_falls_to_zero_when_idle(tm: TaskMetrics, clock: FakeClock, url: str
     for shard in SHARDS:
         assert value(s, "shardcdc_milliseconds_behind_source", shard=shard, **BASE) == 0.0
     assert value(s, "shardcdc_low_watermark_seconds", **BASE) == T0
-    # The probe it triggers: every durable position holds its primary's set → watermark = now.
+    # The probe it triggers: every durable position holds its primary's set → watermark = the
+    # probe's whole second less the clock margin (commit timestamps are whole source seconds).
     assert loop.probe() == list(SHARDS)
     s = scrape(url)
     for shard in SHARDS:
-        assert value(s, "shardcdc_shard_low_watermark_seconds", shard=shard, **BASE) == T0 + 9
+        assert value(s, "shardcdc_shard_low_watermark_seconds", shard=shard, **BASE) == T0 + 9 - CLOCK_MARGIN_S
     assert value(s, "shardcdc_milliseconds_since_last_event", **BASE) == 0.0
-    assert value(s, "shardcdc_low_watermark_seconds", **BASE) == T0 + 9
-    assert value(s, "shardcdc_low_watermark_lag_seconds", **BASE) == 0.0
+    assert value(s, "shardcdc_low_watermark_seconds", **BASE) == T0 + 9 - CLOCK_MARGIN_S
+    assert value(s, "shardcdc_low_watermark_lag_seconds", **BASE) == CLOCK_MARGIN_S
 
 
 def test_unacked_records_hold_the_low_watermark_back(tm: TaskMetrics, clock: FakeClock) -> None:
@@ -278,17 +280,17 @@ def test_unacked_records_hold_the_low_watermark_back(tm: TaskMetrics, clock: Fak
     # only the shards whose durable position holds their primary's move.
     clock.t = T0 + 21
     assert loop.probe(lagging=("40-80",)) == ["-40", "80-"]
-    assert [s.watermark for s in tm.shards] == [T0 + 21, T0, T0 + 21]
+    assert [s.watermark for s in tm.shards] == [T0 + 20, T0, T0 + 20]  # T0 + 21 less the margin
     assert tm.low_watermark() == T0
     assert loop.probe() == list(SHARDS)
-    assert tm.low_watermark() == T0 + 21
+    assert tm.low_watermark() == T0 + 20
     # A shard bound later (a reshard) has no watermark yet: the published one does not go back.
     fresh = tm.shard("80-c0", "ks")
-    assert tm.low_watermark() == T0 + 21
+    assert tm.low_watermark() == T0 + 20
     fresh.on_ack(T0 + 25, T0 + 26)
-    assert tm.low_watermark() == T0 + 21
+    assert tm.low_watermark() == T0 + 20
     tm.drop_shard("80-")
-    clock.t = T0 + 27
+    clock.t = T0 + 28
     loop.probe()
     assert tm.low_watermark() == T0 + 27
     tm.set_low_watermark(T0 + 30)  # the loop may compute it itself
@@ -312,14 +314,14 @@ def test_a_backfill_hold_keeps_the_shards_watermark_until_it_is_released(tm: Tas
         loop.feed(txn_response(shard, 1, int(T0) + 9))
     loop.kafka_acks()
     assert loop.probe() == list(SHARDS)
-    assert [s.watermark for s in tm.shards] == [T0 + 10, T0, T0 + 10]
+    assert [s.watermark for s in tm.shards] == [T0 + 9, T0, T0 + 9]  # acked commits at T0 + 9
     assert tm.low_watermark() == T0
     tm.set_held([])  # caught up and rejoined
-    assert tm.low_watermark() == T0 + 10
+    assert tm.low_watermark() == T0 + 9
     fresh = tm.shard("c0-", "ks")  # held before it has any watermark: unknown until released
     tm.set_held(["c0-"])
     fresh.on_ack(T0 + 12)
-    assert fresh.watermark is None and tm.low_watermark() == T0 + 10
+    assert fresh.watermark is None and tm.low_watermark() == T0 + 9
 
 
 def test_latency_histograms_have_exact_buckets(tm: TaskMetrics, clock: FakeClock, url: str) -> None:
@@ -463,3 +465,23 @@ def test_reserved_tag_names_are_rejected(tag: str) -> None:
 def test_duplicate_tag_names_are_rejected() -> None:
     with pytest.raises(ValueError, match="twice"):
         TaskMetrics("c", "0", tags=[("env", "a"), ("env", "b")])
+
+
+def test_the_idle_probe_marks_the_whole_second_before_it_less_the_clock_margin() -> None:
+    """Commit timestamps are whole seconds of the source's clock: a change committed right after a
+    probe at 100.4 has timestamp 100 (or 99 on a primary whose clock is a little behind), so the
+    proof may only say "everything before 99 is in Kafka"."""
+    from cdcworker.idleprobe import IdleProbe
+    from cdcworker.offsets import ShardGtid, Vgtid
+
+    head, behind = f"MySQL56/{UUID}:1-9", f"MySQL56/{UUID}:1-8"
+    durable = Vgtid((ShardGtid("ks", "-80", head), ShardGtid("ks", "80-", behind)))
+    marks: list[tuple[str, float]] = []
+    probe = IdleProbe(lambda shards: dict.fromkeys(shards, head), lambda: durable,
+                      lambda s, t: marks.append((s, t)), clock=lambda: 100.4)
+    assert probe.probe() == ["-80"] and marks == [("-80", 100.0 - CLOCK_MARGIN_S)]
+    # A shard whose position could not be read (left out) proves nothing.
+    marks.clear()
+    probe = IdleProbe(lambda shards: {"80-": head}, lambda: durable, lambda s, t: marks.append((s, t)),
+                      clock=lambda: 100.4)
+    assert probe.probe() == [] and marks == []

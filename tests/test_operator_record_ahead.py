@@ -101,11 +101,22 @@ async def _reshard_with_a_failed_status_write(tmp_path: Path) -> None:
         assert _deployments(cluster) == {"c-g0-t0": 0, "c-g0-t1": 0}
         pods["now"] = []
 
+        # Generation 1 starts; its status write after acting fails too. The record written ahead
+        # replaced the draining one whole: no stale ``pending`` (with its journals) beside it.
+        cluster.fail, cluster.acted = True, False
+        with pytest.raises(ConnectionError):
+            await reconcile(ctx, "default", "c")
+        cluster.fail = False
+        ahead = _assignment(cluster)
+        assert (ahead["generation"], ahead["phase"], "pending" in ahead) == (1, "Running", False)
+        assert [t.get("phase") for t in ahead["taskStates"]] == [None, None]  # runtime fields come with the full write
+
         await reconcile(ctx, "default", "c")
     a = _assignment(cluster)
     assert (a["generation"], a["previousTasks"], a["shards"]) == (1, 2, list(NEW))
     assert a["journalPositions"] == [{"shard": s, "gtid": POSITIONS[s]} for s in NEW]
     assert a["phase"] == "Running" and "pending" not in a
+    assert [t["phase"] for t in a["taskStates"]] == ["Pending", "Pending"]  # the full write, diffed after the record
     assert _deployments(cluster) == {"c-g1-t0": 1, "c-g1-t1": 1}
 
 

@@ -334,7 +334,7 @@ async def reconcile(ctx: ReconcileContext, namespace: str, name: str) -> Plan | 
         ctx.emit(body, ev.type, ev.reason, ev.message)
     ctx.warned.clear()
     ctx.warned.update(standing)
-    await _record_ahead(ctx, body, existing_status, p, adopted)
+    recorded = await _record_ahead(ctx, body, existing_status, p, adopted)
     await _apply(ctx, body, cr, p, deployments, config_maps)
     await _restart(ctx, body, cr, p)
     wanted = build_status(cr, existing_status, p, discovery, reports, now, adopted)
@@ -343,14 +343,15 @@ async def reconcile(ctx: ReconcileContext, namespace: str, name: str) -> Plan | 
         wanted["backfills"] = entries
         wanted["conditions"] = cond.merge_conditions(wanted["conditions"], (bf_cond,),
                                                      observed_generation=cr.generation, now=now)
-    await _write_status(ctx, body, existing_status, wanted)
+    await _write_status(ctx, body, recorded, wanted)
     return p
 
 
 async def _record_ahead(
     ctx: ReconcileContext, body: Mapping[str, Any], existing: Mapping[str, Any], p: Plan, adopted: Adoption | None
-) -> None:
-    """Store a changed generation record before acting on it (a write-ahead record).
+) -> Mapping[str, Any]:
+    """Store a changed generation record before acting on it (a write-ahead record); returns the
+    status as it is now (the final write is a merge patch against it).
 
     Acting removes what the plan was made from: the pods of workers that stopped at a reshard
     journal (their termination messages hold it) and the previous generation's Deployments. Were
@@ -359,16 +360,21 @@ async def _record_ahead(
     number beside the one that runs. If this write fails, nothing has been acted on.
     """
     if p.generation is None:
-        return
+        return existing
     record = generation_to_status(p.generation)
-    current = generation_from_status(existing.get("assignment"))
+    old = existing.get("assignment") or {}
+    current = generation_from_status(old)
     if current is not None and generation_to_status(current) == record:
-        return
-    ahead: dict[str, Any] = {"assignment": record}
+        return existing
+    # A merge patch from the stored record: keys the new record lacks (a finished drain's
+    # ``pending``, older ``journalPositions``) are removed, not left beside it.
+    ahead: dict[str, Any] = {"assignment": merge_patch(old, record)}
+    after = {**existing, "assignment": record}
     if adopted is not None and not existing.get("adoptedOffsets"):
-        ahead["adoptedOffsets"] = adoption_to_status(adopted)  # the first generation's adopted offsets
+        ahead["adoptedOffsets"] = after["adoptedOffsets"] = adoption_to_status(adopted)  # the first generation's
     meta = body["metadata"]
     await ctx.kube.patch_connector_status(meta["namespace"], meta["name"], ahead)
+    return after
 
 
 async def _write_status(

@@ -10,14 +10,24 @@ shard whose durable position contains that set had every change committed before
 so its watermark may move to ``t0``. The primary, not the stream's tablet type: a replica behind
 its primary would "prove" changes durable that it has not applied yet.
 
-The task asks for a probe on every VTGate heartbeat (only sent while the stream is idle), and a
-probe runs on its own thread, at most one at a time, so the stream never waits for it. Cost: one
-short VStream per shard per heartbeat interval while idle.
+The mark is ``floor(t0)`` less ``CLOCK_MARGIN_S``: commit timestamps are whole seconds of the
+source's clock, so a change committed just after the probe, within ``t0``'s second or on a primary
+whose clock is a little behind the worker's, still has a timestamp at or above the mark. (MySQL
+stamps a transaction's events with its first statement's start: a transaction running longer than
+the margin, open across a probe, can carry an older timestamp; this holds for every commit-time
+watermark, the acknowledged-commit one included.)
+
+The task asks for a probe on every VTGate heartbeat (sent only while the whole stream is idle) and
+on its offset flushes (a quiet shard beside a busy one); a probe runs on its own thread, at most one
+at a time and at most once per ``interval`` seconds, so the stream never waits for it. A shard whose
+position cannot be read in time is skipped (no proof), the others are marked. Cost: one short
+VStream per shard per interval.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -27,7 +37,8 @@ from cdcworker.offsets import Vgtid
 
 log = logging.getLogger(__name__)
 
-Positions = Callable[[Sequence[str]], Mapping[str, str]]
+Positions = Callable[[Sequence[str]], Mapping[str, str]]  # shards -> those read (a failed one left out)
+CLOCK_MARGIN_S = 1.0  # the source's clock may be this far behind the worker's
 
 
 def caught_up(durable: Vgtid, current: Mapping[str, str]) -> list[str]:
@@ -54,18 +65,21 @@ class IdleProbe:
         durable: Callable[[], Vgtid | None],
         mark: Callable[[str, float], None],
         clock: Callable[[], float] = time.time,
+        interval: float = 0.0,
     ) -> None:
         self._positions = positions
         self._durable = durable
         self._mark = mark
         self._clock = clock
+        self._interval = interval
+        self._next = 0.0  # monotonic time of the next probe allowed
         self._busy = threading.Lock()
         self._closed = threading.Event()
         self.probes = 0  # completed probes, for status and tests
 
     def probe(self) -> list[str]:
         """One probe, on the caller's thread: the shards marked idle."""
-        t0 = self._clock()
+        t0 = math.floor(self._clock()) - CLOCK_MARGIN_S
         before = self._durable()
         if before is None:
             return []
@@ -78,9 +92,12 @@ class IdleProbe:
         return marked
 
     def request(self) -> None:
-        """Start a probe on a thread of its own unless one is running (never blocks)."""
-        if self._closed.is_set() or not self._busy.acquire(blocking=False):
+        """Start a probe on a thread of its own unless one is running or the last one started less
+        than ``interval`` seconds ago (never blocks)."""
+        now = time.monotonic()
+        if self._closed.is_set() or now < self._next or not self._busy.acquire(blocking=False):
             return
+        self._next = now + self._interval
         threading.Thread(target=self._run, name="idle-probe", daemon=True).start()
 
     def _run(self) -> None:

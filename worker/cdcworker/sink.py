@@ -13,6 +13,7 @@ One delivery callback object per segment (not per record) keeps the hot path all
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -362,15 +363,23 @@ class TransactionalSink(KafkaSink):
         if not self._in_txn:
             self._begin()
         try:
+            deadline = self._clock() + self._timeout
             while True:
                 try:
                     self._offset_writer(self.producer, self._point)
                     break
                 except BufferError:  # confluent-kafka's full local queue (the native producer waits itself)
+                    if self._clock() > deadline:  # a broker away: the commit fails, the task stops
+                        raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "no room for the offset record")) from None
                     self.producer.poll(0.05)
             t0 = self._clock()
             self.producer.commit_transaction(self._timeout)
             self.commit_seconds += self._clock() - t0
+        except InterruptedError as exc:  # a stop while the broker is away (no room for the offset record)
+            with contextlib.suppress(KafkaException):
+                self._abort(5.0)
+            raise SinkError(f"stopped before the Kafka transaction could commit ({exc}); the next start resumes "
+                            "from the last committed offset") from exc
         except KafkaException as exc:
             self._raise_if_fatal(exc)  # fenced: the transaction is void and the task stops
             err = exc.args[0]

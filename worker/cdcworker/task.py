@@ -191,6 +191,7 @@ class WorkerTask:
         self._last_extra: tuple[tuple[str, Any], ...] = ()
         self._probe_client: Any = None  # idleprobe's VTGate client, opened on the first probe
         self.idle_probe: IdleProbe | None = None
+        self._decorate: Any = None  # Features.decorate: offset fields stored with every position
         self.extras: Any = None  # signals.runtime.TaskExtras: filters, failure mode, signals, snapshots  # __debezium.context.runId: one per task run, kept across reconnects
 
     # --- control ----------------------------------------------------------------------------
@@ -204,6 +205,9 @@ class WorkerTask:
         sink = self.sink
         if sink is not None:
             sink.interrupt()  # a send waiting for room in a full queue (a broker away) gives up
+        extras = self.extras
+        if extras is not None:
+            extras.interrupt()  # and so does a signal write (relay, backfill forwarder)
 
     def install_signal_handlers(self) -> None:
         def on_signal(signum: int, _frame: object) -> None:
@@ -255,13 +259,13 @@ class WorkerTask:
         self._last_extra = extra
 
     def _rewind(self, sink: KafkaSink, processor: Any) -> Any:
-        """``sink.rewind``; an aborted Kafka transaction also undid ad-hoc snapshot records, so the
-        snapshot engine starts over from the committed offset's state, as the live stream does."""
+        """``sink.rewind``; an aborted Kafka transaction also undid ad-hoc snapshot records and the
+        signal positions sealed with them, so snapshots and signal channels start over from the
+        committed offset's state, as the live stream does."""
         aborts = sink.aborts
         position = sink.rewind(processor.position)
-        engine = self.extras.engine if self.extras is not None else None
-        if sink.aborts != aborts and engine is not None and hasattr(engine, "on_abort"):
-            engine.on_abort(sink.durable)
+        if sink.aborts != aborts and self.extras is not None:
+            self.extras.on_abort(sink.durable)
         return position
 
     def _resolve_start(self, store: OffsetStore, channel: grpc.Channel, metadata: tuple[tuple[str, str], ...]) -> Vgtid:
@@ -315,13 +319,19 @@ class WorkerTask:
         from cdcworker.backfill.vtgate import VTGateClient
 
         cfg = self.config
+        client = self._probe_client = VTGateClient(channel_settings(cfg), cfg.source.keyspace, "PRIMARY")
+        interval = max(1.0, cfg.source.heartbeat_interval_seconds)
 
         def positions(shards: Sequence[str]) -> dict[str, str]:
-            if self._probe_client is None:
-                self._probe_client = VTGateClient(channel_settings(cfg), cfg.source.keyspace, "PRIMARY")
-            return {s: self._probe_client.current_position(s) for s in shards}
+            out = {}
+            for s in shards:
+                try:
+                    out[s] = client.current_position(s, timeout=max(2.0, interval))
+                except Exception as exc:  # this shard is not proven; the others may be
+                    log.debug("idle probe: %s: %s", s, exc)
+            return out
 
-        return IdleProbe(positions, lambda: sink.durable, metrics.mark_idle)
+        return IdleProbe(positions, lambda: sink.durable, metrics.mark_idle, interval=interval)
 
     def _current_positions(self, position: Vgtid) -> Vgtid:
         """``position`` with every shard's ``current`` replaced by the shard's position now."""
@@ -352,9 +362,11 @@ class WorkerTask:
     def _store_position(self, store: OffsetStore, position: Vgtid) -> None:
         """Store ``position`` under the task's key now and wait for it. Exactly-once: an offset
         record alone in a Kafka transaction (offsets otherwise only travel with records)."""
+        if self._decorate is not None:
+            position = self._decorate(position)  # ad-hoc snapshots and signal positions go along
         sink = self.sink
         if isinstance(sink, TransactionalSink):
-            sink.commit_point(Vgtid(tuple(position)))  # a new object: commit() skips the durable one
+            sink.commit_point(dataclasses.replace(position))  # a new object: commit() skips the durable one
             sink.commit()
         else:
             self._write_offset(store, position)
@@ -464,6 +476,7 @@ class WorkerTask:
             for sg in position:
                 metrics.shard(sg.shard, sg.keyspace)
             self.sink = sink = self._make_sink(store, position)
+            stored_start = self._restored is None and not any(sg.gtid == "current" for sg in position)
             if self._handing_off():
                 self._store_handoff(store, position)  # states start() created are stored before any hold is announced
             elif cfg.task.per_task and self._restored is None and not any(sg.gtid == "current" for sg in position):
@@ -526,6 +539,12 @@ class WorkerTask:
             # offset or (a new generation) from those its shards come from.
             extras.restore(self._restored.fields if self._restored else None,
                            {s: v.fields for s, v in self._inherited.items()})
+            self._decorate = features.decorate
+            if self._decorate is not None and stored_start and (cfg.task.per_task or self._handing_off()):
+                # A new task key stored its start before the state it takes over was known: store
+                # it again with that state, or a restart before the next offset flush loses it.
+                self._last_written = None
+                self._store_position(store, position)
             sink.on_error = extras.failures.on_delivery_error  # records the broker refuses as too large
             self._rules = extras.rules()
             # VTGate heartbeats come only while the stream is idle: each asks for proof that the
@@ -589,6 +608,8 @@ class WorkerTask:
                                     if sm.last_commit_ts is not None:
                                         sm.on_ack(sm.last_commit_ts)
                             metrics.on_offsets_flushed()
+                            if probe is not None:
+                                probe.request()  # a quiet shard beside busy ones (rate-limited)
                             if self.handoff is not None and self.handoff.pending(durable):
                                 raise _HandoffChange()
                             next_flush = time.monotonic() + flush_every
@@ -605,7 +626,8 @@ class WorkerTask:
                 except ReassignmentNeeded as exc:
                     sink.flush()
                     # The journal's target positions are what the next generation starts from:
-                    # stored before exiting, in exactly-once mode too (no records carry them).
+                    # stored before exiting, in exactly-once mode too (no records carry them), with
+                    # the ad-hoc snapshot and signal state (_store_position decorates them).
                     self._store_position(store, exc.vgtid)
                     _report_journal(metrics, exc)
                     result = TaskResult(exitcodes.REASSIGNMENT_NEEDED, str(exc), exc.vgtid)

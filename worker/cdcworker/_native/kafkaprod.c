@@ -371,6 +371,7 @@ static int produce(Producer *self, const char *topic, int32_t partition, const c
     vu[n].vtype = VT_OPAQUE; vu[n++].u.ptr = (void *)(intptr_t)open_seq(self);
     vu[n].vtype = VT_MSGFLAGS; vu[n++].u.i = flags;
     if (hdrs) { vu[n].vtype = VT_HEADERS; vu[n++].u.headers = hdrs; }
+    int waited_after_stop = 0;
     for (;;) {
         rk_error_t *err = K.produceva(self->rk, vu, (size_t)n);
         if (!err) break;
@@ -382,8 +383,10 @@ static int produce(Producer *self, const char *topic, int32_t partition, const c
         poll_nogil(self, 50);
         if (PyErr_CheckSignals() < 0) goto fail;
         /* A stop (SIGTERM's handler runs inside PyErr_CheckSignals, or another thread) must not
-         * wait for a broker that may never come back: the record is not sent, nothing after it is. */
-        if (self->interrupted) {
+         * wait for a broker that may never come back: the record is not sent, nothing after it is.
+         * The task's records (counted) at once; an exactly-once batch's offset record, written by
+         * the stop's own commit, after 10 s more (a healthy broker frees room well before). */
+        if (self->interrupted && (counted || ++waited_after_stop > 200)) {
             PyErr_SetString(PyExc_InterruptedError, "stopping: the task was asked to stop while Kafka's "
                             "local queue was full (the record was not sent; offsets stay behind it)");
             goto fail;

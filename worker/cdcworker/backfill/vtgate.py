@@ -151,7 +151,7 @@ class VTGateClient:
             raise
         return fields, rows
 
-    def _vstream(self, shard: str, table: str | None) -> Any:
+    def _vstream(self, shard: str, table: str | None, timeout: float = 0.0) -> Any:
         # "/^$" matches no table: the stream carries positions only.
         rules = [binlogdata_pb2.Rule(match=table_rule(table) if table else "/^$")]
         req = vtgate_pb2.VStreamRequest(
@@ -161,7 +161,7 @@ class VTGateClient:
             ),
             filter=binlogdata_pb2.Filter(rules=rules),
         )
-        return self.stub.VStream(req, metadata=self.metadata, timeout=WINDOW_TIMEOUT_S)
+        return self.stub.VStream(req, metadata=self.metadata, timeout=timeout or WINDOW_TIMEOUT_S)
 
     @staticmethod
     def _first_position(events: Iterator[Any], shard: str) -> str:
@@ -173,9 +173,9 @@ class VTGateClient:
                             return str(sg.gtid)
         raise QueryError(f"VStream at 'current' on {shard} ended without a position")
 
-    def current_position(self, shard: str) -> str:
-        """The shard's executed GTID set now (a high watermark)."""
-        call = self._vstream(shard, None)
+    def current_position(self, shard: str, timeout: float = 0.0) -> str:
+        """The shard's executed GTID set now (a high watermark); ``timeout`` seconds at most."""
+        call = self._vstream(shard, None, timeout)
         try:
             return self._first_position(iter(call), shard)
         finally:

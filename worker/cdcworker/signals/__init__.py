@@ -14,8 +14,8 @@ Source channel (``signal.data.collection``): an INSERT into the table (columns `
 ignored. Kafka channel (``signal.enabled.channels`` contains ``kafka``): records on
 ``signal.kafka.topic`` whose key is ``topic.prefix`` and whose value is ``{"type", "data"}``.
 
-Where the Kafka channel resumes is part of the task's offset (``SIGNAL_OFFSETS_KEY``: per
-partition, the next record to read), sealed into the same commit point as what the signals
+Where the Kafka channels resume is part of the task's offset (``SIGNAL_OFFSETS_KEY``: per topic
+and partition, the next record to read), sealed into the same commit point as what the signals
 started, so a signal is replayed after a crash exactly when its effect was not durable. Debezium
 commits the channel's consumer group on its own schedule instead: a crash loses a signal read
 before it, and a task key of a new generation (a new group) reads the topic from the start again.
@@ -161,6 +161,7 @@ class SignalDispatcher:
         self._inbox: queue.SimpleQueue[Signal | tuple[str, int, int]] = queue.SimpleQueue()
         # The Kafka channels' positions as of the signals acted on (processing thread only).
         self.channel_offsets: dict[tuple[str, int], int] = {}
+        self._field: tuple[tuple[str, str], ...] = ()  # signal_offsets_field(channel_offsets), cached
         # Something was acted on or read since the task last sealed a commit point for it.
         self.changed = False
 
@@ -200,7 +201,30 @@ class SignalDispatcher:
                     continue
                 topic, partition, offset = item.position
                 item = (topic, partition, offset + 1)
-            self.channel_offsets[(item[0], item[1])] = item[2]
+            key = (item[0], item[1])
+            if item[2] > self.channel_offsets.get(key, -1):  # positions only move forward
+                self.channel_offsets[key] = item[2]
+                self._field = signal_offsets_field(self.channel_offsets)
+
+    def rewind(self, offsets: ChannelOffsets) -> None:
+        """Back to ``offsets`` (an aborted Kafka transaction took what came after): queued signals
+        and positions are dropped; the channels read them again (processing thread)."""
+        while True:
+            try:
+                self._inbox.get_nowait()
+            except queue.Empty:
+                break
+        self.channel_offsets = dict(offsets)
+        self._field = signal_offsets_field(self.channel_offsets)
+
+    def restore_offsets(self, offsets: ChannelOffsets) -> None:
+        """Positions stored in (or inherited into) the task's offset (processing thread)."""
+        self.channel_offsets.update(offsets)
+        self._field = signal_offsets_field(self.channel_offsets)
+
+    def offsets_field(self) -> tuple[tuple[str, str], ...]:
+        """The offset field for the channels' positions now (cached: built once per change)."""
+        return self._field
 
     def dispatch(self, signal: Signal) -> None:
         log.info("signal %s (%s) from the %s channel: %s", signal.id, signal.type, signal.channel, dict(signal.data))
@@ -314,11 +338,15 @@ class KafkaSignalChannel:
         self._stop = threading.Event()
         self._offsets: dict[int, int] = {}
         self._skip_origin = skip_origin  # the relay topic: records this task relayed itself
+        self._start_offsets: dict[int, int] = {}
+        self._rewind_to: dict[int, int] | None = None  # set by rewind(), applied by the channel thread
+        self._rewind_lock = threading.Lock()
         self.received = 0
         self._thread = threading.Thread(target=self._run, name="signal-kafka", daemon=True)
 
     def start(self, offsets: ChannelOffsets | None = None) -> KafkaSignalChannel:
         self._offsets = {p: o for (t, p), o in (offsets or {}).items() if t == self.topic}
+        self._start_offsets = dict(self._offsets)
         self._consumer.subscribe([self.topic], on_assign=self._on_assign)
         self._thread.start()
         return self
@@ -329,8 +357,30 @@ class KafkaSignalChannel:
                 tp.offset = self._offsets[tp.partition]
         consumer.assign(partitions)
 
+    def rewind(self, offsets: Mapping[int, int]) -> None:
+        """Read again from ``offsets`` (partition -> next offset; a partition without one from
+        where the channel started). Thread-safe: the channel's thread seeks."""
+        with self._rewind_lock:
+            self._rewind_to = dict(offsets)
+
+    def _seek_back(self, offsets: Mapping[int, int]) -> None:
+        from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+
+        self._offsets = {**self._start_offsets, **offsets}  # also what a later assignment starts from
+        for tp in self._consumer.assignment():
+            target = offsets.get(tp.partition, self._start_offsets.get(tp.partition, OFFSET_BEGINNING))
+            self._consumer.seek(TopicPartition(self.topic, tp.partition, target))
+            self._offsets[tp.partition] = target
+
     def _run(self) -> None:
         while not self._stop.is_set():
+            with self._rewind_lock:
+                rewind, self._rewind_to = self._rewind_to, None
+            if rewind is not None:
+                try:
+                    self._seek_back(rewind)
+                except Exception as exc:  # not assigned yet: the assignment starts from the offset anyway
+                    log.warning("signal channel %s: rewinding failed (%s)", self.topic, exc)
             try:
                 msg = self._consumer.poll(0.2)
             except RuntimeError:
@@ -344,6 +394,7 @@ class KafkaSignalChannel:
                     return
                 continue
             partition, offset = msg.partition() or 0, msg.offset() or 0
+            self._offsets[partition] = offset + 1  # a re-assignment resumes here, not at the start
             try:
                 signal = signal_from_kafka(msg.key(), msg.value(), self._prefix, offset, partition, self.topic,
                                            self._skip_origin)
@@ -360,6 +411,7 @@ class KafkaSignalChannel:
                 from confluent_kafka import TopicPartition
 
                 self._consumer.seek(TopicPartition(self.topic, partition, offset))
+                self._offsets[partition] = offset
                 self._stop.wait(5.0)
                 continue
             self.received += 1

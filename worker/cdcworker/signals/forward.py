@@ -9,8 +9,9 @@ backfill run exactly as for a ``spec.backfills[]`` entry.
 Why the progress topic: it is durable and ordered (one partition), the operator reads it anyway
 for the runs' progress, and it outlives worker and operator restarts. The record is written and
 acknowledged before the signal counts as handled: a source-channel signal is acted on at its
-COMMIT, before the task's offset passes it, and a Kafka-channel signal before the channel commits
-its consumer offset, so a crash in between replays the signal and writes the same record again.
+COMMIT, before the task's offset passes it, and a Kafka-channel signal before the channel's
+position in the offset passes it, so a crash in between replays the signal and writes the same
+record again.
 Its key is the signal id and its bytes depend only on the signal, so the several tasks that read
 the same Kafka signal (or a task replaying after a restart) write the same record: compaction and
 the operator's fold collapse them.
@@ -32,6 +33,7 @@ log = logging.getLogger(__name__)
 ENGINE_PROPERTY = "shardcdc.signal.snapshot.engine"
 BACKFILL = "backfill"
 WRITE_ATTEMPTS = 5
+WRITE_TIMEOUT = 10.0  # seconds per attempt: a stop waits for at most one
 
 
 def signal_record(signal_id: str, kind: str, keyspace: str, request: SnapshotRequest | None,
@@ -58,6 +60,16 @@ class TopicWriter:
         self._lock = threading.Lock()
         self._producer: Any = None
         self._topic_ready = False
+        self._interrupted = threading.Event()
+
+    def ensure_topic(self) -> None:
+        if not self._topic_ready:
+            self.store.ensure_topic()
+            self._topic_ready = True
+
+    def interrupt(self) -> None:
+        """A write in progress gives up at its next attempt (the task is stopping; thread-safe)."""
+        self._interrupted.set()
 
     def _write(self, rec: Any, what: str) -> None:
         from confluent_kafka import KafkaException, Producer
@@ -65,18 +77,18 @@ class TopicWriter:
         with self._lock:
             for attempt in range(WRITE_ATTEMPTS):
                 try:
-                    if not self._topic_ready:
-                        self.store.ensure_topic()
-                        self._topic_ready = True
+                    self.ensure_topic()
                     if self._producer is None:
                         self._producer = Producer(self.store.client_config)
-                    self.store.write(self._producer, [rec], timeout=30)
+                    self.store.write(self._producer, [rec], timeout=WRITE_TIMEOUT)
                     return
                 except (KafkaException, TimeoutError) as exc:
                     if attempt + 1 == WRITE_ATTEMPTS:
                         raise
                     log.warning("writing %s to %s failed (%s); retrying", what, self.store.topic, exc)
-                    time.sleep(min(2.0 ** attempt, 10.0))  # backoff between retries of a failed write
+                    # Backoff between retries of a failed write, cut short by a stop.
+                    if self._interrupted.wait(min(2.0 ** attempt, 10.0)):
+                        raise InterruptedError(f"stopping: {what} not written to {self.store.topic}") from exc
 
     def close(self) -> None:
         if self._producer is not None:
@@ -136,7 +148,8 @@ class SignalRelay(TopicWriter):
     """
 
     def __init__(self, client_config: Mapping[str, Any], prefix: str, origin: str, replication_factor: int = -1) -> None:
-        super().__init__(client_config, prefix + RELAY_SUFFIX, replication_factor, topic_config={})
+        super().__init__(client_config, prefix + RELAY_SUFFIX, replication_factor,
+                         topic_config={"cleanup.policy": "delete"})  # every signal kept (one key)
         self.prefix = prefix
         self.origin = origin
         self.relayed: list[str] = []  # signal ids, for status and tests

@@ -18,17 +18,22 @@ from cdcworker.config import WorkerConfig
 from cdcworker.events import EncoderConfig
 from cdcworker.filters import FailureHandler, FilterPolicy, vstream_rules
 from cdcworker.filters.failure import topic_limits
-from cdcworker.offsets.value import with_offset_fields
+from cdcworker.offsets.value import Checkpoint, with_offset_fields
 from cdcworker.signals import (
     SIGNAL_OFFSETS_KEY,
     KafkaSignalChannel,
     SignalDispatcher,
     SignalTap,
     inherited_signal_offsets,
-    signal_offsets_field,
     stored_signal_offsets,
 )
-from cdcworker.signals.forward import BACKFILL, ENGINE_PROPERTY, BackfillSignalForwarder, SignalRelay
+from cdcworker.signals.forward import (
+    BACKFILL,
+    ENGINE_PROPERTY,
+    BackfillSignalForwarder,
+    SignalRelay,
+    TopicWriter,
+)
 from cdcworker.snapshot.vstream_copy import VStreamCopyEngine
 
 log = logging.getLogger(__name__)
@@ -97,6 +102,7 @@ class TaskExtras:
                 # The signal row reaches one task; the others learn of it through the relay.
                 extras.relay = SignalRelay(cfg.kafka.client_config("producer"), cfg.topic_prefix, task_key,
                                            replication_factor=cfg.kafka.offsets_replication_factor)
+                extras.relay.ensure_topic()  # before the channels subscribe: they see it at once
                 extras.channels.append(KafkaSignalChannel(client, extras.relay.store.topic,
                                                           f"{sig.kafka_group_id}-relay-{task_key}", cfg.topic_prefix,
                                                           extras.dispatcher, skip_origin=task_key))
@@ -112,7 +118,7 @@ class TaskExtras:
         features.policy = self.policy
         features.failures = self.failures
         features.signals = self.tap
-        if self.channels or isinstance(self.engine, VStreamCopyEngine):
+        if self.dispatcher is not None:
             features.decorate = self.decorate
 
     def decorate(self, position: Any) -> Any:
@@ -120,8 +126,10 @@ class TaskExtras:
         (``VStreamCopyEngine.state_fields``) and where the Kafka signal channel has read to."""
         if isinstance(self.engine, VStreamCopyEngine):
             position = self.engine.decorate(position)
-        if self.channels and self.dispatcher is not None:
-            position = with_offset_fields(position, signal_offsets_field(self.dispatcher.channel_offsets), _CHANNEL_KEYS)
+        if self.dispatcher is not None:
+            # Also positions of channels this task does not read (the relay in a one-task
+            # generation): carried on, so the next multi-task generation does not read from the start.
+            position = with_offset_fields(position, self.dispatcher.offsets_field(), _CHANNEL_KEYS)
         return position
 
     def restore(self, own: Mapping[str, Any] | None, inherited: Mapping[str, Mapping[str, Any]] | None = None) -> None:
@@ -135,11 +143,11 @@ class TaskExtras:
                 self.engine.restore(own)
             elif inherited and isinstance(self.engine, VStreamCopyEngine):
                 self.engine.restore_inherited(inherited)
-        if self.channels:
+        if self.dispatcher is not None:
             offsets = (stored_signal_offsets(own) if own is not None
                        else inherited_signal_offsets(list({id(v): v for v in inherited.values()}.values())))
-            if self.dispatcher is not None and offsets:
-                self.dispatcher.channel_offsets.update(offsets)  # kept in the offset until it moves
+            if offsets:
+                self.dispatcher.restore_offsets(offsets)  # kept in the offset until they move
                 self.dispatcher.changed = own is None  # a new task key stores them at once
             for channel in self.channels:
                 mine = {k: o for k, o in (offsets or {}).items() if k[0] == channel.topic}
@@ -168,6 +176,25 @@ class TaskExtras:
                 processor.seal(dataclasses.replace(processor.position))
         if self.engine is not None and self.engine.active:
             self.engine.pump(processor)
+
+    def on_abort(self, durable: Any) -> None:
+        """The exactly-once sink aborted its open Kafka transaction: what the signals since
+        ``durable`` started is gone with it, so the snapshots start over from ``durable``'s state
+        and the Kafka channels read again from its positions (signals acted on since are replayed)."""
+        if self.engine is not None and hasattr(self.engine, "on_abort"):
+            self.engine.on_abort(durable)
+        if self.dispatcher is None:
+            return
+        stored = stored_signal_offsets(dict(durable.extra) if isinstance(durable, Checkpoint) else {}) or {}
+        self.dispatcher.rewind(stored)
+        for channel in self.channels:
+            channel.rewind({p: o for (t, p), o in stored.items() if t == channel.topic})
+
+    def interrupt(self) -> None:
+        """The task is stopping: a signal write waiting on Kafka gives up (thread-safe)."""
+        for writer in (self.relay, self.engine):
+            if isinstance(writer, TopicWriter):
+                writer.interrupt()
 
     def close(self) -> None:
         for channel in self.channels:
