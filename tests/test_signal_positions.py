@@ -22,7 +22,14 @@ import pytest
 from confluent_kafka import Producer
 from events_fixtures import field, field_event, insert
 from polling import wait_for
-from worker_fixtures import RecordingSink, commerce_sim, running_task, wait_positioned, worker_config
+from worker_fixtures import (
+    RecordingSink,
+    caught_up,
+    commerce_sim,
+    running_task,
+    wait_positioned,
+    worker_config,
+)
 
 from cdcworker import exitcodes
 from cdcworker.config import WorkerConfig
@@ -250,3 +257,24 @@ def test_a_signal_row_reaches_every_task_of_a_multi_task_connector(kafka_broker:
     reads = [json.loads(r.value)["payload"] for r in consume_all(kafka_broker.bootstrap, f"{base.topic_prefix}.commerce.customer")
              if r.value]
     assert sorted(p["after"]["id"] for p in reads if p["op"] == "r") == [1, 2, 3, 4, 5, 6]
+
+
+def test_rows_already_in_the_signal_table_are_not_acted_on_by_the_initial_snapshot(kafka_broker: KafkaBroker) -> None:
+    """The initial copy reads the signal table's old rows as inserts; acting on them re-ran every
+    signal ever sent. Only rows the stream brings after the copy batch are signals (Debezium)."""
+    with commerce_sim(SIGNAL_DDL, customers=3) as sim:
+        old = json.dumps({"data-collections": ["commerce.customer"]})
+        sim.execute(f"INSERT INTO dbz_signal (id, type, data) VALUES (1, 'execute-snapshot', '{old}')", "commerce")
+        cfg = worker_config(kafka_broker, sim.address, "commerce", extra={
+            "signal.data.collection": "commerce.dbz_signal", "snapshot.mode": "initial"})
+        with running_task(cfg) as run:
+            wait_for(lambda: run.task.processor is not None and not run.task.processor.position.copying
+                     and caught_up(sim, run), what="the initial copy")
+            new = json.dumps({"message": "after the copy"})
+            sim.execute(f"INSERT INTO dbz_signal (id, type, data) VALUES (2, 'log', '{new}')", "commerce")
+            wait_for(lambda: [s.id for s in run.task.extras.dispatcher.handled] == ["2"], what="only the new signal")
+            assert run.task.extras.engine.completed == [] and not run.task.extras.engine.active
+            assert run.stop().exit_code == exitcodes.OK
+    reads = [json.loads(r.value)["payload"] for r in consume_all(kafka_broker.bootstrap, f"{cfg.topic_prefix}.commerce.customer")
+             if r.value]
+    assert sorted(p["after"]["id"] for p in reads) == [1, 2, 3]  # the initial snapshot's reads, once

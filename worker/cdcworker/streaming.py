@@ -543,7 +543,7 @@ class StreamProcessor:
             # Acted on before the commit point is sealed: the position passes the signal row only
             # together with what the signal started (an ad-hoc snapshot in the offset, a backfill
             # signal written to the progress topic), so a crash in between replays the signal.
-            self._signals.commit(vgtid_json)
+            self._signals.commit(vgtid_json, vgtid, self._pending_shard)
         self.seal(position)
         self.stats.transactions += 1
         self.stats.last_commit_ts = timestamp

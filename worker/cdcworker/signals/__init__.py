@@ -270,6 +270,7 @@ class SignalTap:
         self._dispatcher = dispatcher
         self._plans: dict[tuple[str, str], TablePlan] = {}
         self._pending: list[tuple[TablePlan, Any]] = []
+        self._copied: dict[str, Any] = {}  # shard -> the signal table's lastpk at its last copy batch
 
     def field(self, key: tuple[str, str], fe: Any) -> None:
         try:
@@ -286,10 +287,14 @@ class SignalTap:
             if rc.HasField("after") and not rc.HasField("before"):
                 self._pending.append((plan, rc))
 
-    def commit(self, vgtid_json: str = "") -> None:
+    def commit(self, vgtid_json: str = "", vgtid: Any = None, shard: str = "") -> None:
+        """The transaction of the pending rows committed at ``vgtid`` on ``shard``: act on them,
+        unless they are the signal table's initial copy (old signals, read by a copy batch)."""
         if not self._pending:
             return
         pending, self._pending = self._pending, []
+        if vgtid is not None and self._copy_batch(vgtid, shard):
+            return
         for plan, rc in pending:
             try:
                 signal = signal_from_row(plan.decode(rc.after))
@@ -299,6 +304,18 @@ class SignalTap:
             self._dispatcher.dispatch(signal)
             if self._relay is not None:
                 self._relay.publish(signal)
+
+    def _copy_batch(self, vgtid: Any, shard: str) -> bool:
+        """A copy batch of the signal table moves its lastpk in ``table_p_ks``; a new row (also a
+        catch-up row during the copy phase) leaves it where the last batch put it. Debezium acts
+        only on streamed inserts: rows already in the table when a snapshot copies it are history."""
+        sg = next((g for g in vgtid if g.shard == shard), None)
+        lastpk = next((t for t in (sg.table_p_ks if sg is not None else ()) if t.table_name in self.tables), None)
+        if lastpk is None:
+            return False
+        moved = lastpk != self._copied.get(shard)
+        self._copied[shard] = lastpk
+        return moved
 
     def rollback(self) -> None:
         self._pending.clear()
