@@ -50,7 +50,7 @@ from cdcoperator.planner import (
     generation_to_status,
     plan,
 )
-from cdcoperator.taskstatus import PodSummary, fetch_status, task_report
+from cdcoperator.taskstatus import PodSummary, fetch_status, stray_pods, task_report
 
 __all__ = [
     "RESTARTED_AT_ANNOTATION",
@@ -325,8 +325,10 @@ async def reconcile(ctx: ReconcileContext, namespace: str, name: str) -> Plan | 
     p = plan(cr.spec, discovery.serving if discovery is not None else None, current, reports,
              source_error=source_error, adopted=adopted if current is None else None, offsets_error=offsets_error)
 
+    strays = stray_pods(ctx.pods(namespace, name), filter(None, (_gen_task(d) for d in deployments)))
+    stray_events = (Event("Warning", STRAY_REASON, _stray_message(strays)),) if strays else ()
     standing: set[str] = set()
-    for ev in (*p.events, *reshard_events(existing_status.get("conditions"), p)):
+    for ev in (*p.events, *reshard_events(existing_status.get("conditions"), p), *stray_events):
         if ev.type == "Warning":
             standing.add(ev.reason)
             if ev.reason in ctx.warned:
@@ -343,8 +345,21 @@ async def reconcile(ctx: ReconcileContext, namespace: str, name: str) -> Plan | 
         wanted["backfills"] = entries
         wanted["conditions"] = cond.merge_conditions(wanted["conditions"], (bf_cond,),
                                                      observed_generation=cr.generation, now=now)
+    if strays:
+        wanted["conditions"] = cond.merge_conditions(
+            wanted["conditions"], (cond.ConditionSpec(cond.DEGRADED, True, STRAY_REASON, _stray_message(strays)),),
+            observed_generation=cr.generation, now=now)
     await _write_status(ctx, body, recorded, wanted)
     return p
+
+
+STRAY_REASON = "StrayWorkers"
+
+
+def _stray_message(strays: Sequence[PodSummary]) -> str:
+    names = ", ".join(f"{p.name} (generation {p.generation}, task {p.task})" for p in strays)
+    return (f"worker pod(s) {names} run without their task's Deployment: they may stream their shards beside the "
+            "current workers and write offsets under an old task key; delete them (kubectl delete pod ...)")
 
 
 async def _record_ahead(

@@ -31,6 +31,7 @@ __all__ = [
     "fetch_status",
     "journal_from",
     "pod_index_key",
+    "stray_pods",
     "summarize_pod",
     "task_report",
 ]
@@ -69,6 +70,17 @@ class PodSummary:
     termination_message: str
     restarts: int
     unschedulable: str | None = None  # the scheduler's message while PodScheduled is False (Unschedulable)
+
+
+def stray_pods(pods: Iterable[PodSummary], tasks: Iterable[tuple[int, int]]) -> list[PodSummary]:
+    """Worker pods still running whose task has no Deployment (pure).
+
+    Every worker pod belongs to a task Deployment the operator made. One without it (deleted with
+    ``--cascade=orphan``, a ReplicaSet or pod copied by hand) streams its shards under an old task
+    key beside the current workers, and the operator would never see it otherwise."""
+    known = set(tasks)
+    return sorted((p for p in pods if (p.generation, p.task) not in known and not p.deleting
+                   and p.phase in ("Pending", "Running")), key=lambda p: p.name)
 
 
 def pod_index_key(namespace: str, connector: str) -> tuple[str, str]:
