@@ -278,3 +278,62 @@ def test_rows_already_in_the_signal_table_are_not_acted_on_by_the_initial_snapsh
     reads = [json.loads(r.value)["payload"] for r in consume_all(kafka_broker.bootstrap, f"{cfg.topic_prefix}.commerce.customer")
              if r.value]
     assert sorted(p["after"]["id"] for p in reads) == [1, 2, 3]  # the initial snapshot's reads, once
+
+
+def test_a_signal_row_is_a_copy_row_only_when_its_transaction_moves_the_copy_position() -> None:
+    """Compared with the stream's previous VGTID (after a resume: the stored one), not with memory:
+    the first transaction after a restart in the middle of the copy is a new signal when the
+    signal table's lastpk is where the stored position left it."""
+    from cdcworker.offsets.vgtid import LastPK, PKField, PKRow, TableLastPK
+
+    def at(key: bytes) -> Vgtid:
+        lastpk = TableLastPK("dbz_signal", LastPK((PKField("id", "INT64", 63, 49667),), (PKRow((len(key),), key),)))
+        return Vgtid((ShardGtid("ks", "0", G + "5", (lastpk,)),))
+
+    handled: list[str] = []
+
+    class Dispatcher:
+        def dispatch(self, signal: Signal) -> None:
+            handled.append(signal.id)
+
+    fields = [field("id", "INT64", "bigint", flags=1 | 2), field("type", "VARCHAR", "varchar(32)"),
+              field("data", "TEXT", "text")]
+
+    def new_tap() -> SignalTap:
+        tap = SignalTap("ks.dbz_signal", EncoderConfig("p"), Dispatcher())  # type: ignore[arg-type]
+        tap.field(("ks", "dbz_signal"), field_event("ks.dbz_signal", fields, "ks", "0"))
+        return tap
+
+    def row(sid: bytes) -> None:
+        tap.row(("ks", "dbz_signal"), binlogdata_pb2.RowEvent(row_changes=[insert(sid, b"log", b"{}")]))
+
+    tap = new_tap()
+    row(b"1")
+    tap.commit("", at(b"3"), "0", at(b"1"))  # a copy batch: the lastpk moved from 1 to 3
+    tap = new_tap()  # the task restarts from the stored position (lastpk 3)
+    row(b"9")
+    tap.commit("", at(b"3"), "0", at(b"3"))  # resumed at lastpk 3, the stream brings a new row
+    row(b"10")
+    tap.commit("", Vgtid((ShardGtid("ks", "0", G + "6"),)), "0", at(b"3"))  # after COPY_COMPLETED
+    assert handled == ["9", "10"]
+
+
+def test_a_rewind_drops_what_its_channel_read_before_seeking_back() -> None:
+    started: list[str] = []
+
+    class Engine:
+        def start(self, request: SnapshotRequest) -> None:
+            started.append(request.id)
+
+    d = SignalDispatcher(Engine())  # type: ignore[arg-type]
+    d.passed("sig", 0, 5)
+    d.poll()
+    d.rewind({("sig", 0): 2}, ["sig"])
+    # The channel thread had read offset 6 before it sought back: dropped, not recorded.
+    d.submit(Signal("late", "execute-snapshot", {"data-collections": ["ks.t"]}, "kafka", ("sig", 0, 6)))
+    d.poll()
+    assert started == [] and d.channel_offsets == {("sig", 0): 2}
+    d.rewound("sig")
+    d.submit(Signal("again", "execute-snapshot", {"data-collections": ["ks.t"]}, "kafka", ("sig", 0, 2)))
+    d.poll()
+    assert started == ["again"] and d.channel_offsets == {("sig", 0): 3}

@@ -21,7 +21,7 @@ import datetime as _dt
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import aiohttp
 
@@ -376,11 +376,18 @@ async def _record_ahead(
     """
     if p.generation is None:
         return existing
-    record = generation_to_status(p.generation)
     old = existing.get("assignment") or {}
     current = generation_from_status(old)
-    if current is not None and generation_to_status(current) == record:
-        return existing
+    g = p.generation
+    if current is not None and current.generation == g.generation and current.pending == g.pending:
+        return existing  # a phase change of the same generation: nothing acting on it removes
+    record = generation_to_status(g)
+    if current is not None and current.generation == g.generation:
+        # Draining the same generation: its tasks keep what the last full write said of them
+        # (phase, pod, position), so readers never see them blank between the two writes.
+        said = {t.get("id"): t for t in old.get("taskStates") or ()}
+        states = cast(list[dict[str, Any]], record["taskStates"])
+        record["taskStates"] = [{**said.get(t["id"], {}), **t} for t in states]
     # A merge patch from the stored record: keys the new record lacks (a finished drain's
     # ``pending``, older ``journalPositions``) are removed, not left beside it.
     ahead: dict[str, Any] = {"assignment": merge_patch(old, record)}

@@ -369,6 +369,7 @@ class TransactionalSink(KafkaSink):
                     self._offset_writer(self.producer, self._point)
                     break
                 except BufferError:  # confluent-kafka's full local queue (the native producer waits itself)
+                    self._check_interrupt()  # a stop: handled below (abort, the flush fails)
                     if self._clock() > deadline:  # a broker away: the commit fails, the task stops
                         raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "no room for the offset record")) from None
                     self.producer.poll(0.05)
@@ -378,6 +379,9 @@ class TransactionalSink(KafkaSink):
         except InterruptedError as exc:  # a stop while the broker is away (no room for the offset record)
             with contextlib.suppress(KafkaException):
                 self._abort(5.0)
+            # Given up either way: a later flush must not try to commit it again.
+            self._in_txn = False
+            self._point = self._durable
             raise SinkError(f"stopped before the Kafka transaction could commit ({exc}); the next start resumes "
                             "from the last committed offset") from exc
         except KafkaException as exc:

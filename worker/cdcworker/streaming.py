@@ -506,6 +506,7 @@ class StreamProcessor:
         else:
             vgtid, vgtid_json, id_json = self._vgtid(pending)
             self._pending_vgtid = None
+        before = self._raw  # the previous VGTID (after a reconnect: the resume position)
         self._raw = vgtid
         resume = self._copy.resumable(vgtid) if self._copy is not None else vgtid
         txmeta = self._txmeta
@@ -543,7 +544,7 @@ class StreamProcessor:
             # Acted on before the commit point is sealed: the position passes the signal row only
             # together with what the signal started (an ad-hoc snapshot in the offset, a backfill
             # signal written to the progress topic), so a crash in between replays the signal.
-            self._signals.commit(vgtid_json, vgtid, self._pending_shard)
+            self._signals.commit(vgtid_json, vgtid, self._pending_shard, before)
         self.seal(position)
         self.stats.transactions += 1
         self.stats.last_commit_ts = timestamp

@@ -350,6 +350,8 @@ class WorkerTask:
         """Store ``position`` with the hand-off states now (they must be durable before a ``held``
         marker says so), then announce new holds. Exactly-once: an offset record alone in a Kafka
         transaction (the states would otherwise wait for the next transaction's commit)."""
+        if self._decorate is not None:
+            position = self._decorate(position)  # the durable position carries the state it stores
         sink = self.sink
         if sink is not None and not isinstance(sink, TransactionalSink):
             sink._durable = position  # a rewound shard is durable only up to its catch-up start
@@ -540,6 +542,10 @@ class WorkerTask:
             extras.restore(self._restored.fields if self._restored else None,
                            {s: v.fields for s, v in self._inherited.items()})
             self._decorate = features.decorate
+            if self._decorate is not None and sink.durable is not None:
+                # What was restored is durable already: an abort before the first commit goes back
+                # to it, not to a position without it (TaskExtras.on_abort).
+                sink._durable = self._decorate(sink.durable)
             if self._decorate is not None and stored_start and (cfg.task.per_task or self._handing_off()):
                 # A new task key stored its start before the state it takes over was known: store
                 # it again with that state, or a restart before the next offset flush loses it.

@@ -150,6 +150,11 @@ def snapshot_request(signal: Signal) -> SnapshotRequest:
     return SnapshotRequest(signal.id, tuple(str(c) for c in collections), conditions, str(d.get("type") or "incremental").lower())
 
 
+@dataclass(frozen=True, slots=True)
+class _Rewound:
+    topic: str
+
+
 class SignalDispatcher:
     """Acts on signals, in arrival order, on the task's processing thread."""
 
@@ -158,7 +163,8 @@ class SignalDispatcher:
         self.handled: list[Signal] = []  # for status and tests
         # Signals, and Kafka read positions (topic, partition, next offset) to record once what
         # came before them has been acted on.
-        self._inbox: queue.SimpleQueue[Signal | tuple[str, int, int]] = queue.SimpleQueue()
+        self._inbox: queue.SimpleQueue[Signal | tuple[str, int, int] | _Rewound] = queue.SimpleQueue()
+        self._discarding: set[str] = set()  # topics whose channel has not yet sought back (rewind)
         # The Kafka channels' positions as of the signals acted on (processing thread only).
         self.channel_offsets: dict[tuple[str, int], int] = {}
         self._field: tuple[tuple[str, str], ...] = ()  # signal_offsets_field(channel_offsets), cached
@@ -194,6 +200,12 @@ class SignalDispatcher:
                 item = self._inbox.get_nowait()
             except queue.Empty:
                 return
+            if isinstance(item, _Rewound):
+                self._discarding.discard(item.topic)
+                continue
+            if self._discarding and (item.position[0] if isinstance(item, Signal) and item.position else
+                                     item[0] if isinstance(item, tuple) else None) in self._discarding:
+                continue  # read before its channel sought back: it comes again
             self.changed = True
             if isinstance(item, Signal):
                 self.dispatch(item)
@@ -206,16 +218,22 @@ class SignalDispatcher:
                 self.channel_offsets[key] = item[2]
                 self._field = signal_offsets_field(self.channel_offsets)
 
-    def rewind(self, offsets: ChannelOffsets) -> None:
+    def rewind(self, offsets: ChannelOffsets, topics: Sequence[str] = ()) -> None:
         """Back to ``offsets`` (an aborted Kafka transaction took what came after): queued signals
-        and positions are dropped; the channels read them again (processing thread)."""
+        and positions are dropped, and so is what ``topics``' channels queue until they report
+        having sought back (``rewound``); they read it all again (processing thread)."""
         while True:
             try:
                 self._inbox.get_nowait()
             except queue.Empty:
                 break
+        self._discarding = set(topics)
         self.channel_offsets = dict(offsets)
         self._field = signal_offsets_field(self.channel_offsets)
+
+    def rewound(self, topic: str) -> None:
+        """Thread-safe: ``topic``'s channel has sought back; what it queues from now on counts."""
+        self._inbox.put(_Rewound(topic))
 
     def restore_offsets(self, offsets: ChannelOffsets) -> None:
         """Positions stored in (or inherited into) the task's offset (processing thread)."""
@@ -270,7 +288,6 @@ class SignalTap:
         self._dispatcher = dispatcher
         self._plans: dict[tuple[str, str], TablePlan] = {}
         self._pending: list[tuple[TablePlan, Any]] = []
-        self._copied: dict[str, Any] = {}  # shard -> the signal table's lastpk at its last copy batch
 
     def field(self, key: tuple[str, str], fe: Any) -> None:
         try:
@@ -287,13 +304,14 @@ class SignalTap:
             if rc.HasField("after") and not rc.HasField("before"):
                 self._pending.append((plan, rc))
 
-    def commit(self, vgtid_json: str = "", vgtid: Any = None, shard: str = "") -> None:
-        """The transaction of the pending rows committed at ``vgtid`` on ``shard``: act on them,
-        unless they are the signal table's initial copy (old signals, read by a copy batch)."""
+    def commit(self, vgtid_json: str = "", vgtid: Any = None, shard: str = "", before: Any = None) -> None:
+        """The transaction of the pending rows committed at ``vgtid`` on ``shard`` (the stream's
+        previous VGTID was ``before``): act on them, unless they are the signal table's initial
+        copy (old signals, read by a copy batch)."""
         if not self._pending:
             return
         pending, self._pending = self._pending, []
-        if vgtid is not None and self._copy_batch(vgtid, shard):
+        if vgtid is not None and self._lastpk(vgtid, shard) not in (None, self._lastpk(before, shard)):
             return
         for plan, rc in pending:
             try:
@@ -305,17 +323,14 @@ class SignalTap:
             if self._relay is not None:
                 self._relay.publish(signal)
 
-    def _copy_batch(self, vgtid: Any, shard: str) -> bool:
-        """A copy batch of the signal table moves its lastpk in ``table_p_ks``; a new row (also a
-        catch-up row during the copy phase) leaves it where the last batch put it. Debezium acts
-        only on streamed inserts: rows already in the table when a snapshot copies it are history."""
-        sg = next((g for g in vgtid if g.shard == shard), None)
-        lastpk = next((t for t in (sg.table_p_ks if sg is not None else ()) if t.table_name in self.tables), None)
-        if lastpk is None:
-            return False
-        moved = lastpk != self._copied.get(shard)
-        self._copied[shard] = lastpk
-        return moved
+    def _lastpk(self, vgtid: Any, shard: str) -> Any:
+        """The signal table's copy progress on ``shard`` in ``vgtid`` (None: not copying it).
+
+        A copy batch of the signal table moves it; a new row (also a catch-up row during the copy
+        phase, and the first transaction after a resume) leaves it where it was. Debezium acts only
+        on streamed inserts: rows already in the table when a snapshot copies it are history."""
+        sg = next((g for g in vgtid or () if g.shard == shard), None)
+        return next((t for t in (sg.table_p_ks if sg is not None else ()) if t.table_name in self.tables), None)
 
     def rollback(self) -> None:
         self._pending.clear()
@@ -396,8 +411,14 @@ class KafkaSignalChannel:
             if rewind is not None:
                 try:
                     self._seek_back(rewind)
-                except Exception as exc:  # not assigned yet: the assignment starts from the offset anyway
-                    log.warning("signal channel %s: rewinding failed (%s)", self.topic, exc)
+                except Exception as exc:  # tried again on the next turn
+                    log.warning("signal channel %s: rewinding failed (%s); retrying", self.topic, exc)
+                    with self._rewind_lock:
+                        if self._rewind_to is None:
+                            self._rewind_to = rewind
+                    self._stop.wait(0.5)
+                    continue
+                self._dispatcher.rewound(self.topic)
             try:
                 msg = self._consumer.poll(0.2)
             except RuntimeError:

@@ -102,7 +102,10 @@ class TaskExtras:
                 # The signal row reaches one task; the others learn of it through the relay.
                 extras.relay = SignalRelay(cfg.kafka.client_config("producer"), cfg.topic_prefix, task_key,
                                            replication_factor=cfg.kafka.offsets_replication_factor)
-                extras.relay.ensure_topic()  # before the channels subscribe: they see it at once
+                try:
+                    extras.relay.ensure_topic()  # before the channels subscribe: they see it at once
+                except Exception as exc:  # the first relay write creates it (and retries)
+                    log.warning("the signal relay topic %s could not be created yet: %s", extras.relay.store.topic, exc)
                 extras.channels.append(KafkaSignalChannel(client, extras.relay.store.topic,
                                                           f"{sig.kafka_group_id}-relay-{task_key}", cfg.topic_prefix,
                                                           extras.dispatcher, skip_origin=task_key))
@@ -186,7 +189,7 @@ class TaskExtras:
         if self.dispatcher is None:
             return
         stored = stored_signal_offsets(dict(durable.extra) if isinstance(durable, Checkpoint) else {}) or {}
-        self.dispatcher.rewind(stored)
+        self.dispatcher.rewind(stored, [c.topic for c in self.channels])
         for channel in self.channels:
             channel.rewind({p: o for (t, p), o in stored.items() if t == channel.topic})
 
