@@ -19,13 +19,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from operator_local_fixtures import Scripted, pod, put_connector
 
 from cdcoperator import naming
-from cdcoperator.adoption import Adoption
 from cdcoperator.apply import DEPLOYMENTS
-from cdcoperator.discovery import Discovery
 from cdcoperator.local.cluster import LocalCluster
-from cdcoperator.reconcile import ReconcileContext, reconcile
+from cdcoperator.reconcile import reconcile
 from cdcoperator.taskstatus import PodSummary
 from cdcworker import exitcodes
 
@@ -57,9 +56,8 @@ class FlakyCluster(LocalCluster):
 
 def _exited_at_the_journal(task: int) -> PodSummary:
     journal = {"journal": {"participants": list(OLD), "positions": POSITIONS}}
-    return PodSummary(name=f"c-g0-t{task}-x", generation=0, task=task, phase="Running", deleting=False, ip=None,
-                      port=None, ready=False, waiting_reason="CrashLoopBackOff",
-                      exit_code=exitcodes.REASSIGNMENT_NEEDED, termination_message=json.dumps(journal), restarts=1)
+    return pod(f"c-g0-t{task}-x", 0, task, waiting_reason="CrashLoopBackOff", exit_code=exitcodes.REASSIGNMENT_NEEDED,
+               termination_message=json.dumps(journal), restarts=1)
 
 
 def test_a_reshard_survives_a_failed_status_write(tmp_path: Path) -> None:
@@ -70,28 +68,17 @@ async def _reshard_with_a_failed_status_write(tmp_path: Path) -> None:
     import aiohttp
 
     cluster = FlakyCluster(tmp_path)
-    cluster.put_connector({
-        "apiVersion": "shardcdc.io/v1alpha1", "kind": "CdcConnector", "metadata": {"name": "c"},
-        "spec": {"source": {"vitess": {"vtgate": "127.0.0.1:1", "keyspace": "ks"}},
-                 "kafka": {"bootstrapServers": "k:9092", "topicPrefix": "p"}, "tasks": 2}})
-    serving: dict[str, tuple[str, ...]] = {"now": OLD}
-    pods: dict[str, list[PodSummary]] = {"now": []}
-
-    async def discover(_cr: Any) -> Discovery:
-        return Discovery(serving["now"], tuple(sorted({*OLD, *NEW})), "vtctld")
-
-    async def scan(_cr: Any) -> Adoption:
-        return Adoption()
+    put_connector(cluster)
+    source = Scripted(serving=OLD, discovered=tuple(sorted({*OLD, *NEW})))
 
     async with aiohttp.ClientSession() as http:
-        ctx = ReconcileContext(kube=cluster, http=http, emit=lambda *a: None, pods=lambda ns, c: pods["now"],
-                               discover=discover, scan_offsets=scan)
+        ctx = source.context(cluster, http)
         await reconcile(ctx, "default", "c")
         assert _assignment(cluster)["generation"] == 0
 
         # Both workers stopped at the reshard journal; the old shards stop serving.
-        serving["now"] = NEW
-        pods["now"] = [_exited_at_the_journal(0), _exited_at_the_journal(1)]
+        source.serving = NEW
+        source.pods = [_exited_at_the_journal(0), _exited_at_the_journal(1)]
         cluster.fail, cluster.acted = True, False
         with pytest.raises(ConnectionError):
             await reconcile(ctx, "default", "c")
@@ -99,7 +86,7 @@ async def _reshard_with_a_failed_status_write(tmp_path: Path) -> None:
         # Applied: generation 0 is drained (no replicas), so its pods and their termination
         # messages, which held the journal, are gone.
         assert _deployments(cluster) == {"c-g0-t0": 0, "c-g0-t1": 0}
-        pods["now"] = []
+        source.pods = []
 
         # Generation 1 starts; its status write after acting fails too. The record written ahead
         # replaced the draining one whole: no stale ``pending`` (with its journals) beside it.

@@ -23,7 +23,7 @@ from confluent_kafka import Producer
 from events_fixtures import field, field_event, insert
 from polling import wait_for
 from worker_fixtures import (
-    RecordingSink,
+    PositionSink,
     caught_up,
     commerce_sim,
     running_task,
@@ -57,15 +57,6 @@ _T = binlogdata_pb2.VEventType
 G = "MySQL56/0b7e9d2a-1111-2222-3333-444455556666:1-"
 
 
-class _PointSink(RecordingSink):
-    def __init__(self) -> None:
-        super().__init__()
-        self.positions: list[Any] = []
-
-    def commit_point(self, position: Any) -> None:
-        self.positions.append(position)
-
-
 def _ev(t: int, **kw: Any) -> binlogdata_pb2.VEvent:
     return binlogdata_pb2.VEvent(type=t, keyspace="ks", shard="0", **kw)
 
@@ -88,7 +79,7 @@ def test_the_signal_rows_commit_point_carries_the_snapshot_it_started() -> None:
                         tap=SignalTap("ks.dbz_signal", encoder, dispatcher))
     features = Features()
     extras.install(features)
-    sink = _PointSink()
+    sink = PositionSink()
     proc = StreamProcessor(encoder, sink, Vgtid((ShardGtid("ks", "0", G + "4"),)), features=features)
     proc.process(vtgate_pb2.VStreamResponse(events=_signal_txn(G + "5", b"7", {"data-collections": ["ks.customer"]})))
     assert [s.id for s in dispatcher.handled] == ["7"]

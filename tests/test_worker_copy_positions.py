@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from events_fixtures import field, field_event, insert, update
-from worker_fixtures import RecordingSink
+from worker_fixtures import PositionSink
 
 from cdcworker.events import EncoderConfig, native
 from cdcworker.offsets import ShardGtid, Vgtid
@@ -26,15 +26,6 @@ from vitessapi import binlogdata_pb2, vtgate_pb2
 
 _T = binlogdata_pb2.VEventType
 G = "MySQL56/0b7e9d2a-1111-2222-3333-444455556666:1-"
-
-
-class PositionSink(RecordingSink):
-    def __init__(self) -> None:
-        super().__init__()
-        self.positions: list[Any] = []
-
-    def commit_point(self, position: Any) -> None:
-        self.positions.append(position)
 
 
 def _lastpk(table: str, value: bytes) -> TableLastPK:

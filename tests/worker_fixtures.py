@@ -98,6 +98,17 @@ class RecordingSink(KafkaSink):
         self.points.append(repr(position))
 
 
+class PositionSink(RecordingSink):
+    """A ``RecordingSink`` that keeps every commit point's position object."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.positions: list[Any] = []
+
+    def commit_point(self, position: Any) -> None:
+        self.positions.append(position)
+
+
 @dataclass
 class RunningTask:
     task: WorkerTask

@@ -155,6 +155,13 @@ class _Rewound:
     topic: str
 
 
+def _topic_of(item: Signal | tuple[str, int, int]) -> str | None:
+    """The Kafka topic an inbox item was read from (None: a source-channel signal)."""
+    if isinstance(item, Signal):
+        return item.position[0] if item.position else None
+    return item[0]
+
+
 class SignalDispatcher:
     """Acts on signals, in arrival order, on the task's processing thread."""
 
@@ -203,8 +210,7 @@ class SignalDispatcher:
             if isinstance(item, _Rewound):
                 self._discarding.discard(item.topic)
                 continue
-            if self._discarding and (item.position[0] if isinstance(item, Signal) and item.position else
-                                     item[0] if isinstance(item, tuple) else None) in self._discarding:
+            if self._discarding and _topic_of(item) in self._discarding:
                 continue  # read before its channel sought back: it comes again
             self.changed = True
             if isinstance(item, Signal):

@@ -34,11 +34,11 @@ from cdcworker.signals.forward import (
     SignalRelay,
     TopicWriter,
 )
-from cdcworker.snapshot.vstream_copy import VStreamCopyEngine
+from cdcworker.snapshot.vstream_copy import STATE_KEYS, VStreamCopyEngine
 
 log = logging.getLogger(__name__)
 
-_CHANNEL_KEYS = frozenset({SIGNAL_OFFSETS_KEY})
+_OWNED_KEYS = STATE_KEYS | {SIGNAL_OFFSETS_KEY}  # the offset fields decorate() writes
 
 
 @dataclasses.dataclass
@@ -126,14 +126,13 @@ class TaskExtras:
 
     def decorate(self, position: Any) -> Any:
         """``position`` with the state to resume from in its offset fields: the ad-hoc snapshots
-        (``VStreamCopyEngine.state_fields``) and where the Kafka signal channel has read to."""
-        if isinstance(self.engine, VStreamCopyEngine):
-            position = self.engine.decorate(position)
-        if self.dispatcher is not None:
-            # Also positions of channels this task does not read (the relay in a one-task
-            # generation): carried on, so the next multi-task generation does not read from the start.
-            position = with_offset_fields(position, self.dispatcher.offsets_field(), _CHANNEL_KEYS)
-        return position
+        (``VStreamCopyEngine.state_fields``) and where the Kafka signal channels have read to
+        (also channels this task does not read, e.g. the relay in a one-task generation: carried
+        on, so the next multi-task generation does not read from the start). One Checkpoint per
+        commit point at most: both states are cached per change."""
+        engine = self.engine.state_fields() if isinstance(self.engine, VStreamCopyEngine) else ()
+        channels = self.dispatcher.offsets_field() if self.dispatcher is not None else ()
+        return with_offset_fields(position, engine + channels, _OWNED_KEYS)
 
     def restore(self, own: Mapping[str, Any] | None, inherited: Mapping[str, Mapping[str, Any]] | None = None) -> None:
         """Resume from the task's stored offset fields (``own``), or, for a task key without one

@@ -1,0 +1,53 @@
+"""Reconciles against the local-mode cluster (the operator's ``ClusterApi`` in memory) with a
+scripted source and scripted worker pods: what a reconcile test sets, not what it builds."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+
+from cdcoperator.adoption import Adoption
+from cdcoperator.discovery import Discovery
+from cdcoperator.local.cluster import LocalCluster
+from cdcoperator.reconcile import ReconcileContext
+from cdcoperator.taskstatus import PodSummary
+
+
+def put_connector(cluster: LocalCluster, tasks: int = 2) -> None:
+    """Connector ``default/c`` over keyspace ``ks``."""
+    cluster.put_connector({
+        "apiVersion": "shardcdc.io/v1alpha1", "kind": "CdcConnector", "metadata": {"name": "c"},
+        "spec": {"source": {"vitess": {"vtgate": "127.0.0.1:1", "keyspace": "ks"}},
+                 "kafka": {"bootstrapServers": "k:9092", "topicPrefix": "p"}, "tasks": tasks}})
+
+
+@dataclass
+class Scripted:
+    """The source's shards and the worker pods a reconcile sees (change them between reconciles)."""
+
+    serving: tuple[str, ...]
+    discovered: tuple[str, ...]
+    pods: list[PodSummary] = field(default_factory=list)
+    events: list[tuple[str, str, str]] = field(default_factory=list)
+
+    def context(self, cluster: LocalCluster, http: aiohttp.ClientSession) -> ReconcileContext:
+        async def discover(_cr: Any) -> Discovery:
+            return Discovery(self.serving, self.discovered, "vtctld")
+
+        async def scan(_cr: Any) -> Adoption:
+            return Adoption()
+
+        def emit(_body: Any, type_: str, reason: str, message: str) -> None:
+            self.events.append((type_, reason, message))
+
+        return ReconcileContext(kube=cluster, http=http, emit=emit, pods=lambda _ns, _c: self.pods,
+                                discover=discover, scan_offsets=scan)
+
+
+def pod(name: str, generation: int, task: int, phase: str = "Running", deleting: bool = False, **kw: Any) -> PodSummary:
+    """A worker pod summary (running, no status document, no exit) unless ``kw`` says otherwise."""
+    fields: dict[str, Any] = {"ip": None, "port": None, "ready": False, "waiting_reason": None, "exit_code": None,
+                              "termination_message": "", "restarts": 0, **kw}
+    return PodSummary(name=name, generation=generation, task=task, phase=phase, deleting=deleting, **fields)
