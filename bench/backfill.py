@@ -100,11 +100,10 @@ def sim_main(args: argparse.Namespace) -> None:
 
 class SimProcess:
     def __init__(self, rows: int, cold: bool = False) -> None:
-        from localkafka.children import bound_preexec
+        from localkafka.children import start_bound
 
         cmd = [sys.executable, __file__, "_sim", "--rows", str(rows), *(["--cold"] if cold else [])]
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                                     preexec_fn=bound_preexec())
+        self.proc = start_bound(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         assert self.proc.stdout is not None
         self.info = json.loads(self.proc.stdout.readline())
         self.address: str = self.info["address"]

@@ -164,7 +164,7 @@ def main() -> int:
     from cdcoperator.apply import KubeApi
     from kubetest.fixtures import shared_control_plane
     from localkafka import KafkaBroker
-    from localkafka.children import bound_preexec, stop_group
+    from localkafka.children import start_bound, stop_group
     from vtgatesim import VTGateSim
 
     plane = shared_control_plane()
@@ -179,9 +179,9 @@ def main() -> int:
             sim.create_keyspace(f"ks{n}", n)
         nodes_log = Path(tmp) / "fakenodes.log"
         with nodes_log.open("wb") as log_out:
-            nodes = subprocess.Popen(
+            nodes = start_bound(
                 [sys.executable, "-m", "kubetest.fakenodes", "--namespace", NS, "--kubeconfig",
-                 str(plane.kubeconfig_path)], stdout=log_out, stderr=subprocess.STDOUT, preexec_fn=bound_preexec())
+                 str(plane.kubeconfig_path)], stdout=log_out, stderr=subprocess.STDOUT)
         probe = Probe(KubeApi(admin), args.timeout)
         try:
             with (plane.kubeconfig_env(),

@@ -416,15 +416,14 @@ def _log_acks(task: Any, acks: list[tuple[Any, ...]]) -> None:
 
 class SimProcess:
     def __init__(self, rows: int, per_txn: int, shards: str, generated: bool = False, store: bool = False) -> None:
-        from localkafka.children import bound_preexec
+        from localkafka.children import start_bound
 
         cmd = [sys.executable, __file__, "_sim", "--rows", str(rows), "--per-txn", str(per_txn), f"--shards={shards}"]
         if generated:
             cmd.append("--generated")
         if store:
             cmd.append("--store")
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                                     preexec_fn=bound_preexec())
+        self.proc = start_bound(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         assert self.proc.stdout is not None
         self.info = json.loads(self.proc.stdout.readline())
         self.address: str = self.info["address"]
@@ -454,14 +453,14 @@ class ReplaySource:
     def __init__(self, sim: SimProcess, extra: dict[str, str], tmp: str, interval_ns: int = 0) -> None:
         from gobuild import go_binary
 
-        from localkafka.children import bound_preexec
+        from localkafka.children import start_bound
 
         request = _worker_request(sim, extra)
         self.path = str(Path(tmp) / f"replay-{os.getpid()}-{time.monotonic_ns()}.bin")
         self.recorded = sim.command(op="record", request=request.hex(), path=self.path, final=sim.info["final"])
         pace = [f"-interval={interval_ns}ns"] if interval_ns else []
-        self.proc = subprocess.Popen([go_binary("vstreamreplay"), *pace, self.path], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, text=True, preexec_fn=bound_preexec())
+        self.proc = start_bound([go_binary("vstreamreplay"), *pace, self.path], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, text=True)
         assert self.proc.stdout is not None
         self.address: str = json.loads(self.proc.stdout.readline())["address"]
         self.info = sim.info

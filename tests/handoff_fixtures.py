@@ -26,7 +26,7 @@ from cdcworker.backfill.spec import BackfillSpec
 from cdcworker.offsets import OffsetValue
 from cdcworker.verify import _same_value, as_text, materialise
 from localkafka import KafkaBroker, consume_all
-from localkafka.children import bound_preexec
+from localkafka.children import start_bound
 from vtgatesim import VTGateSim
 
 PKS = {"items": ("id",), "orders": ("id",), "lines": ("order_id", "line")}
@@ -49,9 +49,8 @@ class Worker:
 
     def start(self) -> None:
         with self.log.open("ab") as out:
-            self.proc = subprocess.Popen([sys.executable, "-m", "cdcworker.cli", "worker", "-c", str(self.config)],
-                                         stdout=out, stderr=subprocess.STDOUT, env={**os.environ},
-                                         preexec_fn=bound_preexec())
+            self.proc = start_bound([sys.executable, "-m", "cdcworker.cli", "worker", "-c", str(self.config)],
+                                    stdout=out, stderr=subprocess.STDOUT, env={**os.environ})
 
     def alive(self) -> None:
         assert self.proc is not None and self.proc.poll() is None, f"worker exited:\n{self.output()}"

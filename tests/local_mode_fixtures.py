@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from cdcoperator.local.control import ControlClient, ControlError
-from localkafka.children import bound_preexec, stop_group
+from localkafka.children import start_bound, stop_group
 
 
 class Run:
@@ -18,11 +18,10 @@ class Run:
     def __init__(self, manifest: Path, state: Path, log: Path) -> None:
         self.log = log
         with log.open("ab") as out:
-            self.proc = subprocess.Popen(
+            self.proc = start_bound(
                 [sys.executable, "-m", "cdcworker.cli", "run", "-f", str(manifest), "--state-dir", str(state),
                  "--resync-seconds", "1", "--restart-backoff", "2"],
-                stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "GRPC_VERBOSITY": "ERROR"},
-                preexec_fn=bound_preexec())
+                stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "GRPC_VERBOSITY": "ERROR"})
 
     def stop(self) -> int:
         stop_group(self.proc, timeout=90)

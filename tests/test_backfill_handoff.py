@@ -127,7 +127,7 @@ def _scenario(tmp_path: Path, broker: KafkaBroker, sim: VTGateSim, kill_in: str 
             sim.execute("update orders set qty = qty + 1", KS)
         if kill_in in (HELD_PHASE, HELD_NEW_GENERATION) and n == 20:
             # Killed while it holds the tables back and chunks are being read (the test's main
-            # thread restarts it: a child dies with the thread that started it, bound_preexec).
+            # thread restarts it: a child dies with the thread that started it, start_bound).
             assert HELD_PHASE in phases(offsets(broker, p)[-1])
             worker.kill()
             killed_in.add(HELD_PHASE)

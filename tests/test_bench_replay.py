@@ -18,7 +18,7 @@ from types import ModuleType
 import grpc
 import pytest
 
-from localkafka.children import bound_preexec
+from localkafka.children import start_bound
 from vitessapi import binlogdata_pb2, vtgate_pb2
 from vtgatesim import VTGateSim
 
@@ -106,8 +106,7 @@ def test_replay_serves_the_recorded_bytes_and_stays_open(sim: VTGateSim, replay_
     assert rows == 40 + 60
     assert recorded["bytes"] == sum(len(r) for r in expected)
 
-    proc = subprocess.Popen([replay_binary, str(capture)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                            preexec_fn=bound_preexec())
+    proc = start_bound([replay_binary, str(capture)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None
         address = json.loads(proc.stdout.readline())["address"]
@@ -154,8 +153,8 @@ def test_paced_replay_releases_one_response_per_interval_and_reports_when(sim: V
         assert max(n for s, n in named if s == shard) == streaming._txn_number(gtid)
 
     interval_ns = 20_000_000
-    proc = subprocess.Popen([replay_binary, f"-interval={interval_ns}ns", str(capture)], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True, preexec_fn=bound_preexec())
+    proc = start_bound([replay_binary, f"-interval={interval_ns}ns", str(capture)], stdin=subprocess.PIPE,
+                       stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None
         address = json.loads(proc.stdout.readline())["address"]

@@ -12,16 +12,15 @@ from typing import Any
 
 from cdcworker.demo import Observer, render, table_text
 from localkafka import KafkaBroker
-from localkafka.children import bound_preexec
+from localkafka.children import start_bound
 
 
 def test_quick_demo_scales_reshards_and_verifies(kafka_broker: KafkaBroker) -> None:
     prefix = f"demo{uuid.uuid4().hex[:6]}"
-    proc = subprocess.Popen(
+    proc = start_bound(
         [sys.executable, "-m", "cdcworker.cli", "demo", "--quick", "--plain", "--bootstrap", kafka_broker.bootstrap,
          "--prefix", prefix, "--step-timeout", "90"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, "COLUMNS": "200"},
-        preexec_fn=bound_preexec())
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, "COLUMNS": "200"})
     try:
         out, _ = proc.communicate(timeout=300)
     finally:

@@ -17,7 +17,7 @@ from polling import wait_for
 
 from kubetest import kube_control_plane_fixture
 from kubetest.fakenodes import streaming_doc
-from localkafka.children import bound_preexec, stop_group
+from localkafka.children import start_bound, stop_group
 
 NS = "fakenodes"
 
@@ -41,9 +41,8 @@ def test_fakenodes_process_runs_pods_of_deployments(tmp_path: Path) -> None:
 
     log = tmp_path / "fakenodes.log"
     with log.open("wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "kubetest.fakenodes", "--namespace", NS, "--kubeconfig",
-                                 str(plane.kubeconfig_path)], stdout=out, stderr=subprocess.STDOUT,
-                                preexec_fn=bound_preexec())
+        proc = start_bound([sys.executable, "-m", "kubetest.fakenodes", "--namespace", NS, "--kubeconfig",
+                            str(plane.kubeconfig_path)], stdout=out, stderr=subprocess.STDOUT)
     try:
         plane.kubectl("apply", "-f", "-", input=json.dumps(deployment(1)), check=True)
 

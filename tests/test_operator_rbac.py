@@ -33,7 +33,7 @@ from cdcoperator.apply import KubeApi
 from kubetest import KubeControlPlane
 from kubetest.controlplane import free_port
 from localkafka import KafkaBroker
-from localkafka.children import bound_preexec, stop_group
+from localkafka.children import start_bound, stop_group
 from vtgatesim import VTGateSim
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -100,8 +100,7 @@ def operator(plane: Plane, chart_args: list[str], kubeconfig: Path, log: Path) -
     env = plane.kube.env(kubeconfig)
     env.pop("SHARDCDC_OPERATOR_KUBECONFIG", None)
     with log.open("wb") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                                preexec_fn=bound_preexec())
+        proc = start_bound(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
     try:
         def alive() -> bool:
             assert proc.poll() is None, f"operator exited with {proc.returncode}:\n{log.read_text()[-3000:]}"

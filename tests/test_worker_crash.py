@@ -34,7 +34,7 @@ from cdcworker.offsets import OffsetValue
 from cdcworker.verify import Materialised, compare, materialise
 from localkafka import KafkaBroker, consume_all, create_topics
 from localkafka.broker import free_port
-from localkafka.children import bound_preexec
+from localkafka.children import start_bound
 from vtgatesim import FaultPlan, VTGateSim
 from vtgatesim.workload import Workload
 
@@ -73,12 +73,11 @@ def _write_config(path: Path, broker: KafkaBroker, sim: VTGateSim, prefix: str, 
 def _start(config: Path, log: Path, status_port: int = 0) -> subprocess.Popen[bytes]:
     env = {**os.environ, "SHARDCDC_LOG_LEVEL": "WARNING", property_to_env("shardcdc.metrics.port"): str(status_port)}
     with log.open("ab") as out:
-        return subprocess.Popen(
+        return start_bound(
             [sys.executable, "-m", "cdcworker.cli", "worker", "-c", str(config)],
             stdout=out,
             stderr=subprocess.STDOUT,
             env=env,
-            preexec_fn=bound_preexec(),
         )
 
 

@@ -27,7 +27,7 @@ from confluent_kafka import KafkaException
 from cdcworker.offsets import OffsetValue
 from cdcworker.verify import compare, materialise
 from localkafka import ConsumedRecord, KafkaBroker, consume_all
-from localkafka.children import bound_preexec
+from localkafka.children import start_bound
 from vtgatesim import VTGateSim
 from vtgatesim.workload import Workload
 
@@ -80,12 +80,11 @@ def _write_config(path: Path, broker: KafkaBroker, sim: VTGateSim, prefix: str, 
 def _start(config: Path, log: Path) -> subprocess.Popen[bytes]:
     env = {**os.environ, "SHARDCDC_LOG_LEVEL": "INFO"}
     with log.open("ab") as out:
-        return subprocess.Popen(
+        return start_bound(
             [sys.executable, "-m", "cdcworker.cli", "worker", "-c", str(config)],
             stdout=out,
             stderr=subprocess.STDOUT,
             env=env,
-            preexec_fn=bound_preexec(),
         )
 
 

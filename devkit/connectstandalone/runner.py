@@ -22,7 +22,7 @@ from types import TracebackType
 from typing import Any
 
 from localkafka.broker import TEST_JVM_OPTS, free_port
-from localkafka.children import bound_preexec, stop_group
+from localkafka.children import start_bound, stop_group
 
 DEBEZIUM_VERSION = "3.5.0.Final"
 VITESS_CONNECTOR_CLASS = "io.debezium.connector.vitess.VitessConnector"
@@ -175,12 +175,11 @@ class ConnectStandalone:
             return
         files = self._write_config()
         log = self.log_path.open("ab")
-        self._proc = subprocess.Popen(
+        self._proc = start_bound(
             self._command(files),
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            preexec_fn=bound_preexec(),
         )
         log.close()
         try:

@@ -33,7 +33,7 @@ import yaml
 
 from kubetest import pki
 from kubetest.binaries import KubeBinaries, find_binaries, kube_home
-from localkafka.children import bound_preexec, stop_group
+from localkafka.children import start_bound, stop_group
 
 if TYPE_CHECKING:
     import kopf
@@ -399,13 +399,12 @@ class KubeControlPlane:
 
     def _spawn(self, name: str, cmd: list[str]) -> subprocess.Popen[bytes]:
         with (self.workdir / f"{name}.log").open("ab") as log:
-            return subprocess.Popen(
+            return start_bound(
                 cmd,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 cwd=self.workdir,
-                preexec_fn=bound_preexec(),
             )
 
     def _wait_ready(self, deadline: float) -> None:

@@ -17,7 +17,7 @@ import uuid
 from pathlib import Path
 from types import TracebackType
 
-from localkafka.children import bound_preexec, stop_group
+from localkafka.children import start_bound, stop_group
 
 DEFAULT_VERSION = "3.9.1"
 
@@ -200,12 +200,11 @@ class KafkaBroker:
             )
             self._formatted = True
         log = self.log_path.open("ab")
-        self._proc = subprocess.Popen(
+        self._proc = start_bound(
             self._java("kafka.Kafka", str(config), heap=self.heap),
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            preexec_fn=bound_preexec(),
         )
         log.close()
         self._wait_ready(timeout)

@@ -1,40 +1,45 @@
 """Child processes bound to this one: the home of the no-orphans rule for every devkit service.
 
-Kafka, Kafka Connect, etcd, kube-apiserver and test workers all start through ``bound_preexec``
-(own session, SIGKILL when this process dies) and stop through ``stop_group``.
+Kafka, Kafka Connect, etcd, kube-apiserver and test workers all start through ``start_bound``
+(own session, SIGKILL when the starting thread dies) and stop through ``stop_group``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import functools
 import os
+import shutil
 import signal
 import subprocess
-from collections.abc import Callable
+from collections.abc import Sequence
+from typing import Any
 
-_PR_SET_PDEATHSIG = 1
-# Loaded once in the parent: dlopen between fork and exec can deadlock in a threaded process.
-_LIBC = ctypes.CDLL("libc.so.6", use_errno=True)
-
-
-def _die_with_parent(parent_pid: int) -> None:
-    """Runs in the child before exec: SIGKILL on parent death, own session so killpg reaches it all."""
-    _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    if os.getppid() != parent_pid:
-        # The parent died between fork and prctl: the signal will never come, so do not exec at all.
-        os._exit(1)
-    os.setsid()
+# No Python code may run between fork and exec: a ``preexec_fn`` runs the interpreter's at-fork
+# hooks and ctypes in a copy of a threaded process (gRPC, librdkafka), and a lock another thread
+# held at fork time hangs that child forever before it execs (seen once in CI: a test worker that
+# never started). So the binding is done after exec instead: setpriv (util-linux) sets
+# PR_SET_PDEATHSIG, then /bin/sh checks that the parent is still the one that forked it (if it
+# died before prctl, no signal would ever come) and execs the real command; setsid is Popen's own,
+# done in C. PR_SET_PDEATHSIG fires when the forking *thread* exits, and survives both execs.
+_BIND = 'test "$PPID" = "$0" || exit 1; exec "$@"'
 
 
-def bound_preexec() -> Callable[[], None]:
-    """A ``preexec_fn`` binding the child to the calling process (start it from a long-lived thread:
-    PR_SET_PDEATHSIG fires when the forking *thread* exits)."""
-    return functools.partial(_die_with_parent, os.getpid())
+def bound_command(args: Sequence[str], parent_pid: int | None = None) -> list[str]:
+    """``args`` prefixed so that the child gets SIGKILL when its parent dies and never outlives it."""
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        raise RuntimeError("setpriv (util-linux) is needed to bind child processes: apt-get install util-linux")
+    return [setpriv, "--pdeathsig", "KILL", "--", "/bin/sh", "-c", _BIND,
+            str(os.getpid() if parent_pid is None else parent_pid), *map(str, args)]
 
 
-def stop_group(proc: subprocess.Popen[bytes], timeout: float = 30.0, kill: bool = False) -> None:
+def start_bound(args: Sequence[str], **popen: Any) -> subprocess.Popen[Any]:
+    """``subprocess.Popen(args, **popen)`` bound to the calling thread (start it from a long-lived
+    one) in a session of its own, so that ``stop_group`` reaches everything it starts."""
+    return subprocess.Popen(bound_command(args), start_new_session=True, **popen)
+
+
+def stop_group(proc: subprocess.Popen[Any], timeout: float = 30.0, kill: bool = False) -> None:
     """SIGTERM (or SIGKILL) the child's process group, SIGKILL it after ``timeout``; a reaped leader
     is left alone (its pid, and so the group id, may already belong to someone else)."""
     if proc.poll() is not None:

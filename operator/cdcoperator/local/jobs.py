@@ -9,7 +9,7 @@ volumes as files, paths remapped), set the Job's status (``active``, ``startTime
 resumes from the progress topic), and SIGTERM the process when the Job is deleted (a cancelled
 backfill). While a process runs, a Pod object with the template's labels stands for it in the
 cluster, as on Kubernetes: the operator releases the workers from a cancelled run only once no
-pod of the run is left (``backfillrelease``). Processes are bound to this one (``bound_preexec``)
+pod of the run is left (``backfillrelease``). Processes are bound to this one (``start_bound``)
 and stopped by :meth:`close`.
 """
 
@@ -32,7 +32,7 @@ from cdcoperator.apply import Kind
 from cdcoperator.backfillrelease import PODS
 from cdcoperator.local.cluster import LocalCluster
 from cdcoperator.local.kubelet import ProcessKubelet, _Pod
-from localkafka.children import bound_preexec
+from localkafka.children import start_bound
 
 __all__ = ["JOBS", "ProcessJobs"]
 
@@ -210,8 +210,8 @@ class ProcessJobs:
             return
         run.log = workdir / "container.log"
         with run.log.open("ab") as out:
-            run.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env,
-                                        cwd=cwd, preexec_fn=bound_preexec())
+            run.proc = start_bound(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env,
+                                   cwd=cwd)
         run.started = run.started or _now()
         run.kill_at = 0.0
         run.pod = run.pod_name

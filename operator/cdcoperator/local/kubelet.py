@@ -18,7 +18,7 @@ and termination message, a ``Ready`` flag from the readiness probe. The pod bodi
 have the shape the operator's ``summarize_pod`` reads; local mode uses them directly and the
 end-to-end tests write them to a real API server.
 
-Processes start from the kubelet's own thread and are bound to it (``bound_preexec``): if this
+Processes start from the kubelet's own thread and are bound to it (``start_bound``): if this
 process dies they die too; ``close()`` stops them gracefully first.
 """
 
@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from localkafka.children import bound_preexec
+from localkafka.children import start_bound
 
 __all__ = [
     "DEFAULT_COMMANDS",
@@ -297,8 +297,8 @@ class ProcessKubelet:
         with contextlib.suppress(FileNotFoundError):
             term.unlink()
         with (pod.workdir / "container.log").open("ab") as out:
-            pod.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                        env=env, cwd=cwd, preexec_fn=bound_preexec())
+            pod.proc = start_bound(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                   env=env, cwd=cwd)
         pod.starts += 1
         pod.started_at = _now_text()
         pod.ready = False
