@@ -528,13 +528,14 @@ def test_tls_rules(tmp_path: Path) -> None:
     assert config.source.tls.enabled and config.source.tls.ca_file == str(ca)
 
 
-def test_kafka_client_settings_pass_through() -> None:
+def test_kafka_client_settings_pass_through_translated_for_librdkafka() -> None:
     config = load(
         {
             "bootstrap.servers": "k1:9092, k2:9092",
             "security.protocol": "sasl_ssl",
             "sasl.mechanism": "PLAIN",
-            "sasl.jaas.config": 'org.apache.kafka.common.security.plain.PlainLoginModule required password="p";',
+            "sasl.jaas.config": 'org.apache.kafka.common.security.plain.PlainLoginModule required username="u" '
+            'password="p";',
             "producer.compression.type": "lz4",
             "admin.request.timeout.ms": "1000",
             "topic.creation.default.cleanup.policy": "compact",
@@ -542,8 +543,9 @@ def test_kafka_client_settings_pass_through() -> None:
     )
     assert config.kafka.client_config("producer") == {
         "bootstrap.servers": "k1:9092,k2:9092",
-        "sasl.mechanism": "PLAIN",
-        "sasl.jaas.config": 'org.apache.kafka.common.security.plain.PlainLoginModule required password="p";',
+        "sasl.mechanisms": "PLAIN",
+        "sasl.username": "u",
+        "sasl.password": "p",
         "security.protocol": "SASL_SSL",
         "compression.type": "lz4",
     }
@@ -733,7 +735,8 @@ def test_config_provider_failures_hide_values(tmp_path: Path) -> None:
 
 def test_secrets_never_logged(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     password_file = tmp_path / "pw"
-    password_file.write_text("pw-from-file-XYZ")
+    password_file.write_text('org.apache.kafka.common.security.scram.ScramLoginModule required username="u" '
+                             'password="pw-from-file-XYZ";')
     caplog.set_level(logging.DEBUG)
     config = load(
         {
@@ -745,6 +748,7 @@ def test_secrets_never_logged(tmp_path: Path, caplog: pytest.LogCaptureFixture) 
         }
     )
     text = caplog.text + repr(config) + str(config) + repr(config.source) + repr(config.kafka)
+    assert config.kafka.client_config("producer")["sasl.password"] == "pw-from-file-XYZ"
     assert "configuration loaded" in caplog.text and "vitess.keyspace" in caplog.text
     for secret in ("literal-pw-ABC", "key-pw-DEF", "pw-from-file-XYZ"):
         assert secret not in text

@@ -2,5 +2,6 @@
 
 from localkafka.broker import KafkaBroker, kafka_home
 from localkafka.client import ConsumedRecord, consume_all, create_topics, produce
+from localkafka.security import BrokerSecurity
 
-__all__ = ["ConsumedRecord", "KafkaBroker", "consume_all", "create_topics", "kafka_home", "produce"]
+__all__ = ["BrokerSecurity", "ConsumedRecord", "KafkaBroker", "consume_all", "create_topics", "kafka_home", "produce"]

@@ -18,6 +18,7 @@ from pathlib import Path
 from types import TracebackType
 
 from localkafka.children import start_bound, stop_group
+from localkafka.security import BrokerSecurity, TlsFiles, listener_config, make_tls, scram_format_args
 
 DEFAULT_VERSION = "3.9.1"
 
@@ -108,6 +109,7 @@ class KafkaBroker:
         heap: str = "512m",
         extra_config: dict[str, str] | None = None,
         jvm_options: tuple[str, ...] = TEST_JVM_OPTS,
+        security: BrokerSecurity | None = None,
     ) -> None:
         self.home = home or kafka_home()
         libs = self.home / "libs"
@@ -125,12 +127,27 @@ class KafkaBroker:
         self.controller_port = free_port()
         self.cluster_id = _kraft_cluster_id()
         self.extra_config = extra_config or {}
+        # Secured listeners (SASL_PLAINTEXT, SASL_SSL) beside the open one, when asked for.
+        self.security = security
+        self.sasl_port = free_port() if security else 0
+        self.sasl_ssl_port = free_port() if security else 0
+        self.tls: TlsFiles | None = make_tls(self.workdir / "tls") if security else None
         self._proc: subprocess.Popen[bytes] | None = None
         self._formatted = False
 
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def sasl_bootstrap(self) -> str:
+        """The SASL_PLAINTEXT listener (``security`` brokers only)."""
+        return f"127.0.0.1:{self.sasl_port}"
+
+    @property
+    def sasl_ssl_bootstrap(self) -> str:
+        """The SASL_SSL listener (``security`` brokers only); its certificate is signed by ``tls.ca``."""
+        return f"127.0.0.1:{self.sasl_ssl_port}"
 
     @property
     def running(self) -> bool:
@@ -181,6 +198,12 @@ class KafkaBroker:
             "controlled.shutdown.enable": "true",
             "shutdown.delay.ms": "0",
         }
+        if self.security is not None and self.tls is not None:
+            secured = f"SASL_PLAINTEXT://127.0.0.1:{self.sasl_port},SASL_SSL://127.0.0.1:{self.sasl_ssl_port}"
+            props["listeners"] += f",{secured}"
+            props["advertised.listeners"] += f",{secured}"
+            props["listener.security.protocol.map"] += ",SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL"
+            props.update(listener_config(self.security, self.tls))
         props.update(self.extra_config)
         path = self.workdir / "server.properties"
         path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
@@ -194,7 +217,8 @@ class KafkaBroker:
         config = self._write_config()
         if not self._formatted:
             subprocess.run(
-                self._java("kafka.tools.StorageTool", "format", "-t", self.cluster_id, "-c", str(config), "--ignore-formatted"),
+                self._java("kafka.tools.StorageTool", "format", "-t", self.cluster_id, "-c", str(config), "--ignore-formatted",
+                           *(scram_format_args(self.security) if self.security else [])),
                 check=True,
                 capture_output=True,
             )

@@ -163,6 +163,12 @@ def _parse_json(text: str) -> Mapping[str, Any] | None:
     return value if isinstance(value, Mapping) else None
 
 
+def _exit_error(pod: PodSummary) -> str:
+    """``: <reason>`` when the worker left one in its termination message (refused credentials...)."""
+    error = (_parse_json(pod.termination_message) or {}).get("error")
+    return f": {error}" if error else ""
+
+
 def _position(doc: Mapping[str, Any]) -> str | None:
     parts = []
     for s in doc.get("shards") or ():
@@ -213,7 +219,7 @@ def task_report(
         return report(TaskPhase.REASSIGNMENT_NEEDED, "worker stopped at a reshard journal", journal, running=bool(alive))
     if not alive:
         return report(TaskPhase.EXITED if replicas == 0 or pod.exit_code == 0 else TaskPhase.FAILED,
-                      f"worker exited with status {pod.exit_code}" if pod.exit_code else "")
+                      f"worker exited with status {pod.exit_code}{_exit_error(pod)}" if pod.exit_code else "")
     if doc is not None:
         state = str(doc.get("state") or "")
         phase = _STATES.get(state, TaskPhase.STARTING)
@@ -223,7 +229,7 @@ def task_report(
         return report(phase, str(doc.get("reason") or "") if phase is TaskPhase.FAILED else "")
     # The document is unreachable: judge from the pod alone.
     if pod.waiting_reason in _CRASH_REASONS:
-        return report(TaskPhase.FAILED, f"{pod.waiting_reason} (exit status {pod.exit_code})"
+        return report(TaskPhase.FAILED, f"{pod.waiting_reason} (exit status {pod.exit_code}){_exit_error(pod)}"
                       if pod.exit_code is not None else str(pod.waiting_reason))
     if pod.phase == "Pending" and pod.unschedulable:
         # Never started (no room, a nodeSelector no node matches, a taint): nothing streams these

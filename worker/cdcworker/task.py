@@ -14,7 +14,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,7 +30,7 @@ from cdcworker.idleprobe import IdleProbe
 from cdcworker.nativesink import sink_classes
 from cdcworker.offsets import OffsetPartition, Vgtid
 from cdcworker.offsets.migration import resolve_task_start
-from cdcworker.offsets.store import OffsetStore, OffsetStoreError
+from cdcworker.offsets.store import KafkaAccessError, OffsetStore, OffsetStoreError
 from cdcworker.offsets.value import offset_value_at
 from cdcworker.signals.runtime import TaskExtras
 from cdcworker.sink import KafkaSink, SinkError, TransactionalSink
@@ -451,6 +451,12 @@ class WorkerTask:
                 # status document: it waits, reporting the journal, until the operator stops it.
                 log.info("%s; waiting to be stopped with the journal reported", result.reason)
                 self._stop.wait()
+        except KafkaAccessError as exc:
+            # Refused credentials or TLS: a setting to fix, not a bug; no traceback, and the reason
+            # goes where the operator reads it (the pod's termination message, then the status).
+            metrics.set_state("failed", str(exc))
+            _write_termination_message({"error": str(exc)})
+            return TaskResult(exitcodes.FAILED, str(exc), None)
         except Exception as exc:
             metrics.set_state("failed", str(exc))
             raise
@@ -730,18 +736,23 @@ class WorkerTask:
 
 def _report_journal(metrics: Any, exc: ReassignmentNeeded) -> None:
     """Tell the operator where the reshard leads: in /status and in the pod's termination message."""
-    import json
-    import os
-
     journal = {
         "participants": sorted(p.shard for p in exc.journal.participants),
         "positions": [{"shard": g.shard, "gtid": g.gtid} for g in exc.journal.shard_gtids],
     }
     metrics.journal = journal
+    _write_termination_message({"journal": journal})
+
+
+def _write_termination_message(doc: Mapping[str, Any]) -> None:
+    """The pod's termination message (``terminationMessagePath``), read by the operator."""
+    import json
+    import os
+
     path = os.environ.get("SHARDCDC_TERMINATION_LOG", "/dev/termination-log")
     try:
         with open(path, "w") as fh:
-            json.dump({"journal": journal}, fh)
+            json.dump(doc, fh)
     except OSError:
         log.debug("no termination log at %s", path)
 

@@ -9,7 +9,8 @@ Three sources, in this order of preference:
 * flags alone (``--bootstrap-servers``, ``--offsets-topic``) with ``--local``.
 
 Credentials never come from the cluster (the CLI does not read Secrets): a secured Kafka needs
-``--command-config`` (a properties file of librdkafka client settings) or ``-X key=value``.
+``--command-config`` (a properties file of Kafka client settings, Java or librdkafka names, as the
+worker takes them) or ``-X key=value``.
 """
 
 from __future__ import annotations
@@ -164,4 +165,10 @@ def resolve(args: argparse.Namespace, name: str | None, *, local: bool) -> Targe
     target.client_config.update(_client_settings(args))
     if "bootstrap.servers" not in target.client_config:
         raise TargetError("no Kafka bootstrap servers: give --bootstrap-servers")
+    from cdcworker.config.kafkaclient import ClientSettingError, librdkafka_settings
+
+    try:  # the same Java names as the worker's (a Kafka CLI --command-config file works as is)
+        target.client_config = dict(librdkafka_settings(target.client_config))
+    except ClientSettingError as exc:
+        raise TargetError(f"Kafka client settings: {exc}") from None
     return target

@@ -168,14 +168,17 @@ class KafkaConfig:
     consumer: Mapping[str, str] = field(repr=False)
     admin: Mapping[str, str] = field(repr=False)
 
-    def client_config(self, kind: str) -> dict[str, str]:
-        """Settings for one client ("producer", "consumer" or "admin"): bootstrap + common + its overrides."""
+    def client_config(self, kind: str, overrides: Mapping[str, str] | None = None) -> dict[str, str]:
+        """librdkafka settings for one client ("producer", "consumer" or "admin"): bootstrap + common +
+        its overrides (+ ``overrides``, e.g. ``signal.consumer.*``), Java names translated."""
+        from cdcworker.config.kafkaclient import librdkafka_settings
+
         specific: Mapping[str, str] = getattr(self, kind)
-        conf = {"bootstrap.servers": ",".join(self.bootstrap_servers), **self.common, **specific}
+        conf = {"bootstrap.servers": ",".join(self.bootstrap_servers), **self.common, **specific, **(overrides or {})}
         if "max.request.size" in conf:
             # The Java producer's record limit is librdkafka's message.max.bytes.
             conf["message.max.bytes"] = conf.pop("max.request.size")
-        return conf
+        return librdkafka_settings(conf)
 
 
 @dataclass(frozen=True, slots=True)

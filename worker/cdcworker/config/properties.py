@@ -961,13 +961,20 @@ PREFIX_FAMILIES: tuple[PrefixFamily, ...] = (
     ),
     PrefixFamily(
         "sasl.",
-        "Kafka client SASL settings, shared by every client.",
+        "Kafka client SASL settings, shared by every client, with Kafka Connect's names: sasl.mechanism, and "
+        "sasl.jaas.config with the PLAIN or SCRAM login module (username, password), OAUTHBEARER with client "
+        "credentials (clientId, clientSecret, scope) or Kerberos with a keytab, translated for librdkafka. "
+        "librdkafka's own names (sasl.username ...) are taken as well.",
         "kafka",
         ("jaas.config", "password", "client.secret"),
     ),
     PrefixFamily(
         "ssl.",
-        "Kafka client TLS settings, shared by every client.",
+        "Kafka client TLS settings, shared by every client, with Kafka Connect's names: a PEM or PKCS12 trust "
+        "store (ssl.truststore.location/.type/.password, or ssl.truststore.certificates), a PKCS12 or PEM key "
+        "store (ssl.keystore.*, ssl.key.password); JKS stores must be converted (keytool -importkeystore "
+        "-deststoretype PKCS12). An empty ssl.endpoint.identification.algorithm turns hostname checks off, "
+        "as in Java. librdkafka's own names (ssl.ca.location ...) are taken as well.",
         "kafka",
         ("key.password", "keystore.password", "truststore.password", "keystore.key"),
     ),

@@ -16,6 +16,7 @@ from types import MappingProxyType
 
 from cdcworker.config import topic_creation
 from cdcworker.config.errors import HIDDEN, ConfigError, Problem
+from cdcworker.config.kafkaclient import ClientSettingError
 from cdcworker.config.loader import RawConfig
 from cdcworker.config.model import (
     BehaviourConfig,
@@ -866,4 +867,21 @@ def validate(raw: RawConfig) -> WorkerConfig:
     validator.check_rules()
     if validator.problems:
         raise ConfigError(validator.problems)
-    return validator.build()
+    config = validator.build()
+    problems = _client_problems(config)
+    if problems:
+        raise ConfigError(problems)
+    return config
+
+
+def _client_problems(config: WorkerConfig) -> list[Problem]:
+    """Kafka client settings librdkafka cannot take (a JKS store, an unknown login module), found at
+    load time instead of when the first client is made."""
+    found: dict[str, Problem] = {}
+    clients = [("producer", None), ("consumer", None), ("admin", None), ("consumer", config.signals.consumer)]
+    for kind, overrides in clients:
+        try:
+            config.kafka.client_config(kind, overrides)
+        except ClientSettingError as exc:
+            found.setdefault(str(exc), Problem(exc.key, exc.message))
+    return list(found.values())

@@ -29,7 +29,7 @@ from cdcworker.offsets.keys import OffsetPartition, offset_record_key
 from cdcworker.offsets.migration import OffsetLookup, lookup_in
 from cdcworker.offsets.value import OffsetValue
 
-__all__ = ["CONNECT_DEFAULT_PARTITIONS", "OffsetStore", "OffsetStoreError"]
+__all__ = ["CONNECT_DEFAULT_PARTITIONS", "KafkaAccessError", "OffsetStore", "OffsetStoreError"]
 
 CONNECT_DEFAULT_PARTITIONS = 25
 
@@ -40,6 +40,21 @@ _TRANSIENT_READ_ERRORS = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError
 
 class OffsetStoreError(RuntimeError):
     """The offsets topic cannot be used (wrong configuration, delivery failure, timeout)."""
+
+
+class KafkaAccessError(OffsetStoreError):
+    """Kafka refused the client's credentials or TLS settings: retrying cannot help until they change."""
+
+
+# librdkafka's reports that the settings, not the network, are wrong: a rejected login or an
+# untrusted certificate. It keeps retrying these (the secret may be rotated in place); the worker
+# stops at once with the reason instead, as the Java client does.
+_ACCESS_ERRORS = {
+    KafkaError._AUTHENTICATION: "check sasl.mechanism and the credentials in sasl.jaas.config (the Secret named by "
+    "spec.kafka.securitySecretRef)",
+    KafkaError._SSL: "check the trust store (ssl.truststore.location / ssl.truststore.certificates) and the "
+    "broker's certificate",
+}
 
 
 class OffsetStore:
@@ -72,7 +87,9 @@ class OffsetStore:
 
     def ensure_topic(self) -> int:
         """Create the topic if missing; check it is compact-only; return its partition count."""
-        admin = AdminClient(self._config)
+        errors: list[KafkaError] = []
+        conf: dict[str, Any] = {**self._config, "error_cb": errors.append}
+        admin = AdminClient(conf)
         new = NewTopic(
             self.topic,
             num_partitions=self._partitions_wanted,
@@ -81,7 +98,7 @@ class OffsetStore:
         )
         future = admin.create_topics([new], operation_timeout=self._timeout)[self.topic]
         try:
-            future.result(self._timeout)
+            self._first_answer(admin, future, errors)
         except KafkaException as exc:
             if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                 raise OffsetStoreError(f"cannot create offsets topic {self.topic!r}: {exc}") from exc
@@ -93,6 +110,26 @@ class OffsetStore:
                 "or old offsets are deleted and connectors restart from their configured start"
             )
         return self.num_partitions(admin)
+
+    def _first_answer(self, admin: AdminClient, future: Any, errors: list[KafkaError]) -> None:
+        """Wait for the cluster's first answer; stop at once if it refuses the credentials or TLS
+        settings, and name the last connection error if it does not answer in time."""
+        import concurrent.futures
+
+        deadline = time.monotonic() + self._timeout
+        while True:
+            try:
+                future.result(0.2)
+                return
+            except concurrent.futures.TimeoutError:
+                admin.poll(0)  # serves error_cb
+            refused = next((e for e in errors if e.code() in _ACCESS_ERRORS), None)
+            if refused is not None:
+                raise KafkaAccessError(f"Kafka refused the connection: {refused.str()}; {_ACCESS_ERRORS[refused.code()]}")
+            if time.monotonic() > deadline:
+                last = f": {errors[-1].str()}" if errors else ""
+                raise OffsetStoreError(f"Kafka ({self._config.get('bootstrap.servers')}) did not answer within "
+                                       f"{self._timeout:.0f} s{last}")
 
     def _describe_when_visible(self, admin: AdminClient) -> dict[str, Any]:
         """Topic configs; a topic created a moment ago may not be in every broker's metadata yet."""

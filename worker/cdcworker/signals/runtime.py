@@ -96,7 +96,7 @@ class TaskExtras:
             )
             extras.dispatcher = SignalDispatcher(extras.engine)
         task_key = cfg.task.task_key
-        client = {**cfg.kafka.client_config("consumer"), **sig.consumer}
+        client = cfg.kafka.client_config("consumer", sig.consumer)
         if source and sig.data_collection and extras.dispatcher is not None:
             if isinstance(extras.engine, VStreamCopyEngine) and task_key is not None and cfg.task.task_count > 1:
                 # The signal row reaches one task; the others learn of it through the relay.

@@ -1,0 +1,265 @@
+"""Kafka security as Debezium users configure it: Java client names, translated for librdkafka,
+against a real broker that checks passwords (SASL PLAIN and SCRAM-SHA-512) and serves TLS.
+
+A Kafka Connect deployment carries ``sasl.jaas.config`` and Java trust stores; librdkafka refuses
+both outright, so a worker given them used to fail at its first producer. The pure translation is
+tested case by case; the broker tests run the worker, ``shardcdc offsets`` and the failure paths
+(a refused password, an untrusted certificate) end to end.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from worker_fixtures import commerce_sim, insert_customers, running_task, wait_for, worker_config
+
+from cdcworker import cli, exitcodes
+from cdcworker.config import ConfigError, load_config
+from cdcworker.config.kafkaclient import ClientSettingError, librdkafka_settings, parse_jaas
+from cdcworker.offsets import OffsetPartition, OffsetValue, Vgtid, offset_record_key
+from localkafka import BrokerSecurity, KafkaBroker, consume_all
+
+USER, PASSWORD = "shardcdc", "s3cret-pw"
+SCRAM = "org.apache.kafka.common.security.scram.ScramLoginModule"
+PLAIN = "org.apache.kafka.common.security.plain.PlainLoginModule"
+
+
+def jaas(module: str, password: str = PASSWORD) -> str:
+    return f'{module} required username="{USER}" password="{password}";'
+
+
+def pkcs12_truststore(ca_pem: Path, path: Path, password: str) -> Path:
+    """A PKCS12 trust store holding ``ca_pem``, as ``keytool -importcert -storetype PKCS12`` makes."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives.serialization import BestAvailableEncryption, pkcs12
+
+    ca = x509.load_pem_x509_certificate(ca_pem.read_bytes())
+    path.write_bytes(pkcs12.serialize_key_and_certificates(b"ca", None, None, [ca], BestAvailableEncryption(password.encode())))
+    return path
+
+
+# --- the translation (pure) ----------------------------------------------------------------------
+
+
+def test_jaas_login_modules_become_librdkafka_credentials() -> None:
+    assert librdkafka_settings({"sasl.mechanism": "SCRAM-SHA-512", "sasl.jaas.config": jaas(SCRAM)}) == {
+        "sasl.mechanisms": "SCRAM-SHA-512", "sasl.username": USER, "sasl.password": PASSWORD}
+    assert librdkafka_settings({"sasl.jaas.config": jaas(PLAIN)}) == {"sasl.username": USER, "sasl.password": PASSWORD}
+    oauth = ('org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required clientId="app" '
+             'clientSecret="x y" scope="kafka";')
+    assert librdkafka_settings({"sasl.jaas.config": oauth, "sasl.login.callback.handler.class": "a.B",
+                                "sasl.oauthbearer.token.endpoint.url": "https://idp/token"}) == {
+        "sasl.oauthbearer.method": "oidc", "sasl.oauthbearer.client.id": "app", "sasl.oauthbearer.client.secret": "x y",
+        "sasl.oauthbearer.scope": "kafka", "sasl.oauthbearer.token.endpoint.url": "https://idp/token"}
+    kerberos = ('com.sun.security.auth.module.Krb5LoginModule required useKeyTab=true storeKey=true '
+                'keyTab="/etc/kafka/app.keytab" principal="app@EXAMPLE.COM";')
+    assert librdkafka_settings({"sasl.jaas.config": kerberos, "sasl.kerberos.service.name": "kafka"}) == {
+        "sasl.kerberos.keytab": "/etc/kafka/app.keytab", "sasl.kerberos.principal": "app@EXAMPLE.COM",
+        "sasl.kerberos.service.name": "kafka"}
+
+
+def test_jaas_values_keep_quotes_escapes_and_spaces() -> None:
+    module, options = parse_jaas(f'{PLAIN}   required\n  username=bare password="a \\"b\\" ;c";  ')
+    assert module == PLAIN
+    assert options == {"username": "bare", "password": 'a "b" ;c'}
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("org.example.CustomLoginModule required token=abc;", "login module org.example.CustomLoginModule is not supported"),
+    (f'{SCRAM} required username="u";', f"{SCRAM} needs password"),
+    ("just text", "expected '<LoginModule> required"),
+    (f'{PLAIN} required username="u" password "hunter2";', f"cannot read option 2 of {PLAIN}"),
+    ('com.sun.security.auth.module.Krb5LoginModule required useTicketCache=true;', "useKeyTab=true"),
+])
+def test_unsupported_jaas_is_a_clear_error(text: str, message: str) -> None:
+    with pytest.raises(ClientSettingError, match=re.escape("sasl.jaas.config")) as err:
+        librdkafka_settings({"sasl.jaas.config": text})
+    assert message in err.value.message
+    assert "hunter2" not in str(err.value)
+
+
+def test_trust_and_key_stores(tmp_path: Path) -> None:
+    from localkafka.security import make_tls
+
+    tls = make_tls(tmp_path / "tls")
+    ca_text = tls.ca.read_text()
+    # PEM: by type, or recognised from the file when the type is left out (Java would assume JKS).
+    assert librdkafka_settings({"ssl.truststore.type": "PEM", "ssl.truststore.location": str(tls.ca)}) == {
+        "ssl.ca.location": str(tls.ca)}
+    assert librdkafka_settings({"ssl.truststore.location": str(tls.ca), "ssl.truststore.password": "x"}) == {
+        "ssl.ca.location": str(tls.ca)}
+    assert librdkafka_settings({"ssl.truststore.certificates": ca_text}) == {"ssl.ca.pem": ca_text}
+    # PKCS12: its certificates are read here, since librdkafka reads no trust store.
+    store = pkcs12_truststore(tls.ca, tmp_path / "trust.p12", "changeit")
+    assert librdkafka_settings({"ssl.truststore.type": "PKCS12", "ssl.truststore.location": str(store),
+                                "ssl.truststore.password": "changeit"}) == {"ssl.ca.pem": ca_text}
+    with pytest.raises(ClientSettingError, match=re.escape("ssl.truststore.location: cannot read the PKCS12 trust store")):
+        librdkafka_settings({"ssl.truststore.type": "PKCS12", "ssl.truststore.location": str(store),
+                             "ssl.truststore.password": "wrong"})
+    # Key stores: PKCS12 is librdkafka's own; a PEM file holds the key and the chain.
+    assert librdkafka_settings({"ssl.keystore.type": "PKCS12", "ssl.keystore.location": "/k.p12",
+                                "ssl.keystore.password": "p"}) == {"ssl.keystore.location": "/k.p12",
+                                                                   "ssl.keystore.password": "p"}
+    assert librdkafka_settings({"ssl.keystore.location": str(tls.server), "ssl.key.password": "k"}) == {
+        "ssl.certificate.location": str(tls.server), "ssl.key.location": str(tls.server), "ssl.key.password": "k"}
+    assert librdkafka_settings({"ssl.keystore.type": "PEM", "ssl.keystore.certificate.chain": "C",
+                                "ssl.keystore.key": "K"}) == {"ssl.certificate.pem": "C", "ssl.key.pem": "K"}
+    # JKS (by type or by its magic number) cannot be read without a JVM: say how to convert it.
+    jks = tmp_path / "trust.jks"
+    jks.write_bytes(b"\xfe\xed\xfe\xed\x00\x00\x00\x02")
+    for settings in ({"ssl.truststore.location": str(jks)},
+                     {"ssl.truststore.type": "JKS", "ssl.truststore.location": "/missing.jks"}):
+        with pytest.raises(ClientSettingError, match=re.escape("ssl.truststore.location: librdkafka cannot read JKS")) as err:
+            librdkafka_settings(settings)
+        assert "keytool -importkeystore" in err.value.message
+    with pytest.raises(ClientSettingError, match=re.escape("ssl.keystore.location: librdkafka cannot read JKS")):
+        librdkafka_settings({"ssl.keystore.type": "JKS", "ssl.keystore.location": "/k.jks"})
+
+
+def test_java_only_settings_are_dropped_and_hostname_checks_map() -> None:
+    assert librdkafka_settings({"ssl.protocol": "TLSv1.3", "ssl.enabled.protocols": "TLSv1.3",
+                                "sasl.login.refresh.window.factor": "0.8", "ssl.endpoint.identification.algorithm": "",
+                                "security.protocol": "SASL_SSL", "linger.ms": "5"}) == {
+        "ssl.endpoint.identification.algorithm": "none", "security.protocol": "SASL_SSL", "linger.ms": "5"}
+
+
+def test_the_worker_config_rejects_a_jks_store_at_load_time(tmp_path: Path) -> None:
+    jks = tmp_path / "client.jks"
+    jks.write_bytes(b"\xfe\xed\xfe\xed")
+    props = {"name": "c", "topic.prefix": "p", "database.hostname": "h", "vitess.keyspace": "ks",
+             "bootstrap.servers": "k:9092", "security.protocol": "SSL", "ssl.truststore.location": str(jks),
+             "producer.sasl.jaas.config": "nonsense"}
+    with pytest.raises(ConfigError) as err:
+        load_config([], env={}, overrides=props)
+    messages = err.value.messages
+    assert any(m.startswith("ssl.truststore.location: librdkafka cannot read JKS") for m in messages), messages
+    assert any(m.startswith("sasl.jaas.config: expected '<LoginModule> required") for m in messages), messages
+    assert "nonsense" not in str(err.value)  # a secret's value is never echoed
+
+
+# --- against a broker that checks passwords and serves TLS ----------------------------------------
+
+
+@pytest.fixture(scope="module")
+def secure_broker() -> Iterator[KafkaBroker]:
+    broker = KafkaBroker(security=BrokerSecurity({USER: PASSWORD}))
+    broker.start()
+    try:
+        yield broker
+    finally:
+        broker.close()
+
+
+def _secret_file(tmp_path: Path, text: str) -> Path:
+    """What the operator mounts from the Secret named by spec.kafka.securitySecretRef."""
+    path = tmp_path / "secrets" / "sasl.jaas.config"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def _secured(broker: KafkaBroker, tmp_path: Path, mode: str, password: str = PASSWORD) -> dict[str, str]:
+    """Connect-style settings (Java names, the JAAS line from a file provider) for one listener."""
+    assert broker.tls is not None
+    common = {"config.providers": "file",
+              "config.providers.file.class": "org.apache.kafka.common.config.provider.FileConfigProvider"}
+    if mode == "sasl_ssl_scram":
+        secret = _secret_file(tmp_path, jaas(SCRAM, password))
+        store = pkcs12_truststore(broker.tls.ca, tmp_path / "truststore.p12", "changeit")
+        return {**common, "bootstrap.servers": broker.sasl_ssl_bootstrap, "security.protocol": "SASL_SSL",
+                "sasl.mechanism": "SCRAM-SHA-512", "sasl.jaas.config": f"${{file:{secret}}}",
+                "ssl.truststore.type": "PKCS12", "ssl.truststore.location": str(store),
+                "ssl.truststore.password": "changeit"}
+    secret = _secret_file(tmp_path, jaas(PLAIN, password))
+    return {**common, "bootstrap.servers": broker.sasl_bootstrap, "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "PLAIN", "sasl.jaas.config": f"${{file:{secret}}}"}
+
+
+@pytest.mark.parametrize(("mode", "extra"), [
+    ("sasl_ssl_scram", {"exactly.once.support": "required"}),
+    ("sasl_plaintext_plain", {}),
+])
+def test_the_worker_streams_through_an_authenticated_listener(
+    secure_broker: KafkaBroker, tmp_path: Path, mode: str, extra: dict[str, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    with commerce_sim(customers=5) as sim:
+        cfg = worker_config(secure_broker, sim.address, "commerce",
+                            extra={**_secured(secure_broker, tmp_path, mode), "snapshot.mode": "initial", **extra})
+        with running_task(cfg) as run:
+            wait_for(lambda: run.task.sink is not None and run.task.sink.records_sent >= 5, what="the 5 snapshot rows")
+            insert_customers(sim, range(6, 9))
+            wait_for(lambda: run.task.sink is not None and run.task.sink.records_sent >= 8, what="3 streamed rows")
+            result = run.stop()
+        assert result.exit_code == 0, result.reason
+        final = sim.positions("commerce")
+    # Read back over the open listener: every row once, in order per key, and the offset stored.
+    committed = extra.get("exactly.once.support") == "required"
+    records = consume_all(secure_broker.bootstrap, f"{cfg.topic_prefix}.commerce.customer", read_committed=committed)
+    ids = sorted(json.loads(r.key or b"")["payload"]["id"] for r in records)
+    assert ids == list(range(1, 9))
+    # The copy's rows arrive as inserts, as Debezium Vitess emits a VStream copy.
+    assert [json.loads(r.value or b"")["payload"]["op"] for r in records] == ["c"] * 8
+    key = offset_record_key(cfg.name, OffsetPartition(cfg.topic_prefix))
+    stored = [r for r in consume_all(secure_broker.bootstrap, cfg.kafka.offsets_topic, read_committed=committed)
+              if r.key == key]
+    assert {sg.shard: sg.gtid for sg in OffsetValue.from_bytes(stored[-1].value or b"").vgtid} == final
+    assert PASSWORD not in caplog.text  # credentials never reach the logs
+
+
+@pytest.mark.parametrize(("breakage", "expected"), [
+    ("password", "SASL authentication error"),
+    ("trust", "certificate verify failed"),
+])
+def test_refused_credentials_or_certificate_stop_the_worker_with_the_reason(
+    secure_broker: KafkaBroker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, breakage: str, expected: str
+) -> None:
+    termination = tmp_path / "termination-log"
+    monkeypatch.setenv("SHARDCDC_TERMINATION_LOG", str(termination))
+    settings = _secured(secure_broker, tmp_path, "sasl_ssl_scram", "not-the-password" if breakage == "password" else PASSWORD)
+    if breakage == "trust":
+        for key in ("ssl.truststore.type", "ssl.truststore.location", "ssl.truststore.password"):
+            settings.pop(key)
+    with commerce_sim() as sim:
+        cfg = worker_config(secure_broker, sim.address, "commerce", extra=settings)
+        with running_task(cfg) as run:
+            result = run.wait()
+    hint = "sasl.jaas.config" if breakage == "password" else "trust store"
+    assert result.exit_code == exitcodes.FAILED
+    assert result.reason.startswith("Kafka refused the connection: ") and expected in result.reason, result.reason
+    assert hint in result.reason
+    assert json.loads(termination.read_text()) == {"error": result.reason}  # what the operator reports
+
+
+def test_offsets_cli_takes_a_kafka_command_config_file(
+    secure_broker: KafkaBroker, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--command-config`` takes the client.properties a Kafka CLI user already has (Java names)."""
+    from cdcworker.offsets.store import OffsetStore
+
+    monkeypatch.setenv("COLUMNS", "200")
+    settings = _secured(secure_broker, tmp_path, "sasl_ssl_scram")
+    client = tmp_path / "client.properties"
+    jaas_line = jaas(SCRAM)
+    client.write_text("".join(f"{k}={v}\n" for k, v in {
+        "security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512", "sasl.jaas.config": jaas_line,
+        "ssl.truststore.type": "PKCS12", "ssl.truststore.location": settings["ssl.truststore.location"],
+        "ssl.truststore.password": "changeit"}.items()))
+    topic = f"offsets-{tmp_path.name[-12:]}"
+    name, gtid = "orders", "MySQL56/aaaaaaaa-0000-0000-0000-000000000001:1-9"
+    with OffsetStore({"bootstrap.servers": secure_broker.bootstrap}, topic, partitions=1, replication_factor=1) as store:
+        store.ensure_topic()
+        store.write(name, OffsetPartition.for_task(name, 0, 1, 0), OffsetValue.build(Vgtid.of("ks", {"-80": gtid})))
+    rc = cli.main(["offsets", "list", name, "--local", "--bootstrap-servers", secure_broker.sasl_ssl_bootstrap,
+                   "--offsets-topic", topic, "--command-config", str(client), "--json"])
+    out = capsys.readouterr()
+    assert rc == 0, out.err
+    document: Any = json.loads(out.out)
+    assert gtid in json.dumps(document)
+    assert PASSWORD not in out.out + out.err
