@@ -20,6 +20,22 @@ def kafka_broker() -> Iterator[KafkaBroker]:
         broker.close()
 
 
+@pytest.fixture(scope="session")
+def secure_kafka_broker() -> Iterator[KafkaBroker]:
+    """A broker whose extra listeners check passwords (SASL PLAIN, SCRAM-SHA-512) and serve TLS
+    (``kafka_security_fixtures`` has the user and the CA's helpers); shared by the session."""
+    from kafka_security_fixtures import PASSWORD, USER
+
+    from localkafka import BrokerSecurity
+
+    broker = KafkaBroker(security=BrokerSecurity({USER: PASSWORD}))
+    broker.start()
+    try:
+        yield broker
+    finally:
+        broker.close()
+
+
 @pytest.fixture
 def fresh_kafka_broker() -> Iterator[Callable[[], KafkaBroker]]:
     """A factory for private brokers a test may stop, kill and restart; all are closed afterwards."""

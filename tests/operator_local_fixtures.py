@@ -36,7 +36,7 @@ class Scripted:
         async def discover(_cr: Any) -> Discovery:
             return Discovery(self.serving, self.discovered, "vtctld")
 
-        async def scan(_cr: Any) -> Adoption:
+        async def scan(_cr: Any, _access: Any) -> Adoption:
             return Adoption()
 
         def emit(_body: Any, type_: str, reason: str, message: str) -> None:

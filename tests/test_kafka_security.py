@@ -12,37 +12,18 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from kafka_security_fixtures import PASSWORD, PLAIN, SCRAM, USER, jaas, pkcs12_truststore
 from worker_fixtures import commerce_sim, insert_customers, running_task, wait_for, worker_config
 
 from cdcworker import cli, exitcodes
 from cdcworker.config import ConfigError, load_config
 from cdcworker.config.kafkaclient import ClientSettingError, librdkafka_settings, parse_jaas
 from cdcworker.offsets import OffsetPartition, OffsetValue, Vgtid, offset_record_key
-from localkafka import BrokerSecurity, KafkaBroker, consume_all
-
-USER, PASSWORD = "shardcdc", "s3cret-pw"
-SCRAM = "org.apache.kafka.common.security.scram.ScramLoginModule"
-PLAIN = "org.apache.kafka.common.security.plain.PlainLoginModule"
-
-
-def jaas(module: str, password: str = PASSWORD) -> str:
-    return f'{module} required username="{USER}" password="{password}";'
-
-
-def pkcs12_truststore(ca_pem: Path, path: Path, password: str) -> Path:
-    """A PKCS12 trust store holding ``ca_pem``, as ``keytool -importcert -storetype PKCS12`` makes."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives.serialization import BestAvailableEncryption, pkcs12
-
-    ca = x509.load_pem_x509_certificate(ca_pem.read_bytes())
-    path.write_bytes(pkcs12.serialize_key_and_certificates(b"ca", None, None, [ca], BestAvailableEncryption(password.encode())))
-    return path
-
+from localkafka import KafkaBroker, consume_all
 
 # --- the translation (pure) ----------------------------------------------------------------------
 
@@ -146,16 +127,6 @@ def test_the_worker_config_rejects_a_jks_store_at_load_time(tmp_path: Path) -> N
 # --- against a broker that checks passwords and serves TLS ----------------------------------------
 
 
-@pytest.fixture(scope="module")
-def secure_broker() -> Iterator[KafkaBroker]:
-    broker = KafkaBroker(security=BrokerSecurity({USER: PASSWORD}))
-    broker.start()
-    try:
-        yield broker
-    finally:
-        broker.close()
-
-
 def _secret_file(tmp_path: Path, text: str) -> Path:
     """What the operator mounts from the Secret named by spec.kafka.securitySecretRef."""
     path = tmp_path / "secrets" / "sasl.jaas.config"
@@ -186,12 +157,12 @@ def _secured(broker: KafkaBroker, tmp_path: Path, mode: str, password: str = PAS
     ("sasl_plaintext_plain", {}),
 ])
 def test_the_worker_streams_through_an_authenticated_listener(
-    secure_broker: KafkaBroker, tmp_path: Path, mode: str, extra: dict[str, str], caplog: pytest.LogCaptureFixture
+    secure_kafka_broker: KafkaBroker, tmp_path: Path, mode: str, extra: dict[str, str], caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG)
     with commerce_sim(customers=5) as sim:
-        cfg = worker_config(secure_broker, sim.address, "commerce",
-                            extra={**_secured(secure_broker, tmp_path, mode), "snapshot.mode": "initial", **extra})
+        cfg = worker_config(secure_kafka_broker, sim.address, "commerce",
+                            extra={**_secured(secure_kafka_broker, tmp_path, mode), "snapshot.mode": "initial", **extra})
         with running_task(cfg) as run:
             wait_for(lambda: run.task.sink is not None and run.task.sink.records_sent >= 5, what="the 5 snapshot rows")
             insert_customers(sim, range(6, 9))
@@ -201,13 +172,13 @@ def test_the_worker_streams_through_an_authenticated_listener(
         final = sim.positions("commerce")
     # Read back over the open listener: every row once, in order per key, and the offset stored.
     committed = extra.get("exactly.once.support") == "required"
-    records = consume_all(secure_broker.bootstrap, f"{cfg.topic_prefix}.commerce.customer", read_committed=committed)
+    records = consume_all(secure_kafka_broker.bootstrap, f"{cfg.topic_prefix}.commerce.customer", read_committed=committed)
     ids = sorted(json.loads(r.key or b"")["payload"]["id"] for r in records)
     assert ids == list(range(1, 9))
     # The copy's rows arrive as inserts, as Debezium Vitess emits a VStream copy.
     assert [json.loads(r.value or b"")["payload"]["op"] for r in records] == ["c"] * 8
     key = offset_record_key(cfg.name, OffsetPartition(cfg.topic_prefix))
-    stored = [r for r in consume_all(secure_broker.bootstrap, cfg.kafka.offsets_topic, read_committed=committed)
+    stored = [r for r in consume_all(secure_kafka_broker.bootstrap, cfg.kafka.offsets_topic, read_committed=committed)
               if r.key == key]
     assert {sg.shard: sg.gtid for sg in OffsetValue.from_bytes(stored[-1].value or b"").vgtid} == final
     assert PASSWORD not in caplog.text  # credentials never reach the logs
@@ -218,16 +189,16 @@ def test_the_worker_streams_through_an_authenticated_listener(
     ("trust", "certificate verify failed"),
 ])
 def test_refused_credentials_or_certificate_stop_the_worker_with_the_reason(
-    secure_broker: KafkaBroker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, breakage: str, expected: str
+    secure_kafka_broker: KafkaBroker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, breakage: str, expected: str
 ) -> None:
     termination = tmp_path / "termination-log"
     monkeypatch.setenv("SHARDCDC_TERMINATION_LOG", str(termination))
-    settings = _secured(secure_broker, tmp_path, "sasl_ssl_scram", "not-the-password" if breakage == "password" else PASSWORD)
+    settings = _secured(secure_kafka_broker, tmp_path, "sasl_ssl_scram", "not-the-password" if breakage == "password" else PASSWORD)
     if breakage == "trust":
         for key in ("ssl.truststore.type", "ssl.truststore.location", "ssl.truststore.password"):
             settings.pop(key)
     with commerce_sim() as sim:
-        cfg = worker_config(secure_broker, sim.address, "commerce", extra=settings)
+        cfg = worker_config(secure_kafka_broker, sim.address, "commerce", extra=settings)
         with running_task(cfg) as run:
             result = run.wait()
     hint = "sasl.jaas.config" if breakage == "password" else "trust store"
@@ -238,13 +209,13 @@ def test_refused_credentials_or_certificate_stop_the_worker_with_the_reason(
 
 
 def test_offsets_cli_takes_a_kafka_command_config_file(
-    secure_broker: KafkaBroker, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    secure_kafka_broker: KafkaBroker, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``--command-config`` takes the client.properties a Kafka CLI user already has (Java names)."""
     from cdcworker.offsets.store import OffsetStore
 
     monkeypatch.setenv("COLUMNS", "200")
-    settings = _secured(secure_broker, tmp_path, "sasl_ssl_scram")
+    settings = _secured(secure_kafka_broker, tmp_path, "sasl_ssl_scram")
     client = tmp_path / "client.properties"
     jaas_line = jaas(SCRAM)
     client.write_text("".join(f"{k}={v}\n" for k, v in {
@@ -253,10 +224,10 @@ def test_offsets_cli_takes_a_kafka_command_config_file(
         "ssl.truststore.password": "changeit"}.items()))
     topic = f"offsets-{tmp_path.name[-12:]}"
     name, gtid = "orders", "MySQL56/aaaaaaaa-0000-0000-0000-000000000001:1-9"
-    with OffsetStore({"bootstrap.servers": secure_broker.bootstrap}, topic, partitions=1, replication_factor=1) as store:
+    with OffsetStore({"bootstrap.servers": secure_kafka_broker.bootstrap}, topic, partitions=1, replication_factor=1) as store:
         store.ensure_topic()
         store.write(name, OffsetPartition.for_task(name, 0, 1, 0), OffsetValue.build(Vgtid.of("ks", {"-80": gtid})))
-    rc = cli.main(["offsets", "list", name, "--local", "--bootstrap-servers", secure_broker.sasl_ssl_bootstrap,
+    rc = cli.main(["offsets", "list", name, "--local", "--bootstrap-servers", secure_kafka_broker.sasl_ssl_bootstrap,
                    "--offsets-topic", topic, "--command-config", str(client), "--json"])
     out = capsys.readouterr()
     assert rc == 0, out.err

@@ -254,3 +254,19 @@ async def _local_cluster(tmp_path: Path) -> None:
     assert again["metadata"]["uid"] == body["metadata"]["uid"]
     assert again["metadata"]["generation"] == 2 and again["status"] == {"assignment": {"generation": 5}}
     assert LocalCluster(tmp_path).put_connector(_connector(tasks=3))["metadata"]["generation"] == 3
+
+
+def test_config_paths_are_mapped_once_and_whole() -> None:
+    """A worker pod mounts an emptyDir at /tmp and local mode keeps pods under /tmp: a path mapped
+    to the config volume must not then be mapped again as if under /tmp (the Secret files of the
+    workers were not found: ``.../volumes/tmp/pytest.../volumes/config/...``)."""
+    from cdcoperator.local.kubelet import map_mount_paths
+
+    local = "/tmp/state/pods/ns/c-g3-t0-0/volumes"
+    mounts = [("/etc/shardcdc", f"{local}/config"), ("/tmp", f"{local}/tmp"), ("/etc", f"{local}/etc")]
+    text = ("sasl.jaas.config=${file:/etc/shardcdc/secrets/kafka/sasl.jaas.config}\n"
+            "a=/tmp/x b=/var/tmp/y c='/etc/hosts'\n")
+    assert map_mount_paths(text, mounts) == (
+        f"sasl.jaas.config=${{file:{local}/config/secrets/kafka/sasl.jaas.config}}\n"
+        f"a={local}/tmp/x b=/var/tmp/y c='{local}/etc/hosts'\n")
+    assert map_mount_paths(text, [("/", "/x")]) == text

@@ -14,6 +14,7 @@ the process-wide shared plane would also adopt other test modules' connectors. `
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import re
@@ -239,3 +240,41 @@ def test_source_secrets_switch_lets_the_operator_reach_a_tls_source(plane: Plane
     assert logins[:2] == [("username", "cdc"), ("password", "s3cret")]
     assert_no_refusals(log)
     assert "s3cret" not in log.read_text()
+
+
+def test_kafka_secrets_switch_lets_the_operator_read_the_kafka_secret(plane: Plane) -> None:
+    """rbac.kafkaSecrets: get (only) on Secrets, and the operator's Kafka access reads the connector's
+    securitySecretRef through the real API server; without the switch it gets 403 and says which
+    switch to turn on (tests/test_operator_kafka_access.py uses the access against a SASL broker)."""
+    from kafka_security_fixtures import PASSWORD, SCRAM, USER, jaas
+
+    from cdcoperator.kafkaaccess import kafka_access
+    from cdcoperator.model import ConnectorResource
+    from cdcworker.admin.target import kube_api
+
+    plane.kubectl("create", "namespace", "shop-k")
+    plane.kubectl("-n", "shop-k", "create", "secret", "generic", "kafka-client",
+                  "--from-literal=sasl.jaas.config=" + jaas(SCRAM))
+    cr = ConnectorResource.from_body({"metadata": {"name": "secured", "namespace": "shop-k"}, "spec": {
+        "source": {"vitess": {"vtgate": "vtgate:15991", "keyspace": "shop"}},
+        "kafka": {"bootstrapServers": "kafka:9093", "topicPrefix": "p", "securityProtocol": "SASL_SSL",
+                  "securitySecretRef": {"name": "kafka-client", "properties": ["sasl.jaas.config"]}},
+        "config": {"sasl.mechanism": "SCRAM-SHA-512"}}})
+    for release, values in (("ks", {"rbac": {"kafkaSecrets": True}}), ("nks", {})):
+        _args, kubeconfig = plane.install_chart_identity(release, values)
+        granted = release == "ks"
+        assert can_i(plane, kubeconfig, "get", "secrets", "-n", "shop-k") == ("yes" if granted else "no")
+        assert can_i(plane, kubeconfig, "list", "secrets", "-n", "shop-k") == "no"
+        api, _ns = kube_api(str(kubeconfig), None)
+        try:
+            access = asyncio.run(kafka_access(cr, api.read_secret))
+        finally:
+            api.api.close()
+        if granted:
+            assert access.config is not None
+            assert (access.config["sasl.username"], access.config["sasl.password"]) == (USER, PASSWORD)
+        else:
+            assert access.config is None
+            assert access.problem == ("the Kafka cluster of secured needs the credentials in Secret "
+                                      "shop-k/kafka-client, which the operator reads only when installed with "
+                                      "rbac.kafkaSecrets=true")

@@ -272,7 +272,9 @@ def test_kubectl_scale_starts_the_next_generation_after_a_drain(env: Env) -> Non
     a2 = env.wait_generation("scaled", 2)
     assert (a2["tasks"], a2["previousTasks"]) == (2, 4)
     assert a2["history"] == [{"generation": 1, "tasks": 4}, {"generation": 0, "tasks": 2}]
-    cm2 = env.children("configmaps", "scaled")["scaled-g2-t1"]["data"]["worker.properties"].splitlines()
+    # The generation record is stored before its objects are made (write-ahead): wait for them.
+    cm2 = wait_for(lambda: env.children("configmaps", "scaled").get("scaled-g2-t1"), 15,
+                   "generation 2's ConfigMaps")["data"]["worker.properties"].splitlines()
     assert {"vitess.prev.num.tasks=4", "shardcdc.task.history=1:4,0:2"} <= set(cm2)
 
 
@@ -453,7 +455,8 @@ def test_unreachable_source_is_a_clear_condition_and_one_warning(env: Env) -> No
 def test_deletion_removes_children_and_keeps_offsets(env: Env) -> None:
     env.sim.create_keyspace("gone", ["-80", "80-"])
     env.apply(connector("doomed", "gone", env, tasks=2))
-    # DeleteOffsets on a SASL cluster: the operator cannot read the credentials, so it says so.
+    # DeleteOffsets on a SASL cluster without rbac.kafkaSecrets: the operator cannot read the
+    # credentials, so it says so and which switch would let it.
     secured = connector("secured", "gone", env, tasks=1, deletionPolicy="DeleteOffsets")
     secured["spec"]["kafka"].update(securityProtocol="SASL_SSL",
                                     securitySecretRef={"name": "kafka", "properties": ["sasl.jaas.config"]})
@@ -466,8 +469,9 @@ def test_deletion_removes_children_and_keeps_offsets(env: Env) -> None:
     wait_for(lambda: env.get("secured") is None, 15, "the DeleteOffsets connector to be deleted")
     assert env.children("deployments", "secured") == {} and env.children("configmaps", "secured") == {}
     assert [(t, m) for t, r, m in env.events("secured") if r.startswith("Offsets")] == [
-        ("Warning", "offsets of secured in topic shardcdc-offsets were kept: the cluster needs credentials the "
-                    "operator does not read; delete the records with `shardcdc offsets reset`")]
+        ("Warning", "offsets of secured in topic shardcdc-offsets were kept: the Kafka cluster of secured needs "
+                    "the credentials in Secret shop/kafka, which the operator reads only when installed with "
+                    "rbac.kafkaSecrets=true; delete the records with `shardcdc offsets reset`")]
     assert env.children("deployments", "doomed") == {} and env.children("configmaps", "doomed") == {}
     msgs = {r: m for _, r, m in env.events("doomed")}
     assert msgs["Deleted"] == ("removed 4 worker objects: deployments/doomed-g0-t0, deployments/doomed-g0-t1, "

@@ -243,8 +243,9 @@ def test_delete_offsets_keeps_records_it_cannot_reach() -> None:
     body["spec"]["kafka"].update(securityProtocol="SASL_SSL",
                                  securitySecretRef={"name": "kafka", "properties": ["sasl.jaas.config"]})
     assert delete_offsets_sync(ConnectorResource.from_body(body)) == (
-        "offsets of orders in topic shardcdc-offsets were kept: the cluster needs credentials the operator "
-        "does not read; delete the records with `shardcdc offsets reset`")
+        "offsets of orders in topic shardcdc-offsets were kept: the Kafka cluster of orders needs the credentials "
+        "in Secret shop/kafka, which the operator reads only when installed with rbac.kafkaSecrets=true; delete "
+        "the records with `shardcdc offsets reset`")
 
 
 def test_delete_offsets_tombstones_only_this_connectors_records(kafka_broker: Any) -> None:

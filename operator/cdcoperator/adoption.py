@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from cdcoperator.kafkaaccess import KafkaAccess, plain_access
 from cdcoperator.model import ConnectorResource
 from cdcworker.admin.offsetsops import OffsetEntry, entries
 from cdcworker.offsets.migration import java_sorted
@@ -35,7 +36,6 @@ __all__ = [
     "analyze",
     "chain_from_status",
     "chain_to_status",
-    "credentials_problem",
     "scan_offsets",
 ]
 
@@ -172,29 +172,19 @@ class OffsetScanError(RuntimeError):
     """The offsets topic could not be read (the message is user-facing: it lands in a condition)."""
 
 
-def credentials_problem(cr: ConnectorResource) -> str | None:
-    """Why the operator cannot reach the connector's Kafka cluster itself (None: it can).
-
-    SASL/TLS credentials live in Secrets the operator deliberately cannot read (least privilege).
-    """
-    kafka = cr.spec.kafka
-    if kafka.security is not None or kafka.security_protocol != "PLAINTEXT":
-        return f"the Kafka cluster of {cr.name} needs credentials the operator does not read"
-    return None
-
-
-def scan_offsets(cr: ConnectorResource, timeout: float = SCAN_TIMEOUT) -> Adoption:
-    """Read the connector's offsets topic and analyze it (blocking; run it in a thread)."""
+def scan_offsets(cr: ConnectorResource, timeout: float = SCAN_TIMEOUT, access: KafkaAccess | None = None) -> Adoption:
+    """Read the connector's offsets topic and analyze it (blocking; run it in a thread). ``access``:
+    the cluster's client settings (``kafkaaccess``; default: those that need no Secret)."""
     from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import AdminClient
 
     from cdcworker.offsets.store import OffsetStore, OffsetStoreError
 
-    problem = credentials_problem(cr)
-    if problem is not None:
-        return Adoption(skipped=problem)
+    access = access or plain_access(cr)
+    if access.config is None:
+        return Adoption(skipped=access.problem or "")
     kafka = cr.spec.kafka
-    config: dict[str, str | int | float | bool] = {"bootstrap.servers": kafka.bootstrap_servers}
+    config = dict(access.config)
     try:
         # Every topic's metadata, not this topic's: asking for one topic by name makes a broker with
         # auto.create.topics.enable create it (delete policy, not compact), which breaks the workers.

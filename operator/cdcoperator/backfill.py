@@ -33,6 +33,7 @@ from typing import Any
 from cdcoperator import backfillfeed, backfillrelease, naming
 from cdcoperator.apply import CONFIG_MAPS, ApiError, ClusterApi, Kind
 from cdcoperator.conditions import BACKFILL_RUNNING, ConditionSpec
+from cdcoperator.kafkaaccess import KafkaAccess
 from cdcoperator.model import BackfillEngine, BackfillRequest, ConnectorResource, State
 from cdcoperator.objects import (
     CONFIG_DIR,
@@ -608,8 +609,8 @@ def selector(cr: ConnectorResource) -> str:
 
 
 async def reconcile_backfills(kube: ClusterApi, cr: ConnectorResource, existing_status: Mapping[str, Any],
-                              now: str, feeds: backfillfeed.ProgressFeeds | None = None
-                              ) -> tuple[list[dict[str, Any]], ConditionSpec]:
+                              now: str, feeds: backfillfeed.ProgressFeeds | None = None,
+                              access: KafkaAccess | None = None) -> tuple[list[dict[str, Any]], ConditionSpec]:
     """Create missing backfill objects, delete cancelled ones, and compute ``status.backfills`` and
     the ``BackfillRunning`` condition. Finished runs are not resubmitted (their objects may be gone
     after the TTL).
@@ -626,7 +627,7 @@ async def reconcile_backfills(kube: ClusterApi, cr: ConnectorResource, existing_
     feeds = feeds if feeds is not None else backfillfeed.FEEDS
     local_jobs = bool(getattr(kube, "runs_local_jobs", False))
     previous = {str(e.get("id")): e for e in existing_status.get("backfills") or ()}
-    view = feeds.view(cr) if feed_needed(cr, previous) else None
+    view = feeds.view(cr, access) if feed_needed(cr, previous) else None
     ready = view is not None and view.ready
     plan = launches(cr, view, previous)
     listed: list[dict[str, Any]] = []
@@ -697,12 +698,13 @@ async def reconcile_backfills(kube: ClusterApi, cr: ConnectorResource, existing_
             ended[run_id(cr, req.id)] = f"failed: {phase.message}"
         if launch.signal_id is not None and phase.phase in FINAL and ready and view is not None \
                 and launch.signal_id not in view.closed:
-            feeds.close_signal(cr, SignalClosed(launch.signal_id, cr.spec.source.keyspace, phase.phase, phase.message))
+            feeds.close_signal(cr, SignalClosed(launch.signal_id, cr.spec.source.keyspace, phase.phase, phase.message),
+                               access)
     if ready and view is not None:
         wanted = {run_id(cr, x.req.id): x.req.id for x in plan if x.active}
         releases = backfillrelease.to_release(cr.uid, view.runs, wanted, ended)
         await backfillrelease.release(kube, cr.namespace, selector(cr), cr.spec.source.keyspace, releases,
-                                      lambda rec: feeds.abandon(cr, rec), LABEL_BACKFILL)
+                                      lambda rec: feeds.abandon(cr, rec, access), LABEL_BACKFILL)
     if not ready:
         # Signal runs known only from the status: kept as they are until the topic has been read.
         ids = {e["id"] for e in entries}

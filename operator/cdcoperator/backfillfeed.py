@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from cdcoperator.adoption import credentials_problem
+from cdcoperator.kafkaaccess import KafkaAccess, plain_access
 from cdcoperator.model import ConnectorResource
 from cdcworker.backfill.progress import (
     RUN,
@@ -255,33 +255,36 @@ class _Tail:
 
 
 class ProgressFeeds:
-    """One tail per connector (namespace, name, uid), started on demand, stopped when idle."""
+    """One tail per connector (namespace, name, uid) and client settings, started on demand, stopped
+    when idle. ``access``: the cluster's client settings (``kafkaaccess``; default: those that need
+    no Secret); rotated credentials start a new tail, the old one idles out."""
 
     def __init__(self, idle_seconds: float = DEFAULT_IDLE_SECONDS) -> None:
         self.idle = idle_seconds
-        self._tails: dict[tuple[str, str, str], _Tail] = {}
+        self._tails: dict[tuple[str, str, str, str], _Tail] = {}
         self._lock = threading.Lock()
 
-    def view(self, cr: ConnectorResource) -> FeedView:
+    def view(self, cr: ConnectorResource, access: KafkaAccess | None = None) -> FeedView:
         """The latest view (never blocks; not ready until the tail has read the topic once)."""
-        problem = credentials_problem(cr)
-        if problem is not None:
-            return FeedView(error=f"progress not read: {problem}")
-        return self._tail(cr).view()
+        access = access or plain_access(cr)
+        if access.config is None:
+            return FeedView(error=f"progress not read: {access.problem}")
+        return self._tail(cr, access).view()
 
-    def close_signal(self, cr: ConnectorResource, rec: SignalClosed) -> None:
+    def close_signal(self, cr: ConnectorResource, rec: SignalClosed, access: KafkaAccess | None = None) -> None:
         """Queue the operator's ``signal-closed`` record (written by the tail's thread)."""
-        self._put(cr, rec)
+        self._put(cr, rec, access)
 
-    def abandon(self, cr: ConnectorResource, rec: RunAbandoned) -> None:
+    def abandon(self, cr: ConnectorResource, rec: RunAbandoned, access: KafkaAccess | None = None) -> None:
         """Queue the operator's ``abandon`` record of a run that is over (written by the tail's thread;
         the fold shows it once read back, and then nobody asks for it again)."""
-        self._put(cr, rec)
+        self._put(cr, rec, access)
 
-    def _put(self, cr: ConnectorResource, rec: SignalClosed | RunAbandoned) -> None:
-        if credentials_problem(cr) is not None:
+    def _put(self, cr: ConnectorResource, rec: SignalClosed | RunAbandoned, access: KafkaAccess | None) -> None:
+        access = access or plain_access(cr)
+        if access.config is None:
             return
-        tail = self._tail(cr)
+        tail = self._tail(cr, access)
         if isinstance(rec, RunAbandoned):
             # Asked for at every reconcile until the fold shows it: queue it again only if a write
             # seems lost (the tail writes without waiting for acknowledgements).
@@ -291,13 +294,13 @@ class ProgressFeeds:
             tail.queued[rec.key()] = now
         tail.outbox.put(rec)
 
-    def _tail(self, cr: ConnectorResource) -> _Tail:
-        key = (cr.namespace, cr.name, cr.uid)
+    def _tail(self, cr: ConnectorResource, access: KafkaAccess) -> _Tail:
+        assert access.config is not None
+        key = (cr.namespace, cr.name, cr.uid, access.fingerprint)
         with self._lock:
             tail = self._tails.get(key)
             if tail is None or not tail.thread.is_alive():
-                tail = _Tail({"bootstrap.servers": cr.spec.kafka.bootstrap_servers}, progress_topic(cr),
-                             cr.spec.source.keyspace, self.idle)
+                tail = _Tail(dict(access.config), progress_topic(cr), cr.spec.source.keyspace, self.idle)
                 self._tails[key] = tail
                 tail.thread.start()
             return tail

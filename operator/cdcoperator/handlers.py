@@ -187,7 +187,7 @@ async def deleted(memo: Any, body: kopf.Body, namespace: str | None, name: str, 
             if pods:
                 raise kopf.TemporaryError(f"waiting for {len(list(pods))} worker pods to exit before deleting "
                                           "offsets", delay=RETRY_DELAY)
-            ok, message = await delete_offsets(body)
+            ok, message = await delete_offsets(body, memo.kube.read_secret)
             _emit(body, "Normal" if ok else "Warning", "OffsetsDeleted" if ok else "OffsetsNotDeleted", message)
         else:
             _emit(body, "Normal", "OffsetsKept", "offsets are kept (spec.deletionPolicy: Retain)")

@@ -18,9 +18,10 @@ The result (what was done, or why not) is an event on the connector and the Conf
 key; the annotation is removed afterwards, whatever the outcome. The ConfigMap is owned by the
 connector (garbage-collected with it).
 
-Only clusters the operator can reach with ``bootstrap.servers`` are handled: SASL/TLS credentials
-live in Secrets the operator deliberately cannot read (least privilege); for a secured cluster the
-message points to ``shardcdc offsets``, which takes the credentials from the user.
+The operator reaches the cluster with the workers' client settings (``kafkaaccess``): a cluster whose
+credentials are in ``spec.kafka.securitySecretRef`` needs the chart's ``rbac.kafkaSecrets`` (least
+privilege by default); without it the message points to that switch and to ``shardcdc offsets``,
+which takes the credentials from the user.
 """
 
 from __future__ import annotations
@@ -33,8 +34,8 @@ from typing import Any
 import kopf
 
 from cdcoperator import naming
-from cdcoperator.adoption import credentials_problem
 from cdcoperator.apply import CONFIG_MAPS, PLURAL, KubeApi
+from cdcoperator.kafkaaccess import KafkaAccess, SecretReader, kafka_access, plain_access
 from cdcoperator.model import GROUP, VERSION, ConnectorResource, SpecError
 
 __all__ = [
@@ -59,37 +60,35 @@ KAFKA_TIMEOUT = 30.0
 REASONS = {"list": "OffsetsListed", "reset": "OffsetsReset", "alter": "OffsetsAltered"}
 
 
-def _unreachable(cr: ConnectorResource) -> str | None:
-    problem = credentials_problem(cr)
-    return None if problem is None else f"{problem}; use `shardcdc offsets` with --command-config instead"
-
-
-def _client_config(cr: ConnectorResource) -> dict[str, Any]:
-    return {"bootstrap.servers": cr.spec.kafka.bootstrap_servers}
+def _unreachable(access: KafkaAccess) -> str | None:
+    problem = access.problem
+    return None if problem is None else f"{problem}; or use `shardcdc offsets` with --command-config"
 
 
 # --- DeleteOffsets -------------------------------------------------------------------------------------
 
 
-def delete_offsets_sync(cr: ConnectorResource, timeout: float = KAFKA_TIMEOUT) -> str:
+def delete_offsets_sync(cr: ConnectorResource, timeout: float = KAFKA_TIMEOUT, access: KafkaAccess | None = None) -> str:
     from cdcworker.admin.offsetsops import apply_changes, plan_reset
     from cdcworker.offsets.store import OffsetStore
 
     kafka = cr.spec.kafka
-    if _unreachable(cr) is not None:
-        return (f"offsets of {cr.name} in topic {kafka.offsets_topic} were kept: the cluster needs credentials "
-                "the operator does not read; delete the records with `shardcdc offsets reset`")
-    with OffsetStore(_client_config(cr), kafka.offsets_topic, timeout=timeout) as store:
+    access = access or plain_access(cr)
+    if access.config is None:
+        return (f"offsets of {cr.name} in topic {kafka.offsets_topic} were kept: {access.problem}; delete the "
+                "records with `shardcdc offsets reset`")
+    with OffsetStore(access.config, kafka.offsets_topic, timeout=timeout) as store:
         changes = plan_reset(store.load(), cr.name)
         apply_changes(store, changes, timeout=timeout)
     return f"deleted {len(changes)} offset records of {cr.name} from topic {kafka.offsets_topic}"
 
 
-async def delete_offsets(body: Mapping[str, Any]) -> tuple[bool, str]:
+async def delete_offsets(body: Mapping[str, Any], read_secret: SecretReader | None = None) -> tuple[bool, str]:
     """(deleted, message for the event)."""
     cr = ConnectorResource.from_body(body)
     try:
-        message = await asyncio.to_thread(delete_offsets_sync, cr)
+        access = await kafka_access(cr, read_secret) if read_secret is not None else plain_access(cr)
+        message = await asyncio.to_thread(delete_offsets_sync, cr, KAFKA_TIMEOUT, access)
     except Exception as exc:  # the connector is being deleted either way; say what happened
         return False, f"offsets of {cr.name} were not deleted: {exc}"
     return message.startswith("deleted "), message
@@ -122,13 +121,16 @@ def offsets_stopped_problem(body: Mapping[str, Any], live_pods: int) -> str | No
 
 
 def run_offsets_action(cr: ConnectorResource, action: str, document: Mapping[str, Any] | None,
-                       timeout: float = KAFKA_TIMEOUT) -> tuple[str, dict[str, Any]]:
+                       timeout: float = KAFKA_TIMEOUT, access: KafkaAccess | None = None) -> tuple[str, dict[str, Any]]:
     """Carry out one action against Kafka: (result message, the offsets document after it)."""
     from cdcworker.admin.offsetsops import apply_changes, connect_document, entries, plan_alter, plan_reset
     from cdcworker.offsets.store import OffsetStore
 
     topic = cr.spec.kafka.offsets_topic
-    with OffsetStore(_client_config(cr), topic, timeout=timeout) as store:
+    access = access or plain_access(cr)
+    if access.config is None:
+        raise ValueError(access.problem)
+    with OffsetStore(access.config, topic, timeout=timeout) as store:
         records = store.load()
         if action == "list":
             listed = entries(records, cr.name)
@@ -174,14 +176,16 @@ async def handle_offsets_annotation(kube: KubeApi, body: Mapping[str, Any], live
     cm_name = offsets_config_map_name(name)
     outcome = "done"
     cr: ConnectorResource | None = None
+    access: KafkaAccess | None = None
     problem: str | None = None
     try:
         cr = ConnectorResource.from_body(body)
+        access = await kafka_access(cr, kube.read_secret)
     except SpecError as exc:
         problem = f"invalid spec: {exc}"
     if action not in OFFSETS_ACTIONS:
         problem = f"{OFFSETS_ANNOTATION}={value!r} is not one of {', '.join(OFFSETS_ACTIONS)}"
-    elif cr is not None and (problem := _unreachable(cr)) is None and action != "list":
+    elif access is not None and (problem := _unreachable(access)) is None and action != "list":
         problem = offsets_stopped_problem(body, live_pods)
     live_cm = await kube.call("GET", CONFIG_MAPS.path(namespace, cm_name), allow=(404,))
     data = dict((live_cm or {}).get("data") or {})
@@ -198,7 +202,7 @@ async def handle_offsets_annotation(kube: KubeApi, body: Mapping[str, Any], live
         try:
             if problem is not None:
                 raise ValueError(problem)
-            message, after = await asyncio.to_thread(run_offsets_action, cr, action, document)
+            message, after = await asyncio.to_thread(run_offsets_action, cr, action, document, KAFKA_TIMEOUT, access)
         except Exception as exc:  # Kafka, a bad document: report it on the connector, do not retry forever
             outcome = "failed"
             message = f"{OFFSETS_ANNOTATION}={action} failed: {exc}"

@@ -28,6 +28,7 @@ import aiohttp
 from cdcoperator import backfill, naming
 from cdcoperator import conditions as cond
 from cdcoperator.adoption import (
+    SCAN_TIMEOUT,
     Adoption,
     OffsetScanError,
     adoption_from_status,
@@ -36,6 +37,7 @@ from cdcoperator.adoption import (
 )
 from cdcoperator.apply import CONFIG_MAPS, DEPLOYMENTS, ClusterApi
 from cdcoperator.discovery import DEFAULT_TIMEOUT, Discovery, DiscoveryError, discover, source_access
+from cdcoperator.kafkaaccess import KafkaAccess, kafka_access
 from cdcoperator.model import ConnectorResource, SpecError, State
 from cdcoperator.objects import build_task_objects
 from cdcoperator.planner import (
@@ -71,7 +73,7 @@ log = logging.getLogger("cdcoperator.reconcile")
 RESTARTED_AT_ANNOTATION = f"{naming.PREFIX}/restartedAt"
 Emit = Callable[[Mapping[str, Any], str, str, str], None]  # (body, type, reason, message)
 Discoverer = Callable[[ConnectorResource], Awaitable[Discovery]]
-OffsetScanner = Callable[[ConnectorResource], Awaitable[Adoption]]  # raises OffsetScanError
+OffsetScanner = Callable[[ConnectorResource, KafkaAccess], Awaitable[Adoption]]  # raises OffsetScanError
 
 
 async def discover_source(kube: ClusterApi, cr: ConnectorResource, timeout: float = DEFAULT_TIMEOUT) -> Discovery:
@@ -80,8 +82,8 @@ async def discover_source(kube: ClusterApi, cr: ConnectorResource, timeout: floa
     return await asyncio.to_thread(discover, cr.spec.source, access=access, timeout=timeout)
 
 
-async def _default_scan_offsets(cr: ConnectorResource) -> Adoption:
-    return await asyncio.to_thread(scan_offsets, cr)
+async def _default_scan_offsets(cr: ConnectorResource, access: KafkaAccess) -> Adoption:
+    return await asyncio.to_thread(scan_offsets, cr, SCAN_TIMEOUT, access)
 
 
 @dataclass
@@ -319,7 +321,7 @@ async def reconcile(ctx: ReconcileContext, namespace: str, name: str) -> Plan | 
             and discovery.serving:
         # About to start the first generation: which offsets exist already (once; recorded with it).
         try:
-            adopted = await ctx.scan_offsets(cr)
+            adopted = await ctx.scan_offsets(cr, await kafka_access(cr, kube.read_secret))
         except OffsetScanError as exc:
             offsets_error = str(exc)
     p = plan(cr.spec, discovery.serving if discovery is not None else None, current, reports,
@@ -341,7 +343,8 @@ async def reconcile(ctx: ReconcileContext, namespace: str, name: str) -> Plan | 
     await _restart(ctx, body, cr, p)
     wanted = build_status(cr, existing_status, p, discovery, reports, now, adopted)
     if backfill.needs_reconcile(cr, existing_status):
-        entries, bf_cond = await backfill.reconcile_backfills(kube, cr, existing_status, cond.format_time(now))
+        entries, bf_cond = await backfill.reconcile_backfills(kube, cr, existing_status, cond.format_time(now),
+                                                              access=await kafka_access(cr, kube.read_secret))
         wanted["backfills"] = entries
         wanted["conditions"] = cond.merge_conditions(wanted["conditions"], (bf_cond,),
                                                      observed_generation=cr.generation, now=now)

@@ -73,9 +73,12 @@ runs the operator with nothing more:
   sparkapplications, jobs  backfills (cdcoperator.backfill, rbac.backfills.*): list (by label),
                            create (once, 409 = it exists), delete (cancellation); get for kubectl
                            users' parity; no patch/watch (status is read by the resync's list)
-  secrets                  only with rbac.sourceSecrets: get, for listing the shards of a source
-                           with tls.enabled (CA, client certificate) or credentials, by name
-                           (cdcoperator.discovery.source_access); never list/watch
+  secrets                  only with rbac.sourceSecrets or rbac.kafkaSecrets: get, by name, for
+                           listing the shards of a source with tls.enabled (CA, client certificate)
+                           or credentials (cdcoperator.discovery.source_access), and for reaching a
+                           Kafka cluster with spec.kafka.securitySecretRef (offsets scan,
+                           DeleteOffsets, the offsets annotation, backfill progress:
+                           cdcoperator.kafkaaccess); never list/watch
 Nothing else: by default no Secrets (workers mount them), no pod writes, no CRDs or namespaces
 (settings.scanning.disabled), no leases or kopf peering objects (standalone: one replica with
 strategy Recreate).
@@ -99,7 +102,7 @@ strategy Recreate).
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create"]
-{{- if .Values.rbac.sourceSecrets }}
+{{- if or .Values.rbac.sourceSecrets .Values.rbac.kafkaSecrets }}
 - apiGroups: [""]
   resources: ["secrets"]
   verbs: ["get"]

@@ -31,6 +31,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -131,6 +132,18 @@ def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((LOCAL_IP, 0))
         return int(sock.getsockname()[1])
+
+
+def map_mount_paths(text: str, mounts: Sequence[tuple[str, str]]) -> str:
+    """``text`` (a ConfigMap file) with each path under a mount path moved to that mount's local
+    directory. One pass, longest mount first, paths only where a path can start: a rewritten path
+    is never rewritten again (``/etc/app/x`` -> ``/tmp/pods/.../config/x`` must not then match a
+    ``/tmp`` mount), and ``/var/tmp/x`` is not under ``/tmp``."""
+    local_of = {mount + "/": local + "/" for mount, local in mounts if mount != "/"}
+    if not local_of:
+        return text
+    alternatives = "|".join(re.escape(m) for m in sorted(local_of, key=len, reverse=True))
+    return re.sub(rf"(?<![^\s\"'=:,;{{(\[])(?:{alternatives})", lambda m: local_of[m.group(0)], text)
 
 
 class ProcessKubelet:
@@ -484,10 +497,7 @@ class ProcessKubelet:
                 text = path.read_text()
             except UnicodeDecodeError:
                 continue
-            new = text
-            for mount, local in mounts:
-                if mount != "/":
-                    new = new.replace(mount + "/", local + "/")
+            new = map_mount_paths(text, mounts)
             if new != text:
                 mode = path.stat().st_mode
                 path.chmod(mode | 0o200)
