@@ -38,11 +38,6 @@ def test_jaas_login_modules_become_librdkafka_credentials() -> None:
                                 "sasl.oauthbearer.token.endpoint.url": "https://idp/token"}) == {
         "sasl.oauthbearer.method": "oidc", "sasl.oauthbearer.client.id": "app", "sasl.oauthbearer.client.secret": "x y",
         "sasl.oauthbearer.scope": "kafka", "sasl.oauthbearer.token.endpoint.url": "https://idp/token"}
-    kerberos = ('com.sun.security.auth.module.Krb5LoginModule required useKeyTab=true storeKey=true '
-                'keyTab="/etc/kafka/app.keytab" principal="app@EXAMPLE.COM";')
-    assert librdkafka_settings({"sasl.jaas.config": kerberos, "sasl.kerberos.service.name": "kafka"}) == {
-        "sasl.kerberos.keytab": "/etc/kafka/app.keytab", "sasl.kerberos.principal": "app@EXAMPLE.COM",
-        "sasl.kerberos.service.name": "kafka"}
 
 
 def test_jaas_values_keep_quotes_escapes_and_spaces() -> None:
@@ -56,7 +51,8 @@ def test_jaas_values_keep_quotes_escapes_and_spaces() -> None:
     (f'{SCRAM} required username="u";', f"{SCRAM} needs password"),
     ("just text", "expected '<LoginModule> required"),
     (f'{PLAIN} required username="u" password "hunter2";', f"cannot read option 2 of {PLAIN}"),
-    ('com.sun.security.auth.module.Krb5LoginModule required useTicketCache=true;', "useKeyTab=true"),
+    ('com.sun.security.auth.module.Krb5LoginModule required useKeyTab=true keyTab="/k" principal="a@B";',
+     "Kerberos (GSSAPI) is not supported"),
 ])
 def test_unsupported_jaas_is_a_clear_error(text: str, message: str) -> None:
     with pytest.raises(ClientSettingError, match=re.escape("sasl.jaas.config")) as err:

@@ -63,8 +63,8 @@ def client_settings(cr: ConnectorResource, secret: Mapping[str, bytes] | None = 
     return librdkafka_settings(java)
 
 
-# What a SASL login needs in librdkafka's names, one of (PLAIN/SCRAM, OIDC, Kerberos).
-_SASL_CREDENTIALS = ("sasl.username", "sasl.oauthbearer.method", "sasl.kerberos.keytab")
+# What a SASL login needs in librdkafka's names, one of (PLAIN/SCRAM, OIDC).
+_SASL_CREDENTIALS = ("sasl.username", "sasl.oauthbearer.method")
 
 
 def _settings_or_problem(cr: ConnectorResource, secret: Mapping[str, bytes] | None) -> KafkaAccess:

@@ -6,8 +6,8 @@ Java key stores: it refuses ``sasl.jaas.config`` and ``ssl.truststore.location``
 are translated here (one pure function, used for every client the worker and its tools create):
 
 * ``sasl.jaas.config``: PLAIN and SCRAM login modules → ``sasl.username`` / ``sasl.password``;
-  OAUTHBEARER with client credentials → librdkafka's OIDC settings; Kerberos with a keytab →
-  ``sasl.kerberos.keytab`` / ``sasl.kerberos.principal``.
+  OAUTHBEARER with client credentials → librdkafka's OIDC settings. Kerberos is refused: the
+  librdkafka of the confluent-kafka wheel is built without libsasl2, so GSSAPI cannot work.
 * Trust store: PEM (file or ``ssl.truststore.certificates``) → ``ssl.ca.location`` / ``ssl.ca.pem``;
   PKCS12 → its certificates read here into ``ssl.ca.pem``. Without ``.type``, the file's content
   says which it is.
@@ -103,14 +103,13 @@ def _from_jaas(text: str) -> dict[str, str]:
             out["sasl.oauthbearer.scope"] = options["scope"]
         return out
     if module == KERBEROS_MODULE:
-        if options.get("useKeyTab", "").lower() != "true":
-            raise ClientSettingError("sasl.jaas.config", f"{module} is supported with useKeyTab=true and a keyTab file")
-        keytab, principal = need("keyTab", "principal")
-        return {"sasl.kerberos.keytab": keytab, "sasl.kerberos.principal": principal}
+        raise ClientSettingError("sasl.jaas.config", "Kerberos (GSSAPI) is not supported: the worker's Kafka client "
+                                 "(librdkafka, built without libsasl2) has no GSSAPI; use SCRAM, PLAIN over TLS "
+                                 "or OAUTHBEARER")
     raise ClientSettingError(
         "sasl.jaas.config",
-        f"login module {module} is not supported; use {PLAIN_MODULE}, {SCRAM_MODULE}, {OAUTH_MODULE} (client "
-        f"credentials) or {KERBEROS_MODULE} (keytab)",
+        f"login module {module} is not supported; use {PLAIN_MODULE}, {SCRAM_MODULE} or {OAUTH_MODULE} (client "
+        "credentials)",
     )
 
 

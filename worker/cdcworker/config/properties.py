@@ -963,7 +963,7 @@ PREFIX_FAMILIES: tuple[PrefixFamily, ...] = (
         "sasl.",
         "Kafka client SASL settings, shared by every client, with Kafka Connect's names: sasl.mechanism, and "
         "sasl.jaas.config with the PLAIN or SCRAM login module (username, password), OAUTHBEARER with client "
-        "credentials (clientId, clientSecret, scope) or Kerberos with a keytab, translated for librdkafka. "
+        "credentials (clientId, clientSecret, scope), translated for librdkafka (no Kerberos: librdkafka here has no GSSAPI). "
         "librdkafka's own names (sasl.username ...) are taken as well.",
         "kafka",
         ("jaas.config", "password", "client.secret"),
