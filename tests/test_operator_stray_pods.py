@@ -44,6 +44,12 @@ async def _stray(tmp_path: Path) -> None:
         assert (d["status"], d["reason"]) == ("True", "StrayWorkers")
         assert "c-g7-t3-z (generation 7, task 3)" in d["message"] and "c-g6-t0-y" not in d["message"]
         assert [r for t, r, _ in events if t == "Warning"] == ["StrayWorkers"]  # reported once while it stands
+        # Another stray appears: that set is news, reported once more.
+        pods.append(pod("c-g5-t1-x", 5, 1))
+        await reconcile(ctx, "default", "c")
+        await reconcile(ctx, "default", "c")
+        warnings = [m for t, r, m in events if t == "Warning"]
+        assert len(warnings) == 2 and "c-g5-t1-x (generation 5, task 1)" in warnings[1]
         pods[:] = pods[:2]  # deleted
         await reconcile(ctx, "default", "c")
     assert _degraded(cluster)["status"] == "False"

@@ -332,8 +332,10 @@ async def reconcile(ctx: ReconcileContext, namespace: str, name: str) -> Plan | 
     standing: set[str] = set()
     for ev in (*p.events, *reshard_events(existing_status.get("conditions"), p), *stray_events):
         if ev.type == "Warning":
-            standing.add(ev.reason)
-            if ev.reason in ctx.warned:
+            # Once per standing reason; strays once per set of pods (another set is news).
+            key = f"{ev.reason}:{ev.message}" if ev.reason == STRAY_REASON else ev.reason
+            standing.add(key)
+            if key in ctx.warned:
                 continue
         ctx.emit(body, ev.type, ev.reason, ev.message)
     ctx.warned.clear()
