@@ -158,6 +158,8 @@ async def resync(memo: Any, namespace: str | None, name: str, **kwargs: Any) -> 
     # also returns early on a deletionTimestamp; one already running completes under the lock,
     # before the delete handler lists the children it removes).
     await _run(memo, kwargs["worker_pods"], namespace or "default", name, kwargs["stopped"])
+    if not kwargs["stopped"] and _offsets.has_offsets_annotation(kwargs["body"]):
+        await _offsets.process_offsets_annotation(memo, namespace or "default", name, kwargs["worker_pods"])
 
 
 @kopf.on.delete(*RESOURCE)
@@ -196,4 +198,4 @@ async def deleted(memo: Any, body: kopf.Body, namespace: str | None, name: str, 
 # The one-shot shardcdc.io/offsets annotation (list/reset/alter) and the metrics' watch-event
 # handler register themselves.
 from cdcoperator import metrics as _metrics  # noqa: E402, F401
-from cdcoperator import offsets as _offsets  # noqa: E402, F401
+from cdcoperator import offsets as _offsets  # noqa: E402

@@ -219,17 +219,28 @@ async def handle_offsets_annotation(kube: KubeApi, body: Mapping[str, Any], live
     return outcome
 
 
-# kopf: act when the annotation appears (update), or is found at operator start (resume).
+def has_offsets_annotation(body: Mapping[str, Any]) -> bool:
+    return OFFSETS_ANNOTATION in ((body.get("metadata") or {}).get("annotations") or {})
+
+
+async def process_offsets_annotation(memo: Any, namespace: str, name: str, worker_pods: Any) -> None:
+    """Handle the annotation if the connector (read fresh, under the operator's lock) still has it."""
+    from cdcoperator.handlers import _emit, _lock
+
+    pods = worker_pods.get((namespace, name))
+    live = len(list(pods)) if pods else 0  # a pod shutting down still flushes offsets
+    async with _lock(memo):
+        fresh = await memo.kube.get_connector(namespace, name)
+        if fresh is None or not has_offsets_annotation(fresh):
+            return
+        await handle_offsets_annotation(memo.kube, fresh, live, _emit)
+
+
+# kopf: act when the annotation appears (update), or is found at operator start (resume); the
+# resync timer also looks for it (level-based), since kopf can miss an annotation set again right
+# after the handler removed it (seen in CI: "offsets=reset" never handled).
 @kopf.on.resume(GROUP, VERSION, PLURAL, annotations={OFFSETS_ANNOTATION: kopf.PRESENT})
 @kopf.on.create(GROUP, VERSION, PLURAL, annotations={OFFSETS_ANNOTATION: kopf.PRESENT})
 @kopf.on.update(GROUP, VERSION, PLURAL, annotations={OFFSETS_ANNOTATION: kopf.PRESENT})
 async def offsets_annotation(memo: Any, body: kopf.Body, namespace: str | None, name: str, **kwargs: Any) -> None:
-    from cdcoperator.handlers import _emit, _lock
-
-    pods = kwargs["worker_pods"].get((namespace or "default", name))
-    live = len(list(pods)) if pods else 0  # a pod shutting down still flushes offsets
-    async with _lock(memo):
-        fresh = await memo.kube.get_connector(namespace or "default", name)
-        if fresh is None or OFFSETS_ANNOTATION not in ((fresh.get("metadata") or {}).get("annotations") or {}):
-            return
-        await handle_offsets_annotation(memo.kube, fresh, live, _emit)
+    await process_offsets_annotation(memo, namespace or "default", name, kwargs["worker_pods"])
