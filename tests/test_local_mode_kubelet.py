@@ -189,6 +189,25 @@ def test_exit_status_and_termination_message_then_crash_loop(harness: Harness, t
         10, '{"journal": "here"}', "CrashLoopBackOff")
 
 
+def test_a_restarted_container_gets_fresh_host_ports(harness: Harness, tmp_path: Path) -> None:
+    """Host ports stand in for the pod's own network: one taken by another process since it was
+    picked must not crash-loop the container or answer its probes, so each start picks anew."""
+    out = tmp_path / "out.json"
+    harness.deployments.append(deployment("c-g3-t1", out, mode="exit"))
+
+    def start(n: int) -> tuple[int, str] | None:
+        p = harness.pod("c-g3-t1-0")
+        if not p or p["status"]["containerStatuses"][0]["restartCount"] < n or not out.exists():
+            return None
+        port = p["spec"]["containers"][0]["ports"][0]["containerPort"]
+        recorded = json.loads(out.read_text())["env"]["SHARDCDC_SHARDCDC_METRICS_PORT"]
+        return (port, recorded) if str(port) == recorded else None  # the body names the port it was given
+
+    first = wait_for(lambda: start(1), 30, "a first restart")
+    second = wait_for(lambda: (s := start(2)) and s[0] != first[0] and s, 30, "a restart on another port")
+    assert second[0] != first[0]
+
+
 def test_missing_config_map_is_a_config_error(harness: Harness, tmp_path: Path) -> None:
     harness.deployments.append(deployment("c-g3-t1", tmp_path / "out.json", cm="missing"))
     pod = wait_for(lambda: harness.pod("c-g3-t1-0"), 30, "the pod")

@@ -175,6 +175,16 @@ def test_task_report(replicas: int, pods: list[PodSummary], doc: dict[str, Any] 
     assert task_report(3, 1, replicas, pods, doc) == expected
 
 
+def test_a_status_document_of_another_worker_is_not_this_pods() -> None:
+    from cdcoperator.taskstatus import belongs_to
+
+    pod = _s()  # generation 3, task 1
+    assert belongs_to(pod, {"generation": 3, "task": "task1_2_3"})
+    assert belongs_to(pod, {"generation": 3, "task": "0"})  # single-task mode: no key to compare
+    assert not belongs_to(pod, {"generation": 2, "task": "task1_2_2"})  # a previous generation's process
+    assert not belongs_to(pod, {"generation": 3, "task": "task0_2_3"})  # another task on a reused port
+
+
 # --- restart annotation, merge patches, status ---------------------------------------------------------------
 
 

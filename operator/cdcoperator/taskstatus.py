@@ -15,6 +15,7 @@ keeps in ``lastState`` across restarts.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -257,7 +258,20 @@ async def fetch_status(
             doc = await resp.json(content_type=None)
     except (TimeoutError, aiohttp.ClientError, ValueError):
         return None
-    return doc if isinstance(doc, Mapping) else None
+    return doc if isinstance(doc, Mapping) and belongs_to(pod, doc) else None
+
+
+_TASK_KEY = re.compile(r"task(\d+)_(\d+)_(\d+)")
+
+
+def belongs_to(pod: PodSummary, doc: Mapping[str, Any]) -> bool:
+    """Whether a status document is this pod's worker's: another process answering on its address
+    (a port taken over in local mode, an IP reused) must not pass its shards off as this task's."""
+    generation = doc.get("generation")
+    if isinstance(generation, int) and generation != pod.generation:
+        return False
+    key = _TASK_KEY.fullmatch(str(doc.get("task") or ""))
+    return key is None or (int(key.group(1)), int(key.group(3))) == (pod.task, pod.generation)
 
 
 def pods_of(index_values: Iterable[PodSummary], generation: int, task_id: int) -> list[PodSummary]:

@@ -299,6 +299,12 @@ class ProcessKubelet:
         return pod
 
     def _launch(self, pod: _Pod) -> None:
+        if pod.starts:
+            # Host ports stand in for a pod's own network namespace: another process may have taken
+            # one since it was picked (a crash loop on "address in use", probes answered by that
+            # process), so every restart gets fresh ones; the pod body reports them.
+            for port_name in pod.ports:
+                pod.ports[port_name] = _free_port()
         try:
             argv, env, cwd = self._prepare(pod)
         except (PodSpecError, LookupError, OSError) as exc:
