@@ -24,7 +24,6 @@ from cdcoperator.adoption import Adoption, scan_offsets
 from cdcoperator.kafkaaccess import KafkaAccess, client_settings, kafka_access, plain_access
 from cdcoperator.local.runner import LocalRunner, RunnerThread
 from cdcoperator.model import ConnectorResource
-from cdcoperator.offsets import delete_offsets_sync
 from localkafka import KafkaBroker, consume_all
 from vtgatesim import VTGateSim
 from vtgatesim.workload import Workload
@@ -99,6 +98,8 @@ def test_refusals_say_what_to_do(read: Any, problem: str) -> None:
 
 
 def test_without_the_grant_the_scan_is_skipped_and_offsets_are_kept() -> None:
+    from cdcoperator.offsets import delete_offsets_sync  # here: importing it registers kopf handlers
+
     cr = ConnectorResource.from_body(body("k:9093"))
     skipped = scan_offsets(cr)
     assert skipped.skipped is not None and "rbac.kafkaSecrets=true" in skipped.skipped
@@ -115,6 +116,8 @@ def _access(broker: KafkaBroker, cr: ConnectorResource) -> KafkaAccess:
 
 
 def test_scan_and_delete_offsets_over_sasl_ssl(secure_kafka_broker: KafkaBroker) -> None:
+    from cdcoperator.offsets import delete_offsets_sync
+
     prefix = f"ka{uuid.uuid4().hex[:6]}"
     topic = f"{prefix}-offsets"
     positions = {"-80": "MySQL56/aaaaaaaa-0000-0000-0000-000000000001:1-5"}

@@ -3,6 +3,8 @@ task observation (pods + status documents -> TaskReport), status building and pa
 
 from __future__ import annotations
 
+import asyncio
+import copy
 import datetime as dt
 import json
 from collections.abc import Iterator
@@ -256,6 +258,54 @@ def test_delete_offsets_keeps_records_it_cannot_reach() -> None:
         "offsets of orders in topic shardcdc-offsets were kept: the Kafka cluster of orders needs the credentials "
         "in Secret shop/kafka, which the operator reads only when installed with rbac.kafkaSecrets=true; delete "
         "the records with `shardcdc offsets reset`")
+
+
+def test_offsets_annotation_waits_while_the_connector_is_stopping() -> None:
+    """reset/alter asked right after spec.state: stopped wait for the workers to exit (the annotation
+    stays for the resync) instead of being refused; list and a running connector are answered."""
+    from cdcoperator.offsets import handle_offsets_annotation
+
+    class Kube:
+        def __init__(self) -> None:
+            self.calls: list[str] = []
+
+        async def call(self, method: str, path: str, *args: Any, **kwargs: Any) -> Any:
+            self.calls.append(f"{method} {path}")
+            return None
+
+        async def read_secret(self, namespace: str, name: str) -> Any:
+            return None
+
+        async def apply(self, obj: Any, live: Any) -> None:
+            self.calls.append("apply")
+
+        async def remove_annotation(self, namespace: str, name: str, key: str, value: str) -> None:
+            self.calls.append(f"remove {value}")
+
+    def connector(action: str, state: str, phase: str, clean: bool) -> dict[str, Any]:
+        body = copy.deepcopy(BODY)
+        body["metadata"].update(generation=4, annotations={"shardcdc.io/offsets": action})
+        body["spec"]["state"] = state
+        body["status"] = {"observedGeneration": 4, "assignment": {"generation": 1, "phase": phase,
+                                                                  "stoppedCleanly": clean}}
+        return body
+
+    events: list[tuple[str, str]] = []
+
+    def emit(_body: Any, type_: str, reason: str, _message: str) -> None:
+        events.append((type_, reason))
+
+    for action in ("reset", "alter"):
+        kube = Kube()
+        assert asyncio.run(handle_offsets_annotation(kube, connector(action, "stopped", "Stopped", False), 0,
+                                                     emit)) == "waiting"
+        assert asyncio.run(handle_offsets_annotation(kube, connector(action, "stopped", "Stopped", True), 2,
+                                                     emit)) == "waiting"  # pods still there
+        assert kube.calls == [] and events == []
+    kube = Kube()
+    assert asyncio.run(handle_offsets_annotation(kube, connector("reset", "running", "Streaming", False), 0,
+                                                 emit)) == "refused"
+    assert events == [("Warning", "OffsetsRefused")] and kube.calls[-1] == "remove reset"
 
 
 def test_delete_offsets_tombstones_only_this_connectors_records(kafka_broker: Any) -> None:

@@ -681,7 +681,9 @@ async def reconcile_backfills(kube: ClusterApi, cr: ConnectorResource, existing_
             if refused:
                 phase = Phase(PENDING, refused)
             elif app is None and finished and prev is not None:
-                phase = Phase(str(prev["phase"]), str(prev.get("message") or ""))
+                # Its objects are gone (released after the failure): the job's own error may still
+                # arrive through the progress topic after Spark's generic one was recorded.
+                phase = refine(Phase(str(prev["phase"]), str(prev.get("message") or "")), progress)
             elif main_kind == "SparkApplication":
                 phase = refine(phase_of_spark_application(app), progress)
             else:

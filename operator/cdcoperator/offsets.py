@@ -168,10 +168,20 @@ def _config_map(body: Mapping[str, Any], data: Mapping[str, str]) -> dict[str, A
 
 async def handle_offsets_annotation(kube: KubeApi, body: Mapping[str, Any], live_pods: int,
                                     emit: Any) -> str:
-    """Act on ``shardcdc.io/offsets`` once and remove it; returns the outcome ("done", "refused", ...)."""
+    """Act on ``shardcdc.io/offsets`` once and remove it; returns the outcome ("done", "refused", ...).
+
+    ``reset`` / ``alter`` asked while the connector is stopping (spec.state stopped, its workers
+    not all exited yet) wait instead of being refused: the annotation stays ("waiting") and the
+    resync acts on it once the workers are gone, whatever order the events came in.
+    """
+    from cdcworker.admin.offsets import stopping
+
     meta = body.get("metadata") or {}
     value = str((meta.get("annotations") or {}).get(OFFSETS_ANNOTATION, ""))
     action = value.strip().lower()
+    if action in ("reset", "alter") and (stopping(body) or (live_pods and
+                                                            (body.get("spec") or {}).get("state") == "stopped")):
+        return "waiting"
     namespace, name = str(meta.get("namespace") or "default"), str(meta["name"])
     cm_name = offsets_config_map_name(name)
     outcome = "done"
