@@ -42,8 +42,19 @@ def validate_properties(path: str) -> list[str]:
     return []
 
 
+# A Secret's value stands in with the shape its property needs (the worker translates a JAAS line).
+_SHAPED_PLACEHOLDERS = {
+    "sasl.jaas.config": f'org.apache.kafka.common.security.plain.PlainLoginModule required '
+                        f'username="placeholder" password="{PLACEHOLDER_SECRET}";',
+}
+
+
 def _placeholders(props: Mapping[str, str]) -> dict[str, str]:
-    return {k: (PLACEHOLDER_SECRET if v.startswith("${file:") else v) for k, v in props.items()}
+    def stand_in(key: str) -> str:
+        return _SHAPED_PLACEHOLDERS.get(key.split(".", 1)[1] if key.startswith(("producer.", "consumer.", "admin."))
+                                        else key, PLACEHOLDER_SECRET)
+
+    return {k: (stand_in(k) if v.startswith("${file:") else v) for k, v in props.items()}
 
 
 def validate_connector(body: Mapping[str, Any]) -> list[str]:
