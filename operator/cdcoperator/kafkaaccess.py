@@ -24,7 +24,6 @@ __all__ = ["KafkaAccess", "SecretReader", "client_settings", "kafka_access", "pl
 
 SecretReader = Callable[[str, str], Awaitable[Mapping[str, bytes] | None]]  # (namespace, name) -> data
 _CLIENT_PREFIXES = ("sasl.", "ssl.")
-_PER_CLIENT = ("producer.", "consumer.", "admin.")
 
 
 @dataclass(frozen=True)
@@ -50,7 +49,7 @@ def client_settings(cr: ConnectorResource, secret: Mapping[str, bytes] | None = 
 
     Raises ``ClientSettingError`` for settings librdkafka cannot take (a JKS store ...).
     """
-    from cdcworker.config.kafkaclient import librdkafka_settings
+    from cdcworker.config.kafkaclient import client_key, librdkafka_settings
 
     kafka = cr.spec.kafka
     java: dict[str, str] = {"bootstrap.servers": kafka.bootstrap_servers, "security.protocol": kafka.security_protocol}
@@ -58,8 +57,7 @@ def client_settings(cr: ConnectorResource, secret: Mapping[str, bytes] | None = 
     java.update({k: v for k, v in kafka.producer.items() if k.startswith(_CLIENT_PREFIXES)})
     if secret is not None and kafka.security is not None:
         for key in kafka.security.properties:
-            name = next((key[len(p):] for p in _PER_CLIENT if key.startswith(p)), key)
-            java[name] = secret[key].decode()
+            java[client_key(key)] = secret[key].decode()
     return librdkafka_settings(java)
 
 

@@ -174,13 +174,11 @@ async def handle_offsets_annotation(kube: KubeApi, body: Mapping[str, Any], live
     not all exited yet) wait instead of being refused: the annotation stays ("waiting") and the
     resync acts on it once the workers are gone, whatever order the events came in.
     """
-    from cdcworker.admin.offsets import stopping
-
     meta = body.get("metadata") or {}
     value = str((meta.get("annotations") or {}).get(OFFSETS_ANNOTATION, ""))
     action = value.strip().lower()
-    if action in ("reset", "alter") and (stopping(body) or (live_pods and
-                                                            (body.get("spec") or {}).get("state") == "stopped")):
+    stopping = (body.get("spec") or {}).get("state") == "stopped"  # asked for: what is left passes by itself
+    if action in ("reset", "alter") and stopping and offsets_stopped_problem(body, live_pods) is not None:
         return "waiting"
     namespace, name = str(meta.get("namespace") or "default"), str(meta["name"])
     cm_name = offsets_config_map_name(name)

@@ -72,12 +72,6 @@ def register(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], 
     return run
 
 
-def stopping(body: Any) -> bool:
-    """``spec.state: stopped`` asked for, but not yet observed or not every worker exited yet: a
-    state that passes by itself (``stopped_problem`` says "try again in a moment")."""
-    return ((body.get("spec") or {}).get("state") or "running") == "stopped" and stopped_problem(body) is not None
-
-
 def stopped_problem(body: Any, how_to_stop: str = KUBECTL_STOP) -> str | None:
     """Why a CdcConnector is not safe to change offsets of (None: it is stopped, every worker exited)."""
     spec = body.get("spec") or {}

@@ -50,11 +50,10 @@ _SHAPED_PLACEHOLDERS = {
 
 
 def _placeholders(props: Mapping[str, str]) -> dict[str, str]:
-    def stand_in(key: str) -> str:
-        return _SHAPED_PLACEHOLDERS.get(key.split(".", 1)[1] if key.startswith(("producer.", "consumer.", "admin."))
-                                        else key, PLACEHOLDER_SECRET)
+    from cdcworker.config.kafkaclient import client_key
 
-    return {k: (stand_in(k) if v.startswith("${file:") else v) for k, v in props.items()}
+    return {k: (_SHAPED_PLACEHOLDERS.get(client_key(k), PLACEHOLDER_SECRET) if v.startswith("${file:") else v)
+            for k, v in props.items()}
 
 
 def validate_connector(body: Mapping[str, Any]) -> list[str]:

@@ -51,6 +51,14 @@ _JAAS_ENTRY = re.compile(r"\s*([\w.$]+)\s+(required|requisite|sufficient|optiona
 _JAAS_OPTION = re.compile(r'\s*([\w.-]+)\s*=\s*(?:"((?:[^"\\]|\\.)*)"|([^\s";]+))')
 
 
+PER_CLIENT_PREFIXES = ("producer.", "consumer.", "admin.")
+
+
+def client_key(key: str) -> str:
+    """A client setting's name without its per-client prefix (``producer.sasl.jaas.config``)."""
+    return next((key[len(p):] for p in PER_CLIENT_PREFIXES if key.startswith(p)), key)
+
+
 class ClientSettingError(ValueError):
     """A client setting that cannot be given to librdkafka, named by its (Java) key."""
 
