@@ -9,9 +9,9 @@ SCRAM = "org.apache.kafka.common.security.scram.ScramLoginModule"
 PLAIN = "org.apache.kafka.common.security.plain.PlainLoginModule"
 
 
-def jaas(module: str, password: str = PASSWORD) -> str:
+def jaas(module: str, password: str = PASSWORD, user: str = USER) -> str:
     """A Kafka Connect ``sasl.jaas.config`` line for the test user."""
-    return f'{module} required username="{USER}" password="{password}";'
+    return f'{module} required username="{user}" password="{password}";'
 
 
 def pkcs12_truststore(ca_pem: Path, path: Path, password: str) -> Path:

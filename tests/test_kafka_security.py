@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -230,3 +231,98 @@ def test_offsets_cli_takes_a_kafka_command_config_file(
     document: Any = json.loads(out.out)
     assert gtid in json.dumps(document)
     assert PASSWORD not in out.out + out.err
+
+
+# --- access withdrawn while streaming ------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def reauth_broker() -> Iterator[KafkaBroker]:
+    """A secured broker that makes every SASL connection log in again every 1.5 s (KIP-368's
+    ``connections.max.reauth.ms``, as clusters that rotate credentials set it)."""
+    from localkafka import BrokerSecurity
+
+    broker = KafkaBroker(security=BrokerSecurity({USER: PASSWORD}), extra_config={"connections.max.reauth.ms": "1500"})
+    broker.start()
+    try:
+        yield broker
+    finally:
+        broker.close()
+
+
+def _set_scram_password(broker: KafkaBroker, user: str, password: str) -> None:
+    """Create or change a SCRAM-SHA-512 user, as ``kafka-configs --alter --entity-type users`` does."""
+    from confluent_kafka.admin import (
+        AdminClient,
+        ScramCredentialInfo,
+        ScramMechanism,
+        UserScramCredentialUpsertion,
+    )
+
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    info = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096)
+    for future in admin.alter_user_scram_credentials([UserScramCredentialUpsertion(user, info, password.encode())]).values():
+        future.result(30)
+
+
+@pytest.mark.parametrize(("extra", "sink"), [({}, "native"), ({"exactly.once.support": "required"}, "native"),
+                                            ({}, "confluent")], ids=["at-least-once", "exactly-once", "confluent-sink"])
+def test_credentials_withdrawn_mid_stream_stop_the_worker_at_once_and_lose_nothing(
+    reauth_broker: KafkaBroker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, extra: dict[str, str], sink: str
+) -> None:
+    """A password changed on the cluster while the worker streams: its next login is refused.
+
+    librdkafka retries a refused login for ever and keeps the records until ``message.timeout.ms``
+    (5 minutes), so the worker used to look healthy and then fail on timed-out records. It now
+    stops at the refusal, with the reason in its termination message (the operator's ``Failed``
+    message), and never stores an offset past what Kafka holds: restarted with the new password,
+    it delivers every row.
+    """
+    from cdcworker.events import native
+
+    if sink == "confluent":
+        monkeypatch.setenv(native.ENV, "encoder")  # confluent-kafka's producer behind the native encoder
+    user = f"rotating-{'eos' if extra else 'alo'}-{sink}"
+    _set_scram_password(reauth_broker, user, "first-pw")
+    termination = tmp_path / "termination-log"
+    monkeypatch.setenv("SHARDCDC_TERMINATION_LOG", str(termination))
+    secret = _secret_file(tmp_path, jaas(SCRAM, "first-pw", user))
+    settings = {"bootstrap.servers": reauth_broker.sasl_bootstrap, "security.protocol": "SASL_PLAINTEXT",
+                "sasl.mechanism": "SCRAM-SHA-512", "sasl.jaas.config": f"${{file:{secret}}}",
+                "config.providers": "file",
+                "config.providers.file.class": "org.apache.kafka.common.config.provider.FileConfigProvider",
+                "snapshot.mode": "initial", **extra}
+    prefix = f"p{tmp_path.name[-10:].replace('_', '')}"
+    with commerce_sim(customers=5) as sim:
+        cfg = worker_config(reauth_broker, sim.address, "commerce", prefix=prefix, extra=settings)
+        with running_task(cfg) as run:
+            wait_for(lambda: run.task.sink is not None and run.task.sink.records_sent >= 5, what="the 5 snapshot rows")
+            assert type(run.task.sink).__name__.startswith("Native") == (sink == "native")
+            insert_customers(sim, range(6, 9))
+            wait_for(lambda: run.task.sink is not None and run.task.sink.durable is not None
+                     and run.task.sink.pending == 0 and run.task.sink.records_sent >= 8, what="3 streamed rows acknowledged")
+            _set_scram_password(reauth_broker, user, "second-pw")
+            insert_customers(sim, range(9, 12))
+            # Well inside message.timeout.ms (300 s): the refusal, not a record timeout, stops it.
+            result = run.wait(60)
+        assert result.exit_code == exitcodes.FAILED
+        assert result.reason.startswith("Kafka refused the connection: "), result.reason
+        assert "SASL authentication error" in result.reason and "sasl.jaas.config" in result.reason
+        assert json.loads(termination.read_text()) == {"error": result.reason}
+        assert run.task.metrics is not None and run.task.metrics.state == "failed"
+
+        # The Secret updated to the new password: a restart resumes and nothing is lost.
+        secret.write_text(jaas(SCRAM, "second-pw", user))
+        cfg = worker_config(reauth_broker, sim.address, "commerce", prefix=prefix, extra=settings)
+        with running_task(cfg) as run:
+            wait_for(lambda: run.task.processor is not None and run.task.sink is not None
+                     and run.task.sink.pending == 0 and {sg.shard: sg.gtid for sg in run.task.processor.position}
+                     == sim.positions("commerce"), what="the restarted worker caught up")
+            again = run.stop()
+        assert again.exit_code == 0, again.reason
+    committed = bool(extra)
+    records = consume_all(reauth_broker.bootstrap, f"{prefix}.commerce.customer", read_committed=committed)
+    ids = [json.loads(r.key or b"")["payload"]["id"] for r in records]
+    assert sorted(set(ids)) == list(range(1, 12))  # every row, the ones refused included
+    if committed:
+        assert sorted(ids) == list(range(1, 12))  # exactly-once: each once

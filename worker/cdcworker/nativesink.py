@@ -26,6 +26,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException
 
 from cdcworker.events import native
+from cdcworker.kafkaerrors import KafkaAccessError, access_refusal
 from cdcworker.sink import KafkaSink, SinkError, TransactionalSink
 
 log = logging.getLogger(__name__)
@@ -100,6 +101,7 @@ class _NativeSends:
             self.producer.send(topic, key, value, headers)
         except KafkaException as exc:  # MSG_SIZE_TOO_LARGE goes to the caller; a fatal one stops
             self._raise_if_fatal(exc)  # type: ignore[attr-defined]
+            self._check_access()  # type: ignore[attr-defined]  # a full queue behind a refused login
             raise
 
     def send_to_partition(
@@ -112,6 +114,7 @@ class _NativeSends:
             self.producer.send(topic, key, value, headers, partition)
         except KafkaException as exc:
             self._raise_if_fatal(exc)  # type: ignore[attr-defined]
+            self._check_access()  # type: ignore[attr-defined]
             raise
 
     def rows_sender(self) -> Any:
@@ -129,6 +132,10 @@ class _NativeSends:
         self._records_base = int(self.producer.records_sent) - n
 
     _records_base = 0
+
+    def _refusal(self) -> KafkaAccessError | None:
+        refused = self.producer.access_error()
+        return None if refused is None else access_refusal(*refused)
 
     def _check_fatal(self) -> None:
         fatal = self.producer.fatal_error()
@@ -157,6 +164,7 @@ class NativeKafkaSink(_NativeSends, KafkaSink):
         self._advance()
 
     def _advance(self) -> None:
+        self._check_access()  # a C call per commit point: a refused login stops at once
         p = self.producer
         errors = p.take_errors()
         for i, (seq, code, reason, topic, partition, key, value) in enumerate(errors):

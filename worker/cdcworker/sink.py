@@ -22,15 +22,12 @@ from typing import TYPE_CHECKING, Any
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from cdcworker.allocator import tune_for_producing
+from cdcworker.kafkaerrors import KafkaAccessError, SinkError, access_refusal
 
 if TYPE_CHECKING:
     from cdcworker.topiccreator import TopicCreator
 
 log = logging.getLogger(__name__)
-
-
-class SinkError(RuntimeError):
-    """Kafka refused records permanently; the worker must stop without advancing offsets."""
 
 
 @dataclass(eq=False, slots=True)
@@ -63,6 +60,7 @@ class KafkaSink:
 
     def __init__(self, producer_config: dict[str, Any], poll_every: int = 512) -> None:
         tune_for_producing()  # librdkafka's batch buffers reused, not faulted in per batch
+        self._refused: KafkaAccessError | None = None  # the cluster refused the login or TLS (error_cb)
         self.producer = self._make_producer(producer_config)
         self._produce = self.producer.produce
         self._segments: collections.deque[Segment] = collections.deque()
@@ -77,7 +75,26 @@ class KafkaSink:
 
     def _make_producer(self, config: dict[str, Any]) -> Any:
         """confluent-kafka's producer; ``nativesink`` swaps in the C one."""
-        return Producer(config)
+        chained = config.get("error_cb")
+
+        def on_error(err: KafkaError) -> None:  # served by poll(), in the polling thread
+            if self._refused is None:
+                self._refused = access_refusal(err.code(), err.str())
+            if callable(chained):
+                chained(err)
+
+        return Producer({**config, "error_cb": on_error})
+
+    def _refusal(self) -> KafkaAccessError | None:
+        """The cluster's refusal of this client's credentials or TLS settings, once reported."""
+        return self._refused
+
+    def _check_access(self) -> None:
+        """Stop on a refused login or certificate: librdkafka would retry it until every queued
+        record timed out (``message.timeout.ms``), the stream looking healthy meanwhile."""
+        refused = self._refusal()
+        if refused is not None:
+            raise KafkaAccessError(*refused.args)
 
     # --- hot path -------------------------------------------------------------------------
 
@@ -207,10 +224,13 @@ class KafkaSink:
         # Serve delivery reports at every commit point: durability (and its latency) then
         # follows Kafka's acks instead of waiting for the next few hundred records.
         self.producer.poll(0)
+        if self._refused is not None:
+            self._check_access()
 
     # --- durability -----------------------------------------------------------------------
 
     def _advance(self) -> None:
+        self._check_access()
         segs = self._segments
         while segs and segs[0].complete:
             seg = segs.popleft()
@@ -266,7 +286,7 @@ def _rejected(seg: Segment) -> str:
     return f"Kafka rejected {len(seg.errors)} record(s){where}: {seg.errors[0]}"
 
 
-__all__ = ["KafkaException", "KafkaSink", "Segment", "SinkError"]
+__all__ = ["KafkaAccessError", "KafkaException", "KafkaSink", "Segment", "SinkError"]
 
 
 # A newer producer with this transactional.id took over (librdkafka's local code, the broker's two).
@@ -360,6 +380,7 @@ class TransactionalSink(KafkaSink):
             return
         if self._in_txn and self._records_at_point != self._txn_records:
             return  # records of an unfinished Vitess transaction are in it; wait for its end
+        self._check_access()  # the commit would wait its whole timeout for a broker that refuses us
         if not self._in_txn:
             self._begin()
         try:
@@ -386,6 +407,9 @@ class TransactionalSink(KafkaSink):
                             "from the last committed offset") from exc
         except KafkaException as exc:
             self._raise_if_fatal(exc)  # fenced: the transaction is void and the task stops
+            # Refused mid-commit: no abort either (it cannot reach the coordinator, which aborts
+            # the transaction itself after transaction.timeout.ms); the task stops with the reason.
+            self._check_access()
             err = exc.args[0]
             if err.txn_requires_abort():
                 self._abort(self._timeout)
@@ -401,6 +425,7 @@ class TransactionalSink(KafkaSink):
 
     def durable_position(self) -> Any:
         self.producer.poll(0)
+        self._check_access()
         if self._point is not None and self._point is not self._durable:
             # Also when no record is open: empty transactions, OTHER and DDL move the position,
             # and an idle shard must not force a long replay after a restart.

@@ -440,6 +440,8 @@ class WorkerTask:
         server = serve(metrics, cfg.behaviour.metrics_port)
         try:
             result = self._run(metrics)
+            if result.exit_code == exitcodes.FAILED:
+                _write_termination_message({"error": result.reason})  # the operator's Failed message
             supervised = os.environ.get(exitcodes.SUPERVISED_ENV) == "1" and not self._stop.is_set()
             if supervised and result.done:
                 metrics.set_state("completed", result.reason)
@@ -476,6 +478,7 @@ class WorkerTask:
             partitions=cfg.kafka.offsets_partitions,
             replication_factor=cfg.kafka.offsets_replication_factor,
         )
+        refused = False  # the cluster refused the login or certificate mid-stream (KafkaAccessError)
         try:
             store.ensure_topic()
             store.load()
@@ -689,19 +692,26 @@ class WorkerTask:
                     self._stop.wait(delay)
                 except (ProtocolError, SinkError, EventConversionError) as exc:
                     result = TaskResult(exitcodes.FAILED, str(exc), processor.position)
+                    refused = isinstance(exc, KafkaAccessError)
                 finally:
                     self._call = None
             # Stop, flush, store the durable position (never past what Kafka holds).
             grace_end = time.monotonic() + cfg.behaviour.shutdown_grace_ms / 1000.0
             try:
-                durable = sink.flush(cfg.behaviour.shutdown_grace_ms / 1000.0)
+                # Refused access: nothing more reaches Kafka (the flush would wait out the grace).
+                durable = sink.durable if refused else sink.flush(cfg.behaviour.shutdown_grace_ms / 1000.0)
             except SinkError as exc:  # refused records: nothing from them on is durable
                 durable = sink.durable
                 if result is None or result.exit_code == exitcodes.OK:
                     # Also after a finished snapshot (initial_only): its last records are not all
                     # in Kafka, so it is not done; a restart resumes it from the durable position.
                     result = TaskResult(exitcodes.FAILED, str(exc), durable)
-            if result is None or result.exit_code != exitcodes.REASSIGNMENT_NEEDED:
+            if refused:
+                # The offsets topic refuses this login or certificate too: the stored offset stays
+                # the last one written (never past what Kafka holds), and the next start, with the
+                # settings fixed, sends the records after it again.
+                log.error("%s; the stored offset stays where it was last written", result.reason if result else "")
+            elif result is None or result.exit_code != exitcodes.REASSIGNMENT_NEEDED:
                 try:
                     # A stop has the shutdown grace in all (Kubernetes kills the pod after it).
                     self._write_offset(store, durable, timeout=max(0.5, grace_end - time.monotonic())
@@ -730,7 +740,7 @@ class WorkerTask:
             if self.handoff is not None:
                 self.handoff.close()
             # A stop already waited for its offset write (within the grace): nothing left to wait for.
-            store.close(1.0 if self._stop.is_set() else None)
+            store.close(1.0 if self._stop.is_set() or refused else None)
             channel.close()
 
 

@@ -171,6 +171,8 @@ typedef struct {
     int64_t records_sent, poll_every;
     int fatal_code;       /* set by the error callback on a fatal error */
     char fatal_reason[512];
+    int access_code;      /* set by the error callback when the cluster refuses access */
+    char access_reason[512];
     volatile int interrupted; /* interrupt(): a wait for room in the queue gives up */
 } Producer;
 
@@ -244,6 +246,13 @@ static void on_error(rk_t *rk, int err, const char *reason, void *opaque) {
     if (code && !self->fatal_code) { /* the first fatal error stops the producer for good */
         self->fatal_code = code;
         snprintf(self->fatal_reason, sizeof(self->fatal_reason), "%s", buf);
+    }
+    /* A refused login or an untrusted certificate (RD_KAFKA_RESP_ERR__AUTHENTICATION, __SSL):
+     * librdkafka retries it for ever, the sink stops on it (kafkaerrors.access_refusal). The
+     * reason is written before the code that publishes it; the first one is kept. */
+    if ((err == -169 || err == -181) && !self->access_code) {
+        snprintf(self->access_reason, sizeof(self->access_reason), "%s", reason ? reason : "");
+        __atomic_store_n(&self->access_code, err, __ATOMIC_RELEASE);
     }
 }
 
@@ -382,6 +391,13 @@ static int produce(Producer *self, const char *topic, int32_t partition, const c
         K.error_destroy(err);
         poll_nogil(self, 50);
         if (PyErr_CheckSignals() < 0) goto fail;
+        /* The queue stays full while the cluster refuses the login or certificate (nothing is
+         * delivered until message.timeout.ms expires the records): the sink stops on it now. */
+        int access = __atomic_load_n(&self->access_code, __ATOMIC_ACQUIRE);
+        if (access) {
+            raise_kafka(self, access, self->access_reason, 0, 0, 0);
+            goto fail;
+        }
         /* A stop (SIGTERM's handler runs inside PyErr_CheckSignals, or another thread) must not
          * wait for a broker that may never come back: the record is not sent, nothing after it is.
          * The task's records (counted) at once; an exactly-once batch's offset record, written by
@@ -680,6 +696,13 @@ static PyObject *Producer_fatal_error(Producer *self, PyObject *unused) {
     return Py_BuildValue("(is)", self->fatal_code, self->fatal_reason);
 }
 
+/* access_error() -> (code, reason) of the first refusal of access (login, TLS), or None. */
+static PyObject *Producer_access_error(Producer *self, PyObject *unused) {
+    int code = __atomic_load_n(&self->access_code, __ATOMIC_ACQUIRE);
+    if (!code) Py_RETURN_NONE;
+    return Py_BuildValue("(is)", code, self->access_reason);
+}
+
 static Py_ssize_t Producer_len(Producer *self) { return self->rk ? K.outq_len(self->rk) : 0; }
 
 static PyObject *Producer_get_pending(Producer *self, void *unused) {
@@ -711,6 +734,8 @@ static PyMethodDef Producer_methods[] = {
     {"commit_transaction", (PyCFunction)Producer_commit_transaction, METH_VARARGS, NULL},
     {"abort_transaction", (PyCFunction)Producer_abort_transaction, METH_VARARGS, NULL},
     {"fatal_error", (PyCFunction)Producer_fatal_error, METH_NOARGS, "(code, reason) of a fatal error, or None"},
+    {"access_error", (PyCFunction)Producer_access_error, METH_NOARGS,
+     "(code, reason) of the first refused login or TLS handshake, or None"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -42,7 +42,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from cdcworker.backfill.gtid import covers
 from cdcworker.backfill.handoff import (
@@ -122,7 +122,13 @@ class ProgressFeed:
                 return None
             self._next_lookup = now + LOOKUP_INTERVAL
             # All topics, not this one: naming it would auto-create it on brokers that allow that.
-            meta = self._consumer.list_topics(timeout=10).topics.get(self.topic)
+            try:
+                meta = self._consumer.list_topics(timeout=10).topics.get(self.topic)
+            except KafkaException as exc:
+                # Kafka away (a restart, a refused login): the stream's own sink decides what that
+                # means for the task; the feed looks again at its next lookup.
+                log.warning("cannot read the topics of the cluster to find %s: %s", self.topic, exc)
+                return None
             if meta is None or meta.error is not None or not meta.partitions:
                 return None  # no backfill ever ran: look again later
             self._consumer.assign([TopicPartition(self.topic, 0, 0)])

@@ -24,6 +24,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
+from cdcworker.kafkaerrors import KafkaAccessError, OffsetStoreError, access_refusal
 from cdcworker.offsets.javacompat import java_murmur2_partition
 from cdcworker.offsets.keys import OffsetPartition, offset_record_key
 from cdcworker.offsets.migration import OffsetLookup, lookup_in
@@ -36,25 +37,6 @@ CONNECT_DEFAULT_PARTITIONS = 25
 
 # Errors a consumer reports while a just-created topic propagates; the read retries until its deadline.
 _TRANSIENT_READ_ERRORS = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION, KafkaError.LEADER_NOT_AVAILABLE})
-
-
-class OffsetStoreError(RuntimeError):
-    """The offsets topic cannot be used (wrong configuration, delivery failure, timeout)."""
-
-
-class KafkaAccessError(OffsetStoreError):
-    """Kafka refused the client's credentials or TLS settings: retrying cannot help until they change."""
-
-
-# librdkafka's reports that the settings, not the network, are wrong: a rejected login or an
-# untrusted certificate. It keeps retrying these (the secret may be rotated in place); the worker
-# stops at once with the reason instead, as the Java client does.
-_ACCESS_ERRORS = {
-    KafkaError._AUTHENTICATION: "check sasl.mechanism and the credentials in sasl.jaas.config (the Secret named by "
-    "spec.kafka.securitySecretRef)",
-    KafkaError._SSL: "check the trust store (ssl.truststore.location / ssl.truststore.certificates) and the "
-    "broker's certificate",
-}
 
 
 class OffsetStore:
@@ -123,9 +105,9 @@ class OffsetStore:
                 return
             except concurrent.futures.TimeoutError:
                 admin.poll(0)  # serves error_cb
-            refused = next((e for e in errors if e.code() in _ACCESS_ERRORS), None)
+            refused = next((r for e in errors if (r := access_refusal(e.code(), e.str())) is not None), None)
             if refused is not None:
-                raise KafkaAccessError(f"Kafka refused the connection: {refused.str()}; {_ACCESS_ERRORS[refused.code()]}")
+                raise refused
             if time.monotonic() > deadline:
                 last = f": {errors[-1].str()}" if errors else ""
                 raise OffsetStoreError(f"Kafka ({self._config.get('bootstrap.servers')}) did not answer within "
