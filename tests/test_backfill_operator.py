@@ -75,6 +75,8 @@ def test_spark_application_spec() -> None:
         "Python", "cluster", "shardcdc-spark:1", bf.SPARK_MAIN, 600)
     assert spec["executor"]["instances"] == 3 and spec["driver"]["labels"]["shardcdc.io/backfill"] == "b1"
     assert spec["restartPolicy"]["type"] == "OnFailure"
+    # Retries after a failure, never a speculative attempt beside a live one (nothing fences it).
+    assert spec["sparkConf"]["spark.speculation"] == "false"
     # Credentials reach the pods as projected Secret files, never in the ConfigMap.
     cm = bf.build_config_map(c, c.spec.backfills[0])
     props = cm["data"]["worker.properties"]
@@ -100,6 +102,7 @@ def test_spark_submit_job_and_pod_templates() -> None:
                        "--deploy-mode"]
     assert "spark.kubernetes.driver.podTemplateFile=/tmpl/driver.yaml" in cmd
     assert "spark.kubernetes.driver.label.shardcdc.io/backfill=b1" in cmd
+    assert "spark.speculation=false" in cmd
     assert cmd[cmd.index(bf.SPARK_MAIN) + 1:][:4] == ["--config", "/etc/shardcdc/worker.properties", "--run-id", "b1-01234567"]
     driver = json.loads(objs[1]["data"]["driver.yaml"])
     assert driver["metadata"]["ownerReferences"][0]["uid"] == "0123456789abcdef"

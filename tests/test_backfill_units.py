@@ -347,3 +347,14 @@ def test_partial_row_changes_serialize_like_protobuf() -> None:
         both = PartialChange(before=other, after=row)
         assert both.SerializeToString() == binlogdata_pb2.RowChange(before=other, after=row).SerializeToString()
         assert both.HasField("before") and not read(row).HasField("before") and read(row).after is row
+
+
+def test_the_job_refuses_speculative_attempts() -> None:
+    """spark.speculation would run a second attempt of a lane beside a live first one; nothing fences it."""
+    from cdcworker.backfill.job import UnsafeSparkConf, check_spark_conf
+
+    for value in (None, "false", "FALSE "):
+        check_spark_conf({"spark.speculation": value}.get)  # Spark's default, or off: runs
+    for value in ("true", " True"):
+        with pytest.raises(UnsafeSparkConf, match=r"spark\.speculation=true is not supported"):
+            check_spark_conf({"spark.speculation": value}.get)

@@ -209,6 +209,8 @@ INVALID = [
      "spec.kafka.producer must not set bootstrap.servers"),
     ("backfill-id", with_path("spec/backfills", [{"id": "Bad_ID", "tables": ["t"]}]), "spec.backfills[0].id"),
     ("deletion-policy", with_path("spec/deletionPolicy", "Delete"), 'Unsupported value: "Delete"'),
+    ("spark-speculation", with_path("spec/snapshot", {"backfill": {"spark": {"sparkConf": {"spark.speculation": "true"}}}}),
+     "spark.speculation must be unset or 'false'"),
 ]
 
 
@@ -226,6 +228,12 @@ def test_valid_resource_accepted_with_defaults(plane: KubeControlPlane) -> None:
     # A model the operator can parse.
     parsed = ConnectorResource.from_body(json.loads(r.stdout))
     assert parsed.spec.tasks == 2 and parsed.spec.source.shards == ("-80", "80-")
+
+
+def test_spark_conf_accepts_other_keys_and_speculation_off(plane: KubeControlPlane) -> None:
+    conf = {"spark.speculation": "false", "spark.executor.memoryOverhead": "512m"}
+    r = create(plane, with_path("spec/snapshot", {"backfill": {"spark": {"sparkConf": conf}}}), "--dry-run=server")
+    assert r.returncode == 0, r.stderr
 
 
 @pytest.mark.parametrize(("case", "obj", "message"), INVALID, ids=[c[0] for c in INVALID])

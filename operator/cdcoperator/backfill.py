@@ -55,6 +55,9 @@ SPARK_API_VERSION = "sparkoperator.k8s.io/v1beta2"
 SPARK_KIND = "SparkApplication"
 # The Spark image ships the job's entry point here (see docs/backfill.md, "Image").
 SPARK_MAIN = "local:///opt/shardcdc/spark_main.py"
+# Set after the user's sparkConf: a speculative second attempt of a lane is not fenced from the
+# first (cdcworker.backfill.job.check_spark_conf); the CRD already rejects "true".
+FORCED_SPARK_CONF = {"spark.speculation": "false"}
 LABEL_BACKFILL = f"{naming.PREFIX}/backfill"
 # Not ``shardcdc.io/connector``: that label selects worker pods (status.selector, the scale subresource).
 LABEL_BACKFILL_OF = f"{naming.PREFIX}/backfill-of"
@@ -214,7 +217,7 @@ def build_spark_application(cr: ConnectorResource, req: BackfillRequest,
             "mainApplicationFile": SPARK_MAIN,
             "arguments": job_arguments(cr, req, conditions),
             "sparkConf": {"spark.kubernetes.submission.waitAppCompletion": "false",
-                          **{str(k): str(v) for k, v in (s.get("sparkConf") or {}).items()}},
+                          **{str(k): str(v) for k, v in (s.get("sparkConf") or {}).items()}, **FORCED_SPARK_CONF},
             # Chunks already done are skipped on a retry (progress topic): retrying is cheap and safe.
             "restartPolicy": {"type": "OnFailure", "onFailureRetries": 3, "onFailureRetryInterval": 30,
                               "onSubmissionFailureRetries": 3, "onSubmissionFailureRetryInterval": 30},
@@ -288,6 +291,7 @@ def spark_submit_command(cr: ConnectorResource, req: BackfillRequest, conditions
     if s.get("serviceAccount"):
         conf["spark.kubernetes.authenticate.driver.serviceAccountName"] = s["serviceAccount"]
     conf.update({str(k): str(v) for k, v in (s.get("sparkConf") or {}).items()})
+    conf.update(FORCED_SPARK_CONF)
     cmd = ["spark-submit", "--master", SPARK_K8S_MASTER, "--deploy-mode", "cluster", "--name", name]
     for k, v in conf.items():
         cmd += ["--conf", f"{k}={v}"]

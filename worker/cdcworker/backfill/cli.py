@@ -126,6 +126,7 @@ def _stop_on_signals(stop: threading.Event, spark: Callable[[], Any]) -> Iterato
 def run(args: argparse.Namespace) -> int:
     from cdcworker.backfill.job import (
         RunCancelled,
+        UnsafeSparkConf,
         abandon,
         progress_store,
         run_backfill,
@@ -194,7 +195,7 @@ def run(args: argparse.Namespace) -> int:
         log.error("backfill %s failed: %s%s", spec.run_id, failure, hint)
         print(f"backfill {spec.run_id} failed: {failure}", file=sys.stderr)
         record_run(RunStatus(spec.run_id, "failed", started_ms, int(time.time() * 1000), str(failure)[:1000]))
-        if not isinstance(failure, RunCancelled):
+        if not isinstance(failure, (RunCancelled, UnsafeSparkConf)):  # the latter started nothing
             _release(abandon, spec, str(failure))
         return 1
     record_run(RunStatus(spec.run_id, "succeeded", started_ms, int(time.time() * 1000)))

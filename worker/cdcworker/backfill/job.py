@@ -484,6 +484,24 @@ class RunCancelled(RuntimeError):
     """The progress topic says the run is over (cancelled, or failed for good): it is not resumed."""
 
 
+class UnsafeSparkConf(ValueError):
+    """A Spark setting under which the job's guarantees do not hold; the run refuses to start."""
+
+
+def check_spark_conf(conf: Callable[[str], str | None]) -> None:
+    """Refuse ``spark.speculation=true``: Spark would run a second attempt of a slow lane while the
+    first still runs, and nothing fences the first. Its records could reach Kafka after the retry's
+    chunk was marked done and after the worker's catch-up, leaving a stale row as a key's last
+    record. A retry after a failure is safe (the failed attempt is dead), speculation is not. The
+    CRD rejects the setting in ``spec.snapshot.backfill.sparkConf``; this covers spark-submit
+    users and local runs. ``conf`` reads a setting of the running context (None: unset)."""
+    value = conf("spark.speculation")
+    if value is not None and value.strip().lower() == "true":
+        raise UnsafeSparkConf(
+            "spark.speculation=true is not supported by the backfill: a speculative attempt of a chunk could emit "
+            "its rows after the chunk's catch-up and leave a stale row last; unset it (Spark's default is false)")
+
+
 class HoldTimeout(RuntimeError):
     """The workers did not acknowledge the hold of some shards in time."""
 
@@ -503,6 +521,8 @@ def run_backfill(
     from cdcworker.backfill.lanes import make_lanes
     from cdcworker.task import producer_config
 
+    if spark is not None:
+        check_spark_conf(spark.sparkContext.getConf().get)
     t0 = time.monotonic()
     config = worker_config(spec)
     # Made first: an idempotent producer needs its producer id (0.5-1 s after start) before its
