@@ -173,6 +173,11 @@ def _scenario(tmp_path: Path, broker: KafkaBroker, sim: VTGateSim, kill_in: str 
     values = offsets(broker, p)
     seen_phases = set().union(*(phases(v) for v in values))
     late = {s for v in values for s, d in (v.fields.get(OFFSET_FIELD) or {}).items() if d.get("late")}
+    caps: dict[str, set[float]] = {}  # each shard's low watermark cap, as stored with its hold
+    for v in values:
+        for s, d in (v.fields.get(OFFSET_FIELD) or {}).items():
+            if d.get("watermark_cap") is not None:
+                caps.setdefault(s, set()).add(d["watermark_cap"])
     try:
         states = assert_topics_equal_source(broker, sim, p["topic.prefix"], read_committed=exactly_once)
     except AssertionError as exc:
@@ -183,7 +188,7 @@ def _scenario(tmp_path: Path, broker: KafkaBroker, sim: VTGateSim, kill_in: str 
            if r.value}
     keys = {json.loads(r.key)[1].get("task_key") for r in consume_all(broker.bootstrap, p["offset.storage.topic"])}
     return {"keys": keys, "phases": seen_phases, "killed_in": killed_in, "states": states, "ops": ops, "log": worker.output(),
-            "late": late, "sequences": sequences}
+            "late": late, "sequences": sequences, "caps": caps}
 
 
 def test_worker_holds_back_catches_up_and_rejoins_exactly(tmp_path: Path, kafka_broker: KafkaBroker,
@@ -212,6 +217,8 @@ def test_worker_killed_while_holding_resumes_the_hold_exactly(tmp_path: Path, ka
     out = _scenario(tmp_path, kafka_broker, sim, kill_in=HELD_PHASE)
     # Restarted from its stored offset, the worker kept holding from the same positions (not late).
     assert out["killed_in"] == {HELD_PHASE} and out["late"] == set()
+    # The low watermark cap survived the kill: the restarted worker stored the one it restored.
+    assert out["caps"] and all(len(c) == 1 for c in out["caps"].values()), out["caps"]
     seq = out["sequences"]
     assert seq["snapshot"] > 2000 and seq["final_delete"] >= 3 and seq["after_high"] > 100
 
@@ -223,6 +230,7 @@ def test_a_new_task_generation_takes_the_hold_over(tmp_path: Path, kafka_broker:
     out = _scenario(tmp_path, kafka_broker, sim, kill_in=HELD_NEW_GENERATION)
     assert out["killed_in"] == {HELD_PHASE} and out["late"] == set(), out["log"]
     assert "task0_1_1" in out["keys"]  # the new generation stored (and handed off) under its own key
+    assert out["caps"] and all(len(c) == 1 for c in out["caps"].values()), out["caps"]  # inherited with the hold
     seq = out["sequences"]
     assert seq["snapshot"] > 2000 and seq["final_delete"] >= 3 and seq["after_high"] > 100
 

@@ -358,3 +358,19 @@ def test_the_job_refuses_speculative_attempts() -> None:
     for value in ("true", " True"):
         with pytest.raises(UnsafeSparkConf, match=r"spark\.speculation=true is not supported"):
             check_spark_conf({"spark.speculation": value}.get)
+
+
+def test_a_hold_keeps_its_watermark_cap_in_the_offset() -> None:
+    """The low watermark cap travels with the hold's state (to_offset_field) and keeps the first
+    value it was given; it is not part of the state's identity."""
+    from cdcworker.backfill.taskhandoff import OFFSET_FIELD, ProgressFeed, TaskHandoff
+
+    held = ShardHandoff("-80", "r1", ("t",), holds={"t": pos(2)})
+    stored = {OFFSET_FIELD: {"-80": held.to_offset_field()}}
+    handoff = TaskHandoff(ProgressFeed({}, "p.backfill-progress", "ks"), stored)
+    handoff.keep_watermark_caps({"-80": 1_700_000_000.5, "80-": 1.0})  # 80- holds nothing
+    handoff.keep_watermark_caps({"-80": 1_700_000_009.0})  # a later call keeps the first cap
+    field = handoff.offset_extra()[0][1]["-80"]
+    assert field["watermark_cap"] == 1_700_000_000.5 and set(handoff.states) == {"-80"}
+    restored = ShardHandoff.from_offset_field("-80", field)
+    assert restored.watermark_cap == 1_700_000_000.5 and restored == held

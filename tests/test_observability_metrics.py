@@ -324,6 +324,26 @@ def test_a_backfill_hold_keeps_the_shards_watermark_until_it_is_released(tm: Tas
     assert fresh.watermark is None and tm.low_watermark() == T0 + 9
 
 
+def test_a_restarted_worker_publishes_the_stored_cap_of_a_hold(clock: FakeClock) -> None:
+    """The cap is stored with the hold (ShardHandoff.watermark_cap): a worker restarted mid-backfill
+    knows no watermark yet, and publishes the stored one rather than "unknown" until the catch-up."""
+    before = TaskMetrics("conn", "0", clock=clock)
+    sm = before.shard("-80", "ks")
+    sm.on_ack(T0)
+    assert before.set_held(["-80"]) == {"-80": T0}  # what the task stores with the hold
+    sm.on_ack(T0 + 5)
+    assert sm.watermark == T0
+
+    after = TaskMetrics("conn", "0", clock=clock)  # the restarted process
+    sm = after.shard("-80", "ks")
+    assert after.set_held({"-80": T0}) == {"-80": T0}
+    assert sm.watermark == T0 and after.low_watermark() == T0
+    sm.on_ack(T0 + 7)  # live commits of the shard's other tables do not move it
+    assert sm.watermark == T0
+    assert after.set_held({}) == {}  # rejoined
+    assert sm.watermark == T0 + 7
+
+
 def test_latency_histograms_have_exact_buckets(tm: TaskMetrics, clock: FakeClock, url: str) -> None:
     sm = tm.shard("-80")
     for lag in (0.0, 0.3, 2.0, 7.0, 700.0, -1.5):  # -1.5: source clock ahead of ours → 0
@@ -485,3 +505,36 @@ def test_the_idle_probe_marks_the_whole_second_before_it_less_the_clock_margin()
     probe = IdleProbe(lambda shards: {"80-": head}, lambda: durable, lambda s, t: marks.append((s, t)),
                       clock=lambda: 100.4)
     assert probe.probe() == [] and marks == []
+
+
+def test_under_sustained_load_the_watermark_follows_the_durable_position() -> None:
+    """A stream that is never wholly durable at a flush: each flush notes where each shard was read
+    and that commit's time; a later flush whose durable position contains it moves the shard's
+    watermark there (about one flush interval behind, rather than never)."""
+    from cdcworker.idleprobe import AckCheckpoints
+    from cdcworker.offsets import Vgtid
+
+    uuid = "0b7e9d2a-1111-2222-3333-444455556666"
+
+    def at(a: int, b: int) -> Vgtid:
+        return Vgtid.of("ks", {"-80": f"MySQL56/{uuid}:1-{a}", "80-": f"MySQL56/{uuid}:1-{b}"})
+
+    cp = AckCheckpoints()
+    assert cp.flush(at(10, 20), at(8, 19), {"-80": T0 + 1, "80-": T0 + 2}) == {}  # noted: -80@10, 80-@20
+    # Next flush: -80 durable through 10, 80- still at 19; the read went on meanwhile.
+    assert cp.flush(at(30, 40), at(12, 19), {"-80": T0 + 5, "80-": T0 + 6}) == {"-80": T0 + 1}
+    # -80 noted again at 30; 80- keeps waiting for 20 (its first note), which is durable now.
+    assert cp.flush(at(50, 60), at(30, 25), {"-80": T0 + 9, "80-": T0 + 9}) == {"-80": T0 + 5, "80-": T0 + 2}
+    # A shard without a commit read yet is not noted; a copying one neither.
+    fresh = AckCheckpoints()
+    assert fresh.flush(at(1, 1), None, {"-80": None}) == {} and fresh.flush(at(2, 2), at(2, 2), {}) == {}
+
+
+def test_a_late_durable_commit_moves_the_watermark_but_not_the_ack_latency(tm: TaskMetrics) -> None:
+    sm = tm.shard("-80")
+    sm.durable_through(T0)
+    sm.durable_through(T0 - 5)  # older: no step back
+    assert sm.watermark == T0 and tm.low_watermark() == T0
+    assert tm.commit_to_ack.count == 0  # learnt a flush late: no observation of that delay
+    sm.on_ack(T0 + 1, ack_ts=T0 + 1.25)
+    assert sm.watermark == T0 + 1 and tm.commit_to_ack.count == 1

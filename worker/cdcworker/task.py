@@ -26,7 +26,7 @@ from cdcworker.events import EncoderConfig, TopicNaming, TypeOptions, producer_p
 from cdcworker.events.encoder import context_headers, new_run_id
 from cdcworker.features import build_features, tx_block_schema
 from cdcworker.filters import AnonymisedColumns, EventConversionError
-from cdcworker.idleprobe import IdleProbe
+from cdcworker.idleprobe import AckCheckpoints, IdleProbe
 from cdcworker.nativesink import sink_classes
 from cdcworker.offsets import OffsetPartition, Vgtid
 from cdcworker.offsets.migration import resolve_task_start
@@ -350,14 +350,16 @@ class WorkerTask:
         """Store ``position`` with the hand-off states now (they must be durable before a ``held``
         marker says so), then announce new holds. Exactly-once: an offset record alone in a Kafka
         transaction (the states would otherwise wait for the next transaction's commit)."""
+        if self.metrics is not None:
+            # Their low watermark waits for the catch-up; its cap goes into the stored states.
+            caps = self.metrics.set_held({s: h.watermark_cap for s, h in self.handoff.states.items()})
+            self.handoff.keep_watermark_caps(caps)
         if self._decorate is not None:
             position = self._decorate(position)  # the durable position carries the state it stores
         sink = self.sink
         if sink is not None and not isinstance(sink, TransactionalSink):
             sink._durable = position  # a rewound shard is durable only up to its catch-up start
         self._store_position(store, position)
-        if self.metrics is not None:
-            self.metrics.set_held(self.handoff.states)  # their low watermark waits for the catch-up
         self.handoff.fault_point()
         self.handoff.announce()
 
@@ -526,6 +528,7 @@ class WorkerTask:
                 else stub.VStream
             )
             flush_every = cfg.kafka.offset_flush_interval_ms / 1000.0
+            checkpoints = AckCheckpoints()  # the low watermark of shards that are never all durable at a flush
             next_flush = time.monotonic() + flush_every
             result: TaskResult | None = None
             # snapshot.mode=initial_only: copy, store the position, stop before streaming any change.
@@ -622,6 +625,11 @@ class WorkerTask:
                                 for sm in metrics.shards:
                                     if sm.last_commit_ts is not None:
                                         sm.on_ack(sm.last_commit_ts)
+                            else:  # under load: commits noted at an earlier flush and durable now
+                                acked = checkpoints.flush(processor.position, durable,
+                                                          {sm.name: sm.last_commit_ts for sm in metrics.shards})
+                                for shard, ts in acked.items():
+                                    metrics.durable_through(shard, ts)
                             metrics.on_offsets_flushed()
                             if probe is not None:
                                 probe.request()  # a quiet shard beside busy ones (rate-limited)

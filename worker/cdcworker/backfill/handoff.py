@@ -139,6 +139,10 @@ class ShardHandoff:
     # Derived from the binlog window, so they are neither stored nor compared: a restart scans again.
     finals: Finals | None = field(default=None, compare=False)
     uncovered: Uncovered = field(default_factory=dict, compare=False)
+    # The shard's low watermark when the hold began (source time, s): it stays there until the
+    # catch-up is over. Stored so a restarted worker publishes it instead of "unknown"; not part
+    # of the state's identity (set once the hold is announced to the metrics).
+    watermark_cap: float | None = field(default=None, compare=False)
 
     def held(self, table: str) -> bool:
         return table in self.tables or self.hold_all_from is not None
@@ -245,13 +249,15 @@ class ShardHandoff:
             out["epoch"] = self.epoch
         if self.hold_all_from is not None:
             out["hold_all_from"] = self.hold_all_from
+        if self.watermark_cap is not None:
+            out["watermark_cap"] = round(self.watermark_cap, 3)
         return out
 
     @classmethod
     def from_offset_field(cls, shard: str, d: Mapping[str, Any], marks: Mapping[str, TableMarks] | None = None) -> ShardHandoff:
         return cls(shard, d["run"], tuple(d["tables"]), d.get("phase", HELD), d.get("rejoin_at"), dict(marks or {}),
                    dict(d.get("hold_from") or {}), tuple(d.get("late") or ()), int(d.get("epoch") or 0),
-                   d.get("hold_all_from"))
+                   d.get("hold_all_from"), watermark_cap=d.get("watermark_cap"))
 
 
 class FinalChanges:

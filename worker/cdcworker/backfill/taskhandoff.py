@@ -223,6 +223,14 @@ class TaskHandoff:
             return ()
         return ((OFFSET_FIELD, {s: h.to_offset_field() for s, h in sorted(self.states.items())}),)
 
+    def keep_watermark_caps(self, caps: Mapping[str, float | None]) -> None:
+        """Record each held shard's low watermark cap (``TaskMetrics.set_held``) in its state, so
+        the offset carries it; a state that has one keeps it."""
+        for shard, h in self.states.items():
+            cap = caps.get(shard)
+            if h.watermark_cap is None and cap is not None:
+                self.states[shard] = replace(h, watermark_cap=cap)
+
     def fault_point(self) -> None:
         """Test hook, called right after an offset with the current states is durable: with
         ``$CDC_HANDOFF_FAULT_DIR/armed`` present and a shard catching up, the process exits (status

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import bisect
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry
@@ -214,10 +214,15 @@ class ShardMetrics:
         """Kafka acknowledged every record of this shard up to the transaction committed at ``commit_ts_s``."""
         if ack_ts is None:
             ack_ts = self._clock()
+        self.durable_through(commit_ts_s)
+        self._h_ack.observe(ack_ts - commit_ts_s)
+
+    def durable_through(self, commit_ts_s: float) -> None:
+        """Like ``on_ack``, learnt later than the ack itself (``AckCheckpoints``): the watermark
+        moves, the commit-to-ack histogram does not take a late observation."""
         acked = self.acked_commit_ts
         if acked is None or commit_ts_s > acked:
             self.acked_commit_ts = commit_ts_s
-        self._h_ack.observe(ack_ts - commit_ts_s)
 
     def mark_idle(self, source_ts_s: float) -> None:
         """The shard is caught up to ``source_ts_s`` and Kafka holds everything read from it."""
@@ -225,10 +230,12 @@ class ShardMetrics:
         if idle is None or source_ts_s > idle:
             self.idle_ts = source_ts_s
 
-    def hold(self, held: bool) -> None:
-        """A backfill holds (some of) the shard's tables back, or no longer does."""
+    def hold(self, held: bool, restored_cap: float | None = None) -> None:
+        """A backfill holds (some of) the shard's tables back, or no longer does. ``restored_cap``:
+        the cap stored with the hold, for a process that does not know the watermark yet."""
         if held and not self.held:
-            self.held_cap = self.watermark  # the value before the hold: still a true statement
+            wm = self.watermark  # the value before the hold: still a true statement
+            self.held_cap = wm if wm is not None else restored_cap
         self.held = held
         if not held:
             self.held_cap = None
@@ -245,7 +252,9 @@ class ShardMetrics:
             wm = acked if acked > idle else idle
         if self.held:
             cap = self.held_cap
-            return None if cap is None or wm is None else min(wm, cap)
+            if cap is None or wm is None:
+                return cap  # a cap restored with the hold is true before this process knows more
+            return wm if wm < cap else cap
         return wm
 
 
@@ -392,6 +401,9 @@ class TaskMetrics:
     def on_ack(self, shard: str, commit_ts_s: float, ack_ts: float | None = None) -> None:
         (self._shards.get(shard) or self.shard(shard)).on_ack(commit_ts_s, ack_ts)
 
+    def durable_through(self, shard: str, commit_ts_s: float) -> None:
+        (self._shards.get(shard) or self.shard(shard)).durable_through(commit_ts_s)
+
     def on_sent(self, n: int = 1) -> None:
         self.records_sent += n
 
@@ -424,11 +436,13 @@ class TaskMetrics:
         if sm is not None:
             sm.mark_idle(ts_s)
 
-    def set_held(self, shards: Iterable[str]) -> None:
-        """The shards a backfill hand-off holds now (their watermark stays until released)."""
-        held = set(shards)
+    def set_held(self, shards: Iterable[str] | Mapping[str, float | None]) -> dict[str, float | None]:
+        """The shards a backfill hand-off holds now (their watermark stays until released), with
+        the caps stored with their holds when given; returns each held shard's cap (to store)."""
+        caps: Mapping[str, float | None] = shards if isinstance(shards, Mapping) else dict.fromkeys(shards)
         for sm in self._shard_list:
-            sm.hold(sm.name in held)
+            sm.hold(sm.name in caps, caps.get(sm.name))
+        return {sm.name: sm.held_cap for sm in self._shard_list if sm.held}
 
     def on_erroneous(self, n: int = 1) -> None:
         """Events that could not be converted (warn/skip failure handling)."""
