@@ -374,3 +374,23 @@ def test_a_hold_keeps_its_watermark_cap_in_the_offset() -> None:
     assert field["watermark_cap"] == 1_700_000_000.5 and set(handoff.states) == {"-80"}
     restored = ShardHandoff.from_offset_field("-80", field)
     assert restored.watermark_cap == 1_700_000_000.5 and restored == held
+
+
+def test_the_progress_feed_guesses_nothing_from_an_outage_at_start() -> None:
+    """At start an unreadable cluster is an error (not "no backfill ever ran"); mid-stream the
+    feed looks again later and the stream's own sink decides what the outage means."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    from cdcworker.backfill.taskhandoff import ProgressFeed
+
+    class Away:
+        def list_topics(self, timeout: float) -> None:
+            raise KafkaException(KafkaError(KafkaError._TRANSPORT, "all brokers down"))
+
+    feed = ProgressFeed({}, "p.backfill-progress", "ks")
+    feed._consumer = Away()
+    with pytest.raises(KafkaException):
+        feed.poll(to_end=True)
+    feed._next_lookup = 0.0
+    feed.poll()  # no exception: retried at the next lookup
+    assert feed.runs == {}

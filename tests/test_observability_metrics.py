@@ -520,14 +520,36 @@ def test_under_sustained_load_the_watermark_follows_the_durable_position() -> No
         return Vgtid.of("ks", {"-80": f"MySQL56/{uuid}:1-{a}", "80-": f"MySQL56/{uuid}:1-{b}"})
 
     cp = AckCheckpoints()
-    assert cp.flush(at(10, 20), at(8, 19), {"-80": T0 + 1, "80-": T0 + 2}) == {}  # noted: -80@10, 80-@20
+    assert cp.flush(at(10, 20), at(8, 19), {"-80": (T0 + 1, 1), "80-": (T0 + 2, 1)}) == {}  # noted: -80@10, 80-@20
     # Next flush: -80 durable through 10, 80- still at 19; the read went on meanwhile.
-    assert cp.flush(at(30, 40), at(12, 19), {"-80": T0 + 5, "80-": T0 + 6}) == {"-80": T0 + 1}
+    assert cp.flush(at(30, 40), at(12, 19), {"-80": (T0 + 5, 2), "80-": (T0 + 6, 2)}) == {"-80": T0 + 1}
     # -80 noted again at 30; 80- keeps waiting for 20 (its first note), which is durable now.
-    assert cp.flush(at(50, 60), at(30, 25), {"-80": T0 + 9, "80-": T0 + 9}) == {"-80": T0 + 5, "80-": T0 + 2}
-    # A shard without a commit read yet is not noted; a copying one neither.
+    assert cp.flush(at(50, 60), at(30, 25), {"-80": (T0 + 9, 3), "80-": (T0 + 9, 3)}) == {"-80": T0 + 5, "80-": T0 + 2}
+    # A shard without a commit read yet is not noted.
     fresh = AckCheckpoints()
-    assert fresh.flush(at(1, 1), None, {"-80": None}) == {} and fresh.flush(at(2, 2), at(2, 2), {}) == {}
+    assert fresh.flush(at(1, 1), None, {"-80": (None, 0)}) == {} and fresh.flush(at(2, 2), at(2, 2), {}) == {}
+
+
+def test_after_an_aborted_kafka_transaction_old_commit_times_are_not_taken() -> None:
+    """Exactly-once: a reconnect aborts the open Kafka transaction and the stream resumes before
+    commits it had read. Their times must not become the watermark when the resume point is durable."""
+    from cdcworker.idleprobe import AckCheckpoints
+    from cdcworker.offsets import Vgtid
+
+    uuid = "0b7e9d2a-1111-2222-3333-444455556666"
+
+    def at(a: int) -> Vgtid:
+        return Vgtid.of("ks", {"-80": f"MySQL56/{uuid}:1-{a}"})
+
+    cp = AckCheckpoints()
+    assert cp.flush(at(10), at(5), {"-80": (T0 + 9, 7)}) == {}  # noted: read through 10 at T0 + 9
+    cp.rewound({"-80": 7})  # aborted: the stream resumes at 5, the last commit read is still T0 + 9
+    assert cp.flush(at(5), at(5), {"-80": (T0 + 9, 7)}) == {}  # the note is gone, the time not taken
+    assert not cp.current("-80", 7)  # nor by the all-durable fast path
+    assert cp.flush(at(10), at(5), {"-80": (T0 + 9, 7)}) == {}
+    assert cp.flush(at(6), at(5), {"-80": (T0 + 3, 8)}) == {}  # a transaction read since: noted again
+    assert cp.current("-80", 8)
+    assert cp.flush(at(8), at(6), {"-80": (T0 + 4, 9)}) == {"-80": T0 + 3}
 
 
 def test_a_late_durable_commit_moves_the_watermark_but_not_the_ack_latency(tm: TaskMetrics) -> None:

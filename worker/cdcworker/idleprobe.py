@@ -125,17 +125,36 @@ class AckCheckpoints:
 
     def __init__(self) -> None:
         self._pending: dict[str, tuple[str, float]] = {}  # shard -> (read position, its commit time)
+        self._stale: dict[str, int] = {}  # shard -> transactions read when the stream went back
 
-    def flush(self, read: Vgtid, durable: Vgtid | None, commit_ts: Mapping[str, float | None]) -> dict[str, float]:
+    def rewound(self, transactions: Mapping[str, int]) -> None:
+        """The stream went back behind what it had read (an aborted Kafka transaction): forget the
+        notes, and take no shard's last commit time until it has read a transaction since (its
+        ``transactions`` counter moved), as that time belongs to a position after the new one."""
+        self._pending.clear()
+        self._stale = dict(transactions)
+
+    def current(self, shard: str, transactions: int) -> bool:
+        """Does the shard's last commit time belong to the position the stream is at?"""
+        stale = self._stale.get(shard)
+        if stale is None:
+            return True
+        if transactions > stale:
+            del self._stale[shard]
+            return True
+        return False
+
+    def flush(self, read: Vgtid, durable: Vgtid | None, commits: Mapping[str, tuple[float | None, int]]) -> dict[str, float]:
         """The shards whose noted commit is now durable, with its commit time; then note ``read``
-        and ``commit_ts`` (the last commit read per shard) for the shards not waiting already."""
+        with each shard's last commit read (``commits``: shard -> (commit time, transactions read))
+        for the shards not waiting already."""
         done: dict[str, float] = {}
         if self._pending and durable is not None:
             for shard in caught_up(durable, {s: gtid for s, (gtid, _) in self._pending.items()}):
                 done[shard] = self._pending.pop(shard)[1]
         for sg in read:
-            ts = commit_ts.get(sg.shard)
-            if ts is not None and not sg.copying and sg.shard not in self._pending:
+            ts, transactions = commits.get(sg.shard, (None, 0))
+            if ts is not None and not sg.copying and sg.shard not in self._pending and self.current(sg.shard, transactions):
                 self._pending[sg.shard] = (sg.gtid, ts)
         return done
 

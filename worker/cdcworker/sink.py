@@ -391,6 +391,7 @@ class TransactionalSink(KafkaSink):
                     break
                 except BufferError:  # confluent-kafka's full local queue (the native producer waits itself)
                     self._check_interrupt()  # a stop: handled below (abort, the flush fails)
+                    self._check_access()  # a refused login: the queue never drains
                     if self._clock() > deadline:  # a broker away: the commit fails, the task stops
                         raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "no room for the offset record")) from None
                     self.producer.poll(0.05)

@@ -12,6 +12,7 @@ import functools
 import logging
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -176,6 +177,7 @@ class WorkerTask:
     def __init__(self, config: WorkerConfig) -> None:
         self.config = config
         self._stop = threading.Event()
+        self._checkpoints = AckCheckpoints()  # low watermark notes across the task's streams
         self._stop_reason = ""
         self._call: Any = None
         self.processor: StreamProcessor | None = None
@@ -264,8 +266,12 @@ class WorkerTask:
         committed offset's state, as the live stream does."""
         aborts = sink.aborts
         position = sink.rewind(processor.position)
-        if sink.aborts != aborts and self.extras is not None:
-            self.extras.on_abort(sink.durable)
+        if sink.aborts != aborts:
+            if self.extras is not None:
+                self.extras.on_abort(sink.durable)
+            if self.metrics is not None:
+                # The commit times read so far lie past where the stream resumes (low watermark).
+                self._checkpoints.rewound({sm.name: sm.transactions for sm in self.metrics.shards})
         return position
 
     def _resolve_start(self, store: OffsetStore, channel: grpc.Channel, metadata: tuple[tuple[str, str], ...]) -> Vgtid:
@@ -528,7 +534,7 @@ class WorkerTask:
                 else stub.VStream
             )
             flush_every = cfg.kafka.offset_flush_interval_ms / 1000.0
-            checkpoints = AckCheckpoints()  # the low watermark of shards that are never all durable at a flush
+            checkpoints = self._checkpoints  # the low watermark of shards that are never all durable at a flush
             next_flush = time.monotonic() + flush_every
             result: TaskResult | None = None
             # snapshot.mode=initial_only: copy, store the position, stop before streaming any change.
@@ -623,11 +629,11 @@ class WorkerTask:
                             self._write_offset(store, durable, wait=False)
                             if durable is processor.position and processor.stats.last_commit_ts:
                                 for sm in metrics.shards:
-                                    if sm.last_commit_ts is not None:
+                                    if sm.last_commit_ts is not None and checkpoints.current(sm.name, sm.transactions):
                                         sm.on_ack(sm.last_commit_ts)
                             else:  # under load: commits noted at an earlier flush and durable now
-                                acked = checkpoints.flush(processor.position, durable,
-                                                          {sm.name: sm.last_commit_ts for sm in metrics.shards})
+                                acked = checkpoints.flush(processor.position, durable, {
+                                    sm.name: (sm.last_commit_ts, sm.transactions) for sm in metrics.shards})
                                 for shard, ts in acked.items():
                                     metrics.durable_through(shard, ts)
                             metrics.on_offsets_flushed()
@@ -747,7 +753,9 @@ class WorkerTask:
                 self.extras.close()
             if self.handoff is not None:
                 self.handoff.close()
-            # A stop already waited for its offset write (within the grace): nothing left to wait for.
+            # A stop already waited for its offset write (within the grace): nothing left to wait for;
+            # a refused login (also one met while rewinding or handing off) cannot deliver it.
+            refused = refused or isinstance(sys.exc_info()[1], KafkaAccessError)
             store.close(1.0 if self._stop.is_set() or refused else None)
             channel.close()
 

@@ -197,10 +197,18 @@ static int push_seg(Producer *self) {
     return 0;
 }
 
+/* librdkafka's reason as str: undecodable bytes (a copy cut inside a UTF-8 sequence) replaced,
+ * so reporting an error never raises UnicodeDecodeError instead. */
+static PyObject *reason_text(const char *reason) {
+    if (!reason) reason = "";
+    return PyUnicode_DecodeUTF8(reason, (Py_ssize_t)strlen(reason), "replace");
+}
+
 /* Raise the exception the Python factory builds for (code, reason, flags). */
 static void raise_kafka(Producer *self, int code, const char *reason, int fatal, int retriable, int abortable) {
-    PyObject *exc = PyObject_CallFunction(self->make_error, "isiii", code, reason ? reason : "", fatal, retriable,
-                                          abortable);
+    PyObject *text = reason_text(reason);
+    if (!text) return;
+    PyObject *exc = PyObject_CallFunction(self->make_error, "iNiii", code, text, fatal, retriable, abortable);
     if (exc) {
         PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
         Py_DECREF(exc);
@@ -693,14 +701,14 @@ static PyObject *Producer_abort_transaction(Producer *self, PyObject *args) {
 /* fatal_error() -> (code, reason) of the producer's fatal error, or None. */
 static PyObject *Producer_fatal_error(Producer *self, PyObject *unused) {
     if (!self->fatal_code) Py_RETURN_NONE;
-    return Py_BuildValue("(is)", self->fatal_code, self->fatal_reason);
+    return Py_BuildValue("(iN)", self->fatal_code, reason_text(self->fatal_reason));
 }
 
 /* access_error() -> (code, reason) of the first refusal of access (login, TLS), or None. */
 static PyObject *Producer_access_error(Producer *self, PyObject *unused) {
     int code = __atomic_load_n(&self->access_code, __ATOMIC_ACQUIRE);
     if (!code) Py_RETURN_NONE;
-    return Py_BuildValue("(is)", code, self->access_reason);
+    return Py_BuildValue("(iN)", code, reason_text(self->access_reason));
 }
 
 static Py_ssize_t Producer_len(Producer *self) { return self->rk ? K.outq_len(self->rk) : 0; }

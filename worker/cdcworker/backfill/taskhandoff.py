@@ -111,7 +111,7 @@ class ProgressFeed:
         self._next = 0  # offset of the next record to read
         self._producer: Producer | None = None
 
-    def _open(self) -> Any:
+    def _open(self, strict: bool = False) -> Any:
         if self._consumer is None:
             self._consumer = Consumer({**self.client_config, "group.id": f"shardcdc-handoff-{uuid.uuid4()}",
                                        "enable.auto.commit": False, "enable.partition.eof": True,
@@ -125,8 +125,10 @@ class ProgressFeed:
             try:
                 meta = self._consumer.list_topics(timeout=10).topics.get(self.topic)
             except KafkaException as exc:
-                # Kafka away (a restart, a refused login): the stream's own sink decides what that
-                # means for the task; the feed looks again at its next lookup.
+                if strict:
+                    raise  # at start: "no backfill ever ran" must not be guessed from an outage
+                # Kafka away mid-stream (a restart, a refused login): the stream's own sink decides
+                # what that means for the task; the feed looks again at its next lookup.
                 log.warning("cannot read the topics of the cluster to find %s: %s", self.topic, exc)
                 return None
             if meta is None or meta.error is not None or not meta.partitions:
@@ -138,7 +140,7 @@ class ProgressFeed:
     def poll(self, to_end: bool = False, timeout: float = 30.0) -> None:
         """Apply the records fetched so far (non-blocking: offset flushes call it), or with ``to_end``
         everything up to the topic's current end (at start)."""
-        c = self._open()
+        c = self._open(strict=to_end)
         if c is None:
             return
         end = c.get_watermark_offsets(TopicPartition(self.topic, 0), timeout=timeout)[1] if to_end else 0
