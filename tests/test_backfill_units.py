@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from cdcworker.backfill import chunking
@@ -394,3 +396,33 @@ def test_the_progress_feed_guesses_nothing_from_an_outage_at_start() -> None:
     feed._next_lookup = 0.0
     feed.poll()  # no exception: retried at the next lookup
     assert feed.runs == {}
+
+
+def test_spark_session_launches_the_java_gateway_again_when_it_dies_at_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    """PySpark forks its gateway with preexec_fn; in a threaded process that child can die before exec."""
+    from pyspark.sql import SparkSession
+
+    from cdcworker.backfill import job
+
+    calls: list[int] = []
+
+    def flaky(self: Any) -> str:  # the first two launches die
+        calls.append(1)
+        if len(calls) <= 2:
+            raise RuntimeError("[JAVA_GATEWAY_EXITED] Java gateway process exited before sending its port number.")
+        return "session"
+
+    monkeypatch.setattr(SparkSession.Builder, "getOrCreate", flaky)
+    assert job.spark_session("local[1]") == "session" and len(calls) == 3 == job.GATEWAY_LAUNCHES
+    calls.clear()
+    monkeypatch.setattr(job, "GATEWAY_LAUNCHES", 2)
+    with pytest.raises(RuntimeError, match="JAVA_GATEWAY_EXITED"):
+        job.spark_session("local[1]")  # given up after the last launch
+
+    def broken(self: Any) -> str:
+        raise ValueError("another error")
+
+    monkeypatch.setattr(SparkSession.Builder, "getOrCreate", broken)
+    monkeypatch.setattr(job, "GATEWAY_LAUNCHES", 3)
+    with pytest.raises(ValueError, match="another error"):
+        job.spark_session("local[1]")  # not retried

@@ -109,6 +109,14 @@ class PositionSink(RecordingSink):
         self.positions.append(position)
 
 
+def _dump_if_alive(thread: threading.Thread) -> None:
+    """Every thread's stack on stderr when the worker outlived its wait: where it is stuck."""
+    if thread.is_alive():
+        import faulthandler
+
+        faulthandler.dump_traceback(all_threads=True)
+
+
 @dataclass
 class RunningTask:
     task: WorkerTask
@@ -118,12 +126,14 @@ class RunningTask:
     def stop(self, timeout: float = 60.0) -> TaskResult:
         self.task.stop("test stop")
         self.thread.join(timeout)
+        _dump_if_alive(self.thread)
         assert not self.thread.is_alive(), "worker did not stop"
         assert self.result is not None
         return self.result
 
     def wait(self, timeout: float = 60.0) -> TaskResult:
         self.thread.join(timeout)
+        _dump_if_alive(self.thread)
         assert not self.thread.is_alive(), "worker did not finish"
         assert self.result is not None
         return self.result

@@ -613,6 +613,9 @@ def abandon(spec: BackfillSpec, reason: str) -> RunAbandoned:
     return rec
 
 
+GATEWAY_LAUNCHES = 3  # spark_session: launches of PySpark's Java gateway before giving up
+
+
 def spark_session(master: str | None = "local[2]", app_name: str = "shardcdc-backfill", **conf: str) -> Any:
     """A SparkSession whose Python workers run this interpreter (so cdcworker is importable).
     ``master=None`` takes the master ``spark-submit`` was given."""
@@ -632,4 +635,17 @@ def spark_session(master: str | None = "local[2]", app_name: str = "shardcdc-bac
     }
     for k, v in {**defaults, **conf}.items():
         builder = builder.config(k, v)
-    return builder.getOrCreate()
+    # PySpark starts its Java gateway with Popen(preexec_fn=...): Python code between fork and exec.
+    # In a process that already runs other threads (gRPC's, librdkafka's: local mode, the CLI), that
+    # child can die before exec ("Java gateway process exited before sending its port number").
+    # Each launch is a new fork, so a failed one is tried again; spark-submit's own drivers get
+    # their gateway from the JVM and never launch one.
+    for attempt in range(1, GATEWAY_LAUNCHES + 1):
+        try:
+            return builder.getOrCreate()
+        except Exception as exc:
+            if "JAVA_GATEWAY_EXITED" not in str(exc) or attempt == GATEWAY_LAUNCHES:
+                raise
+            log.warning("Spark's Java gateway exited at start (launch %d of %d): %s; launching it again",
+                        attempt, GATEWAY_LAUNCHES, exc)
+    raise AssertionError("unreachable")
