@@ -164,8 +164,9 @@ class NativeKafkaSink(_NativeSends, KafkaSink):
         self._advance()
 
     def _advance(self) -> None:
-        self._check_access()  # a C call per commit point: a refused login stops at once
         p = self.producer
+        if p.access_error() is not None:  # one C call per commit point: a refused login stops at once
+            self._check_access()
         errors = p.take_errors()
         for i, (seq, code, reason, topic, partition, key, value) in enumerate(errors):
             err = KafkaError(code, reason)

@@ -86,15 +86,17 @@ class KafkaSink:
         return Producer({**config, "error_cb": on_error})
 
     def _refusal(self) -> KafkaAccessError | None:
-        """The cluster's refusal of this client's credentials or TLS settings, once reported."""
-        return self._refused
+        """The cluster's refusal of this client's credentials or TLS settings, once reported (a
+        new exception per call: each raise gets its own traceback)."""
+        refused = self._refused
+        return None if refused is None else KafkaAccessError(*refused.args)
 
     def _check_access(self) -> None:
         """Stop on a refused login or certificate: librdkafka would retry it until every queued
         record timed out (``message.timeout.ms``), the stream looking healthy meanwhile."""
         refused = self._refusal()
         if refused is not None:
-            raise KafkaAccessError(*refused.args)
+            raise refused
 
     # --- hot path -------------------------------------------------------------------------
 
