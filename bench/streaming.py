@@ -548,6 +548,10 @@ def run_worker(broker: Any, sim: SimProcess | ReplaySource, final: dict[str, str
         if profile:
             cmd = ["/tmp/pyspy/bin/py-spy", "record", "-r", "200", "-o", profile, "-f", "speedscope", "--", *cmd]
         load0 = os.getloadavg()[0]
+        # The other processes' CPU over the worker's life (start-up included, a small share): what
+        # a variant costs the broker and the source, which share the machine's cores with it.
+        others = {"broker": _pid_of(broker), "source": _pid_of(sim)}
+        cpu0 = {k: _proc_cpu(pid) for k, pid in others.items() if pid}
         errf = tempfile.TemporaryFile("w+")  # noqa: SIM115 - read after the process ends
         env = dict(os.environ)
         if encoder:
@@ -572,6 +576,7 @@ def run_worker(broker: Any, sim: SimProcess | ReplaySource, final: dict[str, str
         raise RuntimeError(f"worker exited {proc.returncode}:\n{err[-3000:]}")
     res: dict[str, Any] = json.loads(lines[-1])
     res["load"] = (load0, os.getloadavg()[0])
+    res["others_cpu"] = {k: round(_proc_cpu(others[k]) - c, 2) for k, c in cpu0.items()}
     res["topic"] = f"{prefix}.{KEYSPACE}.bench"
     if res["exit"] != 0:
         raise RuntimeError(f"worker failed: {res['reason']}\n{err[-3000:]}")
@@ -673,7 +678,9 @@ def throughput(args: argparse.Namespace) -> None:
                                   f"{r['records']} records, worker cpu {r['cpu_seconds']:.2f}s for {r['seconds']:.2f}s "
                                   f"({cpu[name][-1]:.1f} us/row), peak RSS {r['peak_rss_mb']:.0f} MB, "
                                   f"load {r['load'][0]:.2f}->{r['load'][1]:.2f}", flush=True)
-                            print(f"    worker cpu s per thread: {r.get('threads')}", flush=True)
+                            others_us = {k: round(v / r["rows"] * 1e6, 2) for k, v in r["others_cpu"].items()}
+                            print(f"    worker cpu s per thread: {r.get('threads')}; other processes cpu s "
+                                  f"{r['others_cpu']} (us/row {others_us})", flush=True)
                             if r.get("commits"):
                                 print(f"    kafka commits {r['commits']}, waited {r['commit_seconds']:.2f}s", flush=True)
                     for name, *_ in variants:
@@ -965,6 +972,12 @@ def _topic_window(bootstrap: str, topic: str) -> tuple[int, int, int]:
     finally:
         c.close()
     return count, first, last
+
+
+def _pid_of(owner: Any) -> int | None:
+    """The process id behind a broker, test server or replay source, if it runs one."""
+    proc = getattr(owner, "proc", None) or getattr(owner, "_proc", None)
+    return getattr(proc, "pid", None)
 
 
 def _proc_cpu(pid: int) -> float:

@@ -44,7 +44,7 @@ from typing import Any
 from confluent_kafka import KafkaException
 
 from cdcworker.events import EncoderConfig, SourceContext, TablePlan, native
-from cdcworker.events.encoder import OutRecord, _strip_keyspace
+from cdcworker.events.encoder import _strip_keyspace
 from cdcworker.events.jsonfmt import json_string_body
 from cdcworker.filters.failure import (
     AnonymisedColumns,
@@ -211,6 +211,7 @@ class StreamProcessor:
         self._tx_blocks = f.txmeta.on_event if f.txmeta is not None else None
         self._tx_bytes = f.txmeta.block_bytes if f.txmeta is not None else None
         self._in_txn = False  # between BEGIN and COMMIT
+        self._boundary_topic_ready = False  # the transaction topic, made ready by its first record
         self._begin_shard = ""
         self._keeps_partial = not isinstance(sink, TransactionalSink)
         if metrics is not None:
@@ -483,18 +484,27 @@ class StreamProcessor:
                 # by the position before it, a documented difference from Debezium.
                 begin = self._tx_begin(vgtid_json, Vgtid(self._raw.shard_gtids))
                 if begin is not None:  # its rows start going out now: BEGIN first
-                    self._send_tx(begin)
+                    self._send_boundaries(begin, None)
         self._emit(self._begin_ts, vgtid_json)
 
-    def _tx_begin(self, txn_id: str, vgtid: Vgtid, id_json: bytes | None = None) -> OutRecord | None:
-        """Start counting the transaction; its BEGIN record (None: filtered or resumed), unsent."""
+    def _tx_begin(self, txn_id: str, vgtid: Vgtid, id_json: bytes | None = None) -> bytes | None:
+        """Start counting the transaction; its BEGIN record's value (None: filtered or resumed), unsent."""
         assert self._txmeta is not None
-        return self._txmeta.begin(txn_id, self._begin_ts * 1000, self._begin_shard, vgtid, id_json)
+        return self._txmeta.begin_value(txn_id, self._begin_ts * 1000, self._begin_shard, vgtid, id_json)
 
-    def _send_tx(self, rec: Any) -> None:
-        """A BEGIN or END record (one per transaction): its topic is created on first use."""
-        self.sink.ensure_topic(rec.topic)
-        self.sink.send(rec.topic, rec.key, rec.value, rec.headers)
+    def _send_boundaries(self, begin: bytes | None, end: bytes | None) -> None:
+        """The BEGIN and/or END record of the open transaction (values; the monitor has their
+        topic, key and headers). The topic is made ready once per stream attempt."""
+        txmeta = self._txmeta
+        assert txmeta is not None
+        topic, key, headers, send = txmeta.boundary_topic, txmeta.boundary_key, txmeta.boundary_headers, self.sink.send
+        if not self._boundary_topic_ready:
+            self.sink.ensure_topic(topic)
+            self._boundary_topic_ready = True
+        if begin is not None:
+            send(topic, key, begin, headers)
+        if end is not None:
+            send(topic, key, end, headers)
 
     def _commit(self, timestamp: int, ddl: binlogdata_pb2.VEvent | None = None) -> None:
         pending = self._pending_vgtid
@@ -516,20 +526,17 @@ class StreamProcessor:
         elif self._in_txn:
             begin = None if self._streaming_txn else self._tx_begin(vgtid_json, vgtid, id_json)
             self._emit(timestamp, vgtid_json)
-            end = txmeta.end(timestamp * 1000)
+            end, transaction_id, counts, extra = txmeta.finish(timestamp * 1000)
             # BEGIN goes out next to END, after the rows: sent alone before the rows it found the
             # transaction topic's queue empty and woke librdkafka's sender, ~8 us; the pair now
             # costs ~5 us (BENCHMARKS.md, "BEGIN next to END"). Kafka orders no records across
             # topics, so consumers see no difference they could rely on;
             # both are in the same segment (at-least-once) or Kafka transaction (exactly-once) as
             # the rows, so a crash loses or keeps all of them together.
-            if begin is not None:
-                self._send_tx(begin)
-            if end.record is not None:
-                self._send_tx(end.record)
+            if begin is not None or end is not None:
+                self._send_boundaries(begin, end)
             # Debezium's offset after END still names the transaction and its counters.
-            o = end.offset
-            position = Checkpoint(resume.shard_gtids, o.transaction_id, tuple(o.collection_counts.items()), o.extra)
+            position = Checkpoint.at(resume.shard_gtids, transaction_id, counts, extra)
         else:
             self._emit(timestamp, vgtid_json)
             o = txmeta.offset_fields()

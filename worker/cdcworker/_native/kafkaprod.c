@@ -471,17 +471,6 @@ static PyObject *Producer_produce(Producer *self, PyObject *args, PyObject *kwds
     Py_RETURN_NONE;
 }
 
-/* A counter in decimal, as "%lld" writes it (snprintf's format parsing costs more than the digits). */
-static int counter_text(char *out, long long v) {
-    char tmp[24];
-    int n = 0, w = 0;
-    unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
-    do { tmp[n++] = (char)('0' + u % 10); u /= 10; } while (u);
-    if (v < 0) out[w++] = '-';
-    while (n) out[w++] = tmp[--n];
-    return w;
-}
-
 /* The `transaction` block of send_rows: the envelope around it per op, the block template cut
  * at its counters, and the counters (see TransactionMonitor.native_blocks). */
 typedef struct {
@@ -493,10 +482,21 @@ typedef struct {
 } TxBlock;
 
 static int parse_tx(PyObject *o, TxBlock *tx) {
-    PyObject *parts;
-    if (!PyArg_ParseTuple(o, "SSSSO!iiLL", &tx->pre[0], &tx->post[0], &tx->pre[1], &tx->post[1], &PyTuple_Type,
-                          &parts, &tx->kinds[0], &tx->kinds[1], &tx->total, &tx->order))
-        return -1;
+    /* Read directly, not with PyArg_ParseTuple: its format parsing cost more than the rest of
+     * this per-call setup (once per ROW event with transaction metadata). */
+    static const char shape[] = "tx: (pre_i, post_i, pre_u, post_u, parts, kind1, kind2, total, order)";
+    if (!PyTuple_Check(o) || PyTuple_GET_SIZE(o) != 9) { PyErr_SetString(PyExc_TypeError, shape); return -1; }
+    PyObject *const *it = &PyTuple_GET_ITEM(o, 0), *parts = it[4];
+    for (int k = 0; k < 4; k++)
+        if (!PyBytes_Check(it[k])) { PyErr_SetString(PyExc_TypeError, shape); return -1; }
+    if (!PyTuple_Check(parts)) { PyErr_SetString(PyExc_TypeError, shape); return -1; }
+    tx->pre[0] = it[0]; tx->post[0] = it[1]; tx->pre[1] = it[2]; tx->post[1] = it[3];
+    long k1 = PyLong_AsLong(it[5]), k2 = PyLong_AsLong(it[6]);
+    tx->total = PyLong_AsLongLong(it[7]);
+    tx->order = PyLong_AsLongLong(it[8]);
+    if (PyErr_Occurred()) return -1;
+    tx->kinds[0] = (int)k1;
+    tx->kinds[1] = (int)k2;
     tx->nparts = PyTuple_GET_SIZE(parts);
     if (tx->nparts < 1 || tx->nparts > 3) { PyErr_SetString(PyExc_ValueError, "1 to 3 template parts"); return -1; }
     for (Py_ssize_t k = 0; k < tx->nparts; k++) {
@@ -571,7 +571,7 @@ static PyObject *Producer_send_rows(Producer *self, PyObject *const *args, Py_ss
                 piece[npieces] = PyBytes_AS_STRING(tx.parts[k]);
                 piece_n[npieces++] = PyBytes_GET_SIZE(tx.parts[k]);
                 if (k + 1 < tx.nparts) {
-                    int len = counter_text(nums[k], counters[tx.kinds[k] == 2 ? 2 : 1]);
+                    int len = rowenc_decimal(nums[k], counters[tx.kinds[k] == 2 ? 2 : 1]);
                     piece[npieces] = nums[k];
                     piece_n[npieces++] = len;
                 }

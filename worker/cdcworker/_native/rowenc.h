@@ -10,6 +10,18 @@ int rowenc_is_program(PyObject *obj);
 /* `"` + base64 (url: the URL-safe alphabet) of s[0:n] + `"` at out, room for (n + 2) / 3 * 4 + 2. */
 Py_ssize_t rowenc_b64(char *out, const unsigned char *s, Py_ssize_t n, int url);
 
+/* A counter in decimal at out (room for 20 bytes), as "%lld" writes it: snprintf's format
+ * parsing costs more than the digits, and these are written per record or per transaction. */
+static inline int rowenc_decimal(char *out, long long v) {
+    char tmp[24];
+    int n = 0, w = 0;
+    unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
+    do { tmp[n++] = (char)('0' + u % 10); u /= 10; } while (u);
+    if (v < 0) out[w++] = '-';
+    while (n) out[w++] = tmp[--n];
+    return w;
+}
+
 /* tx_begin (txmeta.c): the per-transaction bytes of transaction metadata, or None. */
 PyObject *txmeta_begin(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 

@@ -110,7 +110,7 @@ static int same_map(PyObject *prev, PyObject *cur, PyObject *shard, PyObject *ep
 /* Connect Decimal (scale 0) of a non-negative value as JsonConverter writes it: the base64 of
  * BigInteger.toByteArray (minimal big-endian two's complement) in quotes, or the number. */
 static int rank_json(char *out, long long v, int numeric) {
-    if (numeric) return sprintf(out, "%lld", v);
+    if (numeric) return rowenc_decimal(out, v);
     unsigned char raw[9];
     int nb = 1;
     while (nb < 9 && (v >> (8 * nb - 1)) != 0) nb++; /* room for the sign bit */
@@ -139,11 +139,21 @@ static PyObject *concat(const char *const *parts, const Py_ssize_t *lens, int n)
 PyObject *txmeta_begin(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 7) { PyErr_SetString(PyExc_TypeError, "tx_begin takes 7 arguments"); return NULL; }
     PyObject *shape = args[0], *id = args[1], *prev = args[3], *cur = args[4], *shard = args[5], *epochs = args[6];
-    PyObject *key_head, *key_tail, *begin_head, *begin_close, *head_label;
-    int numeric, emit;
-    if (!PyTuple_Check(shape) ||
-        !PyArg_ParseTuple(shape, "SSSSSpp", &key_head, &key_tail, &begin_head, &begin_close, &head_label, &numeric, &emit))
+    /* The shape read directly (PyArg_ParseTuple's format parsing costs more than the rest). */
+    if (!PyTuple_Check(shape) || PyTuple_GET_SIZE(shape) != 7) {
+        PyErr_SetString(PyExc_TypeError, "shape: (key_head, key_tail, begin_head, begin_close, head_label, numeric, emit)");
         return NULL;
+    }
+    PyObject *key_head = PyTuple_GET_ITEM(shape, 0), *key_tail = PyTuple_GET_ITEM(shape, 1);
+    PyObject *begin_head = PyTuple_GET_ITEM(shape, 2), *begin_close = PyTuple_GET_ITEM(shape, 3);
+    PyObject *head_label = PyTuple_GET_ITEM(shape, 4);
+    if (!PyBytes_Check(key_head) || !PyBytes_Check(key_tail) || !PyBytes_Check(begin_head) ||
+        !PyBytes_Check(begin_close) || !PyBytes_Check(head_label)) {
+        PyErr_SetString(PyExc_TypeError, "shape: its first five items are bytes");
+        return NULL;
+    }
+    int numeric = PyObject_IsTrue(PyTuple_GET_ITEM(shape, 5)), emit = PyObject_IsTrue(PyTuple_GET_ITEM(shape, 6));
+    if (numeric < 0 || emit < 0) return NULL;
     if (!PyBytes_Check(id)) { PyErr_SetString(PyExc_TypeError, "id_json must be bytes"); return NULL; }
     long long ts = PyLong_Check(args[2]) ? PyLong_AsLongLong(args[2]) : -1;
     if (!PyLong_Check(args[2]) || (ts == -1 && PyErr_Occurred())) { /* Python formats any other value */
@@ -167,9 +177,14 @@ PyObject *txmeta_begin(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
             Py_RETURN_NONE;
         }
         if (!(rank = PyLong_FromLongLong(r))) { Py_DECREF(epoch); return NULL; }
-        char rj[40];
-        int rn = rank_json(rj, r, numeric);
-        tail_n = snprintf(tail, sizeof tail, ",\"transaction_epoch\":%lld,\"transaction_rank\":%.*s}", e, rn, rj);
+        static const char EPOCH[] = ",\"transaction_epoch\":", RANK[] = ",\"transaction_rank\":";
+        char *w = tail; /* at most 21 + 20 + 20 + 20 (a rank: 20 digits, or 14 of base64) + 1 < 96 */
+        memcpy(w, EPOCH, sizeof EPOCH - 1); w += sizeof EPOCH - 1;
+        w += rowenc_decimal(w, e);
+        memcpy(w, RANK, sizeof RANK - 1); w += sizeof RANK - 1;
+        w += rank_json(w, r, numeric);
+        *w++ = '}';
+        tail_n = (int)(w - tail);
     } else {
         Py_INCREF(Py_None);
         Py_INCREF(Py_None);
@@ -178,7 +193,7 @@ PyObject *txmeta_begin(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
     }
     static const char ID[] = "{\"id\":", BEGIN_MID[] = ",\"event_count\":null,\"data_collections\":null,\"ts_ms\":";
     char tsb[24];
-    int tsn = snprintf(tsb, sizeof tsb, "%lld", ts);
+    int tsn = rowenc_decimal(tsb, ts);
     const char *kp[3] = {PyBytes_AS_STRING(key_head), PyBytes_AS_STRING(id), PyBytes_AS_STRING(key_tail)};
     Py_ssize_t kl[3] = {PyBytes_GET_SIZE(key_head), PyBytes_GET_SIZE(id), PyBytes_GET_SIZE(key_tail)};
     const char *hp[3] = {ID, PyBytes_AS_STRING(id), PyBytes_AS_STRING(head_label)};

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cdcworker.offsets.javacompat import jackson_bytes, java_hashmap_order
-from cdcworker.offsets.vgtid import Vgtid
+from cdcworker.offsets.vgtid import ShardGtid, Vgtid
 
 __all__ = [
     "TRANSACTION_COUNT_PREFIX",
@@ -146,6 +146,30 @@ class Checkpoint(Vgtid):
     def __post_init__(self) -> None:
         """No check: a checkpoint takes the entries of a position that is already a ``Vgtid``
         (one per transaction with transaction metadata; the duplicate-shard check ran there)."""
+
+    @classmethod
+    def at(
+        cls,
+        shard_gtids: tuple[ShardGtid, ...],
+        transaction_id: str | None,
+        collection_counts: tuple[tuple[str, int], ...],
+        extra: tuple[tuple[str, Any], ...],
+    ) -> Checkpoint:
+        """``Checkpoint(...)`` for the streaming loop (one per transaction): the same object,
+        its slots set directly instead of through the frozen ``__init__``'s generic setattr."""
+        c = _new(cls)
+        _set_shard_gtids(c, shard_gtids)
+        _set_transaction_id(c, transaction_id)
+        _set_collection_counts(c, collection_counts)
+        _set_extra(c, extra)
+        return c
+
+
+_new = object.__new__
+_set_shard_gtids = Vgtid.__dict__["shard_gtids"].__set__
+_set_transaction_id = Checkpoint.__dict__["transaction_id"].__set__
+_set_collection_counts = Checkpoint.__dict__["collection_counts"].__set__
+_set_extra = Checkpoint.__dict__["extra"].__set__
 
 
 def offset_value_at(position: Vgtid) -> OffsetValue:

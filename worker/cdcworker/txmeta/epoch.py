@@ -21,7 +21,7 @@ from __future__ import annotations
 import functools
 import json
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from cdcworker.keyrange import parse_shard
@@ -237,14 +237,19 @@ class EpochProvider:
         except KeyError:
             raise EpochError(f"shard {shard!r} is not in the transaction VGTID {current}") from None
 
-    @property
-    def shard_epochs(self) -> dict[str, int]:
-        """The current map as its own dict (read-only: the native BEGIN's plain lookups)."""
-        return self.epochs._epochs
-
-    def advance(self, current: Vgtid) -> None:
-        """``epoch`` for a VGTID already found to keep the map (``_rowenc.tx_begin`` checked it)."""
-        self._previous = current
+    def begin_natively(
+        self, tx_begin: Callable[..., Any], shape: tuple[Any, ...], id_json: bytes, ts_ms: int, current: Vgtid, shard: str
+    ) -> Any:
+        """``_rowenc.tx_begin``'s result for a transaction at ``current`` when the map stays as it
+        is (then ``current`` becomes the previous VGTID, as ``epoch`` does), else None: the
+        Python path decides."""
+        previous = self._previous
+        if previous is None:
+            return None
+        out = tx_begin(shape, id_json, ts_ms, previous.shard_gtids, current.shard_gtids, shard, self.epochs._epochs)
+        if out is not None:
+            self._previous = current
+        return out
 
     def _unchanged(self, previous: Vgtid, current: Vgtid) -> bool:
         """The map stays as it is: the same shards, in the same order, as the map and the previous

@@ -7,6 +7,9 @@ The streaming loop drives one ``TransactionMonitor`` per task::
     end = mon.end(ts_ms)                        # at COMMIT: END record + the offset fields it carries
     mon.offset_fields()                         # the fields to store with any other record
 
+(the streaming loop calls ``begin_value`` and ``finish``, the same without building records, and
+writes the blocks with ``native_blocks``/``count_events`` in its C loop).
+
 Semantics follow Debezium core's ``TransactionMonitor``/``TransactionContext`` plus the Vitess
 ordered context:
 
@@ -187,7 +190,11 @@ class TransactionMonitor:
         # interrupted shard's replay may skip the records counted before.
         self._resume_shard: str | None = None
         self._shard = ""  # the open transaction's shard
-        self._key = b""  # of the open transaction's BEGIN and END (made at BEGIN)
+        # BEGIN and END records: the key of the open transaction's (made at BEGIN), their topic
+        # and headers (one list, read and never changed by the sinks). Read by the streaming loop.
+        self.boundary_key = b""
+        self.boundary_topic = opts.topic
+        self.boundary_headers = list(opts.headers)
         self._id_json = b""
         # END's data_collections in Java HashMap order, per set of collections (few distinct sets).
         self._orders: dict[tuple[str, ...], list[tuple[str, bytes]]] = {}
@@ -288,15 +295,22 @@ class TransactionMonitor:
 
     # -- events ------------------------------------------------------------------------------
 
-    def begin(
+    def begin(self, *args: Any, **kwargs: Any) -> OutRecord | None:
+        """A BEGIN: start counting; the BEGIN record, or None (filtered, or a resumed transaction).
+        The arguments are ``begin_value``'s."""
+        value = self.begin_value(*args, **kwargs)
+        return None if value is None else self._out(value)
+
+    def begin_value(
         self,
         transaction_id: str,
         ts_ms: int,
         shard: str,
         vgtid: Vgtid | str | None = None,
         id_json: bytes | None = None,
-    ) -> OutRecord | None:
-        """A BEGIN: start counting; the BEGIN record, or None (filtered, or a resumed transaction).
+    ) -> bytes | None:
+        """``begin`` as the BEGIN record's value only (the streaming loop: its topic, key and
+        headers are ``boundary_topic``, ``boundary_key`` and ``boundary_headers``), or None.
 
         ``vgtid`` is the transaction's VGTID (defaults to ``transaction_id``, which is its JSON);
         ``id_json`` the id as a JSON string when the caller has it (``dumps(transaction_id)``).
@@ -316,14 +330,14 @@ class TransactionMonitor:
             self.counts = {}
             self.total = self._skip_total = 0
             if id_json is not None and self._native_begin is not None and type(vgtid) is Vgtid:
-                rec = self._begin_natively(transaction_id, ts_ms, shard, vgtid, id_json)
-                if rec is not False:
-                    return rec  # type: ignore[return-value]
+                value = self._begin_natively(transaction_id, ts_ms, shard, vgtid, id_json)
+                if value is not False:
+                    return value  # type: ignore[return-value]
         self.transaction_id = transaction_id
         if id_json is None:
             id_json = dumps(transaction_id)
         self._id_json = id_json
-        self._key = self._key_head + id_json + self._key_tail  # BEGIN's and END's
+        self.boundary_key = self._key_head + id_json + self._key_tail
         order_parts: list[bytes] = []  # the ordered factory's fields after the counters
         if self.epochs is not None:
             v = vgtid if vgtid is not None else transaction_id
@@ -341,9 +355,8 @@ class TransactionMonitor:
             return None
         if not self._top_exclude:
             # The common case as bytes (same as dumping the dict below, field for field).
-            value = self._begin_head + id_json + self._begin_tail % ts_ms
-            return OutRecord(self.opts.topic, self._key, value, list(self.opts.headers))
-        return self._record(
+            return self._begin_head + id_json + self._begin_tail % ts_ms
+        return self._value(
             {
                 "status": "BEGIN",
                 "id": transaction_id,
@@ -384,30 +397,21 @@ class TransactionMonitor:
 
     def _begin_natively(
         self, transaction_id: str, ts_ms: int, shard: str, vgtid: Vgtid, id_json: bytes
-    ) -> OutRecord | bool | None:
+    ) -> bytes | bool | None:
         """``begin``'s common case in one C call; False when the Python path has to decide."""
         epochs = self.epochs
         if epochs is None:
             out = self._native_begin(self._begin_shape, id_json, ts_ms, None, None, None, None)  # type: ignore[misc]
         else:
-            previous = epochs.previous_vgtid
-            if previous is None:
-                return False
-            out = self._native_begin(  # type: ignore[misc]
-                self._begin_shape, id_json, ts_ms, previous.shard_gtids, vgtid.shard_gtids, shard, epochs.shard_epochs
-            )
+            out = epochs.begin_natively(self._native_begin, self._begin_shape, id_json, ts_ms, vgtid, shard)  # type: ignore[arg-type]
         if out is None:
             return False
-        if epochs is not None:
-            epochs.advance(vgtid)
-        self.epoch, self.rank, self._key, value, head, tail = out
+        self.epoch, self.rank, self.boundary_key, value, head, tail = out
         self.transaction_id = transaction_id
         self._id_json = id_json
         self._template = None
         self._native_parts = ((head, *self._later_cuts, tail), 1, 2)
-        if value is None:
-            return None
-        return OutRecord(self.opts.topic, self._key, value, list(self.opts.headers))
+        return value
 
     def native_blocks(self, data_collection: str) -> tuple[tuple[bytes, ...], int, int, int, int] | None:
         """``block_bytes`` for the C loop of ``TablePlan.send_rows``: the block template cut at its
@@ -441,18 +445,27 @@ class TransactionMonitor:
 
     def end(self, ts_ms: int) -> EndResult:
         """A COMMIT: the END record (if a transaction was open) and the offset it carries."""
-        # The counters go to the offset as they are: the next BEGIN starts a new dict.
-        offset = TxOffsetFields(self.transaction_id, self.counts, self._epoch_fields())
-        record = None
-        if self.transaction_id is not None and self.opts.emit_boundaries:
-            record = self._end_record(ts_ms)
+        counts = self.counts
+        value, transaction_id, _, extra = self.finish(ts_ms)
+        return EndResult(None if value is None else self._out(value), TxOffsetFields(transaction_id, counts, extra))
+
+    def finish(self, ts_ms: int) -> tuple[bytes | None, str | None, tuple[tuple[str, int], ...], tuple[tuple[str, Any], ...]]:
+        """``end`` for the streaming loop, once per transaction without building records: the END
+        record's value (None: filtered, or no transaction open) and the offset fields it carries
+        (transaction id, counters per data collection, epoch fields), as ``Checkpoint`` takes them."""
+        transaction_id = self.transaction_id
+        counts = self.counts
+        value = None
+        if transaction_id is not None and self.opts.emit_boundaries:
+            value = self._end_value(ts_ms)
+        extra = self._epoch_fields()
         self.transaction_id = None
         self.counts = {}
         self.total = self._skip_total = 0
         if self._skip:
             self._skip = {}
         self.epoch = self.rank = None
-        return EndResult(record, offset)
+        return value, transaction_id, tuple(counts.items()), extra
 
     def interrupt(self, delivered: bool) -> None:
         """The stream broke inside the open transaction; VTGate will replay it from its start.
@@ -479,11 +492,14 @@ class TransactionMonitor:
 
     # -- records -----------------------------------------------------------------------------
 
-    def _end_record(self, ts_ms: int) -> OutRecord:
+    def _out(self, value: bytes) -> OutRecord:
+        return OutRecord(self.boundary_topic, self.boundary_key, value, list(self.boundary_headers))
+
+    def _end_value(self, ts_ms: int) -> bytes:
         counts = self.counts
         if self._top_exclude:
             collections = [{"data_collection": k, "event_count": counts[k]} for k in java_hashmap_order(counts)]
-            return self._record(
+            return self._value(
                 {
                     "status": "END",
                     "id": self.transaction_id,
@@ -504,8 +520,7 @@ class TransactionMonitor:
                     + b',"event_count":%d}],"ts_ms":%d}'
                     + self._close
                 )
-            value = self._end_head + self._id_json + tail % (self.total, n, ts_ms)
-            return OutRecord(self.opts.topic, self._key, value, list(self.opts.headers))
+            return self._end_head + self._id_json + tail % (self.total, n, ts_ms)
         # The same bytes as dumping the dict above, field for field; data_collections in Java
         # HashMap order, built once per set of collections.
         names = tuple(counts)
@@ -517,13 +532,12 @@ class TransactionMonitor:
         body = b'{"status":"END",%s,"event_count":%d,"data_collections":[%s],"ts_ms":%d}' % (
             b'"id":' + self._id_json, self.total, b",".join(t % counts[k] for k, t in order), ts_ms
         )
-        return self._raw_record(body)
+        return self._raw_value(body)
 
-    def _raw_record(self, body: bytes) -> OutRecord:
-        out = self._value_prefix + body + b"}" if self._value_prefix else body
-        return OutRecord(self.opts.topic, self._key, out, list(self.opts.headers))
+    def _raw_value(self, body: bytes) -> bytes:
+        return self._value_prefix + body + b"}" if self._value_prefix else body
 
-    def _record(self, value: dict[str, Any]) -> OutRecord:
+    def _value(self, value: dict[str, Any]) -> bytes:
         if self._top_exclude:
             value = remove_fields_payload(value, self._value_schema_orig, self.opts.remove_fields)
-        return self._raw_record(dumps(value))
+        return self._raw_value(dumps(value))
