@@ -601,6 +601,11 @@ class WorkerTask:
                         metrics.beat()
                         extras.poll(processor)
                         if item is _IDLE:
+                            if self._stop.is_set():
+                                # stop() cancelled the call, but its reader thread can miss that and
+                                # wait in gRPC for ever (seen once in a full-suite run: every thread's
+                                # stack showed it). Leave the stream as the CANCELLED error would.
+                                raise _StreamEnded()
                             sink.on_idle()
                             if features.heartbeats is not None:
                                 processor.tick()  # idle: heartbeats still go out
