@@ -558,6 +558,7 @@ def run_worker(broker: Any, sim: SimProcess | ReplaySource, final: dict[str, str
         # a variant costs the broker and the source, which share the machine's cores with it.
         others = {"broker": _pid_of(broker), "source": _pid_of(sim)}
         cpu0 = {k: _proc_cpu(pid) for k, pid in others.items() if pid}
+        jit0 = _jit_cpu(others["broker"]) if others["broker"] else 0.0
         errf = tempfile.TemporaryFile("w+")  # noqa: SIM115 - read after the process ends
         env = dict(os.environ)
         if encoder:
@@ -583,6 +584,9 @@ def run_worker(broker: Any, sim: SimProcess | ReplaySource, final: dict[str, str
     res: dict[str, Any] = json.loads(lines[-1])
     res["load"] = (load0, os.getloadavg()[0])
     res["others_cpu"] = {k: round(_proc_cpu(others[k]) - c, 2) for k, c in cpu0.items()}
+    # Of the broker's CPU, what its JIT compilers took: a fresh broker's C2 keeps compiling (and
+    # recompiling after deoptimisations) for several runs, up to ~4 CPU-s in one 200,000-row run.
+    res["broker_jit_s"] = round(_jit_cpu(others["broker"]) - jit0, 2) if others["broker"] else 0.0
     res["topic"] = f"{prefix}.{KEYSPACE}.bench"
     if res["exit"] != 0:
         raise RuntimeError(f"worker failed: {res['reason']}\n{err[-3000:]}")
@@ -665,18 +669,26 @@ def throughput(args: argparse.Namespace) -> None:
                 for mode in args.modes.split(","):
                     got: dict[str, list[float]] = {v[0]: [] for v in variants}
                     cpu: dict[str, list[float]] = {v[0]: [] for v in variants}
-                    for run in range(-args.warmup_runs, args.runs):
-                        # Negative runs are untimed warm-up rounds: the broker's C2 compiler took up
-                        # to a third of the machine during the first ~20 s of load (perf), biasing
-                        # the first pairs. Variants interleaved run by run (a shared machine's load
-                        # drifts), in alternating order (the second gets a warmer broker and page cache).
+                    run = -args.warmup_runs - 1
+                    extra_warmups = 0
+                    while run + 1 < args.runs:
+                        run += 1
+                        # Negative runs are untimed warm-up rounds: the broker's JIT compilers took up
+                        # to a core during the first several runs, and the variant that ran beside
+                        # them lost. After the fixed rounds, more follow until a round leaves the
+                        # JIT quiet (--jit-quiet), so timed pairs compare the worker, not HotSpot.
+                        # Variants interleaved run by run (a shared machine's load drifts), in
+                        # alternating order (the second gets a warmer broker and page cache).
+                        round_jit = 0.0
                         for name, tree, extra in (variants if run % 2 == 0 else variants[::-1]):
                             enc = name.split("@")[0].split("+")[0]
                             prof = f"{args.profile}-{mode}-{name}-{per_txn}-{run}.json" if args.profile and run >= 0 else ""
                             r = run_worker(broker, _source(args.source, sim, replays, tmp, extra), final, mode, mode[0], extra=extra, profile=prof,
                                            encoder=enc, tree=tree)
+                            round_jit += r["broker_jit_s"]
                             if run < 0:
-                                print(f"{mode} {per_txn}/txn {name} warm-up (untimed): {r['rows'] / r['seconds']:,.0f} rows/s", flush=True)
+                                print(f"{mode} {per_txn}/txn {name} warm-up (untimed): {r['rows'] / r['seconds']:,.0f} rows/s, "
+                                      f"broker JIT {r['broker_jit_s']:.2f} CPU-s", flush=True)
                                 continue
                             got[name].append(r["rows"] / r["seconds"])
                             cpu[name].append(r["cpu_seconds"] / r["rows"] * 1e6)
@@ -686,9 +698,14 @@ def throughput(args: argparse.Namespace) -> None:
                                   f"load {r['load'][0]:.2f}->{r['load'][1]:.2f}", flush=True)
                             others_us = {k: round(v / r["rows"] * 1e6, 2) for k, v in r["others_cpu"].items()}
                             print(f"    worker cpu s per thread: {r.get('threads')}; other processes cpu s "
-                                  f"{r['others_cpu']} (us/row {others_us})", flush=True)
+                                  f"{r['others_cpu']} (us/row {others_us}), of it broker JIT {r['broker_jit_s']:.2f}", flush=True)
                             if r.get("commits"):
                                 print(f"    kafka commits {r['commits']}, waited {r['commit_seconds']:.2f}s", flush=True)
+                        if run == -1 and round_jit >= args.jit_quiet and extra_warmups < args.max_extra_warmups:
+                            extra_warmups += 1
+                            run -= 1  # one more untimed round
+                            print(f"# broker JIT still busy ({round_jit:.2f} CPU-s in the round >= --jit-quiet "
+                                  f"{args.jit_quiet}): warm-up round {extra_warmups} more", flush=True)
                     for name, *_ in variants:
                         print(_median_line(f"{mode} {per_txn}/txn {name}", got[name], "rows/s", targets.get(mode)), flush=True)
                         print(f"{mode} {per_txn}/txn {name}: worker cpu median {statistics.median(cpu[name]):.1f} us/row "
@@ -697,9 +714,10 @@ def throughput(args: argparse.Namespace) -> None:
                     for name, *_ in variants[1:]:
                         # Each run against its own pair's base run: the drift cancels within a pair.
                         paired = [b / a - 1 for a, b in zip(got[base], got[name], strict=True)]
+                        lo, hi = median_ci(paired)
                         print(f"{mode} {per_txn}/txn {name} vs {base}: paired {[f'{p * 100:+.1f}%' for p in paired]}, "
-                              f"median {statistics.median(paired) * 100:+.1f}%, medians "
-                              f"{(statistics.median(got[name]) / statistics.median(got[base]) - 1) * 100:+.1f}%", flush=True)
+                              f"median {statistics.median(paired) * 100:+.1f}% (95% CI {lo * 100:+.1f} to {hi * 100:+.1f}%), "
+                              f"medians {(statistics.median(got[name]) / statistics.median(got[base]) - 1) * 100:+.1f}%", flush=True)
                 for r in replays.values():
                     r.close()
                 shutil.rmtree(tmp, ignore_errors=True)
@@ -993,6 +1011,32 @@ def _proc_cpu(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def _jit_cpu(pid: int) -> float:
+    """CPU seconds of a JVM's JIT compiler threads (HotSpot names them "C1/C2 CompilerThreadN")."""
+    total = 0.0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            if not Path(f"/proc/{pid}/task/{tid}/comm").read_text().startswith(("C1 Compiler", "C2 Compiler")):
+                continue
+            stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
+        except OSError:  # a compiler thread HotSpot retired meanwhile
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+def median_ci(values: list[float], level: float = 0.95, resamples: int = 10_000) -> tuple[float, float]:
+    """Percentile-bootstrap confidence interval of the median (seeded: a report reproduces)."""
+    import random
+
+    rng = random.Random(0)
+    n = len(values)
+    meds = sorted(statistics.median(rng.choices(values, k=n)) for _ in range(resamples))
+    tail = (1 - level) / 2
+    return meds[int(tail * resamples)], meds[min(resamples - 1, int((1 - tail) * resamples))]
+
+
 def _cpu_between(samples: list[tuple[float, float]], t0: float, t1: float) -> float:
     """CPU used between wall times t0 and t1, interpolated from (wall, cpu) samples."""
     def at(t: float) -> float:
@@ -1114,6 +1158,9 @@ def main() -> None:
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--warmup-runs", type=int, default=2, help="untimed rounds of every variant per mode first "
                    "(the broker's JIT compiles its produce path during the first ~20 s of load)")
+    p.add_argument("--jit-quiet", type=float, default=0.5, help="after --warmup-runs, more untimed rounds until "
+                   "the broker's JIT compilers use less than this many CPU-s in a round (all variants)")
+    p.add_argument("--max-extra-warmups", type=int, default=8, help="at most this many rounds for --jit-quiet")
     p.add_argument("--replay-runs", type=int, default=1)
     p.add_argument("--modes", default="at-least-once,exactly-once")
     p.add_argument("--profile", default="", help="py-spy speedscope output prefix")
