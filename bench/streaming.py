@@ -290,7 +290,6 @@ def _rss_by_rows(samples: list[tuple[int, int]], rows: int) -> list[tuple[int, f
 def _thread_cpu() -> dict[str, float]:
     """CPU seconds per thread name of this process (Python, gRPC and librdkafka threads alike)."""
     out: dict[str, float] = {}
-    tick = os.sysconf("SC_CLK_TCK")
     py_names = {str(t.native_id): t.name.split(" ")[-1].strip("()") for t in threading.enumerate()}
     for tid in os.listdir("/proc/self/task"):
         try:
@@ -298,9 +297,8 @@ def _thread_cpu() -> dict[str, float]:
             name = py_names.get(tid) or Path(f"/proc/self/task/{tid}/comm").read_text().strip()
         except OSError:
             continue
-        fields = stat[stat.rindex(")") + 2 :].split()
         name = name.rstrip("0123456789") or name  # rdk:broker12 -> rdk:broker
-        out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+        out[name] = out.get(name, 0.0) + _stat_cpu(stat)
     return {k: round(v, 2) for k, v in sorted(out.items(), key=lambda kv: -kv[1]) if v >= 0.01}
 
 
@@ -1008,25 +1006,26 @@ def _pid_of(owner: Any) -> int | None:
     return getattr(proc, "pid", None)
 
 
-def _proc_cpu(pid: int) -> float:
-    """CPU seconds (user + system, all threads) of a process."""
-    stat = Path(f"/proc/{pid}/stat").read_text()
+def _stat_cpu(stat: str) -> float:
+    """CPU seconds (user + system) in a ``/proc/.../stat`` line (fields after the command name)."""
     fields = stat[stat.rindex(")") + 2 :].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _proc_cpu(pid: int) -> float:
+    """CPU seconds (user + system, all threads) of a process."""
+    return _stat_cpu(Path(f"/proc/{pid}/stat").read_text())
 
 
 def _jit_cpu(pid: int) -> float:
     """CPU seconds of a JVM's JIT compiler threads (HotSpot names them "C1/C2 CompilerThreadN")."""
     total = 0.0
-    for tid in os.listdir(f"/proc/{pid}/task"):
+    for task in Path(f"/proc/{pid}/task").iterdir():
         try:
-            if not Path(f"/proc/{pid}/task/{tid}/comm").read_text().startswith(("C1 Compiler", "C2 Compiler")):
-                continue
-            stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
+            if (task / "comm").read_text().startswith(("C1 Compiler", "C2 Compiler")):
+                total += _stat_cpu((task / "stat").read_text())
         except OSError:  # a compiler thread HotSpot retired meanwhile
             continue
-        fields = stat[stat.rindex(")") + 2 :].split()
-        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     return total
 
 
