@@ -27,7 +27,7 @@ export SHARDCDC_KUBE_HOME := $(KUBE_HOME)
 
 all: test
 
-setup: venv native proto kafka kube debezium helm
+setup: venv native proto kafka kube debezium helm prometheus
 
 ## Python environment: pinned by constraints.txt, rebuilt only when the pins or pyproject change.
 venv: $(STAMPS)/venv
@@ -141,6 +141,14 @@ rbac: helm
 	    --set fullnameOverride=shardcdc-operator \
 	    --show-only templates/serviceaccount.yaml --show-only templates/rbac.yaml; } > operator/rbac.yaml.tmp
 	mv operator/rbac.yaml.tmp operator/rbac.yaml
+
+## Prometheus and promtool (Debian's prometheus package) for the alert-rule unit tests
+## (deploy/prometheus/tests), the live observability test and `shardcdc demo --prometheus`.
+## Checked by version on every run; apt-get installs it when missing (one clear line without root).
+.PHONY: prometheus
+PROMETHEUS_VERSION := 2.42
+prometheus:
+	@bash scripts/install-prometheus.sh $(PROMETHEUS_VERSION)
 
 ## Container images (images/Dockerfile): needs a Docker engine; fails fast with a clear message without one.
 IMAGE_REGISTRY ?= ghcr.io/shardcdc

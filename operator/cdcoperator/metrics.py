@@ -16,6 +16,7 @@ Exported (labels ``namespace``, ``connector``; more where named)::
     shardcdc_operator_connector_serving_shards           serving shards streamed
     shardcdc_operator_connector_task_lag_seconds{task}   per task lag the operator last read
     shardcdc_operator_connector_lag_seconds              the largest of them
+    shardcdc_operator_task_phase{task,phase}             1 for each task's current phase (taskStates[].phase)
     shardcdc_operator_backfill_phase{backfill,phase}     1 for each backfill's current phase
     shardcdc_operator_backfill_chunks_done{backfill}     chunks finished (status.backfills[].chunksDone)
     shardcdc_operator_backfill_chunks_total{backfill}    chunks planned (status.backfills[].chunksTotal)
@@ -36,10 +37,13 @@ from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamil
 
 from cdcoperator.apply import PLURAL
 from cdcoperator.model import GROUP, VERSION
+from cdcoperator.planner import TaskPhase
 
 __all__ = ["METRIC_NAMES", "REGISTRY", "STORE", "ConnectorMetrics", "start_metrics_server"]
 
 BACKFILL_PHASES = ("Pending", "Running", "Succeeded", "Failed")
+# Every phase gets a sample (0 or 1), so "Failed == 1" alerts and "Failed == 0" reads as healthy.
+TASK_PHASES = tuple(p.value for p in TaskPhase)
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)s$")
 
 
@@ -87,6 +91,9 @@ class ConnectorMetrics:
         shards = family("shardcdc_operator_connector_serving_shards", "Serving shards the connector streams.")
         task_lag = family("shardcdc_operator_connector_task_lag_seconds", "Lag of each task (status).", ("task",))
         lag = family("shardcdc_operator_connector_lag_seconds", "Largest task lag (status.lag).")
+        # A crashed worker exports nothing: the operator's view of its task is what alerts on it.
+        task_phase = family("shardcdc_operator_task_phase", "1 for each task's current phase (status).",
+                            ("task", "phase"))
         backfill = family("shardcdc_operator_backfill_phase", "1 for each backfill's current phase.",
                           ("backfill", "phase"))
         # Backfill progress as the job reports it into status (the Spark executors have no scrape target).
@@ -115,6 +122,9 @@ class ConnectorMetrics:
                 tasks.add_metric(lv, float(a.get("tasks") or 0))
             shards.add_metric(lv, float((status.get("shards") or {}).get("servingCount") or 0))
             for t in a.get("taskStates") or ():
+                if t.get("phase"):
+                    for p in sorted({*TASK_PHASES, str(t["phase"])}):
+                        task_phase.add_metric([*lv, str(t.get("id")), p], 1.0 if p == t["phase"] else 0.0)
                 seconds = _seconds(t.get("lag"))
                 if seconds is not None:
                     task_lag.add_metric([*lv, str(t.get("id"))], seconds)
@@ -129,7 +139,8 @@ class ConnectorMetrics:
                     if isinstance(bf.get(key), (int, float)):
                         fam.add_metric([*lv, str(bf.get("id"))], float(bf[key]))
         yield connectors
-        yield from (ready, condition, running, generation, tasks, desired, shards, task_lag, lag, backfill)
+        yield from (ready, condition, running, generation, tasks, desired, shards, task_lag, lag, task_phase,
+                    backfill)
         yield from progress.values()
         watch = CounterMetricFamily("shardcdc_operator_watch_events", "Connector watch events seen.")
         watch.add_metric([], events)

@@ -36,6 +36,9 @@ def register(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], 
     parser.add_argument("--resync-seconds", type=float, default=2.0, help="interval of the level-based resync")
     parser.add_argument("--restart-backoff", type=float, default=10.0,
                         help="first delay before a failed worker restarts (doubles up to 300 s)")
+    parser.add_argument("--metrics-port", type=int, default=None, metavar="PORT",
+                        help="serve the operator's metrics on 127.0.0.1:PORT (0: any free port) and write "
+                             "Prometheus target files (see deploy/prometheus/scrape-configs.yaml)")
     parser.add_argument("--verbose", action="store_true", help="debug logging")
     return run
 
@@ -93,11 +96,17 @@ def run(args: argparse.Namespace) -> int:
     state_dir = args.state_dir or default_state_dir()
     try:
         runner = LocalRunner(body, state_dir, secrets_dir=args.secrets_dir, resync=args.resync_seconds,
-                             restart_backoff=args.restart_backoff, on_event=on_event)
+                             restart_backoff=args.restart_backoff, on_event=on_event, metrics_port=args.metrics_port)
     except SpecError as exc:
         print(f"shardcdc run: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:  # the metrics port is taken
+        print(f"shardcdc run: --metrics-port {args.metrics_port}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
     print(f"cdcconnector {runner.namespace}/{runner.name}: local mode, state in {runner.dir}", flush=True)
+    if runner.metrics is not None:
+        print(f"operator metrics: http://{runner.metrics.address}/metrics; Prometheus targets (file_sd): "
+              f"{runner.targets_dir}/*.json", flush=True)
 
     async def main() -> None:
         stop = asyncio.Event()

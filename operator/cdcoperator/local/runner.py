@@ -33,6 +33,14 @@ from cdcoperator.local.cluster import LocalCluster, connector_dir
 from cdcoperator.local.control import ControlHandlers, ControlServer
 from cdcoperator.local.jobs import ProcessJobs
 from cdcoperator.local.kubelet import ProcessKubelet
+from cdcoperator.local.prometheus import (
+    OPERATOR_FILE,
+    WORKERS_FILE,
+    OperatorMetricsServer,
+    operator_target,
+    pod_targets,
+    write_targets,
+)
 from cdcoperator.model import SpecError
 from cdcoperator.planner import Plan
 from cdcoperator.reconcile import ReconcileContext, reconcile
@@ -59,6 +67,7 @@ class LocalRunner:
         worker_env: Mapping[str, str] | None = None,
         on_event: EventSink | None = None,
         control: bool = True,
+        metrics_port: int | None = None,
     ) -> None:
         self.state_dir = Path(state_dir)
         self.cluster = LocalCluster(self.state_dir, secrets_dir)
@@ -69,9 +78,17 @@ class LocalRunner:
         self.resync = resync
         self.on_event = on_event
         self.events: collections.deque[dict[str, Any]] = collections.deque(maxlen=1000)
+        # --metrics-port: the operator's metrics, and target files for Prometheus (local/prometheus.py).
+        self.metrics: OperatorMetricsServer | None = None
+        self.targets_dir = self.dir / "prometheus"
+        if metrics_port is not None:
+            self.metrics = OperatorMetricsServer(metrics_port)
+            write_targets(self.targets_dir / OPERATOR_FILE,
+                          operator_target(self.namespace, self.name, self.metrics.address))
+            write_targets(self.targets_dir / WORKERS_FILE, [])
         self.kubelet = ProcessKubelet(self.cluster.deployments, self.cluster.resolve, self.dir / "pods",
                                       restart_backoff=restart_backoff, extra_env=worker_env,
-                                      on_change=lambda _bodies: self.wake())
+                                      on_change=self._pods_changed)
         self.jobs = ProcessJobs(self.cluster, self.kubelet, self.dir / "jobs", on_change=self.wake,
                                 emit=lambda t, r, m: self._emit({}, t, r, m))
         self.control_enabled = control
@@ -117,6 +134,11 @@ class LocalRunner:
         self.wake()
         return body
 
+    def _pods_changed(self, bodies: list[dict[str, Any]]) -> None:
+        if self.metrics is not None:
+            write_targets(self.targets_dir / WORKERS_FILE, pod_targets(bodies))
+        self.wake()
+
     # --- the loop ---------------------------------------------------------------------------------------
 
     def wake(self) -> None:
@@ -152,6 +174,8 @@ class LocalRunner:
                             self.last_plan = await reconcile(ctx, self.namespace, self.name)
                         except Exception:  # keep the connector's processes managed; retry at the next resync
                             log.exception("reconcile of %s/%s failed", self.namespace, self.name)
+                        if self.metrics is not None:
+                            self.metrics.observe(self.cluster.connector(self.namespace, self.name))
                         self.reconciles += 1
                         self.kubelet.wake()
                         waits = [asyncio.ensure_future(self._wake.wait()), asyncio.ensure_future(stop.wait())]
@@ -168,6 +192,8 @@ class LocalRunner:
             await asyncio.to_thread(self.jobs.close)
             backfillfeed.FEEDS.forget(self.namespace, self.name)
             await asyncio.to_thread(self.kubelet.close)
+            if self.metrics is not None:
+                self.metrics.close()
 
 
 class RunnerThread:
