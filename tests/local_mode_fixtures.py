@@ -15,12 +15,12 @@ from localkafka.children import start_bound, stop_group
 class Run:
     """A ``shardcdc run -f MANIFEST --state-dir STATE`` process and its output."""
 
-    def __init__(self, manifest: Path, state: Path, log: Path) -> None:
+    def __init__(self, manifest: Path, state: Path, log: Path, extra: tuple[str, ...] = ()) -> None:
         self.log = log
         with log.open("ab") as out:
             self.proc = start_bound(
                 [sys.executable, "-m", "cdcworker.cli", "run", "-f", str(manifest), "--state-dir", str(state),
-                 "--resync-seconds", "1", "--restart-backoff", "2"],
+                 "--resync-seconds", "1", "--restart-backoff", "2", *extra],
                 stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "GRPC_VERBOSITY": "ERROR"})
 
     def stop(self) -> int:

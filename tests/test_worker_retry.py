@@ -66,9 +66,11 @@ def test_unavailable_reconnects_from_the_last_position_without_loss_or_duplicate
     with running_task(cfg) as run:
         wait_for(lambda: run.task.sink is not None and _at_source(sim, run.task.sink.durable_position()), what="all durable")
         reconnects = dict(run.task.metrics.reconnects)
+        errors = dict(run.task.metrics.errors)
         result = run.stop()
     assert result.exit_code == exitcodes.OK, result.reason
     assert reconnects == {"UNAVAILABLE": 1}
+    assert errors == {"UNAVAILABLE": 1}  # shardcdc_stream_errors_total{code="UNAVAILABLE"}
     records = consume_all(kafka_broker.bootstrap, f"{cfg.topic_prefix}.commerce.customer")
     ids = [json.loads(r.value)["payload"]["after"]["id"] for r in records]
     assert Counter(ids) == Counter(range(1, 21))  # every change once: none lost, none repeated
@@ -86,7 +88,9 @@ def test_errors_max_retries_bounds_the_reconnects(sim: VTGateSim, kafka_broker: 
     with running_task(cfg) as run:
         result = run.wait(60)
         reconnects = dict(run.task.metrics.reconnects)
+        errors = dict(run.task.metrics.errors)
     assert result.exit_code == exitcodes.FAILED
+    assert errors == {"UNAVAILABLE": retries + 1}  # the last one too, after which the task gives up
     assert result.reason == f"giving up after {retries} retries (errors.max.retries={retries}): UNAVAILABLE: {INJECTED}"
     assert len(sim.vstream_calls) == retries + 1
     assert reconnects == ({"UNAVAILABLE": retries} if retries else {})
@@ -99,7 +103,9 @@ def test_a_non_retriable_status_fails_at_once_with_what_to_check(sim: VTGateSim,
     with running_task(cfg) as run:
         result = run.wait(60)
         reconnects = dict(run.task.metrics.reconnects)
+        errors = dict(run.task.metrics.errors)
     assert result.exit_code == exitcodes.FAILED
+    assert errors == {"INVALID_ARGUMENT": 1}
     assert result.reason == "INVALID_ARGUMENT: bad vgtid (check vitess.keyspace, vitess.shard and vitess.vgtid)"
     assert (len(sim.vstream_calls), reconnects) == (1, {})
 

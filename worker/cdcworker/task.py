@@ -692,6 +692,9 @@ class WorkerTask:
                             if copy_only:
                                 result = TaskResult(exitcodes.OK, _SNAPSHOT_DONE, position, done=True)
                             continue
+                    # Every stream that broke under us, retriable or not (shardcdc_stream_errors_total).
+                    code = exc.code().name if isinstance(exc, grpc.RpcError) else "EOF"
+                    metrics.on_error(code)
                     if isinstance(exc, grpc.RpcError):
                         verdict = classify(exc)
                         if not verdict.retriable:
@@ -704,7 +707,7 @@ class WorkerTask:
                         limit = f"errors.max.retries={cfg.behaviour.errors_max_retries}"
                         result = TaskResult(exitcodes.FAILED, f"giving up after {backoff.attempts} retries ({limit}): {reason}", position)
                         break
-                    metrics.on_reconnect(exc.code().name if isinstance(exc, grpc.RpcError) else "EOF")
+                    metrics.on_reconnect(code)
                     metrics.set_state("reconnecting", reason)
                     delay = backoff.next_delay()
                     log.warning("VStream interrupted (%s); reconnecting from %s in %.2fs", reason, position.to_json(), delay)
