@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
 import sys
+import threading
+import urllib.parse
+import urllib.request
 import uuid
 from collections import deque
 from typing import Any
+
+import pytest
+from polling import wait_for
 
 from cdcworker.demo import Observer, render, table_text
 from localkafka import KafkaBroker
@@ -16,17 +23,29 @@ from localkafka.children import start_bound
 
 
 def test_quick_demo_scales_reshards_and_verifies(kafka_broker: KafkaBroker) -> None:
+    """With --prometheus: its URL is printed, and it scrapes the demo's workers while they stream."""
     prefix = f"demo{uuid.uuid4().hex[:6]}"
     proc = start_bound(
         [sys.executable, "-m", "cdcworker.cli", "demo", "--quick", "--plain", "--bootstrap", kafka_broker.bootstrap,
-         "--prefix", prefix, "--step-timeout", "90"],
+         "--prefix", prefix, "--step-timeout", "90", "--prometheus"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, "COLUMNS": "200"})
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True)  # type: ignore[union-attr]
+    reader.start()
     try:
-        out, _ = proc.communicate(timeout=300)
+        url = wait_for(lambda: next((m.group(1) for line in lines if (m := re.match(r"Prometheus: (\S+) ", line))), None),
+                       120, "the Prometheus URL")
+        sent = f"{url}/api/v1/query?query=" + urllib.parse.quote('sum(shardcdc_records_sent_total{job="shardcdc-workers"})')
+        wait_for(lambda: _value(sent) > 0, 120, "records sent, scraped by the demo's Prometheus")
+        proc.wait(timeout=300)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+    reader.join(30)
+    out = "".join(lines)
+    with pytest.raises(OSError):  # stopped with the demo
+        urllib.request.urlopen(f"{url}/-/ready", timeout=5)
     assert proc.returncode == 0, out[-5000:]
     steps = re.findall(r"\] ([1-4]/4 [a-z]+)", out)
     assert steps == ["1/4 start", "2/4 scale", "3/4 reshard", "4/4 stop"], out[-5000:]
@@ -45,6 +64,12 @@ class FakeObserver(Observer):
         super().__init__(client=None)
         self.body = body
         self.rates = {"demo-g1-t0-0": 123.4}
+
+
+def _value(url: str) -> float:
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        result = json.loads(resp.read())["data"]["result"]
+    return float(result[0]["value"][1]) if result else 0.0
 
 
 def test_live_view_renders_tasks_shards_positions_lag_and_rates() -> None:

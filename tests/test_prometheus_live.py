@@ -35,8 +35,7 @@ from local_mode_fixtures import Run
 from polling import wait_for
 
 from localkafka import KafkaBroker
-from promlocal import RULES_FILE, SCRAPE_FILE, Prometheus, local_scrape_config, plain_rules, shorten_for
-from promlocal.files import load
+from promlocal import RULES_FILE, Prometheus, for_local_mode
 from vtgatesim import VTGateSim
 from vtgatesim.workload import TABLE_DDL, Workload
 
@@ -154,10 +153,7 @@ def test_dashboard_and_alerts_on_a_real_prometheus(tmp_path: Path, kafka_broker:
     writer = threading.Thread(target=workload.run, kwargs={"rate": 30.0}, daemon=True)
     try:
         wait_for(lambda: run.alive() or (targets_dir / "operator.json").exists(), STEP, "the target files")
-        jobs = local_scrape_config(load(SCRAPE_FILE), {"shardcdc-workers": targets_dir / "workers.json",
-                                                       "shardcdc-operator": targets_dir / "operator.json"}, INTERVAL)
-        rules = shorten_for(plain_rules(load(RULES_FILE)), FOR_SECONDS)
-        with Prometheus(tmp_path / "prometheus", jobs, rules, interval=INTERVAL) as prom:
+        with for_local_mode(targets_dir, tmp_path / "prometheus", interval=INTERVAL, for_seconds=FOR_SECONDS) as prom:
             writer.start()
             observe_healthy(prom, run, sim)
             assert writer.is_alive(), "the workload ended before the rates were read"

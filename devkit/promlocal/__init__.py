@@ -21,7 +21,7 @@ from promlocal.files import (
     plain_rules,
     shorten_for,
 )
-from promlocal.server import Prometheus, PrometheusError
+from promlocal.server import Prometheus, PrometheusError, for_local_mode
 
 __all__ = [
     "PROMETHEUS_VERSION",
@@ -30,6 +30,7 @@ __all__ = [
     "Prometheus",
     "PrometheusError",
     "binary",
+    "for_local_mode",
     "local_scrape_config",
     "plain_rules",
     "shorten_for",

@@ -16,7 +16,15 @@ from typing import Any
 import yaml
 
 from localkafka.children import start_bound, stop_group
-from promlocal.files import binary
+from promlocal.files import (
+    RULES_FILE,
+    SCRAPE_FILE,
+    binary,
+    load,
+    local_scrape_config,
+    plain_rules,
+    shorten_for,
+)
 
 
 class PrometheusError(RuntimeError):
@@ -140,3 +148,16 @@ class Prometheus:
 
     def targets(self) -> list[dict[str, Any]]:
         return list(self.api("targets")["activeTargets"])
+
+
+def for_local_mode(targets_dir: Path, workdir: Path, *, interval: str = "5s", for_seconds: int | None = None,
+                   port: int = 0) -> Prometheus:
+    """A Prometheus (not started) over the target files of ``shardcdc run --metrics-port`` in
+    ``targets_dir``, with the copyable scrape jobs and the shipped rules (``for:`` shortened to
+    ``for_seconds`` when given)."""
+    jobs = local_scrape_config(load(SCRAPE_FILE), {"shardcdc-workers": targets_dir / "workers.json",
+                                                   "shardcdc-operator": targets_dir / "operator.json"}, interval)
+    rules = plain_rules(load(RULES_FILE))
+    if for_seconds is not None:
+        rules = shorten_for(rules, for_seconds)
+    return Prometheus(workdir, jobs, rules, interval=interval, port=port)

@@ -14,6 +14,7 @@ stops the connector and checks that the topic, materialised, equals the source t
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.client
 import json
 import os
@@ -22,7 +23,7 @@ import threading
 import time
 import urllib.request
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,11 @@ def register(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], 
     parser.add_argument("--prefix", default=NAME, help="topic prefix (and offsets topic prefix)")
     parser.add_argument("--state-dir", type=Path, default=None, help="local-mode state (default: a temporary one)")
     parser.add_argument("--plain", action="store_true", help="print lines instead of a live view")
+    parser.add_argument("--prometheus", action="store_true",
+                        help="also start Prometheus (make prometheus installs it) scraping the connector, with "
+                             "the shipped alert rules, and print its URL")
+    parser.add_argument("--prometheus-port", type=int, default=0, metavar="PORT",
+                        help="Prometheus's port on 127.0.0.1 with --prometheus (default: a free one)")
     parser.add_argument("--step-timeout", type=float, default=180.0, help="give up when a step takes longer")
     return run
 
@@ -160,8 +166,6 @@ def run(args: argparse.Namespace) -> int:
     # The VTGate test server runs in this process and the workers are forked from it: gRPC's fork
     # handlers would log a line per fork.
     os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
-    import contextlib
-
     from rich.console import Console
     from rich.live import Live
 
@@ -206,9 +210,16 @@ def run(args: argparse.Namespace) -> int:
         (state_dir / "connector.yaml").write_text(json.dumps(body, indent=2) + "\n")
         say(f"Kafka {bootstrap}, VTGate test server {sim.address}, keyspace {KEYSPACE} ({len(SHARDS)} shards); "
             f"connector manifest {state_dir / 'connector.yaml'}")
-        runner = LocalRunner(body, state_dir, resync=1.0, restart_backoff=2.0, on_event=on_event)
+        runner = LocalRunner(body, state_dir, resync=1.0, restart_backoff=2.0, on_event=on_event,
+                             metrics_port=0 if args.prometheus else None)
         runner_thread = RunnerThread(runner).start()
         stack.callback(runner_thread.stop)
+        if args.prometheus:
+            try:
+                stack.enter_context(_prometheus(runner.targets_dir, state_dir, args.prometheus_port, console))
+            except DemoError as exc:
+                console.print(f"[bold red]demo failed:[/] {exc}")
+                return 1
         client = ControlClient.find(NAME, state_dir=state_dir)
         obs = Observer(client)
         writer = threading.Thread(target=workload.run, kwargs={"rate": rate}, name="workload", daemon=True)
@@ -293,6 +304,25 @@ def run(args: argparse.Namespace) -> int:
             return 0
         console.print(f"[bold red]mismatch[/]\n{diff.summary()}")
         return 1
+
+
+@contextlib.contextmanager
+def _prometheus(targets_dir: Path, state_dir: Path, port: int, console: Any) -> Iterator[None]:
+    """Prometheus beside the demo, over local mode's target files; stopped with the demo."""
+    from promlocal import PrometheusError, for_local_mode
+
+    prom = for_local_mode(targets_dir, state_dir / "prometheus-server", interval="5s", port=port)
+    try:
+        prom.start()
+    except (FileNotFoundError, PrometheusError) as exc:
+        raise DemoError(f"--prometheus: {exc}") from exc
+    console.print(f"Prometheus: {prom.url} (scraping the workers and the operator every 5s, shardcdc alert rules "
+                  f"loaded; try {prom.url}/graph?g0.expr=shardcdc_milliseconds_behind_source and {prom.url}/alerts)",
+                  soft_wrap=True, markup=False, highlight=False)
+    try:
+        yield
+    finally:
+        prom.stop()
 
 
 def table_text(obs: Observer) -> str:
