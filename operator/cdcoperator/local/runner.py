@@ -136,7 +136,10 @@ class LocalRunner:
 
     def _pods_changed(self, bodies: list[dict[str, Any]]) -> None:
         if self.metrics is not None:
-            write_targets(self.targets_dir / WORKERS_FILE, pod_targets(bodies))
+            try:
+                write_targets(self.targets_dir / WORKERS_FILE, pod_targets(bodies))
+            except OSError as exc:  # Prometheus keeps the last file; the workers go on regardless
+                log.warning("cannot write the Prometheus target file: %s", exc)
         self.wake()
 
     # --- the loop ---------------------------------------------------------------------------------------
