@@ -96,6 +96,8 @@ def test_chart_monitors_select_the_pods_and_give_the_same_labels(tmp_path: Path)
     copyable = {(tuple(r["source_labels"]), r["target_label"]) for r in scrape_job("shardcdc-workers")["relabel_configs"]
                 if r.get("action", "replace") == "replace" and r["target_label"] not in ("namespace", "pod")}
     assert chart == copyable
+    # what the alerts group by and `up{connector!=""}` (a worker target) relies on
+    assert {"connector", "task"} <= {target for _, target in chart}
     # The operator: Service -> pod, ServiceMonitor -> Service, honorLabels for the namespace label.
     (dep,) = by_kind(objs, "Deployment")
     (svc,) = by_kind(objs, "Service")
