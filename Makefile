@@ -79,13 +79,14 @@ $(KUBE_HOME)/.complete: scripts/build-kube.sh
 lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
+	$(PY) scripts/check_layers.py
 
 pytest: setup
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
 
 test: setup
 	@start=$$(date +%s); \
-	$(VENV)/bin/ruff check . && $(VENV)/bin/mypy && \
+	$(VENV)/bin/ruff check . && $(VENV)/bin/mypy && $(PY) scripts/check_layers.py && \
 	echo "lint+typecheck: $$(( $$(date +%s) - start ))s" && \
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
 
