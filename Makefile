@@ -36,16 +36,22 @@ all: test
 setup: venv native proto kafka kube debezium helm
 
 ## Only what `make demo` needs: no kube-apiserver/etcd, Debezium or helm (minutes of builds it never uses).
-demo-setup: venv native proto kafka
+demo-setup: venv-demo native proto kafka
 
 ## Python environment: pinned by constraints.txt, rebuilt only when the pins or pyproject change.
-venv: $(STAMPS)/venv
-$(STAMPS)/venv: pyproject.toml constraints.txt
+## venv-demo: the runtime and the proto generator (what `make demo` needs); venv adds the dev tools.
+.PHONY: venv-demo
+venv-demo: $(STAMPS)/venv-demo
+$(STAMPS)/venv-demo: pyproject.toml constraints.txt
 	@mkdir -p $(STAMPS) $(GEN)/vitessapi $(CACHE)
 	@test -f $(GEN)/vitessapi/__init__.py || echo '"""Generated Vitess protobuf/gRPC code (do not edit; made by make proto)."""' > $(GEN)/vitessapi/__init__.py
 	$(STEP) venv $(LOGS) bash -c '{ test -x $(PY) || $(PYTHON) -m venv $(VENV); } && \
 	  $(PY) -m pip install -c constraints.txt setuptools wheel && \
-	  $(PY) -m pip install -c constraints.txt -e ".[dev]"'
+	  $(PY) -m pip install -c constraints.txt -e ".[demo]"'
+	@touch $@
+venv: $(STAMPS)/venv
+$(STAMPS)/venv: $(STAMPS)/venv-demo
+	$(STEP) venv-dev $(LOGS) $(PY) -m pip install -c constraints.txt -e ".[dev]"
 	@touch $@
 
 ## The native row encoder (cdcworker._rowenc, pyproject ext-modules) rebuilt in place when its C source
@@ -53,14 +59,14 @@ $(STAMPS)/venv: pyproject.toml constraints.txt
 .PHONY: native
 NATIVE_SRC := $(wildcard worker/cdcworker/_native/*.c worker/cdcworker/_native/*.h)
 native: $(STAMPS)/native
-$(STAMPS)/native: $(STAMPS)/venv $(NATIVE_SRC)
+$(STAMPS)/native: $(STAMPS)/venv-demo $(NATIVE_SRC)
 	-$(STEP) native $(LOGS) env PYTHONWARNINGS=ignore $(PY) -c "from setuptools import setup; setup()" build_ext --inplace
 	@$(PY) -c "import cdcworker._rowenc" 2>/dev/null || echo "native row encoder: NOT built (pure-Python encoder in use)" >&2
 	@touch $@
 
 ## Protobuf/gRPC code from proto/ into build/gen (never committed).
 proto: $(STAMPS)/proto
-$(STAMPS)/proto: $(STAMPS)/venv $(PROTOS) scripts/gen-proto.sh
+$(STAMPS)/proto: $(STAMPS)/venv-demo $(PROTOS) scripts/gen-proto.sh
 	$(STEP) proto $(LOGS) bash scripts/gen-proto.sh $(PY) $(GEN)
 	@touch $@
 
@@ -93,7 +99,7 @@ test: setup
 ## BENCHMARKS.md's summary table from the raw results in bench/results/*.json (tests/test_bench_report.py
 ## checks the committed page is the generator's output).
 .PHONY: bench-report
-bench-report: venv
+bench-report: venv-demo
 	$(PY) bench/report.py
 
 ## Generated reference pages (docs/configuration.md from the property catalogue and the CRD).
