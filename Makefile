@@ -17,26 +17,44 @@ GEN          := build/gen
 PROTOS       := $(wildcard proto/vitessapi/*.proto)
 PYTEST_ARGS  ?=
 
+# Set-up steps print one line each (name, time); their whole output goes to $(LOGS)/<step>.log,
+# whose tail is shown when a step fails (scripts/step.sh).
+LOGS         := $(CACHE)/logs
+STEP         := @bash scripts/step.sh
+
 export PIP_CACHE_DIR := $(CACHE)/pip
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 export SHARDCDC_CACHE := $(CACHE)
 export SHARDCDC_KAFKA_HOME := $(KAFKA_HOME)
 export SHARDCDC_KUBE_HOME := $(KUBE_HOME)
 
-.PHONY: all setup venv proto kafka kube test pytest lint docs demo lock clean distclean
+.PHONY: all setup demo-setup venv proto kafka kube test pytest lint docs demo lock clean distclean
 
 all: test
 
+## Everything the whole suite needs (`make test`).
 setup: venv native proto kafka kube debezium helm prometheus
 
+## Only what `make demo` needs: no kube-apiserver/etcd, Debezium or helm (minutes of builds it never uses).
+demo-setup: venv-demo native proto kafka
+
 ## Python environment: pinned by constraints.txt, rebuilt only when the pins or pyproject change.
-venv: $(STAMPS)/venv
-$(STAMPS)/venv: pyproject.toml constraints.txt
+## venv-demo: the runtime and the proto generator (what `make demo` needs); venv adds the dev tools.
+## --no-compile: Python compiles a module when it is first imported, so byte-compiling all of
+## kubernetes & co. up front only made a first run ~40 % slower; --no-build-isolation builds the
+## editable package with the setuptools just installed instead of fetching another copy.
+.PHONY: venv-demo
+venv-demo: $(STAMPS)/venv-demo
+$(STAMPS)/venv-demo: pyproject.toml constraints.txt
 	@mkdir -p $(STAMPS) $(GEN)/vitessapi $(CACHE)
 	@test -f $(GEN)/vitessapi/__init__.py || echo '"""Generated Vitess protobuf/gRPC code (do not edit; made by make proto)."""' > $(GEN)/vitessapi/__init__.py
-	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet -c constraints.txt setuptools wheel
-	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev]'
+	$(STEP) venv $(LOGS) bash -c '{ test -x $(PY) || $(PYTHON) -m venv $(VENV); } && \
+	  $(PY) -m pip install -c constraints.txt setuptools wheel && \
+	  $(PY) -m pip install -c constraints.txt --no-compile --no-build-isolation -e ".[demo]"'
+	@touch $@
+venv: $(STAMPS)/venv
+$(STAMPS)/venv: $(STAMPS)/venv-demo
+	$(STEP) venv-dev $(LOGS) $(PY) -m pip install -c constraints.txt -e ".[dev]"
 	@touch $@
 
 ## The native row encoder (cdcworker._rowenc, pyproject ext-modules) rebuilt in place when its C source
@@ -44,48 +62,57 @@ $(STAMPS)/venv: pyproject.toml constraints.txt
 .PHONY: native
 NATIVE_SRC := $(wildcard worker/cdcworker/_native/*.c worker/cdcworker/_native/*.h)
 native: $(STAMPS)/native
-$(STAMPS)/native: $(STAMPS)/venv $(NATIVE_SRC)
-	-PYTHONWARNINGS=ignore $(PY) -c "from setuptools import setup; setup()" -q build_ext --inplace
-	@$(PY) -c "import cdcworker._rowenc" 2>/dev/null && echo "native row encoder: built" || echo "native row encoder: NOT built (pure-Python encoder in use)" >&2
+$(STAMPS)/native: $(STAMPS)/venv-demo $(NATIVE_SRC)
+	-$(STEP) native $(LOGS) env PYTHONWARNINGS=ignore $(PY) -c "from setuptools import setup; setup()" build_ext --inplace
+	@$(PY) -c "import cdcworker._rowenc" 2>/dev/null || echo "native row encoder: NOT built (pure-Python encoder in use)" >&2
 	@touch $@
 
 ## Protobuf/gRPC code from proto/ into build/gen (never committed).
 proto: $(STAMPS)/proto
-$(STAMPS)/proto: $(STAMPS)/venv $(PROTOS) scripts/gen-proto.sh
-	bash scripts/gen-proto.sh $(PY) $(GEN)
+$(STAMPS)/proto: $(STAMPS)/venv-demo $(PROTOS) scripts/gen-proto.sh
+	$(STEP) proto $(LOGS) bash scripts/gen-proto.sh $(PY) $(GEN)
 	@touch $@
 
 ## A pinned Apache Kafka broker assembled from Maven Central jars.
 kafka: $(KAFKA_HOME)/.complete
 $(KAFKA_HOME)/.complete: scripts/fetch-kafka.sh
-	bash scripts/fetch-kafka.sh $(KAFKA_VERSION) $(KAFKA_HOME) $(CACHE)/m2
+	$(STEP) kafka $(LOGS) bash scripts/fetch-kafka.sh $(KAFKA_VERSION) $(KAFKA_HOME) $(CACHE)/m2
 	@touch $@
 
 ## kube-apiserver, kubectl and etcd built from pinned sources via the Go module proxy (envtest style).
 kube: $(KUBE_HOME)/.complete
 $(KUBE_HOME)/.complete: scripts/build-kube.sh
-	bash scripts/build-kube.sh $(KUBE_VERSION) $(KUBE_HOME) $(CACHE)/go
+	$(STEP) kube $(LOGS) bash scripts/build-kube.sh $(KUBE_VERSION) $(KUBE_HOME) $(CACHE)/go
 	@touch $@
 
 lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
+	$(PY) scripts/check_layers.py
 
 pytest: setup
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
 
 test: setup
 	@start=$$(date +%s); \
-	$(VENV)/bin/ruff check . && $(VENV)/bin/mypy && \
+	$(VENV)/bin/ruff check . && $(VENV)/bin/mypy && $(PY) scripts/check_layers.py && \
 	echo "lint+typecheck: $$(( $$(date +%s) - start ))s" && \
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
+
+## BENCHMARKS.md's summary table from the raw results in bench/results/*.json (tests/test_bench_report.py
+## checks the committed page is the generator's output).
+.PHONY: bench-report
+bench-report: venv-demo
+	$(PY) bench/report.py
 
 ## Generated reference pages (docs/configuration.md from the property catalogue and the CRD).
 docs: setup
 	$(PY) -m cdcworker.config.reference
 
-demo: setup
-	$(PY) -m cdcworker.cli demo
+## The set-up steps run two at a time (the Kafka jars download while pip installs).
+demo:
+	@$(MAKE) --no-print-directory -j2 demo-setup
+	@$(PY) -m cdcworker.cli demo
 
 ## Re-resolve the newest versions and write them to constraints.txt.
 lock:
@@ -111,7 +138,7 @@ DEBEZIUM_HOME            := $(CACHE)/debezium-$(DEBEZIUM_VERSION)
 export SHARDCDC_DEBEZIUM_HOME := $(DEBEZIUM_HOME)
 debezium: $(DEBEZIUM_HOME)/.complete
 $(DEBEZIUM_HOME)/.complete: scripts/fetch-debezium.sh
-	bash scripts/fetch-debezium.sh $(DEBEZIUM_VERSION) $(DEBEZIUM_CONNECT_VERSION) $(DEBEZIUM_HOME) $(CACHE)/m2
+	$(STEP) debezium $(LOGS) bash scripts/fetch-debezium.sh $(DEBEZIUM_VERSION) $(DEBEZIUM_CONNECT_VERSION) $(DEBEZIUM_HOME) $(CACHE)/m2
 	@touch $@
 
 ## helm built from pinned sources through the Go module proxy (charts/shardcdc lint/template tests).
@@ -121,7 +148,7 @@ HELM_HOME    := $(CACHE)/helm-$(HELM_VERSION)
 export SHARDCDC_HELM := $(HELM_HOME)/bin/helm
 helm: $(HELM_HOME)/.complete
 $(HELM_HOME)/.complete: scripts/fetch-helm.sh
-	bash scripts/fetch-helm.sh $(HELM_VERSION) $(HELM_HOME) $(CACHE)/go
+	$(STEP) helm $(LOGS) bash scripts/fetch-helm.sh $(HELM_VERSION) $(HELM_HOME) $(CACHE)/go
 	@touch $@
 
 ## The CRDs have one home, crds/; the charts carry byte-identical copies (tests/test_helm_chart.py checks).
@@ -148,7 +175,7 @@ rbac: helm
 .PHONY: prometheus
 PROMETHEUS_VERSION := 2.42
 prometheus:
-	@bash scripts/install-prometheus.sh $(PROMETHEUS_VERSION)
+	$(STEP) prometheus $(LOGS) bash scripts/install-prometheus.sh $(PROMETHEUS_VERSION)
 
 ## Container images (images/Dockerfile): needs a Docker engine; fails fast with a clear message without one.
 IMAGE_REGISTRY ?= ghcr.io/shardcdc

@@ -162,3 +162,28 @@ def test_leftover_broker_directories_of_dead_processes_are_removed(tmp_path: Pat
     removed = remove_stale_workdirs(tmp_path)
     assert sorted(removed) == sorted([gone, old])
     assert live.exists() and young.exists() and other.exists() and not gone.exists() and not old.exists()
+
+
+# A fresh process per broker life: librdkafka writes its log lines to file descriptor 2 from its
+# own threads, so only a child's whole stderr shows everything a start, a restart and a stop print.
+_QUIET_LIFE = """
+from localkafka import KafkaBroker, consume_all, produce
+with KafkaBroker() as broker:
+    produce(broker.bootstrap, "quiet", [(b"k", b"before")])
+    broker.restart()
+    produce(broker.bootstrap, "quiet", [(b"k", b"after")])
+    print(sorted(r.value.decode() for r in consume_all(broker.bootstrap, "quiet")))
+"""
+
+
+def test_broker_start_restart_and_stop_print_no_librdkafka_lines() -> None:
+    """The readiness probe once printed ~40 librdkafka `Connect to ... failed: Connection refused`
+    lines per start (its client retried before the listener was up), in the demo too."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", _QUIET_LIFE], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip() == "['after', 'before']"
+    assert proc.stderr == "", proc.stderr[-3000:]

@@ -8,6 +8,7 @@ run never leaves an orphaned broker behind.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import socket
 import subprocess
@@ -16,11 +17,15 @@ import time
 import uuid
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 from localkafka.children import start_bound, stop_group
 from localkafka.security import BrokerSecurity, TlsFiles, listener_config, make_tls, scram_format_args
 
 DEFAULT_VERSION = "3.9.1"
+
+# The readiness probe's librdkafka log lines (debug detail, never the terminal's business).
+_PROBE_LOG = logging.getLogger("localkafka.broker.probe")
 
 # kafka-run-class.sh's KAFKA_JVM_PERFORMANCE_OPTS: how Kafka's scripts run a broker or Connect in
 # production. The test default (SerialGC, C1 only) favours start-up over steady-state speed and
@@ -237,7 +242,13 @@ class KafkaBroker:
         from confluent_kafka.admin import AdminClient
 
         deadline = time.monotonic() + timeout
-        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        # A client made before the listener is up logs a librdkafka "Connect to ... failed:
+        # Connection refused" line to stderr on every retry (~40 per start). So wait for the
+        # port first, and route whatever the probe still logs to a Python logger, not stderr.
+        self._wait_listening(deadline, timeout)
+        # confluent-kafka takes a logging.Logger as the "logger" setting; its stubs type values as scalars.
+        probe_config: dict[str, Any] = {"bootstrap.servers": self.bootstrap, "logger": _PROBE_LOG}
+        admin = AdminClient(probe_config)
         while True:
             if self._proc is not None and self._proc.poll() is not None:
                 raise RuntimeError(f"Kafka broker exited with {self._proc.returncode}; see {self.log_path}:\n{self._tail()}")
@@ -252,6 +263,16 @@ class KafkaBroker:
             if time.monotonic() > deadline:
                 self.stop()
                 raise TimeoutError(f"Kafka broker not ready after {timeout}s\n{self._tail()}")
+
+    def _wait_listening(self, deadline: float, timeout: float) -> None:
+        """Return once the broker's listener accepts TCP connections; raise if it exits or times out."""
+        while not _accepts(self.port):
+            if self._proc is not None and self._proc.poll() is not None:
+                raise RuntimeError(f"Kafka broker exited with {self._proc.returncode}; see {self.log_path}:\n{self._tail()}")
+            if time.monotonic() > deadline:
+                self.stop()
+                raise TimeoutError(f"Kafka broker not listening on {self.bootstrap} after {timeout}s\n{self._tail()}")
+            time.sleep(0.05)  # polling a condition (the port) with a deadline, not waiting blind
 
     def _tail(self, lines: int = 30) -> str:
         with contextlib.suppress(OSError):
@@ -284,6 +305,12 @@ class KafkaBroker:
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self.close()
+
+
+def _accepts(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(1.0)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
 def _kraft_cluster_id() -> str:

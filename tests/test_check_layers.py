@@ -1,0 +1,128 @@
+"""The layer checker (scripts/check_layers.py, run by `make lint`): today's tree passes with its
+listed exceptions, and a new violation of any contract fails with the file, line and import."""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+CHECKER = ROOT / "scripts" / "check_layers.py"
+CONTRACTS = ROOT / "scripts" / "layers.toml"
+
+
+def _checker() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("check_layers", CHECKER)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _run(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(CHECKER), *map(str, args)], capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    """A copy of the packages' source (only .py files), to add violations to."""
+    for directory in ("worker/cdcworker", "operator/cdcoperator", "devkit"):
+        shutil.copytree(ROOT / directory, tmp_path / directory, ignore=lambda d, names: [
+            n for n in names if not n.endswith(".py") and not (Path(d) / n).is_dir()])
+    return tmp_path
+
+
+def test_todays_tree_passes_with_its_listed_exceptions() -> None:
+    proc = _run("--summary")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""
+    assert "the worker imports no operator, devkit or kopf code:" in proc.stdout
+
+
+@pytest.mark.parametrize(("path", "source", "contract"), [
+    # an import inside a function counts as much as one at the top of a module
+    ("worker/cdcworker/stray.py", "def f():\n    import kopf\n", "the worker imports no operator, devkit or kopf code"),
+    ("worker/cdcworker/stray.py", "from cdcoperator import planner\n", "the worker imports no operator"),
+    ("operator/cdcoperator/stray.py", "def f():\n    from localkafka.broker import KafkaBroker\n",
+     "product code (cdcworker, cdcoperator) never imports devkit"),
+    ("devkit/vtgatesim/stray.py", "import cdcoperator.model\n", "the VTGate test server imports no product code"),
+    # a module with a listed exception gains a different forbidden import
+    ("worker/cdcworker/demo.py", "\ndef g():\n    from kubetest import KubeApiServer\n", "the worker imports no operator"),
+])
+def test_a_new_violation_fails_naming_file_line_and_import(tree: Path, path: str, source: str, contract: str) -> None:
+    target = tree / path
+    target.write_text((target.read_text() if target.exists() else "") + source)
+    proc = _run("--root", tree)
+    assert proc.returncode == 1
+    lines = [line for line in proc.stderr.splitlines() if contract in line]
+    assert lines, proc.stderr
+    assert f"{path}:" in lines[0], lines
+
+
+def test_an_import_that_closes_a_cycle_fails(tree: Path) -> None:
+    # connectstandalone imports localkafka today; localkafka importing it back closes a cycle that
+    # no forbidden-import contract covers.
+    (tree / "devkit/localkafka/stray.py").write_text("def f():\n    import connectstandalone\n")
+    proc = _run("--root", tree)
+    assert proc.returncode == 1
+    assert "import cycle between packages connectstandalone <-> localkafka" in proc.stderr
+    assert "devkit/localkafka/stray.py:2: localkafka.stray -> connectstandalone" in proc.stderr
+
+
+def test_an_exception_that_no_longer_occurs_fails_so_the_list_shrinks(tree: Path) -> None:
+    topology = tree / "devkit/vtgatesim/topology.py"
+    topology.write_text(topology.read_text().replace("from cdcworker import keyrange", "keyrange = None"))
+    proc = _run("--root", tree)
+    assert proc.returncode == 1
+    assert "exception 'vtgatesim.topology -> cdcworker.keyrange' no longer occurs: remove it from layers.toml" \
+        in proc.stderr
+
+
+def test_an_exception_without_a_reason_is_refused(tmp_path: Path) -> None:
+    contracts = tmp_path / "layers.toml"
+    contracts.write_text(CONTRACTS.read_text().replace(
+        'why = "key-range arithmetic shared with the worker" },', 'why = "" },', 1))
+    proc = _run("--contracts", contracts)
+    assert proc.returncode == 1
+    assert "exception 'vtgatesim.filters -> cdcworker.keyrange' has no `why`" in proc.stderr
+
+
+def test_relative_imports_and_from_imports_name_the_module(tmp_path: Path) -> None:
+    checker = _checker()
+    pkg = tmp_path / "pkg"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "sub" / "__init__.py").write_text("from . import leaf\n")
+    (pkg / "sub" / "leaf.py").write_text("from ..other import thing\nfrom pkg import sub\n")
+    (pkg / "other.py").write_text("")
+    pairs = sorted(i.pair for i in checker.scan({"pkg": "pkg"}, tmp_path))
+    assert pairs == ["pkg.sub -> pkg.sub.leaf", "pkg.sub.leaf -> pkg.other", "pkg.sub.leaf -> pkg.sub"]
+
+
+def test_cycles_are_found_through_several_packages() -> None:
+    checker = _checker()
+    imp = checker.Import
+    imports = [imp("a.x", "b.y", "a/x.py", 1), imp("b.y", "c", "b/y.py", 1), imp("c.z", "a", "c/z.py", 3),
+               imp("d", "a.x", "d.py", 1)]
+    assert checker.cycles(imports, {"a", "b", "c", "d"}) == [["a", "b", "c"]]
+    assert checker.cycles(imports[:2], {"a", "b", "c", "d"}) == []
+
+
+def test_a_package_pyproject_installs_must_be_placed_in_a_layer(tmp_path: Path) -> None:
+    """A new devkit package would otherwise import product code (or be imported by it) unchecked."""
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.setuptools]\npackage-dir = { cdcworker = "worker/cdcworker", newkit = "devkit/newkit", '
+        'vitessapi = "build/gen/vitessapi" }\n')
+    checker = _checker()
+    assert checker.unlisted({"cdcworker": "worker/cdcworker"}, tmp_path, ["vitessapi"]) == ["newkit"]
+    assert checker.unlisted({"cdcworker": "worker/cdcworker", "newkit": "devkit/newkit"}, tmp_path, ["vitessapi"]) == []
+    contracts = tomllib.loads(CONTRACTS.read_text())
+    assert checker.unlisted(contracts["packages"], ROOT, contracts["generated"]) == []  # today's tree
