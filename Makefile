@@ -27,7 +27,7 @@ export SHARDCDC_KUBE_HOME := $(KUBE_HOME)
 
 all: test
 
-setup: venv native proto kafka kube debezium helm
+setup: venv native proto kafka kube debezium helm fuzz-tools rdkafka-header
 
 ## Python environment: pinned by constraints.txt, rebuilt only when the pins or pyproject change.
 venv: $(STAMPS)/venv
@@ -161,3 +161,41 @@ images:
 .PHONY: e2e-kind
 e2e-kind:
 	bash scripts/e2e-kind.sh
+
+## The native scanner/encoder fuzz target (fuzz/: libFuzzer + AddressSanitizer + UBSan, a differential
+## oracle against upb and the pure-Python encoder). `make test` runs it briefly (tests/test_fuzz_native.py);
+## `make fuzz` runs it for FUZZ_SECONDS. Needs clang and its sanitizer runtimes: Debian's, installed when
+## missing (as root), else a one-line hint.
+.PHONY: fuzz fuzz-tools
+FUZZ_CC      ?= clang-14
+FUZZ_SECONDS ?= 600
+FUZZ_SEED    ?= 1
+export FUZZ_CC
+fuzz-tools:
+	@if command -v $(FUZZ_CC) >/dev/null && test -f "$$($(FUZZ_CC) -print-resource-dir)/lib/linux/libclang_rt.fuzzer-x86_64.a"; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq clang-14 libclang-rt-14-dev; } >/dev/null; \
+	else echo "make fuzz-tools: $(FUZZ_CC) with libFuzzer/ASan/UBSan is missing: run as root: apt-get install clang-14 libclang-rt-14-dev" >&2; exit 1; fi
+
+fuzz: venv native proto fuzz-tools
+	$(PY) fuzz/run.py --seconds $(FUZZ_SECONDS) --seed $(FUZZ_SEED)
+
+## rdkafka.h of librdkafka's release, for the check of kafkaprod.c's hand declarations
+## (tests/test_rdkafka_abi.py): from the npm package that ships librdkafka's source. confluent-kafka
+## bundles librdkafka 2.16.0, whose rdkafka.h no registry reachable here has yet (Debian: 2.14.2,
+## npm: 2.15.1): the newest is used, and the test names the pair it accepts, so an upgrade fails it.
+.PHONY: rdkafka-header
+RDKAFKA_H_NPM     := @confluentinc/kafka-javascript@1.10.1
+RDKAFKA_H_VERSION := 2.15.1
+RDKAFKA_H_HOME    := $(CACHE)/rdkafka-h-$(RDKAFKA_H_VERSION)
+export SHARDCDC_RDKAFKA_H := $(RDKAFKA_H_HOME)/rdkafka.h
+rdkafka-header: $(RDKAFKA_H_HOME)/rdkafka.h
+$(RDKAFKA_H_HOME)/rdkafka.h:
+	@command -v npm >/dev/null || { echo "make rdkafka-header: npm is missing (apt-get install npm)" >&2; exit 1; }
+	rm -rf $(RDKAFKA_H_HOME).tmp && mkdir -p $(RDKAFKA_H_HOME).tmp
+	cd $(RDKAFKA_H_HOME).tmp && npm pack --silent $(RDKAFKA_H_NPM) >/dev/null && tar xzf *.tgz package/deps/librdkafka/src/rdkafka.h
+	@v=$$(printf '0x%02x%02x%02xff' $(subst ., ,$(RDKAFKA_H_VERSION))); \
+	  grep -q "define RD_KAFKA_VERSION *$$v" $(RDKAFKA_H_HOME).tmp/package/deps/librdkafka/src/rdkafka.h || \
+	  { echo "make rdkafka-header: $(RDKAFKA_H_NPM) does not ship librdkafka $(RDKAFKA_H_VERSION)'s rdkafka.h" >&2; exit 1; }
+	mkdir -p $(RDKAFKA_H_HOME) && mv $(RDKAFKA_H_HOME).tmp/package/deps/librdkafka/src/rdkafka.h $@
+	rm -rf $(RDKAFKA_H_HOME).tmp
