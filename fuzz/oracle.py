@@ -15,6 +15,10 @@ encoder make of the same bytes, the way the streaming stage uses them (streaming
   under a few encoder configurations; ``encode`` of an exact-size buffer equals ``encode`` of bytes.
 - ``Producer.send_rows`` (when librdkafka is found): sends the rows the encoder takes natively and
   stops at the first row it does not (None, a delete or a key change), as the encoder says.
+- ``tx_begin`` (through ``TransactionMonitor.begin``): the input's VGTID events, in order, are the
+  transactions of two monitors, one with the C call and one without; every BEGIN record, epoch,
+  rank, block and END (or the raised error) must be equal, for the ordered factory in Connect
+  Decimal and in NUMERIC form.
 
 Any difference raises AssertionError, which the harness reports as a crash with the input saved.
 """
@@ -30,10 +34,14 @@ from google.protobuf.message import DecodeError
 
 from cdcworker import _rowenc  # type: ignore[attr-defined]  # the instrumented build (harness.c)
 from cdcworker.events import EncoderConfig, SourceContext, TablePlan, TypeOptions, native
+from cdcworker.events.jsonfmt import dumps
+from cdcworker.offsets.vgtid import ShardGtid, Vgtid
+from cdcworker.txmeta import TransactionMonitor, TxMetaOptions
 from vitessapi import binlogdata_pb2, vtgate_pb2
 
 ROW = binlogdata_pb2.VEventType.ROW
 FIELD = binlogdata_pb2.VEventType.FIELD
+VGTID = binlogdata_pb2.VEventType.VGTID
 NOW_NS = 1_700_000_000_123_456_789
 CTX = SourceContext(keyspace="ks", shard="0", commit_seconds=1_700_000_000,
                     vgtid='[{"keyspace":"ks","shard":"0","gtid":"MySQL56/u:1-5"}]')
@@ -45,6 +53,9 @@ CONFIGS = [
                                     bigint_unsigned_handling_mode="precise", decimal_handling_mode="string")),
 ]
 MAX_PLANS = 4  # FIELD events compiled per input (each costs two plan compilations per config)
+TX_OPTIONS = [TxMetaOptions("fz.transaction", ordered=True, headers=(("h", b"v"),)),
+              TxMetaOptions("fz.transaction", ordered=True, decimal_numeric=True, inherit_epoch=True,
+                            key_schemas_enable=False, value_schemas_enable=False)]
 
 
 def check(buf: Any) -> None:
@@ -56,6 +67,7 @@ def check(buf: Any) -> None:
         return  # the caller hands the bytes to upb: the same outcome by construction
     _compare_scan(data, items, events)
     _compare_encoder(data, items)
+    _compare_tx_begin(_vgtids(data, items))
 
 
 def _upb_events(data: bytes) -> list[Any] | None:
@@ -209,3 +221,52 @@ def _send_rows(fast: TablePlan, rcs: list[bytes]) -> None:
         start = stop + 1  # the row it did not send goes through the Python path; then it resumes
     producer.poll(0)
     producer.take_errors()  # expired records' reports (no broker): dropped, bounded memory
+
+
+# --- tx_begin: transaction metadata's BEGIN, native and Python ------------------------------
+
+
+def _vgtids(data: bytes, items: list[Any]) -> list[tuple[str, Vgtid]]:
+    """(committing shard, VGTID) of each VGTID event; entries that did not change are the same
+    ShardGtid objects, as the streaming loop's cache makes them (the C call's shortcut)."""
+    seen: dict[tuple[str, str, str], ShardGtid] = {}
+    out = []
+    for it in items:
+        if it[0] != VGTID or len(it) != 3:
+            continue
+        try:
+            ev = binlogdata_pb2.VEvent.FromString(data[it[1]:it[2]])
+        except DecodeError:
+            continue
+        entries = tuple(seen.setdefault((g.keyspace, g.shard, g.gtid), ShardGtid(g.keyspace, g.shard, g.gtid))
+                        for g in ev.vgtid.shard_gtids)
+        if entries:
+            out.append((ev.shard or entries[0].shard, Vgtid(entries)))
+    return out
+
+
+def _begin(monitor: TransactionMonitor, n: int, shard: str, vgtid: Vgtid) -> Any:
+    try:
+        txid = vgtid.to_json()
+        rec = monitor.begin(txid, 1_700_000_000_000 + n, shard, vgtid, dumps(txid))
+        return rec, monitor.epoch, monitor.rank, monitor.block_bytes("d.c"), monitor.end(1_700_000_000_005 + n).record
+    except Exception as exc:
+        return ("raised", type(exc), str(exc))
+
+
+def _compare_tx_begin(vgtids: list[tuple[str, Vgtid]]) -> None:
+    if len(vgtids) < 2:
+        return
+    for opts in TX_OPTIONS:
+        try:
+            fast = TransactionMonitor(opts, None, vgtids[0][1])
+            slow = TransactionMonitor(opts, None, vgtids[0][1])
+        except Exception:  # a start position the monitor refuses: no transaction to compare
+            continue
+        assert fast._native_begin is not None, "the native BEGIN is not in use"
+        slow._native_begin = None
+        for n, (shard, vgtid) in enumerate(vgtids[1:]):
+            a, b = _begin(fast, n, shard, vgtid), _begin(slow, n, shard, vgtid)
+            assert a == b, f"native BEGIN {a!r} != python {b!r}"
+            if a[0] == "raised":
+                break  # the task stops here on either path

@@ -5,7 +5,8 @@ new key), deletes, NULLs and edge values, a DDL, and the VStream's responses are
 the server sent (the raw-bytes call the worker makes). Each response is written as it came, and,
 when it holds ROW events, once more behind its shard's latest FIELD event (a VStreamResponse is a
 repeated field: concatenated encodings are one response), so the oracle can compile the table's
-plans from the same input. Plus a few hand-made odd encodings (tests/test_worker_native_scan.py's).
+plans from the same input; and all of them as one response (consecutive transactions, for the
+tx_begin comparison). Plus a few hand-made odd encodings (tests/test_worker_native_scan.py's).
 """
 
 from __future__ import annotations
@@ -157,7 +158,8 @@ def write(corpus: Path) -> int:
     """Writes the seeds into ``corpus`` (named by content hash); returns how many."""
     corpus.mkdir(parents=True, exist_ok=True)
     raw = vtgate_responses()
-    seeds = [*raw, *with_fields(raw), *odd_encodings()]
+    # The whole stream as one response too: transactions in a row for the tx_begin comparison.
+    seeds = [*raw, *with_fields(raw), b"".join(raw), *odd_encodings()]
     for s in seeds:
         (corpus / f"seed-{hashlib.sha1(s).hexdigest()[:16]}").write_bytes(s)
     return len(seeds)
