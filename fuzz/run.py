@@ -26,6 +26,7 @@ OUT = ROOT / "build" / "fuzz"
 BINARY = OUT / "scanner_fuzz"
 SEEDS = OUT / "seeds"
 REGRESSIONS = FUZZ / "regressions"
+DICTIONARY = FUZZ / "vstream.dict"
 CLANG = os.environ.get("FUZZ_CC", "clang-14")
 SOURCES = [FUZZ / "harness.c", *sorted(NATIVE.glob("*.c"))]
 SANITIZE = ["-fsanitize=fuzzer,address,undefined", "-fno-sanitize-recover=undefined"]
@@ -86,7 +87,7 @@ def fuzz(seconds: int, seed: int, corpus: Path, artifacts: Path, log: Path | Non
     corpus.mkdir(parents=True, exist_ok=True)
     artifacts.mkdir(parents=True, exist_ok=True)
     cmd = [str(binary), f"-seed={seed}", f"-max_total_time={seconds}", "-max_len=16384", "-timeout=30",
-           "-rss_limit_mb=4096", "-print_final_stats=1", f"-artifact_prefix={artifacts}/",
+           "-rss_limit_mb=4096", "-print_final_stats=1", f"-dict={DICTIONARY}", f"-artifact_prefix={artifacts}/",
            str(corpus), str(seed_dir), str(REGRESSIONS)]
     return _run(cmd, log)
 
