@@ -12,6 +12,7 @@ build/fuzz/artifacts/crash-*: turn it into a regression with `cp` into fuzz/regr
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -61,8 +62,10 @@ def build() -> Path:
 def seeds() -> Path:
     """The seed corpus (real VTGate test server responses), written once."""
     if not (SEEDS / ".complete").exists():
-        sys.path.insert(0, str(FUZZ))
-        import seeds as seedgen  # fuzz/seeds.py
+        spec = importlib.util.spec_from_file_location("shardcdc_fuzz_seeds", FUZZ / "seeds.py")
+        assert spec and spec.loader
+        seedgen = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(seedgen)
 
         shutil.rmtree(SEEDS, ignore_errors=True)
         seedgen.write(SEEDS)

@@ -9,10 +9,12 @@ replays, plus a plain assertion here of what the fix changed. `make fuzz` runs i
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 from google.protobuf.message import DecodeError
@@ -20,9 +22,19 @@ from google.protobuf.message import DecodeError
 from cdcworker.events import EncoderConfig, SourceContext, TablePlan, native
 from vitessapi import binlogdata_pb2, vtgate_pb2
 
-FUZZ = Path(__file__).resolve().parents[1] / "fuzz"
-sys.path.insert(0, str(FUZZ))
-import run as fuzzrun  # noqa: E402  (fuzz/run.py)
+
+def _load_runner() -> ModuleType:
+    """fuzz/run.py under its own name (a plain `import run` could meet another module)."""
+    path = Path(__file__).resolve().parents[1] / "fuzz" / "run.py"
+    spec = importlib.util.spec_from_file_location("shardcdc_fuzz_run", path)
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+fuzzrun = _load_runner()
 
 SECONDS = int(os.environ.get("SHARDCDC_FUZZ_SECONDS", "30"))
 REGRESSIONS = sorted(fuzzrun.REGRESSIONS.iterdir())
