@@ -210,11 +210,14 @@ def _send_rows(fast: TablePlan, rcs: list[bytes]) -> None:
     program = fast._native
     if producer is None or program is None:
         return
+    # With the transaction block (pre + template with its two counters + post) on odd row counts.
+    tx = (b',"transaction":', b',"op":"c"}', b',"transaction":', b',"op":"u"}',
+          (b'{"id":"t","total_order":', b',"data_collection_order":', b"}"), 1, 2, len(rcs), 0) if len(rcs) % 2 else None
     start = 0
     while start < len(rcs):
         before = producer.records_sent
         stop = producer.send_rows(program, "fz.t", rcs, start, b'{"before":', b',"op":"c"}', b',"op":"u"}',
-                                  [("h", b"v")])
+                                  [("h", b"v")], tx)
         want = start + _expected_stop(program, rcs[start:])
         assert stop == want, f"send_rows stopped at {stop}, the encoder says {want}"
         assert producer.records_sent - before == stop - start
