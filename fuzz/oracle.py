@@ -243,8 +243,12 @@ def _vgtids(data: bytes, items: list[Any]) -> list[tuple[str, Vgtid]]:
             continue
         entries = tuple(seen.setdefault((g.keyspace, g.shard, g.gtid), ShardGtid(g.keyspace, g.shard, g.gtid))
                         for g in ev.vgtid.shard_gtids)
+        try:
+            vgtid = Vgtid(entries)
+        except ValueError:  # a VGTID the Python position refuses (a shard twice): the task stops on either path
+            break
         if entries:
-            out.append((ev.shard or entries[0].shard, Vgtid(entries)))
+            out.append((ev.shard or entries[0].shard, vgtid))
     return out
 
 
