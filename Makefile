@@ -33,7 +33,7 @@ export SHARDCDC_KUBE_HOME := $(KUBE_HOME)
 all: test
 
 ## Everything the whole suite needs (`make test`).
-setup: venv native proto kafka kube debezium helm prometheus
+setup: venv native proto kafka kube debezium helm prometheus fuzz-tools rdkafka-header
 
 ## Only what `make demo` needs: no kube-apiserver/etcd, Debezium or helm (minutes of builds it never uses).
 demo-setup: venv-demo native proto kafka
@@ -196,3 +196,31 @@ images:
 .PHONY: e2e-kind
 e2e-kind:
 	bash scripts/e2e-kind.sh
+
+## The native scanner/encoder fuzz target (fuzz/: libFuzzer + AddressSanitizer + UBSan, a differential
+## oracle against upb and the pure-Python encoder). `make test` runs it briefly (tests/test_fuzz_native.py);
+## `make fuzz` runs it for FUZZ_SECONDS. Needs clang and its sanitizer runtimes: Debian's, installed when
+## missing (as root), else a one-line hint.
+.PHONY: fuzz fuzz-tools
+FUZZ_CC      ?= clang-14
+FUZZ_SECONDS ?= 600
+FUZZ_SEED    ?= 1
+export FUZZ_CC
+fuzz-tools:
+	$(STEP) fuzz-tools $(LOGS) bash scripts/install-fuzz-tools.sh $(FUZZ_CC)
+
+fuzz: venv native proto fuzz-tools
+	$(PY) fuzz/run.py --seconds $(FUZZ_SECONDS) --seed $(FUZZ_SEED)
+
+## rdkafka.h of librdkafka's release, for the check of kafkaprod.c's hand declarations
+## (tests/test_rdkafka_abi.py): from the npm package that ships librdkafka's source. confluent-kafka
+## bundles librdkafka 2.16.0, whose rdkafka.h no registry reachable here has yet (Debian: 2.14.2,
+## npm: 2.15.1): the newest is used, and the test names the pair it accepts, so an upgrade fails it.
+.PHONY: rdkafka-header
+RDKAFKA_H_NPM     := @confluentinc/kafka-javascript@1.10.1
+RDKAFKA_H_VERSION := 2.15.1
+RDKAFKA_H_HOME    := $(CACHE)/rdkafka-h-$(RDKAFKA_H_VERSION)
+export SHARDCDC_RDKAFKA_H := $(RDKAFKA_H_HOME)/rdkafka.h
+rdkafka-header: $(RDKAFKA_H_HOME)/rdkafka.h
+$(RDKAFKA_H_HOME)/rdkafka.h: scripts/fetch-rdkafka-header.sh
+	$(STEP) rdkafka-header $(LOGS) bash scripts/fetch-rdkafka-header.sh $(RDKAFKA_H_NPM) $(RDKAFKA_H_VERSION) $(RDKAFKA_H_HOME)

@@ -31,77 +31,15 @@
 
 #include "rowenc.h"
 
-/* --- the librdkafka API subset (stable C ABI; see librdkafka's rdkafka.h) ----------------- */
+#include "rdkafka_abi.h"
 
-typedef struct rk_s rk_t;
-typedef struct rk_conf_s rk_conf_t;
-typedef struct rk_topic_s rk_topic_t;
-typedef struct rk_error_s rk_error_t;
-typedef struct rk_headers_s rk_headers_t;
-
-typedef struct {
-    int err;
-    rk_topic_t *rkt;
-    int32_t partition;
-    void *payload;
-    size_t len;
-    void *key;
-    size_t key_len;
-    int64_t offset;
-    void *_private;
-} rk_message_t;
-
-enum { VT_END = 0, VT_TOPIC = 1, VT_RKT, VT_PARTITION, VT_VALUE, VT_KEY, VT_OPAQUE, VT_MSGFLAGS,
-       VT_TIMESTAMP, VT_HEADER, VT_HEADERS };
-
-typedef struct {
-    int vtype;
-    union {
-        const char *cstr;
-        int i;
-        int32_t i32;
-        struct { void *ptr; size_t size; } mem;
-        rk_headers_t *headers;
-        void *ptr;
-        char _pad[64];
-    } u;
-} rk_vu_t;
-
-#define ERR_QUEUE_FULL (-184)
-#define MSG_F_FREE 0x1
-#define MSG_F_COPY 0x2
+/* --- the librdkafka functions, resolved from the library confluent-kafka loaded ------------ */
 
 static struct {
     int loaded;
-    rk_conf_t *(*conf_new)(void);
-    int (*conf_set)(rk_conf_t *, const char *, const char *, char *, size_t);
-    void (*conf_destroy)(rk_conf_t *);
-    void (*conf_set_dr_msg_cb)(rk_conf_t *, void (*)(rk_t *, const rk_message_t *, void *));
-    void (*conf_set_error_cb)(rk_conf_t *, void (*)(rk_t *, int, const char *, void *));
-    void (*conf_set_opaque)(rk_conf_t *, void *);
-    rk_t *(*new_)(int, rk_conf_t *, char *, size_t);
-    void (*destroy)(rk_t *);
-    rk_error_t *(*produceva)(rk_t *, const rk_vu_t *, size_t);
-    int (*poll)(rk_t *, int);
-    int (*flush)(rk_t *, int);
-    int (*outq_len)(rk_t *);
-    int (*error_code)(const rk_error_t *);
-    const char *(*error_string)(const rk_error_t *);
-    int (*error_is_fatal)(const rk_error_t *);
-    int (*error_is_retriable)(const rk_error_t *);
-    int (*error_txn_requires_abort)(const rk_error_t *);
-    void (*error_destroy)(rk_error_t *);
-    rk_headers_t *(*headers_new)(size_t);
-    int (*header_add)(rk_headers_t *, const char *, ssize_t, const void *, ssize_t);
-    rk_headers_t *(*headers_copy)(const rk_headers_t *);
-    void (*headers_destroy)(rk_headers_t *);
-    const char *(*topic_name)(const rk_topic_t *);
-    const char *(*err2str)(int);
-    int (*fatal_error)(rk_t *, char *, size_t);
-    rk_error_t *(*init_transactions)(rk_t *, int);
-    rk_error_t *(*begin_transaction)(rk_t *);
-    rk_error_t *(*commit_transaction)(rk_t *, int);
-    rk_error_t *(*abort_transaction)(rk_t *, int);
+#define RK_FIELD(field, sym, ret, params) ret(*field) params;
+    RK_FUNCTIONS(RK_FIELD)
+#undef RK_FIELD
 } K;
 
 static int load_librdkafka(const char *path) {
@@ -119,35 +57,9 @@ static int load_librdkafka(const char *path) {
             return -1;                                                                   \
         }                                                                                \
     } while (0)
-    SYM(conf_new, "rd_kafka_conf_new");
-    SYM(conf_set, "rd_kafka_conf_set");
-    SYM(conf_destroy, "rd_kafka_conf_destroy");
-    SYM(conf_set_dr_msg_cb, "rd_kafka_conf_set_dr_msg_cb");
-    SYM(conf_set_error_cb, "rd_kafka_conf_set_error_cb");
-    SYM(conf_set_opaque, "rd_kafka_conf_set_opaque");
-    SYM(new_, "rd_kafka_new");
-    SYM(destroy, "rd_kafka_destroy");
-    SYM(produceva, "rd_kafka_produceva");
-    SYM(poll, "rd_kafka_poll");
-    SYM(flush, "rd_kafka_flush");
-    SYM(outq_len, "rd_kafka_outq_len");
-    SYM(error_code, "rd_kafka_error_code");
-    SYM(error_string, "rd_kafka_error_string");
-    SYM(error_is_fatal, "rd_kafka_error_is_fatal");
-    SYM(error_is_retriable, "rd_kafka_error_is_retriable");
-    SYM(error_txn_requires_abort, "rd_kafka_error_txn_requires_abort");
-    SYM(error_destroy, "rd_kafka_error_destroy");
-    SYM(headers_new, "rd_kafka_headers_new");
-    SYM(header_add, "rd_kafka_header_add");
-    SYM(headers_copy, "rd_kafka_headers_copy");
-    SYM(headers_destroy, "rd_kafka_headers_destroy");
-    SYM(topic_name, "rd_kafka_topic_name");
-    SYM(err2str, "rd_kafka_err2str");
-    SYM(fatal_error, "rd_kafka_fatal_error");
-    SYM(init_transactions, "rd_kafka_init_transactions");
-    SYM(begin_transaction, "rd_kafka_begin_transaction");
-    SYM(commit_transaction, "rd_kafka_commit_transaction");
-    SYM(abort_transaction, "rd_kafka_abort_transaction");
+#define RK_LOAD(field, sym, ret, params) SYM(field, #sym);
+    RK_FUNCTIONS(RK_LOAD)
+#undef RK_LOAD
 #undef SYM
     K.loaded = 1;
     return 0;
@@ -258,7 +170,7 @@ static void on_error(rk_t *rk, int err, const char *reason, void *opaque) {
     /* A refused login or an untrusted certificate (RD_KAFKA_RESP_ERR__AUTHENTICATION, __SSL):
      * librdkafka retries it for ever, the sink stops on it (kafkaerrors.access_refusal). The
      * reason is written before the code that publishes it; the first one is kept. */
-    if ((err == -169 || err == -181) && !self->access_code) {
+    if ((err == ERR_AUTHENTICATION || err == ERR_SSL) && !self->access_code) {
         snprintf(self->access_reason, sizeof(self->access_reason), "%s", reason ? reason : "");
         __atomic_store_n(&self->access_code, err, __ATOMIC_RELEASE);
     }
@@ -291,7 +203,7 @@ static int Producer_init(Producer *self, PyObject *args, PyObject *kwds) {
         Py_DECREF(ks);
         Py_DECREF(vs);
         if (rc != 0) {
-            if (!PyErr_Occurred()) raise_kafka(self, -186 /* _INVALID_ARG */, errstr, 0, 0, 0);
+            if (!PyErr_Occurred()) raise_kafka(self, ERR_INVALID_ARG, errstr, 0, 0, 0);
             K.conf_destroy(conf);
             return -1;
         }
@@ -299,10 +211,10 @@ static int Producer_init(Producer *self, PyObject *args, PyObject *kwds) {
     K.conf_set_dr_msg_cb(conf, on_delivery);
     K.conf_set_error_cb(conf, on_error);
     K.conf_set_opaque(conf, self);
-    self->rk = K.new_(0 /* RD_KAFKA_PRODUCER */, conf, errstr, sizeof(errstr));
+    self->rk = K.new_(RK_PRODUCER, conf, errstr, sizeof(errstr));
     if (!self->rk) {
         K.conf_destroy(conf);
-        raise_kafka(self, -186, errstr, 0, 0, 0);
+        raise_kafka(self, ERR_INVALID_ARG, errstr, 0, 0, 0);
         return -1;
     }
     return 0;
@@ -529,7 +441,7 @@ static PyObject *Producer_send_rows(Producer *self, PyObject *const *args, Py_ss
         PyErr_SetString(PyExc_TypeError, "send_rows: rcs must be a list, prefix and tails bytes");
         return NULL;
     }
-    TxBlock tx;
+    TxBlock tx = {0};
     int with_tx = nargs == 9 && args[8] != Py_None;
     if (with_tx && parse_tx(args[8], &tx) < 0) return NULL;
     rk_headers_t *tmpl;

@@ -616,6 +616,16 @@ static int rd_varint(const unsigned char **pp, const unsigned char *end, uint64_
     return 0;
 }
 
+/* A field's number and wire type; 0 on malformed input, and for tags protobuf refuses: field
+ * number 0, or a tag beyond 32 bits (field numbers end at 2^29 - 1). */
+static int rd_tag(const unsigned char **pp, const unsigned char *end, int *field, int *wt) {
+    uint64_t tag;
+    if (!rd_varint(pp, end, &tag) || tag > UINT32_MAX || (tag >> 3) == 0) return 0;
+    *field = (int)(tag >> 3);
+    *wt = (int)(tag & 7);
+    return 1;
+}
+
 /* Skip a field of the given wire type; 0 on malformed input. */
 static int skip_field(const unsigned char **pp, const unsigned char *end, int wt) {
     uint64_t v;
@@ -631,6 +641,33 @@ static int skip_field(const unsigned char **pp, const unsigned char *end, int wt
     }
 }
 
+/* [p, end) is a well-formed message whose fields are all scalars or bytes (a Bitmap). */
+static int wire_ok(const unsigned char *p, const unsigned char *end) {
+    int field, wt;
+    while (p < end)
+        if (!rd_tag(&p, end, &field, &wt) || !skip_field(&p, end, wt)) return 0;
+    return 1;
+}
+
+/* [p, end) is a well-formed query.Row: wire_ok, and packed lengths made of whole varints. */
+static int row_wire_ok(const unsigned char *p, const unsigned char *end) {
+    int field, wt;
+    uint64_t v;
+    while (p < end) {
+        if (!rd_tag(&p, end, &field, &wt)) return 0;
+        if (field == 1 && wt == 2) {
+            if (!rd_varint(&p, end, &v) || v > (uint64_t)(end - p)) return 0;
+            const unsigned char *q = p;
+            p += v;
+            while (q < p)
+                if (!rd_varint(&q, p, &v)) return 0;
+        } else if (!skip_field(&p, end, wt)) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
 /* query.Row: lengths (sint64, packed or not) into lens[ncols] and the values slice.
  * Returns 1, or 0 for anything unexpected (the caller falls back to Python). */
 static int parse_row(const unsigned char *p, const unsigned char *end, Py_ssize_t ncols, long long *lens,
@@ -639,9 +676,9 @@ static int parse_row(const unsigned char *p, const unsigned char *end, Py_ssize_
     *values = "";
     *nvalues = 0;
     while (p < end) {
-        uint64_t tag, v;
-        if (!rd_varint(&p, end, &tag)) return 0;
-        int field = (int)(tag >> 3), wt = (int)(tag & 7);
+        uint64_t v;
+        int field, wt;
+        if (!rd_tag(&p, end, &field, &wt)) return 0;
         if (field == 1 && wt == 2) {
             if (!rd_varint(&p, end, &v) || v > (uint64_t)(end - p)) return 0;
             const unsigned char *q = p, *qe = p + v;
@@ -693,7 +730,7 @@ static int encode_image(Program *pg, Deferred *d, const unsigned char *p, const 
     for (Py_ssize_t i = 0; i < ncols; i++) {
         Col *c = &pg->cols[i];
         long long l = lens[i];
-        if (l > 0 && pos + l > nvalues) { rc = 0; goto done; } /* Python slices would truncate */
+        if (l > 0 && l > nvalues - pos) { rc = 0; goto done; } /* Python slices would truncate (no pos + l: it may overflow) */
         if (c->op == OP_DROP) {
             if (l > 0) pos += l;
             continue;
@@ -754,9 +791,9 @@ static PyObject *Program_encode(Program *pg, PyObject *arg) {
     Deferred d = {0};
     int fallback = 0;
     while (p < end) {
-        uint64_t tag, v;
-        if (!rd_varint(&p, end, &tag)) { fallback = 1; break; }
-        int field = (int)(tag >> 3), wt = (int)(tag & 7);
+        uint64_t v;
+        int field, wt;
+        if (!rd_tag(&p, end, &field, &wt)) { fallback = 1; break; }
         if ((field == 1 || field == 2) && wt == 2) {
             if (!rd_varint(&p, end, &v) || v > (uint64_t)(end - p) || sub[field - 1] != NULL) {
                 fallback = 1; /* malformed, or a repeated sub-message that protobuf would merge */
@@ -764,6 +801,14 @@ static PyObject *Program_encode(Program *pg, PyObject *arg) {
             }
             sub[field - 1] = p;
             sube[field - 1] = p + v;
+            p += v;
+        } else if ((field == 3 || field == 4) && wt == 2) {
+            /* data_columns / json_partial_values: Bitmaps the encoder does not read, but upb parses
+             * them, and refuses the whole RowChange for a malformed one: so must we. */
+            if (!rd_varint(&p, end, &v) || v > (uint64_t)(end - p) || !wire_ok(p, p + v)) {
+                fallback = 1;
+                break;
+            }
             p += v;
         } else if (!skip_field(&p, end, wt)) {
             fallback = 1;
@@ -773,6 +818,13 @@ static PyObject *Program_encode(Program *pg, PyObject *arg) {
     for (int i = 0; i < 2 && !fallback; i++) {
         if (sub[i] == NULL) continue;
         int r = encode_image(pg, &d, sub[i], sube[i], &img[i], &key[i]);
+        if (r < 0 && i == 0 && sub[1] != NULL && !row_wire_ok(sub[1], sube[1])) {
+            /* A converter raised on the before image, but upb refuses the after image first (the
+             * Python path parses the whole RowChange before converting): let it raise that. */
+            PyErr_Clear();
+            fallback = 1;
+            break;
+        }
         if (r < 0) goto fail;
         if (r == 0) fallback = 1;
     }
@@ -917,6 +969,11 @@ static PyObject *utf8_or_null(const unsigned char *p, Py_ssize_t n) {
     return s;
 }
 
+/* VEvent's string fields (gtid, statement, dml, keyspace, shard, throttled_reason, event_gtid)
+ * and its sub-messages other than row_event (field_event, vgtid, journal, last_p_k_event). */
+static int vevent_string(int f) { return f == 3 || f == 4 || f == 9 || f == 22 || f == 23 || f == 25 || f == 28; }
+static int vevent_message(int f) { return f == 6 || f == 7 || f == 8 || f == 21; }
+
 /* One VEvent at [p, end): a ROW item (type, start, end, table_name, shard, is_internal, [RowChange
  * bytes]) when it is a well-formed ROW event, else (type, start, end) for Python to parse.
  * Returns NULL with an error set on allocation failure, Py_None when the event is malformed. */
@@ -926,17 +983,20 @@ static PyObject *scan_event(const unsigned char *base, const unsigned char *p, c
     long long type = 0;
     int generic = 0, row_events = 0;
     while (p < end) {
-        uint64_t tag, v;
-        if (!rd_varint(&p, end, &tag)) return Py_NewRef(Py_None);
-        int field = (int)(tag >> 3), wt = (int)(tag & 7);
+        uint64_t v;
+        int field, wt;
+        if (!rd_tag(&p, end, &field, &wt)) return Py_NewRef(Py_None);
         if (field == 1) {
             if (wt != 0) { generic = 1; if (!skip_field(&p, end, wt)) return Py_NewRef(Py_None); continue; }
             if (!rd_varint(&p, end, &v)) return Py_NewRef(Py_None);
             type = (long long)(int32_t)(uint32_t)v;
-        } else if ((field == 5 || field == 23) && wt == 2) {
+        } else if (wt == 2) {
             if (!rd_varint(&p, end, &v) || v > (uint64_t)(end - p)) return Py_NewRef(Py_None);
             if (field == 5) { re = p; ree = p + v; row_events++; }
-            else { evshard = p; evshard_n = (Py_ssize_t)v; }
+            else if (field == 23) { evshard = p; evshard_n = (Py_ssize_t)v; }
+            /* upb checks every string's UTF-8 and parses every sub-message of the event (and
+             * refuses the whole event for one bad byte): such an event is left to upb. */
+            if (vevent_message(field) || (vevent_string(field) && !valid_utf8(p, (Py_ssize_t)v))) generic = 1;
             p += v;
         } else if (!skip_field(&p, end, wt)) {
             return Py_NewRef(Py_None);
@@ -952,12 +1012,14 @@ static PyObject *scan_event(const unsigned char *base, const unsigned char *p, c
     if (!rcs) return NULL;
     p = re;
     while (p < ree) {
-        uint64_t tag, v;
-        if (!rd_varint(&p, ree, &tag)) { generic = 1; break; }
-        int field = (int)(tag >> 3), wt = (int)(tag & 7);
-        if ((field == 1 || field == 2 || field == 4) && wt == 2) {
+        uint64_t v;
+        int field, wt;
+        if (!rd_tag(&p, ree, &field, &wt)) { generic = 1; break; }
+        if ((field == 1 || field == 2 || field == 3 || field == 4) && wt == 2) {
             if (!rd_varint(&p, ree, &v) || v > (uint64_t)(ree - p)) { generic = 1; break; }
+            if (field != 2 && !valid_utf8(p, (Py_ssize_t)v)) { generic = 1; break; } /* each one, as upb */
             if (field == 1) { tn = p; tn_n = (Py_ssize_t)v; }
+            else if (field == 3) { /* keyspace: the item does not carry it */ }
             else if (field == 4) { sh = p; sh_n = (Py_ssize_t)v; }
             else {
                 PyObject *b = PyBytes_FromStringAndSize((const char *)p, (Py_ssize_t)v);
@@ -968,7 +1030,7 @@ static PyObject *scan_event(const unsigned char *base, const unsigned char *p, c
         } else if (field == 6 && wt == 0) {
             if (!rd_varint(&p, ree, &v)) { generic = 1; break; }
             internal = v != 0;
-        } else if (field == 1 || field == 2 || field == 4 || field == 6 || !skip_field(&p, ree, wt)) {
+        } else if (field == 1 || field == 2 || field == 3 || field == 4 || field == 6 || !skip_field(&p, ree, wt)) {
             generic = 1; /* a wire type protobuf would reject or treat specially: let upb decide */
             break;
         }
@@ -997,9 +1059,9 @@ static PyObject *rowenc_scan(PyObject *mod, PyObject *arg) {
     PyObject *out = PyList_New(0);
     if (!out) goto done;
     while (p < end) {
-        uint64_t tag, v;
-        if (!rd_varint(&p, end, &tag)) goto malformed;
-        int field = (int)(tag >> 3), wt = (int)(tag & 7);
+        uint64_t v;
+        int field, wt;
+        if (!rd_tag(&p, end, &field, &wt)) goto malformed;
         if (field == 1 && wt == 2) {
             if (!rd_varint(&p, end, &v) || v > (uint64_t)(end - p)) goto malformed;
             PyObject *item = scan_event(base, p, p + v);
