@@ -119,3 +119,10 @@ def test_denial_message_is_bounded() -> None:
     assert denial_message(["a: x", "b: y"]) == "a: x; b: y"
     long = denial_message(["v" * 10_000_000])
     assert len(long) == MAX_MESSAGE and long.endswith(" ... (truncated)")
+
+
+def test_long_refused_values_are_cut_in_messages() -> None:
+    huge = "evil/" + "x" * 8_000_000 + ":1"
+    (problem,) = Policy(("ok",)).violations({"snapshot": {"backfill": {"spark": {"sparkConf": {
+        "spark.kubernetes.container.image": huge}}}}})
+    assert len(problem) < 1000 and "... (8000007 characters)" in problem

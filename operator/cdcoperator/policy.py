@@ -31,6 +31,11 @@ _SPARK_IMAGE_KEY = re.compile(r"^spark\.kubernetes\.(?:(?:driver|executor)\.)?co
 _SPARK_ACCOUNT_KEY = re.compile(r"^spark\.kubernetes\.authenticate\..*serviceAccountName$")
 
 
+def _shown(value: str, limit: int = 256) -> str:
+    """``value`` quoted for a message, cut when long (sparkConf values have no length bound)."""
+    return repr(value) if len(value) <= limit else repr(value[:limit]) + f" ... ({len(value)} characters)"
+
+
 class PolicyError(ValueError):
     """``$SHARDCDC_OPERATOR_POLICY`` is not valid (the operator refuses to start with it)."""
 
@@ -73,13 +78,13 @@ class Policy:
         allowed_images = ", ".join(self.image_repositories) or "none"
         for path, image in named_images(spec):
             if not self.image_allowed(image):
-                out.append(f"{path}: image {image!r} is not allowed by the operator's policy (allowed repositories: "
-                           f"{allowed_images}); use an allowed image or ask the cluster admin to add "
-                           f"{repository_of(image)!r} to the chart's policy.imageRepositories")
+                out.append(f"{path}: image {_shown(image)} is not allowed by the operator's policy (allowed "
+                           f"repositories: {allowed_images}); use an allowed image or ask the cluster admin to add "
+                           f"{_shown(repository_of(image))} to the chart's policy.imageRepositories")
         allowed_accounts = ", ".join(self.service_accounts) or "none"
         for path, account in named_service_accounts(spec):
             if not self.service_account_allowed(account):
-                out.append(f"{path}: service account {account!r} is not allowed by the operator's policy (allowed: "
+                out.append(f"{path}: service account {_shown(account)} is not allowed by the operator's policy (allowed: "
                            f"{allowed_accounts}); remove it or ask the cluster admin to add it to the chart's "
                            "policy.serviceAccounts")
         return out
