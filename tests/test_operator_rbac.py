@@ -78,8 +78,7 @@ def plane(tmp_path_factory: pytest.TempPathFactory, kafka_broker: KafkaBroker) -
         for ns in (RELEASE_NS, "shop-a", "shop-b", "team-x", "team-y"):
             kube.kubectl("create", "namespace", ns, check=True)
         kube.kubectl("apply", "-f", str(CRD_PATH), check=True)
-        kube.kubectl("wait", "--for=condition=Established", "crd/cdcconnectors.shardcdc.io", "--timeout=60s",
-                     check=True)
+        kube.wait_established("cdcconnectors.shardcdc.io")
         yield Plane(kube, sim, tmp_path_factory.mktemp("rbac"), kafka_broker.bootstrap)
 
 

@@ -21,8 +21,6 @@ from cdcoperator.model import GROUP, VERSION
 
 __all__ = ["WEBHOOK_ID", "WebhookConfig", "enable"]
 
-log = logging.getLogger("cdcoperator.webhook")
-
 # The URL path the API server calls (kopf routes POST /<handler id> to that handler): the chart's
 # ValidatingWebhookConfiguration names it.
 WEBHOOK_ID = "validate-cdcconnector"
@@ -38,6 +36,16 @@ class WebhookConfig:
 _config: WebhookConfig | None = None
 
 
+class _RefusalsAreNotErrors(logging.Filter):
+    """kopf logs every refused request as ERROR ("Webhook ... failed permanently: <message>"): a user's
+    invalid manifest is no fault of the operator's, so log it at INFO (the message stays)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno == logging.ERROR and str(record.msg).startswith(f"Webhook {WEBHOOK_ID!r} failed permanently"):
+            record.levelno, record.levelname = logging.INFO, "INFO"
+        return True
+
+
 def enable(config: WebhookConfig) -> None:
     """Serve the webhook with ``config`` once the operator starts (call before ``kopf.operator``)."""
     global _config
@@ -46,6 +54,7 @@ def enable(config: WebhookConfig) -> None:
             raise SystemExit(f"shardcdc operator: --webhook-cert-dir {config.cert_dir} has no {name} (mount the "
                              "webhook's kubernetes.io/tls Secret there, or run without --webhook-port)")
     _config = config
+    logging.getLogger("kopf.objects").addFilter(_RefusalsAreNotErrors())
 
 
 @kopf.on.startup()
@@ -60,7 +69,5 @@ async def serve(settings: kopf.OperatorSettings, **_: Any) -> None:
 @kopf.on.validate(GROUP, VERSION, PLURAL, id=WEBHOOK_ID, operations=["CREATE", "UPDATE"])
 def validate(body: kopf.Body, memo: Any, **kwargs: Any) -> None:
     problems = review(body, kwargs.get("old"), memo.get("policy"))
-    if problems:
-        meta = body.get("metadata") or {}
-        log.info("refused CdcConnector %s/%s: %s", meta.get("namespace"), meta.get("name"), problems[0][:300])
+    if problems:  # kopf logs the message (at INFO: _RefusalsAreNotErrors)
         raise kopf.AdmissionError(denial_message(problems), code=422)
