@@ -7,13 +7,20 @@ controller and the kubelet; ``operator_runner`` runs the operator (kopf) in this
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 from polling import wait_for as wait_for  # re-exported: the operator tests import it from here
 
 from kubetest.fakenodes import FakeNodes as FakeNodes  # re-exported, as above
 from kubetest.fakenodes import streaming_doc as streaming_doc
+
+# Arguments of the chart's Deployment that name in-pod ports and paths; a test run replaces them.
+_POD_ARGS = ("--liveness=", "--metrics-port=", "--webhook-port=", "--webhook-cert-dir=")
 
 
 @contextlib.contextmanager
@@ -46,3 +53,39 @@ def operator_runner(namespace: str, liveness: str, timeout: float = 30) -> Any:
     assert "reconciles" in ids, "kopf's default registry lost cdcoperator.handlers (a test swapped it)"
     return KopfRunner(["run", "--standalone", "-n", namespace, f"--liveness={liveness}",
                        "-m", "cdcoperator.handlers"], timeout=timeout)
+
+
+@contextlib.contextmanager
+def chart_operator(kube: Any, chart_args: list[str], kubeconfig: Path | None, log: Path,
+                   extra_args: list[str] | None = None, env: Mapping[str, str] | None = None) -> Iterator[str]:
+    """``shardcdc operator`` as a subprocess, as the chart's Deployment runs it (``kube``: a
+    ``KubeControlPlane``; ``kubeconfig`` None: the admin's).
+
+    The chart's liveness, metrics and webhook arguments are replaced: free loopback ports, and
+    ``extra_args`` (e.g. a test's own webhook port and certificate directory). Yields the liveness URL.
+    """
+    from kubetest.controlplane import free_port
+    from localkafka.children import start_bound, stop_group
+
+    args = [a for a in chart_args if not a.startswith(_POD_ARGS)]
+    liveness = f"http://127.0.0.1:{free_port()}/healthz"
+    cmd = [str(Path(sys.executable).parent / "shardcdc"), "operator", *args, f"--liveness={liveness}",
+           f"--metrics-port={free_port()}", "--resync-seconds=0.5", *(extra_args or [])]
+    full_env = {**kube.env(kubeconfig), **(env or {})}
+    full_env.pop("SHARDCDC_OPERATOR_KUBECONFIG", None)
+    with log.open("wb") as out:
+        proc = start_bound(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=full_env)
+    try:
+        def alive() -> bool:
+            assert proc.poll() is None, f"operator exited with {proc.returncode}:\n{log.read_text()[-3000:]}"
+            try:
+                with urllib.request.urlopen(liveness, timeout=2) as resp:
+                    return bool(resp.status == 200)
+            except OSError:
+                return False
+
+        wait_for(alive, 60, "the operator's liveness endpoint")
+        yield liveness
+    finally:
+        stop_group(proc, timeout=20)
+    assert proc.returncode is not None

@@ -72,7 +72,22 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
                              "serviceMonitor": {"create": True, "interval": "15s"}}},
     "monitors-cluster-wide": {"metrics": {"podMonitor": {"create": True}, "serviceMonitor": {"create": True}}},
     "custom": CUSTOM,
+    "hardened": {"watchNamespaces": ["team-a"], "rbac": {"sourceSecrets": True},
+                 "policy": {"imageRepositories": ["registry.example.com/cdc/*"], "serviceAccounts": ["spark"]},
+                 "workers": {"listenAddress": "${env:POD_IP}"},
+                 "networkPolicy": {"monitoringNamespace": "prometheus",
+                                   "extraFrom": [{"ipBlock": {"cidr": "10.0.0.0/8"}}]},
+                 "webhook": {"failurePolicy": "Ignore", "timeoutSeconds": 5}},
+    "secrets-per-namespace": {"rbac": {"kafkaSecrets": True, "secretNamespaces": ["team-a", "team-b"]},
+                              "networkPolicy": {"namespaces": ["team-a"]}},
+    "no-webhook-no-netpol": {"webhook": {"enabled": False}, "networkPolicy": {"create": False},
+                             "watchNamespaces": ["team-a"]},
 }
+# What the chart renders besides the operator's identity and Deployment when the webhook is on.
+WEBHOOK_OBJECTS = [("Secret", "shardcdc-webhook-tls"), ("Service", "shardcdc-webhook"),
+                   ("ValidatingWebhookConfiguration", "shardcdc")]
+WEBHOOK_ARGS = ["--webhook-port=9443", "--webhook-cert-dir=/etc/shardcdc/webhook"]
+SECRET_RULE = {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}
 
 
 # --- one home for the CRD ----------------------------------------------------------------------------
@@ -130,8 +145,8 @@ def _deployment(objs: list[dict[str, Any]]) -> Mapping[str, Any]:
 def test_default_render(tmp_path: Path) -> None:
     objs = render(None, tmp_path)
     assert [(o["kind"], o["metadata"]["name"]) for o in objs] == [
-        ("ServiceAccount", "shardcdc"), ("ClusterRole", "shardcdc"), ("ClusterRoleBinding", "shardcdc"),
-        ("Deployment", "shardcdc")]
+        ("ServiceAccount", "shardcdc"), WEBHOOK_OBJECTS[0], ("ClusterRole", "shardcdc"),
+        ("ClusterRoleBinding", "shardcdc"), WEBHOOK_OBJECTS[1], ("Deployment", "shardcdc"), WEBHOOK_OBJECTS[2]]
     (role,) = by_kind(objs, "ClusterRole")
     assert role["rules"] == DEFAULT_RULES
     (binding,) = by_kind(objs, "ClusterRoleBinding")
@@ -148,19 +163,27 @@ def test_default_render(tmp_path: Path) -> None:
     (c,) = pod["containers"]
     assert c["image"] == "ghcr.io/shardcdc/shardcdc-operator:0.1.0"
     assert c["command"] == ["shardcdc", "operator"]
-    assert c["args"] == ["--all-namespaces", "--liveness=http://0.0.0.0:8081/healthz", "--metrics-port=8082"]
+    assert c["args"] == ["--all-namespaces", "--liveness=http://0.0.0.0:8081/healthz", "--metrics-port=8082",
+                         *WEBHOOK_ARGS]
     assert c["securityContext"] == {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
                                     "runAsNonRoot": True, "capabilities": {"drop": ["ALL"]}}
     assert c["livenessProbe"] == {"httpGet": {"path": "/healthz", "port": "health"}, "periodSeconds": 10,
                                   "timeoutSeconds": 5, "failureThreshold": 3}
     assert c["startupProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
     assert c["ports"] == [{"name": "health", "containerPort": 8081, "protocol": "TCP"},
-                          {"name": "metrics", "containerPort": 8082, "protocol": "TCP"}]
+                          {"name": "metrics", "containerPort": 8082, "protocol": "TCP"},
+                          {"name": "webhook", "containerPort": 9443, "protocol": "TCP"}]
+    assert c["readinessProbe"] == {"tcpSocket": {"port": "webhook"}, "periodSeconds": 5, "timeoutSeconds": 3}
     assert {e["name"]: e.get("value") for e in c["env"]} == {
         "POD_NAMESPACE": None, "SHARDCDC_OPERATOR_RESYNC_SECONDS": "10", "SHARDCDC_OPERATOR_REQUEST_TIMEOUT": "30",
-        "SHARDCDC_WORKER_IMAGE": "ghcr.io/shardcdc/shardcdc:0.1.0", "TMPDIR": "/tmp"}
-    assert c["volumeMounts"] == [{"name": "tmp", "mountPath": "/tmp"}]
-    assert pod["volumes"] == [{"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}}]
+        "SHARDCDC_WORKER_IMAGE": "ghcr.io/shardcdc/shardcdc:0.1.0", "TMPDIR": "/tmp",
+        # The chart's own worker image only, and no service account a connector may name.
+        "SHARDCDC_OPERATOR_POLICY": '{"imageRepositories":["ghcr.io/shardcdc/shardcdc"],"serviceAccounts":[]}',
+        "SHARDCDC_WORKER_METRICS_ADDRESS": "0.0.0.0"}
+    assert c["volumeMounts"] == [{"name": "tmp", "mountPath": "/tmp"},
+                                 {"name": "webhook-tls", "mountPath": "/etc/shardcdc/webhook", "readOnly": True}]
+    assert pod["volumes"] == [{"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}},
+                              {"name": "webhook-tls", "secret": {"secretName": "shardcdc-webhook-tls"}}]
     assert spec["selector"]["matchLabels"] == {"app.kubernetes.io/name": "shardcdc",
                                                 "app.kubernetes.io/instance": "shardcdc",
                                                 "app.kubernetes.io/component": "operator"}
@@ -177,7 +200,7 @@ def test_watch_namespaces_render_roles_only(tmp_path: Path) -> None:
         ("team-a", "Role", NAMESPACE), ("team-b", "Role", NAMESPACE)]
     (c,) = _deployment(objs)["spec"]["template"]["spec"]["containers"]
     assert c["args"] == ["--namespace=team-a", "--namespace=team-b", "--liveness=http://0.0.0.0:8081/healthz",
-                         "--metrics-port=8082"]
+                         "--metrics-port=8082", *WEBHOOK_ARGS]
 
 
 def test_monitors_render(tmp_path: Path) -> None:
@@ -190,7 +213,7 @@ def test_monitors_render(tmp_path: Path) -> None:
     assert [(e["port"], e["path"], e["interval"]) for e in pm["spec"]["podMetricsEndpoints"]] == [
         ("metrics", "/metrics", "30s")]
     # The operator's own metrics: a Service over the operator pod, and a ServiceMonitor selecting it.
-    (svc,) = by_kind(objs, "Service")
+    (svc,) = [s for s in by_kind(objs, "Service") if s["metadata"]["name"] == "shardcdc-metrics"]
     dep = _deployment(objs)
     assert svc["metadata"]["namespace"] == NAMESPACE
     assert svc["spec"]["selector"] == dep["spec"]["selector"]["matchLabels"]
@@ -204,7 +227,7 @@ def test_monitors_render(tmp_path: Path) -> None:
     (pm,) = by_kind(cluster_wide, "PodMonitor")
     assert pm["spec"]["namespaceSelector"] == {"any": True}
     assert len(by_kind(cluster_wide, "ServiceMonitor")) == 1
-    assert not by_kind(render(None, tmp_path), "Service")
+    assert [s["metadata"]["name"] for s in by_kind(render(None, tmp_path), "Service")] == ["shardcdc-webhook"]
 
 
 def test_custom_values_render(tmp_path: Path) -> None:
@@ -226,7 +249,7 @@ def test_custom_values_render(tmp_path: Path) -> None:
     assert c["resources"] == CUSTOM["resources"]
     assert c["securityContext"] == CUSTOM["securityContext"]
     assert c["args"] == ["--all-namespaces", "--liveness=http://0.0.0.0:9090/healthz", "--metrics-port=9091",
-                         "--verbose"]
+                         *WEBHOOK_ARGS, "--verbose"]
     assert c["env"][-2:] == CUSTOM["extraEnv"]
     env = {e["name"]: e.get("value") for e in c["env"][:5]}
     assert env["SHARDCDC_OPERATOR_RESYNC_SECONDS"] == "30"
@@ -245,6 +268,146 @@ def test_notes_name_the_scope_and_the_crd_upgrade_step(plane: KubeControlPlane, 
     notes = r.stdout.split("NOTES:", 1)[1]
     assert "It serves CdcConnectors in: team-a, team-b (a Role in each)." in notes
     assert "Helm never upgrades CRDs" in notes
+    assert "NetworkPolicy" not in notes and "every Secret" not in notes
+    # Every namespace served: say what the chart could not restrict, and the value that does.
+    r = helm("install", "shardcdc", str(CHART), "--dry-run=client", "--namespace", NAMESPACE,
+             "--kubeconfig", str(plane.kubeconfig_path), "--set", "rbac.sourceSecrets=true")
+    assert r.returncode == 0, r.stderr
+    notes = r.stdout.split("NOTES:", 1)[1]
+    assert "No NetworkPolicy was created for the workers" in notes and "networkPolicy.namespaces" in notes
+    assert "The operator may read (get) every Secret of the cluster" in notes and "rbac.secretNamespaces" in notes
+
+
+# --- policy, webhook, NetworkPolicy, Secrets per namespace ------------------------------------------
+
+
+def _env(objs: list[dict[str, Any]]) -> dict[str, Any]:
+    (c,) = _deployment(objs)["spec"]["template"]["spec"]["containers"]
+    return {e["name"]: e.get("value") for e in c["env"]}
+
+
+def test_policy_and_listen_address_reach_the_operator(tmp_path: Path) -> None:
+    env = _env(render(VALUE_SETS["hardened"], tmp_path))
+    assert json.loads(env["SHARDCDC_OPERATOR_POLICY"]) == {
+        "imageRepositories": ["ghcr.io/shardcdc/shardcdc", "registry.example.com/cdc/*"], "serviceAccounts": ["spark"]}
+    assert env["SHARDCDC_WORKER_METRICS_ADDRESS"] == "${env:POD_IP}"
+    # The worker image's own repository is always allowed, once.
+    env = _env(render({"workerImage": {"repository": "r.example.com/w"},
+                       "policy": {"imageRepositories": ["r.example.com/w"], "serviceAccounts": ["*"]}}, tmp_path))
+    assert json.loads(env["SHARDCDC_OPERATOR_POLICY"]) == {"imageRepositories": ["r.example.com/w"],
+                                                           "serviceAccounts": ["*"]}
+
+
+def _pem_certs(b64: str) -> list[Any]:
+    import base64
+
+    from cryptography import x509
+
+    return x509.load_pem_x509_certificates(base64.b64decode(b64))
+
+
+def test_webhook_renders_its_service_certificate_and_configuration(tmp_path: Path) -> None:
+    from cryptography import x509
+
+    objs = render(None, tmp_path)
+    (secret,) = by_kind(objs, "Secret")
+    assert (secret["metadata"]["name"], secret["type"]) == ("shardcdc-webhook-tls", "kubernetes.io/tls")
+    (cert,) = _pem_certs(secret["data"]["tls.crt"])
+    (ca,) = _pem_certs(secret["data"]["ca.crt"])
+    cert.verify_directly_issued_by(ca)  # the caBundle below is what signed the serving certificate
+    sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(x509.DNSName)
+    assert "shardcdc-webhook.shardcdc-system.svc" in sans
+    (svc,) = [s for s in by_kind(objs, "Service") if s["metadata"]["name"] == "shardcdc-webhook"]
+    assert svc["spec"]["selector"] == _deployment(objs)["spec"]["selector"]["matchLabels"]
+    assert svc["spec"]["ports"] == [{"name": "webhook", "port": 443, "targetPort": "webhook", "protocol": "TCP"}]
+    (vwc,) = by_kind(objs, "ValidatingWebhookConfiguration")
+    (hook,) = vwc["webhooks"]
+    assert hook["clientConfig"] == {"service": {"name": "shardcdc-webhook", "namespace": NAMESPACE, "port": 443,
+                                                "path": "/validate-cdcconnector"},
+                                    "caBundle": secret["data"]["ca.crt"]}
+    assert (hook["name"], hook["failurePolicy"], hook["sideEffects"], hook["timeoutSeconds"]) == (
+        "validate.cdcconnectors.shardcdc.io", "Fail", "None", 10)
+    assert hook["rules"] == [{"apiGroups": ["shardcdc.io"], "apiVersions": ["v1alpha1"], "resources": ["cdcconnectors"],
+                              "operations": ["CREATE", "UPDATE"], "scope": "Namespaced"}]
+    assert "namespaceSelector" not in hook  # every namespace, as the operator
+    (cond,) = hook["matchConditions"]
+    assert "object.spec != oldObject.spec" in cond["expression"]
+
+    hardened = render(VALUE_SETS["hardened"], tmp_path)
+    (hook,) = by_kind(hardened, "ValidatingWebhookConfiguration")[0]["webhooks"]
+    assert (hook["failurePolicy"], hook["timeoutSeconds"]) == ("Ignore", 5)
+    assert hook["namespaceSelector"] == {"matchExpressions": [
+        {"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["team-a"]}]}
+
+    off = render(VALUE_SETS["no-webhook-no-netpol"], tmp_path)
+    assert not [o for o in off if (o["kind"], o["metadata"]["name"]) in WEBHOOK_OBJECTS]
+    (c,) = _deployment(off)["spec"]["template"]["spec"]["containers"]
+    assert not [a for a in c["args"] if a.startswith("--webhook")]
+    assert "readinessProbe" not in c and [m["name"] for m in c["volumeMounts"]] == ["tmp"]
+
+
+def test_webhook_certificate_from_cert_manager(tmp_path: Path) -> None:
+    objs = render({"webhook": {"certManager": {"enabled": True}}}, tmp_path)
+    assert not by_kind(objs, "Secret")
+    (issuer,) = by_kind(objs, "Issuer")
+    assert (issuer["metadata"]["name"], issuer["spec"]) == ("shardcdc-webhook", {"selfSigned": {}})
+    (cert,) = by_kind(objs, "Certificate")
+    assert cert["spec"]["secretName"] == "shardcdc-webhook-tls"
+    assert cert["spec"]["issuerRef"] == {"name": "shardcdc-webhook", "kind": "Issuer"}
+    assert "shardcdc-webhook.shardcdc-system.svc" in cert["spec"]["dnsNames"]
+    (vwc,) = by_kind(objs, "ValidatingWebhookConfiguration")
+    assert vwc["metadata"]["annotations"] == {"cert-manager.io/inject-ca-from": "shardcdc-system/shardcdc-webhook"}
+    assert "caBundle" not in vwc["webhooks"][0]["clientConfig"]
+    own = render({"webhook": {"certManager": {"enabled": True, "issuerRef": {"name": "corp-ca",
+                                                                             "kind": "ClusterIssuer"}}}}, tmp_path)
+    assert not by_kind(own, "Issuer")
+    assert by_kind(own, "Certificate")[0]["spec"]["issuerRef"] == {"name": "corp-ca", "kind": "ClusterIssuer"}
+
+
+def test_network_policy_admits_only_the_operator_and_monitoring_to_workers(tmp_path: Path) -> None:
+    objs = render(VALUE_SETS["watch-namespaces"], tmp_path)
+    policies = by_kind(objs, "NetworkPolicy")
+    assert [(p["metadata"]["name"], p["metadata"]["namespace"]) for p in policies] == [
+        ("shardcdc-workers", "team-a"), ("shardcdc-workers", "team-b")]
+    spec = policies[0]["spec"]
+    assert spec["podSelector"] == {"matchLabels": {"app.kubernetes.io/name": "shardcdc-worker",
+                                                   "app.kubernetes.io/component": "worker"}}
+    assert spec["policyTypes"] == ["Ingress"]
+    operator_peer = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": NAMESPACE}},
+                     "podSelector": {"matchLabels": _deployment(objs)["spec"]["selector"]["matchLabels"]}}
+    assert spec["ingress"] == [{"ports": [{"port": "metrics", "protocol": "TCP"}], "from": [
+        operator_peer, {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]}]
+
+    (hardened,) = by_kind(render(VALUE_SETS["hardened"], tmp_path), "NetworkPolicy")
+    assert hardened["spec"]["ingress"][0]["from"] == [
+        operator_peer, {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "prometheus"}}},
+        {"ipBlock": {"cidr": "10.0.0.0/8"}}]
+    no_monitoring = render({"watchNamespaces": ["team-a"], "networkPolicy": {"monitoringNamespace": ""}}, tmp_path)
+    assert by_kind(no_monitoring, "NetworkPolicy")[0]["spec"]["ingress"][0]["from"] == [operator_peer]
+    # Every namespace served: only where networkPolicy.namespaces says (the chart cannot know the others).
+    assert not by_kind(render(None, tmp_path), "NetworkPolicy")
+    listed = by_kind(render(VALUE_SETS["secrets-per-namespace"], tmp_path), "NetworkPolicy")
+    assert [p["metadata"]["namespace"] for p in listed] == ["team-a"]
+    assert not by_kind(render(VALUE_SETS["no-webhook-no-netpol"], tmp_path), "NetworkPolicy")
+
+
+def test_secret_namespaces_move_get_secrets_out_of_the_cluster_role(tmp_path: Path) -> None:
+    cluster_wide = render({"rbac": {"sourceSecrets": True}}, tmp_path)
+    assert by_kind(cluster_wide, "ClusterRole")[0]["rules"] == [*OPERATOR_RULES, SECRET_RULE, SPARK_RULE, JOB_RULE]
+    objs = render(VALUE_SETS["secrets-per-namespace"], tmp_path)
+    assert by_kind(objs, "ClusterRole")[0]["rules"] == DEFAULT_RULES  # no Secrets cluster-wide
+    roles = by_kind(objs, "Role")
+    assert [(r["metadata"]["name"], r["metadata"]["namespace"], r["rules"]) for r in roles] == [
+        ("shardcdc-secrets", "team-a", [SECRET_RULE]), ("shardcdc-secrets", "team-b", [SECRET_RULE])]
+    bindings = by_kind(objs, "RoleBinding")
+    assert [(b["metadata"]["namespace"], b["roleRef"]["name"], b["subjects"]) for b in bindings] == [
+        (ns, "shardcdc-secrets", [{"kind": "ServiceAccount", "name": "shardcdc", "namespace": NAMESPACE}])
+        for ns in ("team-a", "team-b")]
+    # With watchNamespaces every rule is per namespace already; secretNamespaces adds nothing.
+    watched = render({"watchNamespaces": ["team-a"], "rbac": {"sourceSecrets": True, "secretNamespaces": ["x"]}},
+                     tmp_path)
+    assert [(r["metadata"]["name"], r["metadata"]["namespace"], r["rules"]) for r in by_kind(watched, "Role")] == [
+        ("shardcdc", "team-a", [*OPERATOR_RULES, SECRET_RULE, SPARK_RULE, JOB_RULE])]
 
 
 # --- the schema rejects bad values with a clear message --------------------------------------------
@@ -271,6 +434,12 @@ BAD_VALUES: list[tuple[dict[str, Any], list[str]]] = [
      ["at '/metrics/podMonitor/interval': '30 seconds' does not match pattern"]),
     ({"operator": {"healthPort": 80}}, ["at '/operator/healthPort': minimum: got 80, want 1,024"]),
     ({"extraEnv": [{"value": "x"}]}, ["at '/extraEnv/0': missing property 'name'"]),
+    ({"policy": {"imageRepositories": ["ghcr.io/x/y:1.0"]}},
+     ["at '/policy/imageRepositories/0': 'ghcr.io/x/y:1.0' does not match pattern"]),
+    ({"policy": {"serviceAccounts": ["Admin"]}}, ["at '/policy/serviceAccounts/0': 'Admin' does not match pattern"]),
+    ({"webhook": {"failurePolicy": "Sometimes"}}, ["at '/webhook/failurePolicy': value must be one of 'Fail', 'Ignore'"]),
+    ({"rbac": {"secretNamespaces": "team-a"}}, ["at '/rbac/secretNamespaces': got string, want array"]),
+    ({"networkPolicy": {"create": "yes"}}, ["at '/networkPolicy/create': got string, want boolean"]),
 ]
 
 

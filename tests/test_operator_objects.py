@@ -170,6 +170,7 @@ def test_deployment_exact() -> None:
                                 {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
                                 {"name": "POD_NAMESPACE",
                                  "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+                                {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
                                 {"name": "TMPDIR", "value": "/tmp"},
                                 {"name": "SHARDCDC_WORKER_SUPERVISED", "value": "1"},
                             ],
@@ -330,3 +331,42 @@ def test_shard_names_with_an_empty_key_range_are_a_spec_error() -> None:
         ConnectorResource.from_body(body)
     body["spec"]["source"]["vitess"]["shards"] = ["-80", "80-"]
     assert ConnectorResource.from_body(body).spec.source.shards == ("-80", "80-")
+
+
+def test_workers_listen_on_the_installers_address(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The chart's workers.listenAddress reaches the worker (operator env -> shardcdc.metrics.address ->
+    the endpoint's bind address); unset, the properties do not name it (the worker's 0.0.0.0)."""
+    import socket
+    import urllib.error
+    import urllib.request
+
+    from cdcworker.config import validate
+    from cdcworker.config.loader import load_raw
+    from cdcworker.observability import TaskMetrics, serve
+
+    plain = {**BODY, "spec": {"source": {"vitess": {"vtgate": "vtgate:15991", "keyspace": "commerce"}},
+                              "kafka": {"bootstrapServers": "k1:9092", "topicPrefix": "shop"}}}
+    cr = ConnectorResource.from_body(plain)
+    assert "shardcdc.metrics.address" not in worker_properties(cr, TASK)
+    monkeypatch.setenv("SHARDCDC_WORKER_METRICS_ADDRESS", "${env:POD_IP}")
+    props = worker_properties(cr, TASK)
+    assert props["shardcdc.metrics.address"] == "${env:POD_IP}"
+    _, dep = build_task_objects(cr, TASK)
+    env = dep["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}} in env
+    cfg = validate(load_raw([], env={"POD_IP": "127.0.0.2"}, overrides={**props, "shardcdc.metrics.port": "0"}))
+    assert cfg.behaviour.metrics_address == "127.0.0.2"
+    with socket.socket() as s:
+        s.bind(("127.0.0.2", 0))
+        port = s.getsockname()[1]
+    server = serve(TaskMetrics("orders", "task1_2_4"), port, cfg.behaviour.metrics_address)
+    assert server is not None
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.2:{port}/healthz", timeout=5) as resp:
+            assert resp.status in (200, 503)
+    except urllib.error.HTTPError as exc:
+        assert exc.code == 503  # not streaming yet: the endpoint answered
+    finally:
+        server.stop()
+    with pytest.raises(ConnectionRefusedError), socket.create_connection(("127.0.0.1", port), timeout=5):
+        pass  # not on every interface

@@ -15,12 +15,8 @@ the process-wide shared plane would also adopt other test modules' connectors. `
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import re
-import subprocess
-import sys
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,13 +24,11 @@ from typing import Any
 import pytest
 import yaml
 from helm_fixtures import by_kind, render
-from operator_kube_fixtures import FakeNodes, wait_for
+from operator_kube_fixtures import FakeNodes, chart_operator, wait_for
 
 from cdcoperator.apply import KubeApi
 from kubetest import KubeControlPlane
-from kubetest.controlplane import free_port
 from localkafka import KafkaBroker
-from localkafka.children import start_bound, stop_group
 from vtgatesim import VTGateSim
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -84,38 +78,8 @@ def plane(tmp_path_factory: pytest.TempPathFactory, kafka_broker: KafkaBroker) -
         for ns in (RELEASE_NS, "shop-a", "shop-b", "team-x", "team-y"):
             kube.kubectl("create", "namespace", ns, check=True)
         kube.kubectl("apply", "-f", str(CRD_PATH), check=True)
-        kube.kubectl("wait", "--for=condition=Established", "crd/cdcconnectors.shardcdc.io", "--timeout=60s",
-                     check=True)
+        kube.wait_established("cdcconnectors.shardcdc.io")
         yield Plane(kube, sim, tmp_path_factory.mktemp("rbac"), kafka_broker.bootstrap)
-
-
-@contextlib.contextmanager
-def operator(plane: Plane, chart_args: list[str], kubeconfig: Path, log: Path) -> Iterator[str]:
-    """``shardcdc operator`` as the chart's Deployment runs it."""
-    # The chart's arguments, with the liveness and metrics ports moved to free loopback ports.
-    args = [a for a in chart_args if not a.startswith(("--liveness=", "--metrics-port="))]
-    assert len(args) == len(chart_args) - 2
-    liveness = f"http://127.0.0.1:{free_port()}/healthz"
-    cmd = [str(Path(sys.executable).parent / "shardcdc"), "operator", *args, f"--liveness={liveness}",
-           f"--metrics-port={free_port()}", "--resync-seconds=0.5"]
-    env = plane.kube.env(kubeconfig)
-    env.pop("SHARDCDC_OPERATOR_KUBECONFIG", None)
-    with log.open("wb") as out:
-        proc = start_bound(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
-    try:
-        def alive() -> bool:
-            assert proc.poll() is None, f"operator exited with {proc.returncode}:\n{log.read_text()[-3000:]}"
-            try:
-                with urllib.request.urlopen(liveness, timeout=2) as resp:
-                    return resp.status == 200
-            except OSError:
-                return False
-
-        wait_for(alive, 60, "the operator's liveness endpoint")
-        yield liveness
-    finally:
-        stop_group(proc, timeout=20)
-    assert proc.returncode is not None
 
 
 def connector(plane: Plane, name: str, namespace: str, keyspace: str, **vitess: Any) -> dict[str, Any]:
@@ -194,7 +158,7 @@ def test_cluster_wide_chart_rbac_is_enough_and_no_more(plane: Plane) -> None:
     assert can_i(plane, kubeconfig, "list", "cdcconnectors.shardcdc.io", "--all-namespaces") == "yes"
 
     log = plane.tmp / "cluster-wide.log"
-    with operator(plane, chart_args, kubeconfig, log):
+    with chart_operator(plane.kube, chart_args, kubeconfig, log):
         assert_reconciles(plane, "shop-a", "orders", "cw_orders")
         assert_reconciles(plane, "shop-b", "users", "cw_users")
     assert_no_refusals(log)
@@ -210,7 +174,7 @@ def test_watch_namespaces_chart_rbac_is_enough_and_namespaced(plane: Plane) -> N
     assert can_i(plane, kubeconfig, "create", "deployments.apps", "-n", "team-y") == "yes"
 
     log = plane.tmp / "namespaced.log"
-    with operator(plane, chart_args, kubeconfig, log):
+    with chart_operator(plane.kube, chart_args, kubeconfig, log):
         assert_reconciles(plane, "team-x", "orders", "ns_orders")
         assert_reconciles(plane, "team-y", "users", "ns_users")
     assert_no_refusals(log)
@@ -232,7 +196,7 @@ def test_source_secrets_switch_lets_the_operator_reach_a_tls_source(plane: Plane
                   "--from-literal=password=s3cret")
     log = plane.tmp / "source-secrets.log"
     with VTGateSim(tls=(served.key_pem, served.cert_pem)) as tls_sim, \
-            operator(plane, json.loads(args), kubeconfig, log):
+            chart_operator(plane.kube, json.loads(args), kubeconfig, log):
         assert_reconciles(plane, "shop-c", "secure", "ss_secure", sim=tls_sim,
                           tls={"enabled": True, "caSecretRef": {"name": "vtgate-ca"}},
                           credentialsSecretRef={"name": "vtgate-login"})
@@ -278,3 +242,19 @@ def test_kafka_secrets_switch_lets_the_operator_read_the_kafka_secret(plane: Pla
             assert access.problem == ("the Kafka cluster of secured needs the credentials in Secret "
                                       "shop-k/kafka-client, which the operator reads only when installed with "
                                       "rbac.kafkaSecrets=true")
+
+
+def test_secret_namespaces_keep_a_cluster_wide_operator_off_other_namespaces_secrets(plane: Plane) -> None:
+    """rbac.secretNamespaces: with every namespace served (a ClusterRole), `get` on Secrets is granted by
+    Roles in the listed namespaces only, and nothing else of the operator's rights changes."""
+    plane.kubectl("create", "namespace", "shop-s")
+    values = {"rbac": {"sourceSecrets": True, "kafkaSecrets": True, "secretNamespaces": ["shop-s", "team-x"]}}
+    _args, kubeconfig = plane.install_chart_identity("sn", values)
+    for ns in ("shop-s", "team-x"):
+        assert can_i(plane, kubeconfig, "get", "secrets", "-n", ns) == "yes"
+        assert can_i(plane, kubeconfig, "list", "secrets", "-n", ns) == "no"
+    for ns in ("shop-a", "team-y", RELEASE_NS):
+        assert can_i(plane, kubeconfig, "get", "secrets", "-n", ns) == "no"
+    assert can_i(plane, kubeconfig, "get", "secrets", "--all-namespaces") == "no"
+    assert can_i(plane, kubeconfig, "list", "cdcconnectors.shardcdc.io", "--all-namespaces") == "yes"
+    assert can_i(plane, kubeconfig, "create", "deployments.apps", "-n", "shop-a") == "yes"

@@ -220,6 +220,24 @@ class KubeControlPlane:
         if self.kubectl("get", "namespace", name).returncode != 0:
             self.kubectl("create", "namespace", name, check=True)
 
+    def wait_established(self, *crds: str, timeout: float = 60.0) -> None:
+        """Wait until each CRD (``name.group``) is Established.
+
+        Not ``kubectl wait --for=condition=Established``: right after the create, the CRD may have no
+        ``status.conditions`` yet, and kubectl then fails at once ("conditions accessor error: <nil>")
+        instead of waiting.
+        """
+        deadline = time.monotonic() + timeout
+        for crd in crds:
+            while True:
+                r = self.kubectl("get", f"crd/{crd}", "-o",
+                                 'jsonpath={.status.conditions[?(@.type=="Established")].status}')
+                if r.returncode == 0 and r.stdout.strip() == "True":
+                    break
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"CRD {crd} not Established within {timeout}s: {r.stdout}{r.stderr}")
+                time.sleep(0.1)  # polling interval of a condition with a deadline
+
     def kubectl(
         self,
         *args: str,

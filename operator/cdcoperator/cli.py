@@ -22,6 +22,11 @@ def register(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], 
                         help="interval of the level-based resync (env SHARDCDC_OPERATOR_RESYNC_SECONDS; default 10)")
     parser.add_argument("--metrics-port", type=int, default=8082,
                         help="port of the Prometheus /metrics endpoint (0 disables; default 8082)")
+    parser.add_argument("--webhook-port", type=int, default=0,
+                        help="serve the validating admission webhook on this port (0: no webhook; default 0)")
+    parser.add_argument("--webhook-address", default="0.0.0.0", help="address the webhook listens on")
+    parser.add_argument("--webhook-cert-dir", default="/etc/shardcdc/webhook",
+                        help="directory with the webhook's serving certificate (tls.crt, tls.key)")
     parser.add_argument("--verbose", action="store_true", help="debug logging")
     return run
 
@@ -42,7 +47,20 @@ def run(args: argparse.Namespace) -> int:
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
     import kopf
 
+    from cdcoperator.policy import PolicyError, load_policy
+
+    try:
+        load_policy()  # a bad $SHARDCDC_OPERATOR_POLICY stops the operator here, in one line
+    except PolicyError as exc:
+        raise SystemExit(f"shardcdc operator: {exc}") from None
     import cdcoperator.handlers  # noqa: F401  (registers the handlers)
+
+    if args.webhook_port:
+        from pathlib import Path
+
+        from cdcoperator import webhook
+
+        webhook.enable(webhook.WebhookConfig(args.webhook_port, Path(args.webhook_cert_dir), args.webhook_address))
 
     if args.metrics_port:
         from cdcoperator.metrics import start_metrics_server

@@ -25,6 +25,7 @@ from cdcoperator import naming
 from cdcoperator.apply import CONFIG_MAPS, DEPLOYMENTS, PLURAL, ApiError, KubeApi, new_api_client
 from cdcoperator.discovery import DEFAULT_TIMEOUT
 from cdcoperator.model import GROUP, VERSION, ConnectorResource, DeletionPolicy, SpecError
+from cdcoperator.policy import load_policy
 from cdcoperator.reconcile import ReconcileContext, reconcile
 from cdcoperator.taskstatus import PodSummary, summarize_pod
 
@@ -82,6 +83,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     settings.background.cancellation_polling = 1.0
     memo.kube = KubeApi(new_api_client(os.environ.get("SHARDCDC_OPERATOR_KUBECONFIG")), REQUEST_TIMEOUT)
     memo.http = aiohttp.ClientSession()
+    memo.policy = load_policy()  # $SHARDCDC_OPERATOR_POLICY (the chart's policy values); None: unrestricted
     memo.stats = {"reconciles": 0}  # shared by every per-object memo (they are shallow copies)
 
 
@@ -123,7 +125,7 @@ def _context(memo: kopf.Memo, pods: kopf.Index[Any, Any]) -> ReconcileContext:
     if warned is None:
         warned = memo["warned"] = set()
     return ReconcileContext(kube=memo.kube, http=memo.http, emit=_emit, pods=pods_of, discovery_timeout=DISCOVERY_TIMEOUT,
-                            warned=warned)
+                            warned=warned, policy=memo.get("policy"))
 
 
 def _lock(memo: kopf.Memo) -> asyncio.Lock:

@@ -22,6 +22,7 @@ __all__ = [
     "KIND",
     "VERSION",
     "WORKER_IMAGE_ENV",
+    "WORKER_METRICS_ADDRESS_ENV",
     "BackfillEngine",
     "BackfillRequest",
     "BackfillSpec",
@@ -40,6 +41,7 @@ __all__ = [
     "VitessSource",
     "WorkerSpec",
     "default_worker_image",
+    "worker_metrics_address",
 ]
 
 GROUP = "shardcdc.io"
@@ -58,6 +60,15 @@ def default_worker_image() -> str:
     Read at every parse, not at import, so the operator's environment is the only input.
     """
     return os.environ.get(WORKER_IMAGE_ENV, "").strip() or DEFAULT_IMAGE
+
+
+# The chart's workers.listenAddress (the workers' shardcdc.metrics.address); unset: the worker's default.
+WORKER_METRICS_ADDRESS_ENV = "SHARDCDC_WORKER_METRICS_ADDRESS"
+
+
+def worker_metrics_address() -> str | None:
+    """The listen address of every worker's metrics, health and status endpoint, if the installer set one."""
+    return os.environ.get(WORKER_METRICS_ADDRESS_ENV, "").strip() or None
 
 
 class SpecError(ValueError):

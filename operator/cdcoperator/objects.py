@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from cdcoperator import naming
-from cdcoperator.model import API_VERSION, KIND, ConnectorResource
+from cdcoperator.model import API_VERSION, KIND, ConnectorResource, worker_metrics_address
 from cdcoperator.planner import TaskPlan
 from cdcworker import exitcodes
 from cdcworker.backfill.taskhandoff import INITIAL_RUN_PROPERTY
@@ -139,6 +139,9 @@ def worker_properties(cr: ConnectorResource, task: TaskPlan) -> dict[str, str]:
         # A first start holds every table back for that run (no live change before the snapshot).
         props[INITIAL_RUN_PROPERTY] = backfill_run_id(cr, INITIAL_BACKFILL)
     props["shardcdc.metrics.port"] = str(spec.worker.metrics_port)
+    address = worker_metrics_address()
+    if address:  # the chart's workers.listenAddress; unset, the worker's default (every interface)
+        props["shardcdc.metrics.address"] = address
     # user-supplied Debezium properties; the CRD rejects the keys set above
     for key, value in sorted(spec.config.items()):
         props.setdefault(key, value)
@@ -265,6 +268,8 @@ def build_deployment(cr: ConnectorResource, task: TaskPlan, config_map: Mapping[
         "env": [
             {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
             {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+            # For shardcdc.metrics.address=${env:POD_IP}: the endpoint on the pod's address only.
+            {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
             {"name": "TMPDIR", "value": "/tmp"},
             # The Deployment restarts a worker that exits: one whose work is done waits instead.
             {"name": exitcodes.SUPERVISED_ENV, "value": "1"},

@@ -52,6 +52,7 @@ from cdcoperator.planner import (
     generation_to_status,
     plan,
 )
+from cdcoperator.policy import Policy
 from cdcoperator.taskstatus import PodSummary, fetch_status, stray_pods, task_report
 
 __all__ = [
@@ -102,6 +103,8 @@ class ReconcileContext:
     # a refusal or an unreachable source is planned again on every resync but reported once, not
     # every 10 s; the condition's message carries the current details.
     warned: set[str] = field(default_factory=set)
+    # The installer's limits on images and service accounts (cdcoperator.policy); None: unrestricted.
+    policy: Policy | None = None
 
 
 # --- pure helpers -----------------------------------------------------------------------------------
@@ -290,16 +293,19 @@ async def reconcile(ctx: ReconcileContext, namespace: str, name: str) -> Plan | 
         cr = ConnectorResource.from_body(body)
     except SpecError as exc:
         # The CRD rejects most mistakes; this is for what a schema cannot express.
-        bad = (
-            cond.ConditionSpec(cond.READY, False, "InvalidSpec", str(exc)),
-            cond.ConditionSpec(cond.DEGRADED, True, "InvalidSpec", str(exc)),
-        )
-        generation = int((body.get("metadata") or {}).get("generation") or 0)
-        wanted = dict(_owned(existing_status))
-        wanted["conditions"] = cond.merge_conditions(existing_status.get("conditions"), bad,
-                                                     observed_generation=generation, now=now)
-        wanted["observedGeneration"] = generation
-        await _write_status(ctx, body, existing_status, wanted)
+        await _refuse(ctx, body, existing_status, now, "InvalidSpec", str(exc))
+        return None
+    refused = ctx.policy.violations(body.get("spec") or {}) if ctx.policy is not None else []
+    if refused:
+        # Nothing is created, patched or started for this spec; workers of an earlier accepted
+        # spec are left as they were.
+        message = "refused by the operator's policy: " + "; ".join(refused)
+        key = f"{POLICY_REFUSED}:{message}"  # once per refused spec, not on every resync
+        if key not in ctx.warned:
+            ctx.emit(body, "Warning", POLICY_REFUSED, message)
+        ctx.warned.clear()
+        ctx.warned.add(key)
+        await _refuse(ctx, body, existing_status, now, POLICY_REFUSED, message)
         return None
 
     discovery: Discovery | None = None
@@ -359,6 +365,18 @@ async def reconcile(ctx: ReconcileContext, namespace: str, name: str) -> Plan | 
 
 
 STRAY_REASON = "StrayWorkers"
+POLICY_REFUSED = "PolicyRefused"
+
+
+async def _refuse(ctx: ReconcileContext, body: Mapping[str, Any], existing: Mapping[str, Any], now: _dt.datetime,
+                  reason: str, message: str) -> None:
+    """Record a spec the operator will not act on: Ready False and Degraded True, with ``reason``."""
+    bad = (cond.ConditionSpec(cond.READY, False, reason, message), cond.ConditionSpec(cond.DEGRADED, True, reason, message))
+    generation = int((body.get("metadata") or {}).get("generation") or 0)
+    wanted = dict(_owned(existing))
+    wanted["conditions"] = cond.merge_conditions(existing.get("conditions"), bad, observed_generation=generation, now=now)
+    wanted["observedGeneration"] = generation
+    await _write_status(ctx, body, existing, wanted)
 
 
 def _stray_message(strays: Sequence[PodSummary]) -> str:

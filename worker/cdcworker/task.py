@@ -445,7 +445,7 @@ class WorkerTask:
         self.metrics = metrics = TaskMetrics(
             cfg.name, cfg.task.context_task_id, tags=cfg.behaviour.custom_metric_tags, generation=max(cfg.task.generation, 0)
         )
-        server = serve(metrics, cfg.behaviour.metrics_port)
+        server = serve(metrics, cfg.behaviour.metrics_port, cfg.behaviour.metrics_address)
         try:
             result = self._run(metrics)
             if result.exit_code == exitcodes.FAILED:

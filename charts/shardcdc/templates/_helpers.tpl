@@ -102,10 +102,8 @@ strategy Recreate).
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create"]
-{{- if or .Values.rbac.sourceSecrets .Values.rbac.kafkaSecrets }}
-- apiGroups: [""]
-  resources: ["secrets"]
-  verbs: ["get"]
+{{- if and (include "shardcdc.secretsGranted" .) (not (include "shardcdc.secretsPerNamespace" .)) }}
+{{ include "shardcdc.secretRule" . }}
 {{- end }}
 {{- if .Values.rbac.backfills.sparkOperator }}
 - apiGroups: ["sparkoperator.k8s.io"]
@@ -117,6 +115,39 @@ strategy Recreate).
   resources: ["jobs"]
   verbs: ["get", "list", "create", "delete"]
 {{- end }}
+{{- end -}}
+
+{{/* "true" when rbac.sourceSecrets or rbac.kafkaSecrets asks for get on Secrets. */}}
+{{- define "shardcdc.secretsGranted" -}}
+{{- if or .Values.rbac.sourceSecrets .Values.rbac.kafkaSecrets }}true{{ end -}}
+{{- end -}}
+
+{{/*
+"true" when the Secrets rule goes into Roles of rbac.secretNamespaces instead of the ClusterRole
+(cluster-wide operator; with watchNamespaces every rule is in the watched namespaces' Roles anyway).
+*/}}
+{{- define "shardcdc.secretsPerNamespace" -}}
+{{- if and (empty .Values.watchNamespaces) (not (empty .Values.rbac.secretNamespaces)) }}true{{ end -}}
+{{- end -}}
+
+{{- define "shardcdc.secretRule" -}}
+- apiGroups: [""]
+  resources: ["secrets"]
+  verbs: ["get"]
+{{- end -}}
+
+{{/* The operator's policy (values: policy), as the JSON the operator reads from SHARDCDC_OPERATOR_POLICY. */}}
+{{- define "shardcdc.policy" -}}
+{{- $repos := prepend .Values.policy.imageRepositories .Values.workerImage.repository | uniq -}}
+{{- dict "imageRepositories" $repos "serviceAccounts" (.Values.policy.serviceAccounts | default list) | toJson -}}
+{{- end -}}
+
+{{- define "shardcdc.webhookService" -}}
+{{- printf "%s-webhook" (include "shardcdc.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "shardcdc.webhookSecret" -}}
+{{- printf "%s-webhook-tls" (include "shardcdc.fullname" .) -}}
 {{- end -}}
 
 {{/* Worker pods carry these labels (cdcoperator.naming.task_labels). */}}

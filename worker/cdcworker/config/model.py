@@ -288,6 +288,7 @@ class BehaviourConfig:
     custom_metric_tags: tuple[tuple[str, str], ...]
     metrics_port: int
     shutdown_grace_ms: int
+    metrics_address: str = "0.0.0.0"
 
 
 @dataclass(frozen=True, slots=True)

@@ -384,6 +384,14 @@ _PROPERTIES: tuple[Property, ...] = (
         group="task",
     ),
     _p(
+        "shardcdc.metrics.address",
+        S,
+        "0.0.0.0",
+        "Address the metrics, health and status endpoint listens on: 0.0.0.0 (every interface) or one "
+        "address, e.g. ${env:POD_IP} (the operator gives workers POD_IP) so it is not on loopback.",
+        group="task",
+    ),
+    _p(
         "shardcdc.shutdown.grace.ms",
         L,
         30_000,

@@ -769,6 +769,7 @@ class _Validator:
             heartbeat_low_watermark=bool(g("shardcdc.heartbeat.low.watermark")),
             custom_metric_tags=_pairs(g("custom.metric.tags"), "="),
             metrics_port=_int(g("shardcdc.metrics.port")),
+            metrics_address=str(g("shardcdc.metrics.address")),
             shutdown_grace_ms=_int(g("shardcdc.shutdown.grace.ms")),
         )
         secret_keys = frozenset(k for k in self.raw.values if k in self.raw.secret_keys or is_secret_key(k))
