@@ -91,8 +91,7 @@ def env(tmp_path_factory: pytest.TempPathFactory, kafka_broker: KafkaBroker) -> 
             plane.kubectl("apply", "-f", str(CRD_PATH), check=True)
             plane.kubectl("apply", "-f", "-", input=json.dumps(SPARK_CRD), check=True)
             plane.kubectl("apply", "-f", "-", input=rbac, check=True)
-            for crd in ("cdcconnectors.shardcdc.io", "sparkapplications.sparkoperator.k8s.io"):
-                plane.kubectl("wait", "--for=condition=Established", f"crd/{crd}", "--timeout=60s", check=True)
+            plane.wait_established("cdcconnectors.shardcdc.io", "sparkapplications.sparkoperator.k8s.io")
             token = plane.service_account_token(IDENTITY_NS, IDENTITY)
             sa_config = plane.write_kubeconfig(tmp_path_factory.mktemp("sa") / "operator.kubeconfig",
                                                user=IDENTITY, token=token, namespace=NS)

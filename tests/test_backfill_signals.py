@@ -181,8 +181,7 @@ def plane() -> Iterator[KubeControlPlane]:
         p.ensure_namespace(NS)
         p.kubectl("apply", "-f", str(bf_crd()), check=True)
         p.kubectl("apply", "-f", "-", input=json.dumps(SPARK_CRD), check=True)
-        for crd in ("cdcconnectors.shardcdc.io", "sparkapplications.sparkoperator.k8s.io"):
-            p.kubectl("wait", "--for=condition=Established", f"crd/{crd}", "--timeout=60s", check=True)
+        p.wait_established("cdcconnectors.shardcdc.io", "sparkapplications.sparkoperator.k8s.io")
         yield p
 
 

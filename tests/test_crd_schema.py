@@ -136,8 +136,7 @@ def plane() -> Iterator[KubeControlPlane]:
     for p in kube_control_plane_fixture():
         r = p.kubectl("apply", "-f", str(CRD_PATH))
         assert r.returncode == 0, r.stderr
-        r = p.kubectl("wait", "--for=condition=Established", "crd/cdcconnectors.shardcdc.io", "--timeout=60s")
-        assert r.returncode == 0, r.stderr
+        p.wait_established("cdcconnectors.shardcdc.io")
         yield p
 
 

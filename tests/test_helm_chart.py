@@ -469,8 +469,7 @@ def plane() -> Iterator[KubeControlPlane]:
     for p in kube_control_plane_fixture():
         for path in [*CRDS, MONITORING_CRDS]:
             p.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(path), check=True)
-        p.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/cdcconnectors.shardcdc.io",
-                  "crd/podmonitors.monitoring.coreos.com", "crd/servicemonitors.monitoring.coreos.com", check=True)
+        p.wait_established("cdcconnectors.shardcdc.io", "podmonitors.monitoring.coreos.com", "servicemonitors.monitoring.coreos.com")
         yield p
 
 

@@ -93,8 +93,7 @@ def widget_crd(kube: KubeControlPlane) -> str:
     applied = kube.kubectl("apply", "-f", "-", input=WIDGET_CRD)
     assert applied.returncode == 0, applied.stderr
     assert applied.stdout == f"customresourcedefinition.apiextensions.k8s.io/widgets.{GROUP} created\n"
-    established = kube.kubectl("wait", "--for=condition=Established", f"crd/widgets.{GROUP}", "--timeout=30s")
-    assert established.returncode == 0, established.stderr
+    kube.wait_established(f"widgets.{GROUP}", timeout=30)
     return f"widgets.{GROUP}"
 
 

@@ -105,8 +105,7 @@ def env(tmp_path_factory: pytest.TempPathFactory, kafka_broker: KafkaBroker) -> 
             plane.kubectl("apply", "-f", "-", input=NAMESPACES, check=True)
             plane.kubectl("apply", "-f", str(ROOT / "crds" / "shardcdc.io_cdcconnectors.yaml"), check=True)
             plane.kubectl("apply", "-f", "-", input=rbac(), check=True)
-            plane.kubectl("wait", "--for=condition=Established", "crd/cdcconnectors.shardcdc.io",
-                          "--timeout=60s", check=True)
+            plane.wait_established("cdcconnectors.shardcdc.io")
             token = plane.service_account_token(SYSTEM_NS, "shardcdc-operator")
             sa_config = plane.write_kubeconfig(tmp_path_factory.mktemp("sa") / "operator.kubeconfig",
                                                user="shardcdc-operator", token=token, namespace=NS)

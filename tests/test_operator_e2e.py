@@ -89,8 +89,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             plane.ensure_namespace(ns)
         plane.kubectl("apply", "-f", str(CRD_PATH), check=True)
         plane.kubectl("apply", "-f", str(RBAC_PATH), check=True)
-        plane.kubectl("wait", "--for=condition=Established", "crd/cdcconnectors.shardcdc.io", "--timeout=60s",
-                      check=True)
+        plane.wait_established("cdcconnectors.shardcdc.io")
         token = plane.service_account_token("shardcdc-system", "shardcdc-operator")
         sa_config = plane.write_kubeconfig(tmp_path_factory.mktemp("sa") / "operator.kubeconfig",
                                            user="shardcdc-operator", token=token, namespace=NS)
