@@ -87,6 +87,8 @@ UNREADABLE: list[tuple[str, bytes, str]] = [
      "(only plain YAML is read: remove the tag)"),
     ("anchor-bomb", _bomb().encode(), "the document expands to more than 100,000 values"),
     ("recursive-alias", b"kind: CdcConnector\nmetadata: &m {name: x, self: *m}\n", "a recursive alias"),
+    # Found by test_bad_input_properties: PyYAML's ReaderError spans two lines.
+    ("control-character", b"kind: CdcConnector\x1f\n", "character 19: unacceptable character #x001f"),
     ("deep-nesting", b"kind: CdcConnector\nspec: " + b"[" * 1200 + b"]" * 1200 + b"\n", "nested too deeply"),
 ]
 

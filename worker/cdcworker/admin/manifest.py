@@ -51,8 +51,11 @@ def parse_documents(data: bytes, where: str = "<manifest>") -> list[Any]:
         return [doc for doc in yaml.load_all(text, Loader=_BoundedLoader) if doc is not None]
     except yaml.MarkedYAMLError as exc:
         raise ManifestError(f"{where}: {_describe(exc)}") from None
+    except yaml.reader.ReaderError as exc:  # a control character: not YAML text
+        raise ManifestError(f"{where}: character {exc.position + 1}: unacceptable character #x{exc.character:04x} "
+                            f"({exc.reason}); YAML text may not hold control characters") from None
     except (yaml.YAMLError, _TooBig) as exc:
-        raise ManifestError(f"{where}: {exc}") from None
+        raise ManifestError(f"{where}: {' '.join(str(exc).split())}") from None
     except RecursionError:
         raise ManifestError(f"{where}: nested too deeply to read (at most {MAX_DEPTH} levels)") from None
 

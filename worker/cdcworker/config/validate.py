@@ -15,7 +15,6 @@ from pathlib import Path
 from types import MappingProxyType
 
 from cdcworker.config import topic_creation
-from cdcworker.textcut import quote
 from cdcworker.config.errors import HIDDEN, ConfigError, Problem
 from cdcworker.config.kafkaclient import ClientSettingError
 from cdcworker.config.loader import RawConfig
@@ -55,6 +54,7 @@ from cdcworker.config.properties import (
     known_names,
     pattern_of,
 )
+from cdcworker.textcut import quote
 
 _INT_RE = re.compile(r"[+-]?\d+")
 _TOPIC_PREFIX_RE = re.compile(r"[A-Za-z0-9._-]+")
