@@ -162,3 +162,12 @@ def test_the_state_directory_refuses_names_that_leave_it(tmp_path: Path, namespa
     with pytest.raises(SpecError):
         connector_dir(tmp_path, namespace, name)
     assert connector_dir(tmp_path, "team-1", "a.b-1") == tmp_path / "team-1" / "a.b-1"
+
+
+def test_validate_answers_a_properties_file_in_another_encoding(isolated: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    props = isolated / "worker.properties"
+    props.write_bytes(b"name=orders\ntopic.prefix=caf\xe9\n")  # Latin-1
+    rc, out, err = _run(capsys, "validate", "-f", str(props))
+    assert rc == 1 and "Traceback" not in out + err
+    assert f"<file>: {props} is not UTF-8 text (byte 0xe9 at offset 28); save it as UTF-8" in out
