@@ -144,12 +144,14 @@ def test_signal_table_bad_signal_is_refused_and_the_worker_streams_on(
         _wait_for(lambda: caught_up(sim, run), what="every shard caught up")
         assert run.thread.is_alive(), "the worker stopped"
         handled = [s.id for s in run.task.extras.dispatcher.handled]
+        status = run.task.metrics.status()["signals"]  # what /status and `shardcdc status` show
         result = run.stop()
     assert result.exit_code == 0
     assert handled == ["3"]
     refusals = _refusals(caplog)
     assert len(refusals) == 2, refusals
     assert '"additional-conditions"[0] must be an object' in refusals[0]
+    assert status["refused"] == 2 and "data must be a JSON object, got a list [1]" in status["last_refused"]
     assert "data must be a JSON object, got a list [1]" in refusals[1]
     assert _ids(kafka_broker, f"{cfg.topic_prefix}.commerce.customer", "c") == list(range(100, 110))
 
@@ -179,7 +181,8 @@ def test_kafka_bad_signals_leave_the_channel_alive(
         _wait_for(lambda: run.task.extras.engine.completed == ["good"], what="the later valid signal's snapshot")
         assert run.thread.is_alive()
         handled = [s.id for s in run.task.extras.dispatcher.handled]
+        refused = run.task.metrics.signals_refused
         result = run.stop()
     assert result.exit_code == 0
-    assert handled == ["good"]
+    assert handled == ["good"] and refused == len(bad)
     assert _ids(kafka_broker, f"{prefix}.commerce.customer", "r") == [5, 6]

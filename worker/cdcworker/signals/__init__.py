@@ -27,7 +27,7 @@ import json
 import logging
 import queue
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -141,8 +141,9 @@ def _topic_of(item: Signal | tuple[str, int, int]) -> str | None:
 class SignalDispatcher:
     """Acts on signals, in arrival order, on the task's processing thread."""
 
-    def __init__(self, engine: SnapshotEngine | None) -> None:
+    def __init__(self, engine: SnapshotEngine | None, on_refused: Callable[[str], None] | None = None) -> None:
         self.engine = engine
+        self._on_refused = on_refused  # TaskMetrics.on_signal_refused: /status and the metric
         self.handled: list[Signal] = []  # for status and tests
         # Signals, and Kafka read positions (topic, partition, next offset) to record once what
         # came before them has been acted on.
@@ -232,13 +233,18 @@ class SignalDispatcher:
         try:
             self._act(signal)
         except SignalError as exc:
-            log.warning("signal %s (%s) from the %s channel refused: %s; the task goes on, later signals are "
-                        "acted on", signal.id, signal.type, signal.channel, exc)
+            self.refused(f"signal {signal.id} ({signal.type}) from the {signal.channel} channel refused: {exc}")
             return
         except (ValueError, TypeError, KeyError) as exc:  # the engine's refusal (e.g. no such table)
             log.warning("signal %s (%s) ignored: %s", signal.id, signal.type, exc)
             return
         self.handled.append(signal)
+
+    def refused(self, message: str) -> None:
+        """A signal refused for its shape (any thread): one log line, counted for /status."""
+        log.warning("%s; the task goes on, later signals are acted on", message)
+        if self._on_refused is not None:
+            self._on_refused(message)
 
     def _act(self, signal: Signal) -> None:
         """Do what the signal asks; its document is read by ``signals.document`` first."""
@@ -306,8 +312,7 @@ class SignalTap:
             try:
                 signal = signal_from_row(plan.decode(rc.after))
             except ValueError as exc:
-                log.warning("signal row at %s refused: %s; the task goes on, later signals are acted on",
-                            vgtid_json, exc)
+                self._dispatcher.refused(f"signal row at {vgtid_json} refused: {exc}")
                 continue
             self._dispatcher.dispatch(signal)
             if self._relay is not None:
@@ -427,7 +432,7 @@ class KafkaSignalChannel:
                 signal = signal_from_kafka(msg.key(), msg.value(), self._prefix, offset, partition, self.topic,
                                            self._skip_origin)
             except SignalError as exc:
-                log.warning("signal record at %s/%d/%d refused: %s", self.topic, partition, offset, exc)
+                self._dispatcher.refused(f"signal record at {self.topic}/{partition}/{offset} refused: {exc}")
                 signal = None
             if signal is None:
                 self._dispatcher.passed(self.topic, partition, offset + 1)
