@@ -113,12 +113,14 @@ class LocalCluster:
         namespace = str(meta.get("namespace") or "default")
         if not name:
             raise SpecError("metadata.name is required")
+        checked = {**body, "metadata": {**meta, "name": name, "namespace": namespace}}
+        if metadata_name_problems(checked["metadata"]):
+            validate_or_raise(checked)  # the API server's answer, before a path is made of the names
         with self._lock:
             current = self._connectors.get((namespace, name)) or self._load(namespace, name)
             # What the API server would say: the CRD's schema and CEL rules (transition rules
             # against the saved connector), then what the model itself needs.
-            validate_or_raise({**body, "metadata": {**meta, "name": name, "namespace": namespace}},
-                              current if current is not None and current.get("spec") else None)
+            validate_or_raise(checked, current if current is not None and current.get("spec") else None)
             ConnectorResource.from_body({**body, "metadata": {**meta, "namespace": namespace}})
             if current is None:
                 current = {
