@@ -11,6 +11,8 @@ commands (``validate``: 1 invalid, 2 unreadable; ``run``: 2, nothing started), f
 from __future__ import annotations
 
 import copy
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -124,7 +126,10 @@ def test_validate_and_run_refuse_the_same_content(case: str, text: str, said: st
     assert said in out and "Traceback" not in out + err
     assert all(len(line) < 400 for line in out.splitlines()), "a long value was echoed whole"
     state = isolated / "a" / "b" / "c" / "state"
-    rc, out, err = _run(capsys, "run", "-f", str(manifest), "--state-dir", str(state))
+    # A process with a deadline: a run that starts the connector would not return by itself.
+    r = subprocess.run([sys.executable, "-m", "cdcworker.cli", "run", "-f", str(manifest), "--state-dir", str(state)],
+                       capture_output=True, text=True, timeout=60, cwd=manifest.parent)
+    rc, out, err = r.returncode, r.stdout, r.stderr
     assert rc == 2, out + err
     assert err.startswith(f"shardcdc run: {manifest} CdcConnector/") and "nothing was started" in err
     assert said in err and "Traceback" not in out + err

@@ -155,7 +155,8 @@ def test_a_wrong_password_says_authentication_failed_for_the_offsets_reader(
     lines = [r.getMessage() for r in caplog.records if r.name == "cdcworker.kafka"]
     assert lines and all(m.startswith("librdkafka operator's offsets reader: ") for m in lines)
     assert "not-the-password" not in caplog.text
-    assert "|FAIL|" not in capfd.readouterr().err  # no raw librdkafka line on stderr
+    # No raw librdkafka line about it on stderr (other tests' clients may still print theirs).
+    assert "authentication" not in capfd.readouterr().err.lower()
 
 
 def test_local_mode_adopts_and_streams_through_a_secured_cluster(tmp_path: Path, secure_kafka_broker: KafkaBroker) -> None:
