@@ -58,11 +58,10 @@ def find_local(name: str, namespace: str, root: Path, timeout: float = 10.0) -> 
     """The connector as its running instance reports it, else as saved; None if ``root`` has neither."""
     from cdcoperator.local.cluster import STATE_FILE, connector_dir
     from cdcoperator.local.control import ControlClient, ControlError
-    from cdcoperator.model import SpecError
 
     try:
         folder = connector_dir(root, namespace, name)
-    except SpecError as exc:
+    except ValueError as exc:  # SpecError: a name Kubernetes would refuse
         raise LocalModeError(f"no connector {namespace}/{name}: {exc}") from None
     try:
         client = ControlClient.find(name, namespace, root)
