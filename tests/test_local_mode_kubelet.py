@@ -238,7 +238,10 @@ def test_a_restarted_container_gets_fresh_host_ports(harness: Harness, tmp_path:
         if not p or p["status"]["containerStatuses"][0]["restartCount"] < n or not out.exists():
             return None
         port = p["spec"]["containers"][0]["ports"][0]["containerPort"]
-        recorded = json.loads(out.read_text())["env"]["SHARDCDC_SHARDCDC_METRICS_PORT"]
+        try:
+            recorded = json.loads(out.read_text())["env"]["SHARDCDC_SHARDCDC_METRICS_PORT"]
+        except json.JSONDecodeError:
+            return None  # the next start is writing the file (write_text is not atomic): poll again
         return (port, recorded) if str(port) == recorded else None  # the body names the port it was given
 
     first = wait_for(lambda: start(1), 30, "a first restart")
