@@ -110,7 +110,7 @@ def test_alter_follows_connects_patch_semantics() -> None:
     assert [(c.partition.task_key, c.new is None) for c in changes] == [("task0_1_0", True), ("task0_2_1", False)]
     with pytest.raises(OffsetsError, match="not a Vitess partition"):
         plan_alter(records, "orders", {"offsets": [{"partition": {"file": "x"}, "offset": None}]})
-    with pytest.raises(OffsetsError, match="offset has no 'vgtid' string"):
+    with pytest.raises(OffsetsError, match="'vgtid' must be a string holding a JSON list"):
         plan_alter(records, "orders", {"offsets": [{"partition": {"server": "orders"}, "offset": {"pos": 1}}]})
 
 

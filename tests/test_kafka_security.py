@@ -23,6 +23,7 @@ from worker_fixtures import commerce_sim, insert_customers, running_task, wait_f
 from cdcworker import cli, exitcodes
 from cdcworker.config import ConfigError, load_config
 from cdcworker.config.kafkaclient import ClientSettingError, librdkafka_settings, parse_jaas
+from cdcworker.kafkaerrors import ClientLog
 from cdcworker.offsets import OffsetPartition, OffsetValue, Vgtid, offset_record_key
 from localkafka import KafkaBroker, consume_all
 
@@ -199,10 +200,30 @@ def test_refused_credentials_or_certificate_stop_the_worker_with_the_reason(
         with running_task(cfg) as run:
             result = run.wait()
     hint = "sasl.jaas.config" if breakage == "password" else "trust store"
+    failed = "authentication" if breakage == "password" else "the TLS handshake"
+    assert f"{failed} failed for the offsets admin client (" in result.reason, result.reason  # the first client
     assert result.exit_code == exitcodes.FAILED
     assert result.reason.startswith("Kafka refused the connection: ") and expected in result.reason, result.reason
     assert hint in result.reason
     assert json.loads(termination.read_text()) == {"error": result.reason}  # what the operator reports
+
+
+def test_librdkafka_lines_are_logged_once_per_kind_per_period(caplog: pytest.LogCaptureFixture) -> None:
+    now = [0.0]
+    log = ClientLog("offsets consumer", every=30.0, clock=lambda: now[0])
+    with caplog.at_level(logging.DEBUG, logger="cdcworker.kafka"):
+        for _ in range(90):  # 30 s of a login refused 3 times a second
+            log.log(logging.ERROR, "%s [%s] %s", "FAIL", "rdkafka#consumer-1", "SASL authentication error")
+            log.log(logging.WARNING, "%s [%s] %s", "SASL", "rdkafka#consumer-1", "retrying")
+            now[0] += 1 / 3
+        now[0] = 30.0
+        log.log(logging.ERROR, "%s [%s] %s", "FAIL", "rdkafka#consumer-1", "SASL authentication error")
+    assert [(r.levelno, r.getMessage()) for r in caplog.records] == [
+        (logging.ERROR, "librdkafka offsets consumer: FAIL [rdkafka#consumer-1] SASL authentication error"),
+        (logging.WARNING, "librdkafka offsets consumer: SASL [rdkafka#consumer-1] retrying"),
+        (logging.ERROR, "librdkafka offsets consumer: FAIL [rdkafka#consumer-1] SASL authentication error "
+                        "(89 more like it in the last 30 s)"),
+    ]
 
 
 def test_offsets_cli_takes_a_kafka_command_config_file(

@@ -8,6 +8,7 @@ and exits with a chosen status, or waits for SIGTERM.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import sys
 import threading
@@ -19,7 +20,7 @@ import pytest
 from operator_kube_fixtures import wait_for
 
 from cdcoperator.local.cluster import LocalCluster, apply_merge_patch
-from cdcoperator.local.kubelet import ProcessKubelet, decode_secret
+from cdcoperator.local.kubelet import MAX_BACKOFF, ProcessKubelet, decode_secret, restart_delay
 from cdcoperator.taskstatus import summarize_pod
 
 FAKE = r'''
@@ -31,6 +32,14 @@ record = {"argv": sys.argv[1:], "cwd": os.getcwd(), "conf": conf.read_text(),
           "env": {k: v for k, v in os.environ.items() if k in ("POD_NAME", "POD_NAMESPACE", "TOKEN", "MODE", "CONF",
                   "SHARDCDC_SHARDCDC_METRICS_PORT", "SHARDCDC_TERMINATION_LOG", "EXTRA", "UNRELATED")}}
 out.write_text(json.dumps(record))
+if os.environ["MODE"].startswith("run-then-exit:"):  # a healthy run of that many seconds, then a crash
+    import time
+    with out.with_suffix(".runs").open("a") as fh:
+        fh.write(f"start {time.time()}\n")
+    time.sleep(float(os.environ["MODE"].split(":")[1]))
+    with out.with_suffix(".runs").open("a") as fh:
+        fh.write(f"exit {time.time()}\n")
+    sys.exit(1)
 if os.environ["MODE"] == "exit":
     pathlib.Path(os.environ["SHARDCDC_TERMINATION_LOG"]).write_text('{"journal": "here"}')
     sys.exit(10)
@@ -87,7 +96,7 @@ def deployment(name: str, out: Path, mode: str = "serve", cm: str = "app", repli
 
 
 class Harness:
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self, tmp: Path, **kubelet_args: Any) -> None:
         self.tmp = tmp
         self.deployments: list[dict[str, Any]] = []
         self.snapshots: list[list[dict[str, Any]]] = []
@@ -104,7 +113,7 @@ class Harness:
         self.kubelet = ProcessKubelet(lambda: list(self.deployments), lambda k, _ns, n: data.get((k, n)),
                                       tmp / "pods", period=0.05, restart_backoff=0.5,
                                       commands={"fake": (sys.executable, str(script))},
-                                      extra_env={"EXTRA": "1"}, on_change=on_change)
+                                      extra_env={"EXTRA": "1"}, on_change=on_change, **kubelet_args)
 
     def pod(self, name: str) -> dict[str, Any] | None:
         return next((p for p in self.kubelet.pods() if p["metadata"]["name"] == name), None)
@@ -189,6 +198,35 @@ def test_exit_status_and_termination_message_then_crash_loop(harness: Harness, t
         10, '{"journal": "here"}', "CrashLoopBackOff")
 
 
+def test_restart_delay_doubles_on_quick_crashes_and_resets_after_a_healthy_run() -> None:
+    crashes, delays = 0, []
+    for ran_for in (1, 1, 1, 1, 700, 1, 1):
+        crashes, delay = restart_delay(crashes, ran_for, 2.0, 600.0)
+        delays.append(delay)
+    assert delays == [2.0, 4.0, 8.0, 16.0, 2.0, 4.0, 8.0]
+    assert restart_delay(20, 1, 2.0, 600.0) == (21, MAX_BACKOFF)
+
+
+def test_back_off_resets_after_a_healthy_run(tmp_path: Path) -> None:
+    """Issue 28, case 9: a pod that ran for its back-off reset period (the kubelet's 10 minutes,
+    here 1 s) between crashes restarts after the first delay each time, not a doubling one."""
+    h = Harness(tmp_path, backoff_reset=1.0)
+    out = tmp_path / "out.json"
+    h.deployments.append(deployment("c-g3-t1", out, mode="run-then-exit:1.2"))
+    h.kubelet.start()
+    try:
+        runs = out.with_suffix(".runs")
+        wait_for(lambda: runs.exists() and runs.read_text().count("start") >= 6, 60, "six starts")
+    finally:
+        h.kubelet.close()
+    events = [line.split() for line in runs.read_text().splitlines()]
+    gaps = [float(b[1]) - float(a[1]) for a, b in itertools.pairwise(events) if (a[0], b[0]) == ("exit", "start")]
+    assert len(gaps) >= 5
+    # restart_backoff is 0.5 s (+ the start of a Python process): without the reset the 4th and
+    # 5th restarts wait 4 and 8 s.
+    assert all(g < 3.5 for g in gaps), gaps
+
+
 def test_a_restarted_container_gets_fresh_host_ports(harness: Harness, tmp_path: Path) -> None:
     """Host ports stand in for the pod's own network: one taken by another process since it was
     picked must not crash-loop the container or answer its probes, so each start picks anew."""
@@ -200,7 +238,10 @@ def test_a_restarted_container_gets_fresh_host_ports(harness: Harness, tmp_path:
         if not p or p["status"]["containerStatuses"][0]["restartCount"] < n or not out.exists():
             return None
         port = p["spec"]["containers"][0]["ports"][0]["containerPort"]
-        recorded = json.loads(out.read_text())["env"]["SHARDCDC_SHARDCDC_METRICS_PORT"]
+        try:
+            recorded = json.loads(out.read_text())["env"]["SHARDCDC_SHARDCDC_METRICS_PORT"]
+        except json.JSONDecodeError:
+            return None  # the next start is writing the file (write_text is not atomic): poll again
         return (port, recorded) if str(port) == recorded else None  # the body names the port it was given
 
     first = wait_for(lambda: start(1), 30, "a first restart")

@@ -29,6 +29,9 @@ MORE = [
     ("unknown-field", with_path("spec/replicas", 2), 'unknown field "spec.replicas"'),
     ("keyspace-too-long", with_path("spec/source/vitess/keyspace", "k" * 300), "spec.source.vitess.keyspace: Too long"),
     ("config-not-string", with_path("spec/config", {"a": 1}), 'spec.config.a: Invalid value: "integer"'),
+    # Names as the API server checks every object's (RFC 1123), with its wording (issue 28, case 4).
+    ("name-upper-case", valid("Orders"), 'metadata.name: Invalid value: "Orders": a lowercase RFC 1123 subdomain'),
+    ("name-underscore", valid("a_b"), 'metadata.name: Invalid value: "a_b": a lowercase RFC 1123 subdomain'),
 ]
 CASES = [*INVALID, *MORE]
 
@@ -124,5 +127,7 @@ def test_shardcdc_run_refuses_an_invalid_manifest(tmp_path: Path) -> None:
     r = subprocess.run([sys.executable, "-m", "cdcworker.cli", "run", "-f", str(manifest), "--state-dir",
                         str(tmp_path / "state")], capture_output=True, text=True, timeout=60)
     assert r.returncode == 2, r.stderr
-    assert r.stderr == ('shardcdc run: CdcConnector.shardcdc.io "orders" is invalid: spec.config: Invalid value: '
-                        '"object": spec.config must not set tasks.max; use spec.tasks (or kubectl scale)\n')
+    assert r.stderr == (f"shardcdc run: {manifest} CdcConnector/orders is invalid (`shardcdc validate -f {manifest}` "
+                        "says the same); nothing was started:\n"
+                        '  - spec.config: Invalid value: "object": spec.config must not set tasks.max; use spec.tasks '
+                        "(or kubectl scale)\n")

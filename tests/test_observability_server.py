@@ -157,6 +157,7 @@ def test_status_document_exact_shape(tm: TaskMetrics, clock: FakeClock, url: str
                 "low_watermark_ms": None,
             },
         ],
+        "signals": {"refused": 0, "last_refused": None},
     }
     # Once the idle shard is proven caught up (idleprobe), the task watermark appears.
     tm.on_heartbeat(T0 + 4)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
@@ -20,7 +21,7 @@ from kafka_security_fixtures import PASSWORD, SCRAM, USER, jaas
 from operator_kube_fixtures import wait_for
 from test_local_mode_adoption import NAME, debezium_key, debezium_value, insert, write_offsets
 
-from cdcoperator.adoption import Adoption, scan_offsets
+from cdcoperator.adoption import Adoption, OffsetScanError, scan_offsets
 from cdcoperator.kafkaaccess import KafkaAccess, client_settings, kafka_access, plain_access
 from cdcoperator.local.runner import LocalRunner, RunnerThread
 from cdcoperator.model import ConnectorResource
@@ -131,6 +132,31 @@ def test_scan_and_delete_offsets_over_sasl_ssl(secure_kafka_broker: KafkaBroker)
     assert scan_offsets(cr, access=access) == Adoption()
     left = [r.key for r in consume_all(secure_kafka_broker.bootstrap, topic) if r.value is not None]
     assert debezium_key("other", prefix, "task0_1_0") in left  # another connector's record stays
+
+
+def test_a_wrong_password_says_authentication_failed_for_the_offsets_reader(
+        secure_kafka_broker: KafkaBroker, caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]) -> None:
+    """Issue 28, case 8: the status said ``OffsetsUnreadable ... Local: Broker transport failure``
+    (after the scan's whole timeout) while librdkafka printed the reason on stderr ~3 times a
+    second. The scan now stops at the refusal and names the client and what to check; librdkafka's
+    own lines go through the project's logger, rate-limited."""
+    assert secure_kafka_broker.tls is not None
+    cr = ConnectorResource.from_body(body(secure_kafka_broker.sasl_ssl_bootstrap, "wp", "wp-offsets"))
+    wrong = {"sasl.jaas.config": jaas(SCRAM, "not-the-password").encode(),
+             "ssl.truststore.certificates": secure_kafka_broker.tls.ca.read_bytes()}
+    access = asyncio.run(kafka_access(cr, reader(wrong)))
+    capfd.readouterr()
+    with caplog.at_level(logging.DEBUG, logger="cdcworker.kafka"), pytest.raises(OffsetScanError) as caught:
+        scan_offsets(cr, timeout=60, access=access)
+    message = str(caught.value)
+    assert "Kafka refused the connection: authentication failed for the operator's offsets reader (" in message
+    assert "check sasl.mechanism and the credentials in sasl.jaas.config" in message
+    assert "not-the-password" not in message and "Broker transport failure" not in message
+    lines = [r.getMessage() for r in caplog.records if r.name == "cdcworker.kafka"]
+    assert lines and all(m.startswith("librdkafka operator's offsets reader: ") for m in lines)
+    assert "not-the-password" not in caplog.text
+    # No raw librdkafka line about it on stderr (other tests' clients may still print theirs).
+    assert "authentication" not in capfd.readouterr().err.lower()
 
 
 def test_local_mode_adopts_and_streams_through_a_secured_cluster(tmp_path: Path, secure_kafka_broker: KafkaBroker) -> None:

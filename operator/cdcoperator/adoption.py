@@ -20,8 +20,10 @@ The result is persisted as ``status.adoptedOffsets`` (the scan happens once) and
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from cdcoperator.kafkaaccess import KafkaAccess, plain_access
 from cdcoperator.model import ConnectorResource
@@ -176,7 +178,6 @@ def scan_offsets(cr: ConnectorResource, timeout: float = SCAN_TIMEOUT, access: K
     """Read the connector's offsets topic and analyze it (blocking; run it in a thread). ``access``:
     the cluster's client settings (``kafkaaccess``; default: those that need no Secret)."""
     from confluent_kafka import KafkaError, KafkaException
-    from confluent_kafka.admin import AdminClient
 
     from cdcworker.offsets.store import OffsetStore, OffsetStoreError
 
@@ -188,7 +189,7 @@ def scan_offsets(cr: ConnectorResource, timeout: float = SCAN_TIMEOUT, access: K
     try:
         # Every topic's metadata, not this topic's: asking for one topic by name makes a broker with
         # auto.create.topics.enable create it (delete policy, not compact), which breaks the workers.
-        meta = AdminClient(config).list_topics(timeout=timeout).topics.get(kafka.offsets_topic)
+        meta = _all_topics(config, timeout).topics.get(kafka.offsets_topic)
         if meta is None or (meta.error is not None and meta.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART):
             records: Mapping[bytes, bytes] = {}  # no offsets topic yet: nothing to adopt
         elif meta.error is not None:
@@ -199,3 +200,28 @@ def scan_offsets(cr: ConnectorResource, timeout: float = SCAN_TIMEOUT, access: K
         raise OffsetScanError(f"reading offsets topic {kafka.offsets_topic} at {kafka.bootstrap_servers}: "
                               f"{exc}") from exc
     return analyze(records, cr.name, kafka.topic_prefix, cr.spec.source.keyspace)
+
+
+def _all_topics(config: Mapping[str, Any], timeout: float) -> Any:
+    """The cluster's topic metadata, asked in short rounds so that a refused login or certificate
+    stops the scan at once with what to fix (librdkafka itself would report only a transport
+    failure at the deadline, the reason being in its log)."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    from cdcworker.kafkaerrors import client_hooks, first_refusal
+
+    client = "operator's offsets reader"
+    errors: list[Any] = []
+    admin = AdminClient({**config, **client_hooks(client, errors)})
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return admin.list_topics(timeout=max(0.1, min(1.0, deadline - time.monotonic())))
+        except KafkaException:
+            admin.poll(0)  # serves error_cb and the log
+            refused = first_refusal(errors, client)
+            if refused is not None:
+                raise refused from None
+            if time.monotonic() >= deadline:
+                raise

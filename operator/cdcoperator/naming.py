@@ -7,6 +7,12 @@ scale subresource's ``status.selector`` is built from them, so changing one is a
 from __future__ import annotations
 
 import hashlib
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from cdcworker.textcut import quote
 
 __all__ = [
     "CONFIG_CHECKSUM_ANNOTATION",
@@ -21,6 +27,7 @@ __all__ = [
     "MANAGED_BY",
     "MAX_NAME_LENGTH",
     "RESTART_ANNOTATION",
+    "metadata_name_problems",
     "selector",
     "selector_labels",
     "task_labels",
@@ -42,6 +49,40 @@ FINALIZER = f"{PREFIX}/finalizer"
 
 # A DNS label (pod host names, label values); names longer than this are shortened with a hash.
 MAX_NAME_LENGTH = 63
+
+
+# Kubernetes' own rules for object names (apimachinery's IsDNS1123Subdomain / IsDNS1123Label), with
+# its wording. Local mode makes directories of them, so they also keep paths inside --state-dir.
+_LABEL = "[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_SUBDOMAIN = rf"{_LABEL}(\.{_LABEL})*"
+_RULES = {
+    # field: (regex, max length, what Kubernetes says)
+    "name": (_SUBDOMAIN, 253, "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, "
+             "'-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used "
+             f"for validation is '{_SUBDOMAIN}')"),
+    "namespace": (_LABEL, 63, "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or "
+                  "'-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', "
+                  f"regex used for validation is '{_LABEL}')"),
+}
+
+
+def metadata_name_problems(metadata: Mapping[str, Any]) -> list[str]:
+    """What the API server says of ``metadata.name`` and ``metadata.namespace`` (absent: fine here;
+    a required name is the caller's rule)."""
+    problems = []
+    for field, (regex, limit, rule) in _RULES.items():
+        value = metadata.get(field)
+        if value is None or value == "":
+            continue
+        if not isinstance(value, str):
+            problems.append(f"metadata.{field}: Invalid value: {json.dumps(type(value).__name__)}: must be a string")
+            continue
+        shown = quote(value, render=json.dumps)
+        if len(value) > limit:
+            problems.append(f"metadata.{field}: Invalid value: {shown}: must be no more than {limit} characters")
+        if not re.fullmatch(regex, value):
+            problems.append(f"metadata.{field}: Invalid value: {shown}: {rule}")
+    return problems
 
 
 def task_object_name(connector: str, generation: int, task_id: int) -> str:

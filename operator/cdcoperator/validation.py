@@ -21,6 +21,8 @@ from typing import Any
 
 from cdcoperator.cel import CelError, evaluate
 from cdcoperator.model import SpecError
+from cdcoperator.naming import metadata_name_problems
+from cdcworker.textcut import quote
 
 __all__ = ["CRD_FILE", "apply_defaults", "crd_schema", "validate", "validate_or_raise"]
 
@@ -41,7 +43,7 @@ def crd_schema() -> dict[str, Any]:
 
 def _fmt(value: Any) -> str:
     if isinstance(value, str):
-        return json.dumps(value)
+        return quote(value, render=json.dumps)  # an 8 MB value is named by its start and size
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int | float):
@@ -206,9 +208,13 @@ class _Checker:
 def validate(body: Mapping[str, Any], old: Mapping[str, Any] | None = None) -> list[str]:
     """Every error the API server would report for ``body`` (an update of ``old`` when given).
 
-    ``metadata`` is checked as the CRD's rules see it (name length); the rest of ObjectMeta is the
-    API server's own business and not modelled here.
+    ``metadata`` is checked as the CRD's rules see it (name length) and as the API server checks
+    every object's name and namespace (RFC 1123); the rest of ObjectMeta is not modelled here.
     """
+    meta = body.get("metadata")
+    if meta is not None and not isinstance(meta, Mapping):
+        return [f"metadata: Invalid value: {json.dumps(_type_name(meta))}: metadata in body must be of type object: "
+                f"{json.dumps(_type_name(meta))}"]
     schema = crd_schema()
     new = apply_defaults(schema, dict(body))
     before: Any = apply_defaults(schema, dict(old)) if old is not None else _MISSING
@@ -220,7 +226,7 @@ def validate(body: Mapping[str, Any], old: Mapping[str, Any] | None = None) -> l
         old_spec = before.get("spec", _MISSING) if isinstance(before, Mapping) else _MISSING
         checker.check(spec_schema, new["spec"], old_spec, "spec")
     checker.rules(schema, new, before, "")  # the root's rules (metadata.name)
-    return checker.errors
+    return [*metadata_name_problems(meta or {}), *checker.errors]
 
 
 def validate_or_raise(body: Mapping[str, Any], old: Mapping[str, Any] | None = None) -> None:

@@ -8,9 +8,16 @@ offsets topic alike, and no retry helps until the settings change.
 
 from __future__ import annotations
 
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
 from confluent_kafka import KafkaError
 
-__all__ = ["ACCESS_HINTS", "KafkaAccessError", "OffsetStoreError", "SinkError", "access_refusal"]
+__all__ = ["ACCESS_HINTS", "ClientLog", "KafkaAccessError", "OffsetStoreError", "SinkError", "access_refusal",
+           "client_hooks", "first_refusal"]
 
 
 class SinkError(RuntimeError):
@@ -37,7 +44,62 @@ ACCESS_HINTS = {
 }
 
 
-def access_refusal(code: int, reason: str) -> KafkaAccessError | None:
-    """The error to stop with when a client error (``error_cb``) is a refusal of access, else None."""
+_REFUSED = {KafkaError._AUTHENTICATION: "authentication", KafkaError._SSL: "the TLS handshake"}
+
+
+def access_refusal(code: int, reason: str, client: str = "producer") -> KafkaAccessError | None:
+    """The error to stop with when a client error (``error_cb``) is a refusal of access, else None.
+    ``client`` says which client was refused (the producer, the offsets consumer...): the status
+    shows it, and a Secret may hold settings for one client and not another."""
     hint = ACCESS_HINTS.get(code)
-    return None if hint is None else KafkaAccessError(f"Kafka refused the connection: {reason}; {hint}")
+    if hint is None:
+        return None
+    return KafkaAccessError(f"Kafka refused the connection: {_REFUSED[code]} failed for the {client} ({reason}); {hint}")
+
+
+def first_refusal(errors: Iterable[KafkaError], client: str) -> KafkaAccessError | None:
+    """The first refusal of access among a client's reported errors (None: none so far)."""
+    return next((r for e in list(errors) if (r := access_refusal(e.code(), e.str(), client)) is not None), None)
+
+
+class ClientLog:
+    """librdkafka's own log lines for one client, through the project's logging, rate-limited.
+
+    A client that cannot log in retries about three times a second, each try logged by librdkafka
+    (raw lines on stderr without a ``logger``). Here each kind of line (librdkafka's facility:
+    ``FAIL``, ``SASL``...) is logged at most once per ``every`` seconds, with the count of the ones
+    held back since. confluent-kafka calls ``log(level, "%s [%s] %s", facility, client, text)``.
+    """
+
+    def __init__(self, client: str, every: float = 30.0, clock: Callable[[], float] = time.monotonic,
+                 logger: logging.Logger | None = None) -> None:
+        self.client = client
+        self.every = every
+        self._clock = clock
+        self._log = logger or logging.getLogger("cdcworker.kafka")
+        self._last: dict[str, float] = {}
+        self._held: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def log(self, level: int, fmt: str, *args: Any) -> None:
+        facility = str(args[0]) if args else ""
+        now = self._clock()
+        with self._lock:
+            last = self._last.get(facility)
+            if last is not None and now - last < self.every:
+                self._held[facility] = self._held.get(facility, 0) + 1
+                return
+            self._last[facility] = now
+            held = self._held.pop(facility, 0)
+        text = fmt % args if args else fmt
+        more = f" ({held} more like it in the last {self.every:.0f} s)" if held else ""
+        self._log.log(level, "librdkafka %s: %s%s", self.client, text, more)
+
+
+def client_hooks(client: str, errors: list[KafkaError] | None = None) -> dict[str, Any]:
+    """librdkafka settings that route a client's log (``ClientLog``) and, given ``errors``, its
+    error reports (``error_cb``, served by poll/consume) to Python."""
+    hooks: dict[str, Any] = {"logger": ClientLog(client)}
+    if errors is not None:
+        hooks["error_cb"] = errors.append
+    return hooks

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from cdcworker.allocator import tune_for_producing
-from cdcworker.kafkaerrors import KafkaAccessError, SinkError, access_refusal
+from cdcworker.kafkaerrors import KafkaAccessError, SinkError, access_refusal, client_hooks
 
 if TYPE_CHECKING:
     from cdcworker.topiccreator import TopicCreator
@@ -83,7 +83,7 @@ class KafkaSink:
             if callable(chained):
                 chained(err)
 
-        return Producer({**config, "error_cb": on_error})
+        return Producer({**client_hooks("producer"), **config, "error_cb": on_error})
 
     def _refusal(self) -> KafkaAccessError | None:
         """The cluster's refusal of this client's credentials or TLS settings, once reported (a

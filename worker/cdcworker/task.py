@@ -30,7 +30,7 @@ from cdcworker.filters import AnonymisedColumns, EventConversionError
 from cdcworker.idleprobe import AckCheckpoints, IdleProbe
 from cdcworker.nativesink import sink_classes
 from cdcworker.offsets import OffsetPartition, Vgtid
-from cdcworker.offsets.migration import resolve_task_start
+from cdcworker.offsets.migration import StoredOffsetError, resolve_task_start
 from cdcworker.offsets.store import KafkaAccessError, OffsetStore, OffsetStoreError
 from cdcworker.offsets.value import offset_value_at
 from cdcworker.signals.runtime import TaskExtras
@@ -461,9 +461,10 @@ class WorkerTask:
                 # status document: it waits, reporting the journal, until the operator stops it.
                 log.info("%s; waiting to be stopped with the journal reported", result.reason)
                 self._stop.wait()
-        except KafkaAccessError as exc:
-            # Refused credentials or TLS: a setting to fix, not a bug; no traceback, and the reason
-            # goes where the operator reads it (the pod's termination message, then the status).
+        except (KafkaAccessError, StoredOffsetError) as exc:
+            # Refused credentials or TLS, an unreadable stored offset: something to fix, not a bug;
+            # no traceback, and the reason goes where the operator reads it (the pod's termination
+            # message, then the status).
             metrics.set_state("failed", str(exc))
             _write_termination_message({"error": str(exc)})
             return TaskResult(exitcodes.FAILED, str(exc), None)

@@ -26,6 +26,7 @@ from typing import Any
 from cdcoperator import naming
 from cdcoperator.apply import CONFIG_MAPS, DEPLOYMENTS, KINDS, Kind, is_applied, prepare_apply
 from cdcoperator.model import API_VERSION, KIND, ConnectorResource, SpecError
+from cdcoperator.naming import metadata_name_problems
 from cdcoperator.validation import validate_or_raise
 
 __all__ = ["GENERATION_RECORD", "LocalCluster", "apply_merge_patch", "clear_saved_generation_record", "connector_dir"]
@@ -49,6 +50,12 @@ def apply_merge_patch(target: dict[str, Any], patch: Mapping[str, Any]) -> dict[
 
 
 def connector_dir(state_dir: Path, namespace: str, name: str) -> Path:
+    """``<state_dir>/<namespace>/<name>``; ``SpecError`` for names Kubernetes would refuse, which
+    could also lead out of the state directory (``..``, ``/``): the last guard before files are
+    written there, whatever checked the manifest before."""
+    problems = metadata_name_problems({"name": name, "namespace": namespace})
+    if problems or not name or not namespace:
+        raise SpecError("; ".join(problems) or "metadata.name and metadata.namespace must not be empty")
     return Path(state_dir) / namespace / name
 
 
@@ -106,12 +113,14 @@ class LocalCluster:
         namespace = str(meta.get("namespace") or "default")
         if not name:
             raise SpecError("metadata.name is required")
+        checked = {**body, "metadata": {**meta, "name": name, "namespace": namespace}}
+        if metadata_name_problems(checked["metadata"]):
+            validate_or_raise(checked)  # the API server's answer, before a path is made of the names
         with self._lock:
             current = self._connectors.get((namespace, name)) or self._load(namespace, name)
             # What the API server would say: the CRD's schema and CEL rules (transition rules
             # against the saved connector), then what the model itself needs.
-            validate_or_raise({**body, "metadata": {**meta, "name": name, "namespace": namespace}},
-                              current if current is not None and current.get("spec") else None)
+            validate_or_raise(checked, current if current is not None and current.get("spec") else None)
             ConnectorResource.from_body({**body, "metadata": {**meta, "namespace": namespace}})
             if current is None:
                 current = {

@@ -157,7 +157,10 @@ class ControlClient:
 
     @classmethod
     def find(cls, name: str, namespace: str = "default", state_dir: Path | None = None) -> ControlClient:
-        path = connector_dir(state_dir or default_state_dir(), namespace, name) / CONTROL_FILE
+        try:
+            path = connector_dir(state_dir or default_state_dir(), namespace, name) / CONTROL_FILE
+        except SpecError as exc:
+            raise ControlError(f"no cdcconnector {namespace}/{name}: {exc}") from None
         try:
             doc = json.loads(path.read_text())
         except FileNotFoundError:

@@ -48,6 +48,7 @@ from typing import Any
 from localkafka.children import start_bound
 
 __all__ = [
+    "BACKOFF_RESET",
     "DEFAULT_COMMANDS",
     "DEFAULT_PORT_ENV",
     "LOCAL_IP",
@@ -56,6 +57,7 @@ __all__ = [
     "ProcessKubelet",
     "Resolver",
     "decode_secret",
+    "restart_delay",
     "template_hash",
 ]
 
@@ -72,6 +74,9 @@ TERMINATION_LOG_ENV = "SHARDCDC_TERMINATION_LOG"
 # A container does not inherit the host's environment; a local process needs these to find Python.
 INHERITED_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TZ", "PYTHONPATH", "VIRTUAL_ENV")
 MAX_BACKOFF = 300.0
+# As the kubelet: a container that ran this long before it exited was healthy, and its next
+# restart waits the first delay again instead of doubling on (kubelet's backOff reset after 10 min).
+BACKOFF_RESET = 600.0
 MAX_TERMINATION_MESSAGE = 4096
 
 Resolver = Callable[[str, str, str], Mapping[str, bytes] | None]  # (kind, namespace, name) -> data or None
@@ -110,7 +115,9 @@ class _Pod:
     ports: dict[str, int] = field(default_factory=dict)  # port name -> host port
     proc: subprocess.Popen[bytes] | None = None
     starts: int = 0
+    crashes: int = 0  # exits in a row, each after less than the back-off reset period of running
     started_at: str | None = None
+    started_mono: float = 0.0
     last_exit: dict[str, Any] | None = None  # lastState.terminated
     next_start: float = 0.0
     ready: bool = False
@@ -146,6 +153,14 @@ def map_mount_paths(text: str, mounts: Sequence[tuple[str, str]]) -> str:
     return re.sub(rf"(?<![^\s\"'=:,;{{(\[])(?:{alternatives})", lambda m: local_of[m.group(0)], text)
 
 
+def restart_delay(crashes: int, ran_for: float, first: float, reset_after: float = BACKOFF_RESET) -> tuple[int, float]:
+    """(exits in a row, delay before the next start) after a container ran ``ran_for`` seconds:
+    ``first`` doubling per exit in a row up to ``MAX_BACKOFF``; a run of ``reset_after`` seconds
+    or more starts the count again, as the kubelet resets its back-off after a healthy run."""
+    crashes = 1 if ran_for >= reset_after else crashes + 1
+    return crashes, min(first * 2 ** (crashes - 1), MAX_BACKOFF)
+
+
 class ProcessKubelet:
     """Keeps one local process per Deployment replica; ``pods()`` reports them as pod bodies.
 
@@ -162,6 +177,7 @@ class ProcessKubelet:
         *,
         period: float = 0.25,
         restart_backoff: float = 10.0,
+        backoff_reset: float = BACKOFF_RESET,
         port_env: Mapping[str, str] = DEFAULT_PORT_ENV,
         commands: Mapping[str, Sequence[str]] = DEFAULT_COMMANDS,
         extra_env: Mapping[str, str] | None = None,
@@ -172,6 +188,7 @@ class ProcessKubelet:
         self.workdir = Path(workdir)
         self.period = period
         self.restart_backoff = restart_backoff
+        self.backoff_reset = backoff_reset
         self.port_env = dict(port_env)
         self.commands = {k: tuple(v) for k, v in commands.items()}
         self.extra_env = dict(extra_env or {})
@@ -320,6 +337,7 @@ class ProcessKubelet:
                                    env=env, cwd=cwd)
         pod.starts += 1
         pod.started_at = _now_text()
+        pod.started_mono = time.monotonic()
         pod.ready = False
         pod.next_probe = time.monotonic() + 0.2
         log.info("started pod %s/%s (pid %d)", pod.namespace, pod.name, pod.proc.pid)
@@ -339,7 +357,8 @@ class ProcessKubelet:
         pod.proc = None
         pod.ready = False
         if not pod.terminating:
-            delay = min(self.restart_backoff * 2 ** max(pod.starts - 1, 0), MAX_BACKOFF)
+            pod.crashes, delay = restart_delay(pod.crashes, time.monotonic() - pod.started_mono,
+                                               self.restart_backoff, self.backoff_reset)
             pod.next_start = time.monotonic() + delay
             log.info("pod %s/%s exited with %d; restarting in %.0fs", pod.namespace, pod.name, code, delay)
 

@@ -44,16 +44,25 @@ def register(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], 
 
 
 def load_manifest(path: Path) -> dict[str, Any]:
-    """The one CdcConnector document in a YAML/JSON file."""
-    import yaml
-
+    """The one CdcConnector document in a YAML/JSON file, valid as ``shardcdc validate`` judges it
+    (the same checks: what one refuses, the other does not start). ``SpecError``: one line per
+    problem."""
     from cdcoperator.model import KIND, SpecError
+    from cdcworker.admin.manifest import ManifestError, load_documents
+    from cdcworker.admin.validate import connector_documents, connector_label, validate_connector
 
-    docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
-    connectors = [d for d in docs if isinstance(d, dict) and d.get("kind") == KIND]
+    try:
+        connectors = connector_documents(load_documents(path))
+    except ManifestError as exc:
+        raise SpecError(str(exc)) from None
     if len(connectors) != 1:
         raise SpecError(f"{path}: expected exactly one {KIND} document, found {len(connectors)}")
-    return connectors[0]
+    index, body = connectors[0]
+    problems = validate_connector(body)
+    if problems:
+        raise SpecError(f"{path} {KIND}/{connector_label(body, index)} is invalid (`shardcdc validate -f {path}` "
+                        f"says the same); nothing was started:\n" + "\n".join(f"  - {p}" for p in problems))
+    return dict(body)
 
 
 def summary_line(body: Mapping[str, Any]) -> str:

@@ -59,7 +59,10 @@ def find_local(name: str, namespace: str, root: Path, timeout: float = 10.0) -> 
     from cdcoperator.local.cluster import STATE_FILE, connector_dir
     from cdcoperator.local.control import ControlClient, ControlError
 
-    folder = connector_dir(root, namespace, name)
+    try:
+        folder = connector_dir(root, namespace, name)
+    except ValueError as exc:  # SpecError: a name Kubernetes would refuse
+        raise LocalModeError(f"no connector {namespace}/{name}: {exc}") from None
     try:
         client = ControlClient.find(name, namespace, root)
     except ControlError:

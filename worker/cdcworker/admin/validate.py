@@ -13,14 +13,16 @@ Exit codes: 0 valid, 1 invalid (every problem is listed), 2 the file cannot be r
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable, Mapping
-from pathlib import Path
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import yaml
 from rich.console import Console
+from rich.markup import escape
 
-__all__ = ["register", "validate_connector", "validate_properties"]
+from cdcworker.admin.manifest import ManifestError, load_documents
+from cdcworker.textcut import quote
+
+__all__ = ["connector_documents", "connector_label", "register", "validate_connector", "validate_properties"]
 
 PLACEHOLDER_SECRET = "placeholder-secret"
 
@@ -58,20 +60,23 @@ def _placeholders(props: Mapping[str, str]) -> dict[str, str]:
 
 def validate_connector(body: Mapping[str, Any]) -> list[str]:
     """Problems of one CdcConnector ([] when valid): spec, owned keys, the generated worker config."""
-    from cdcoperator.model import ConnectorResource, SpecError
+    from cdcoperator.model import API_VERSION, ConnectorResource, SpecError
     from cdcoperator.objects import worker_properties
     from cdcoperator.planner import TaskPlan
     from cdcworker.config import ConfigError, operator_owned, validate
     from cdcworker.config.loader import load_raw
 
     problems: list[str] = []
-    if body.get("apiVersion") != "shardcdc.io/v1alpha1":
-        problems.append(f"apiVersion: expected shardcdc.io/v1alpha1, got {body.get('apiVersion')!r}")
+    if body.get("apiVersion") != API_VERSION:
+        problems.append(f"apiVersion: expected {API_VERSION} (the CRD's version), got "
+                        f"{quote(body.get('apiVersion'))}")
     # The CRD's own schema and CEL rules first, with the API server's wording (what kubectl apply says).
     from cdcoperator.validation import validate as validate_against_crd
 
     crd_errors = validate_against_crd(body)
     problems.extend(crd_errors)
+    if crd_errors and not (isinstance(body.get("metadata"), Mapping) and isinstance(body.get("spec"), Mapping)):
+        return problems  # no object to read further
     try:
         cr = ConnectorResource.from_body({**body, "metadata": {"uid": "validate", **(body.get("metadata") or {})}})
     except SpecError as exc:
@@ -96,20 +101,27 @@ def validate_connector(body: Mapping[str, Any]) -> list[str]:
 
 
 def _check_file(path: str) -> list[tuple[str, list[str]]]:
-    """(what, problems) for each connector in the file."""
+    """(what, problems) for each connector in the file (``ManifestError``: it cannot be read)."""
     if not path.endswith((".yaml", ".yml", ".json")):
         return [(path, validate_properties(path))]
-    out: list[tuple[str, list[str]]] = []
-    for i, doc in enumerate(yaml.safe_load_all(Path(path).read_text())):
-        if not isinstance(doc, Mapping):
-            continue
-        if doc.get("kind") != "CdcConnector":
-            continue  # other objects of a bundle (Namespaces, Secrets, Applications) are not ours to judge
-        name = (doc.get("metadata") or {}).get("name") or f"#{i}"
-        out.append((f"{path} CdcConnector/{name}", validate_connector(doc)))
+    out = [(f"{path} CdcConnector/{connector_label(doc, i)}", validate_connector(doc))
+           for i, doc in connector_documents(load_documents(path))]
     if not out:
         out.append((path, ["no CdcConnector in the file"]))
     return out
+
+
+def connector_documents(docs: Sequence[Any]) -> list[tuple[int, Mapping[str, Any]]]:
+    """(index, document) of the CdcConnectors among a file's documents; other objects of a bundle
+    (Namespaces, Secrets, Applications) are not ours to judge."""
+    return [(i, d) for i, d in enumerate(docs) if isinstance(d, Mapping) and d.get("kind") == "CdcConnector"]
+
+
+def connector_label(doc: Mapping[str, Any], index: int) -> str:
+    """The name to call a connector document by in messages (``#<index>`` when it has none)."""
+    meta = doc.get("metadata")
+    name = meta.get("name") if isinstance(meta, Mapping) else None
+    return quote(name, render=str) if isinstance(name, str) and name else f"#{index}"
 
 
 def run(args: argparse.Namespace, console: Console | None = None) -> int:
@@ -118,15 +130,19 @@ def run(args: argparse.Namespace, console: Console | None = None) -> int:
     for path in args.file:
         try:
             results = _check_file(path)
-        except (OSError, yaml.YAMLError) as exc:
-            Console(stderr=True).print(f"shardcdc validate: cannot read {path}: {exc}", markup=False)
+        except ManifestError as exc:
+            Console(stderr=True).print(f"shardcdc validate: {exc}", markup=False, soft_wrap=True)
+            return 2
+        except OSError as exc:
+            Console(stderr=True).print(f"shardcdc validate: cannot read {path}: {exc}", markup=False, soft_wrap=True)
             return 2
         for what, problems in results:
             if problems:
                 invalid = True
-                out.print(f"[red]invalid[/] {what}: {len(problems)} problem{'s' if len(problems) != 1 else ''}")
+                out.print(f"[red]invalid[/] {escape(what)}: {len(problems)} problem{'s' if len(problems) != 1 else ''}",
+                          soft_wrap=True)
                 for p in problems:
                     out.print(f"  - {p}", markup=False, highlight=False, soft_wrap=True)
             else:
-                out.print(f"[green]valid[/] {what}")
+                out.print(f"[green]valid[/] {escape(what)}", soft_wrap=True)
     return 1 if invalid else 0

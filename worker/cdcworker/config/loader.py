@@ -201,6 +201,10 @@ def read_file(path: str | Path, raw: RawConfig) -> None:
             Problem("<file>", f"cannot read configuration file {path}: {exc.strerror or exc}")
         )
         return
+    except UnicodeDecodeError as exc:
+        raw.problems.append(Problem("<file>", f"{path} is not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at "
+                                              f"offset {exc.start}); save it as UTF-8"))
+        return
     suffix = path.suffix.lower()
     if suffix in (".json", ".yaml", ".yml"):
         try:

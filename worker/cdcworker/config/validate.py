@@ -54,6 +54,7 @@ from cdcworker.config.properties import (
     known_names,
     pattern_of,
 )
+from cdcworker.textcut import quote
 
 _INT_RE = re.compile(r"[+-]?\d+")
 _TOPIC_PREFIX_RE = re.compile(r"[A-Za-z0-9._-]+")
@@ -64,7 +65,7 @@ _TRANSFORM_PARAMS = {SMT_REMOVE_FIELD: {"field_names"}}
 
 
 def _display(key: str, value: str, secret_keys: set[str]) -> str:
-    return HIDDEN if key in secret_keys or is_secret_key(key) else repr(value)
+    return HIDDEN if key in secret_keys or is_secret_key(key) else quote(value)
 
 
 def split_regex_list(value: str) -> list[str]:
@@ -115,7 +116,7 @@ def parse_value(prop: Property, text: str, shown: str) -> tuple[object, str | No
             try:
                 patterns.append(compile_regex(expr))
             except re.error as exc:
-                return None, f"{expr!r} is not a valid regular expression: {exc}"
+                return None, f"{quote(expr)} is not a valid regular expression: {exc}"
         return tuple(patterns), None
     raise AssertionError(t)  # pragma: no cover
 

@@ -306,6 +306,8 @@ class TaskMetrics:
         self.deletes = 0
         self.events_filtered = 0
         self.erroneous = 0
+        self.signals_refused = 0  # signal documents of the wrong shape (signals.document)
+        self.last_signal_refusal: str | None = None
         self.last_event_ts: float | None = None
         self.queue_capacity = 0
         self.queue_remaining = 0
@@ -444,6 +446,11 @@ class TaskMetrics:
             sm.hold(sm.name in caps, caps.get(sm.name))
         return {sm.name: sm.held_cap for sm in self._shard_list if sm.held}
 
+    def on_signal_refused(self, message: str) -> None:
+        """A signal was refused (wrong shape): counted, and the last reason kept for /status."""
+        self.signals_refused += 1
+        self.last_signal_refusal = message
+
     def on_erroneous(self, n: int = 1) -> None:
         """Events that could not be converted (warn/skip failure handling)."""
         self.erroneous += n
@@ -579,6 +586,11 @@ class _Collector:
             "shardcdc_number_of_erroneous_events",
             "Events that could not be converted (warn/skip).",
             tm.erroneous,
+        )
+        yield counter(
+            "shardcdc_signals_refused",
+            "Signals refused because their document has the wrong shape (the log and /status say why).",
+            tm.signals_refused,
         )
         yield gauge(
             "shardcdc_queue_total_capacity",

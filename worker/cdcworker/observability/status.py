@@ -104,6 +104,7 @@ def build_status(tm: TaskMetrics) -> dict[str, Any]:
             "commit_to_ack": _quantiles(tm.commit_to_ack),
         },
         "shards": shards,
+        "signals": {"refused": tm.signals_refused, "last_refused": tm.last_signal_refusal},
     }
     if getattr(tm, "journal", None) is not None:
         doc["journal"] = tm.journal

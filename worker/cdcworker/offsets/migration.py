@@ -50,6 +50,7 @@ __all__ = [
     "OffsetLookup",
     "SameGenerationError",
     "ShardLossError",
+    "StoredOffsetError",
     "TaskAssignment",
     "TaskStart",
     "assign_shards",
@@ -58,6 +59,7 @@ __all__ = [
     "lookup_in",
     "plan_tasks",
     "read_generation",
+    "read_stored",
     "resolve_task_start",
 ]
 
@@ -85,12 +87,38 @@ class SameGenerationError(MigrationError):
     """A new generation with the same task count and shards as the previous one (Debezium refuses it)."""
 
 
+class StoredOffsetError(MigrationError):
+    """A stored offset of the connector cannot be read (not JSON, cut short, a field of the wrong
+    shape): the task cannot know where it was, so it stops with the key, the problem and the fix."""
+
+    def __init__(self, connector_name: str, key: bytes, problem: str) -> None:
+        super().__init__(
+            f"the stored offset under key {key.decode('utf-8', 'replace')} is unreadable: {problem}. Fix: stop the "
+            f"connector, then write a good position with `shardcdc offsets set {connector_name} --offsets-file FILE` "
+            f"(`shardcdc offsets list {connector_name} --json` shows the others), or delete its offsets with "
+            f"`shardcdc offsets reset {connector_name}` (the next start begins as snapshot.mode says)")
+        self.key = key
+        self.problem = problem
+
+
+def read_stored(connector_name: str, key: bytes, data: bytes) -> OffsetValue:
+    """A stored offset value whose ``vgtid`` is readable (``StoredOffsetError`` otherwise)."""
+    try:
+        value = OffsetValue.from_bytes(data)
+        value.vgtid  # noqa: B018  (reads and checks it)
+    except ValueError as exc:
+        raise StoredOffsetError(connector_name, key, str(exc)) from None
+    return value
+
+
 def lookup_in(records: Mapping[bytes, bytes], connector_name: str) -> OffsetLookup:
-    """An ``OffsetLookup`` over offsets-topic records (key bytes -> value bytes), e.g. ``OffsetStore.records``."""
+    """An ``OffsetLookup`` over offsets-topic records (key bytes -> value bytes), e.g. ``OffsetStore.records``.
+    A stored value that cannot be read is a ``StoredOffsetError``."""
 
     def lookup(partition: OffsetPartition) -> OffsetValue | None:
-        data = records.get(offset_record_key(connector_name, partition))
-        return None if data is None else OffsetValue.from_bytes(data)
+        key = offset_record_key(connector_name, partition)
+        data = records.get(key)
+        return None if data is None else read_stored(connector_name, key, data)
 
     return lookup
 

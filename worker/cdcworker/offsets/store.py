@@ -24,7 +24,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
-from cdcworker.kafkaerrors import KafkaAccessError, OffsetStoreError, access_refusal
+from cdcworker.kafkaerrors import KafkaAccessError, OffsetStoreError, client_hooks, first_refusal
 from cdcworker.offsets.javacompat import java_murmur2_partition
 from cdcworker.offsets.keys import OffsetPartition, offset_record_key
 from cdcworker.offsets.migration import OffsetLookup, lookup_in
@@ -70,8 +70,7 @@ class OffsetStore:
     def ensure_topic(self) -> int:
         """Create the topic if missing; check it is compact-only; return its partition count."""
         errors: list[KafkaError] = []
-        conf: dict[str, Any] = {**self._config, "error_cb": errors.append}
-        admin = AdminClient(conf)
+        admin = AdminClient({**self._config, **client_hooks("offsets admin client", errors)})
         new = NewTopic(
             self.topic,
             num_partitions=self._partitions_wanted,
@@ -105,7 +104,7 @@ class OffsetStore:
                 return
             except concurrent.futures.TimeoutError:
                 admin.poll(0)  # serves error_cb
-            refused = next((r for e in errors if (r := access_refusal(e.code(), e.str())) is not None), None)
+            refused = first_refusal(errors, "offsets admin client")
             if refused is not None:
                 raise refused
             if time.monotonic() > deadline:
@@ -135,7 +134,7 @@ class OffsetStore:
     def num_partitions(self, admin: AdminClient | None = None) -> int:
         """The topic's partition count (cached after the first lookup)."""
         if self._num_partitions is None:
-            client = admin or AdminClient(self._config)
+            client = admin or AdminClient({**self._config, **client_hooks("offsets admin client")})
             meta = client.list_topics(self.topic, timeout=self._timeout).topics.get(self.topic)
             if meta is None or meta.error is not None:
                 raise OffsetStoreError(
@@ -151,9 +150,11 @@ class OffsetStore:
 
     def load(self) -> dict[bytes, bytes]:
         """Read the whole topic; keep and return the latest value per key (tombstones delete)."""
+        errors: list[KafkaError] = []
         consumer = Consumer(
             {
                 **self._config,
+                **client_hooks("offsets consumer", errors),
                 "group.id": f"shardcdc-offsets-{uuid.uuid4()}",
                 "enable.auto.commit": False,
                 "enable.partition.eof": True,
@@ -168,6 +169,9 @@ class OffsetStore:
             pending = set(range(count))
             deadline = time.monotonic() + self._timeout
             while pending:
+                refused = first_refusal(errors, "offsets consumer")
+                if refused is not None:
+                    raise refused
                 if time.monotonic() > deadline:
                     raise OffsetStoreError(
                         f"reading offsets topic {self.topic!r}: partitions {sorted(pending)} did not reach "
@@ -214,7 +218,8 @@ class OffsetStore:
     def _own_producer(self) -> Producer:
         if self._producer is None:
             self._producer = Producer(
-                {**self._config, "acks": "all", "enable.idempotence": True, "linger.ms": 0}
+                {**self._config, **client_hooks("offsets producer"), "acks": "all", "enable.idempotence": True,
+                 "linger.ms": 0}
             )
         return self._producer
 

@@ -21,6 +21,7 @@ from typing import Any
 
 from cdcworker.offsets.javacompat import jackson_bytes, java_hashmap_order
 from cdcworker.offsets.vgtid import ShardGtid, Vgtid
+from cdcworker.textcut import quote
 
 __all__ = [
     "TRANSACTION_COUNT_PREFIX",
@@ -74,10 +75,10 @@ class OffsetValue:
     def from_bytes(cls, data: bytes) -> OffsetValue:
         try:
             parsed = json.loads(data)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise ValueError(f"offset value is not JSON: {data[:200]!r}") from exc
+        except (ValueError, RecursionError) as exc:  # not UTF-8, not JSON (cut short?), nested too deep
+            raise ValueError(f"the value is not JSON ({exc}): {quote(bytes(data))}") from None
         if not isinstance(parsed, dict):
-            raise ValueError(f"offset value is not a JSON object: {data[:200]!r}")
+            raise ValueError(f"the value is not a JSON object: {quote(bytes(data))}")
         if any(isinstance(v, float) for v in parsed.values()):
             raise ValueError("offset value holds a floating point number; not a Vitess offset")
         return cls(parsed)
@@ -93,7 +94,8 @@ class OffsetValue:
     def vgtid(self) -> Vgtid:
         text = self.vgtid_text
         if text is None:
-            raise ValueError(f"offset has no {VGTID_KEY!r} string: {dict(self.fields)!r}")
+            raise ValueError(f"{VGTID_KEY!r} must be a string holding a JSON list of shard positions, got "
+                             f"{quote(self.fields.get(VGTID_KEY))}")
         return Vgtid.from_json(text)
 
     @property

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from cdcworker.offsets.javacompat import jackson_dumps
+from cdcworker.textcut import quote
 
 if TYPE_CHECKING:
     from vitessapi import binlogdata_pb2
@@ -71,7 +72,7 @@ class PKField:
     @classmethod
     def from_json(cls, obj: Any) -> PKField:
         if not isinstance(obj, dict):
-            raise ValueError(f"lastpk field must be an object, got {obj!r}")
+            raise ValueError(f"lastpk field must be an object, got {quote(obj)}")
         return cls(
             name=_require(obj, "name", str, "lastpk field"),
             type=_require(obj, "type", str, "lastpk field"),
@@ -93,12 +94,12 @@ class PKRow:
     @classmethod
     def from_json(cls, obj: Any) -> PKRow:
         if not isinstance(obj, dict):
-            raise ValueError(f"lastpk row must be an object, got {obj!r}")
+            raise ValueError(f"lastpk row must be an object, got {quote(obj)}")
         lengths = _require(obj, "lengths", list, "lastpk row")
         try:
             parsed = tuple(int(n) for n in lengths)
         except (TypeError, ValueError) as exc:
-            raise ValueError(f"lastpk row: bad lengths {lengths!r}") from exc
+            raise ValueError(f"lastpk row: bad lengths {quote(lengths)}") from exc
         return cls(lengths=parsed, values=_encode_values(_require(obj, "values", str, "lastpk row")))
 
 
@@ -117,7 +118,7 @@ class LastPK:
         if obj is None:  # Debezium would fail on this; treat as "no row copied yet"
             return cls()
         if not isinstance(obj, dict):
-            raise ValueError(f"lastpk must be an object, got {obj!r}")
+            raise ValueError(f"lastpk must be an object, got {quote(obj)}")
         fields = obj.get("fields") or []
         rows = obj.get("rows") or []
         return cls(tuple(PKField.from_json(f) for f in fields), tuple(PKRow.from_json(r) for r in rows))
@@ -136,7 +137,7 @@ class TableLastPK:
     @classmethod
     def from_json(cls, obj: Any) -> TableLastPK:
         if not isinstance(obj, dict):
-            raise ValueError(f"table_p_ks entry must be an object, got {obj!r}")
+            raise ValueError(f"table_p_ks entry must be an object, got {quote(obj)}")
         return cls(_require(obj, "table_name", str, "table_p_ks entry"), LastPK.from_json(obj.get("lastpk")))
 
 
@@ -165,7 +166,7 @@ class ShardGtid:
     @classmethod
     def from_json(cls, obj: Any) -> ShardGtid:
         if not isinstance(obj, dict):
-            raise ValueError(f"shard gtid must be an object, got {obj!r}")
+            raise ValueError(f"shard gtid must be an object, got {quote(obj)}")
         where = "shard gtid"
         # Offsets written before DBZ-7050 have no table_p_ks; Jackson reads that as an empty list.
         tpks = obj.get("table_p_ks") or []
@@ -274,10 +275,11 @@ class Vgtid:
     def from_json(cls, text: str | bytes) -> Vgtid:
         try:
             data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"VGTID is not valid JSON: {exc}") from exc
+        except (ValueError, RecursionError) as exc:
+            raise ValueError(f"the VGTID is not valid JSON ({exc}): {quote(text)}") from None
         if not isinstance(data, list):
-            raise ValueError(f"VGTID JSON must be a list of shard gtids, got {type(data).__name__}")
+            raise ValueError(f"the VGTID must be a JSON list of shard positions ([{{\"keyspace\", \"shard\", "
+                             f"\"gtid\"}}, ...]), got a {type(data).__name__}: {quote(data)}")
         return cls(tuple(ShardGtid.from_json(item) for item in data))
 
     @classmethod

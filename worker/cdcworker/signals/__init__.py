@@ -27,12 +27,15 @@ import json
 import logging
 import queue
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
 from cdcworker.events import EncoderConfig, TablePlan
-from cdcworker.snapshot import SnapshotEngine, SnapshotRequest, validate_condition
+from cdcworker.signals import document
+from cdcworker.signals.document import SignalError, parse_data, parse_record
+from cdcworker.snapshot import SnapshotEngine, SnapshotRequest
+from cdcworker.textcut import quote
 
 log = logging.getLogger(__name__)
 
@@ -50,37 +53,24 @@ class Signal:
     position: tuple[str, int, int] | None = None  # Kafka channel: (topic, partition, offset) of its record
 
 
-def _data(raw: Any) -> Mapping[str, Any]:
-    if raw is None or raw == "":
-        return {}
-    if isinstance(raw, Mapping):
-        return raw
-    if isinstance(raw, bytes):
-        raw = raw.decode()
-    parsed = json.loads(raw)
-    if not isinstance(parsed, Mapping):
-        raise ValueError(f"signal data is not a JSON object: {raw!r}")
-    return parsed
-
-
 def signal_from_row(row: Mapping[str, Any]) -> Signal:
-    """A signal-table row (``id``, ``type``, ``data``) as a Signal."""
-    return Signal(str(row.get("id") or ""), str(row.get("type") or ""), _data(row.get("data")), "source")
+    """A signal-table row (``id``, ``type``, ``data``) as a Signal; ``SignalError`` when its data is
+    not a JSON object."""
+    return Signal(str(row.get("id") or ""), str(row.get("type") or ""), parse_data(row.get("data")), "source")
 
 
 def signal_from_kafka(key: bytes | None, value: bytes | None, prefix: str, offset: int,
                       partition: int = 0, topic: str = "", skip_origin: str | None = None) -> Signal | None:
     """A Kafka signal record, or None when it is addressed to another connector (key != prefix)
-    or was relayed by this task itself (``origin`` = ``skip_origin``)."""
+    or was relayed by this task itself (``origin`` = ``skip_origin``); ``SignalError`` when its
+    value is not a signal document."""
     if key is None or key.decode(errors="replace") != prefix or not value:
         return None
-    body = json.loads(value)
-    if not isinstance(body, Mapping):
-        raise ValueError("signal value is not a JSON object")
+    body = parse_record(value)
     if skip_origin is not None and body.get("origin") == skip_origin:
         return None
     sid = str(body.get("id") or f"kafka-{offset}")
-    return Signal(sid, str(body.get("type") or ""), _data(body.get("data")), "kafka", (topic, partition, offset))
+    return Signal(sid, str(body.get("type") or ""), parse_data(body.get("data")), "kafka", (topic, partition, offset))
 
 
 def relay_value(signal: Signal, origin: str) -> bytes:
@@ -132,22 +122,8 @@ def inherited_signal_offsets(values: Sequence[Mapping[str, Any]]) -> dict[tuple[
 
 
 def snapshot_request(signal: Signal) -> SnapshotRequest:
-    d = signal.data
-    collections = d.get("data-collections") or []
-    if isinstance(collections, str):
-        collections = [collections]
-    if not collections:
-        raise ValueError("execute-snapshot needs a non-empty data-collections list")
-    conditions: dict[str, str] = {}
-    for item in d.get("additional-conditions") or []:
-        dc, flt = item.get("data-collection"), item.get("filter")
-        if dc and flt:
-            conditions[str(dc)] = validate_condition(str(flt))
-    single = d.get("additional-condition")
-    if single:
-        for dc in collections:
-            conditions.setdefault(str(dc), validate_condition(str(single)))
-    return SnapshotRequest(signal.id, tuple(str(c) for c in collections), conditions, str(d.get("type") or "incremental").lower())
+    """The request of an ``execute-snapshot`` signal (``SignalError`` when its data is misshapen)."""
+    return document.snapshot_request(signal.id, signal.data)
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,8 +141,9 @@ def _topic_of(item: Signal | tuple[str, int, int]) -> str | None:
 class SignalDispatcher:
     """Acts on signals, in arrival order, on the task's processing thread."""
 
-    def __init__(self, engine: SnapshotEngine | None) -> None:
+    def __init__(self, engine: SnapshotEngine | None, on_refused: Callable[[str], None] | None = None) -> None:
         self.engine = engine
+        self._on_refused = on_refused  # TaskMetrics.on_signal_refused: /status and the metric
         self.handled: list[Signal] = []  # for status and tests
         # Signals, and Kafka read positions (topic, partition, next offset) to record once what
         # came before them has been acted on.
@@ -251,32 +228,44 @@ class SignalDispatcher:
         return self._field
 
     def dispatch(self, signal: Signal) -> None:
-        log.info("signal %s (%s) from the %s channel: %s", signal.id, signal.type, signal.channel, dict(signal.data))
+        log.info("signal %s (%s) from the %s channel: %s", signal.id, signal.type, signal.channel,
+                 quote(dict(signal.data), 2000))
         try:
-            if signal.type == EXECUTE_SNAPSHOT:
-                if self.engine is None:
-                    raise ValueError("no snapshot engine is configured")
-                if self.forwards:
-                    cast(Any, self.engine).forward(signal.id, signal.type, snapshot_request(signal), (), signal.channel)
-                else:
-                    self.engine.start(snapshot_request(signal))
-            elif signal.type == STOP_SNAPSHOT:
-                if self.engine is not None:
-                    dcs = signal.data.get("data-collections") or []
-                    names = tuple(str(c) for c in ([dcs] if isinstance(dcs, str) else dcs))
-                    if self.forwards:
-                        cast(Any, self.engine).forward(signal.id, signal.type, None, names, signal.channel)
-                    else:
-                        self.engine.cancel(None, names)
-            elif signal.type == LOG:
-                log.info("signal %s: %s", signal.id, signal.data.get("message", ""))
-            else:
-                log.warning("signal %s: type %r is not supported; ignored", signal.id, signal.type)
-                return
-        except (ValueError, TypeError, KeyError) as exc:
+            self._act(signal)
+        except SignalError as exc:
+            self.refused(f"signal {signal.id} ({signal.type}) from the {signal.channel} channel refused: {exc}")
+            return
+        except (ValueError, TypeError, KeyError) as exc:  # the engine's refusal (e.g. no such table)
             log.warning("signal %s (%s) ignored: %s", signal.id, signal.type, exc)
             return
         self.handled.append(signal)
+
+    def refused(self, message: str) -> None:
+        """A signal refused for its shape (any thread): one log line, counted for /status."""
+        log.warning("%s; the task goes on, later signals are acted on", message)
+        if self._on_refused is not None:
+            self._on_refused(message)
+
+    def _act(self, signal: Signal) -> None:
+        """Do what the signal asks; its document is read by ``signals.document`` first."""
+        if signal.type == EXECUTE_SNAPSHOT:
+            request = snapshot_request(signal)
+            if self.engine is None:
+                raise ValueError("no snapshot engine is configured")
+            if self.forwards:
+                cast(Any, self.engine).forward(signal.id, signal.type, request, (), signal.channel)
+            else:
+                self.engine.start(request)
+        elif signal.type == STOP_SNAPSHOT:
+            names = document.stop_collections(signal.data)
+            if self.engine is not None and self.forwards:
+                cast(Any, self.engine).forward(signal.id, signal.type, None, names, signal.channel)
+            elif self.engine is not None:
+                self.engine.cancel(None, names)
+        elif signal.type == LOG:
+            log.info("signal %s: %s", signal.id, document.log_message(signal.data))
+        else:
+            raise ValueError(f"type {quote(signal.type)} is not supported (execute-snapshot, stop-snapshot, log)")
 
 
 class SignalTap:
@@ -323,7 +312,7 @@ class SignalTap:
             try:
                 signal = signal_from_row(plan.decode(rc.after))
             except ValueError as exc:
-                log.warning("signal row at %s cannot be read: %s", vgtid_json, exc)
+                self._dispatcher.refused(f"signal row at {vgtid_json} refused: {exc}")
                 continue
             self._dispatcher.dispatch(signal)
             if self._relay is not None:
@@ -442,8 +431,8 @@ class KafkaSignalChannel:
             try:
                 signal = signal_from_kafka(msg.key(), msg.value(), self._prefix, offset, partition, self.topic,
                                            self._skip_origin)
-            except (ValueError, UnicodeDecodeError) as exc:
-                log.warning("signal record at %s/%d ignored: %s", self.topic, offset, exc)
+            except SignalError as exc:
+                self._dispatcher.refused(f"signal record at {self.topic}/{partition}/{offset} refused: {exc}")
                 signal = None
             if signal is None:
                 self._dispatcher.passed(self.topic, partition, offset + 1)
@@ -475,6 +464,7 @@ __all__ = [
     "KafkaSignalChannel",
     "Signal",
     "SignalDispatcher",
+    "SignalError",
     "SignalTap",
     "inherited_signal_offsets",
     "relay_value",

@@ -80,7 +80,7 @@ class TaskExtras:
                 cfg.source.keyspace,
                 replication_factor=cfg.kafka.offsets_replication_factor,
             )
-            extras.dispatcher = SignalDispatcher(extras.engine)
+            extras.dispatcher = SignalDispatcher(extras.engine, _refusals(metrics))
         elif source or kafka:
             extras.engine = VStreamCopyEngine(
                 open_stream,
@@ -94,7 +94,7 @@ class TaskExtras:
                 exclude_keyspace_from_table_name=cfg.source.exclude_keyspace_from_table_name,
                 failures=_copy_failures(failures, metrics),
             )
-            extras.dispatcher = SignalDispatcher(extras.engine)
+            extras.dispatcher = SignalDispatcher(extras.engine, _refusals(metrics))
         task_key = cfg.task.task_key
         client = cfg.kafka.client_config("consumer", sig.consumer)
         if source and sig.data_collection and extras.dispatcher is not None:
@@ -205,6 +205,11 @@ class TaskExtras:
             self.relay.close()
         if self.engine is not None:
             self.engine.close()
+
+
+def _refusals(metrics: Any) -> Callable[[str], None] | None:
+    """Where the dispatcher counts refused signals (the task's metrics and /status)."""
+    return getattr(metrics, "on_signal_refused", None)
 
 
 def _copy_failures(stream: FailureHandler, metrics: Any) -> FailureHandler:
