@@ -336,7 +336,7 @@ def test_handback_writes_new_generations_only_and_prints_debeziums_settings(
         f"  create  server=orders task1_2_3: 80-@{G3}",
         "wrote 3 records",
         "Debezium Vitess connector settings (the rest of its configuration unchanged):",
-        "  name=orders", "  topic.prefix=orders", "  offset.storage.per.task=true",
+        "  name=orders", "  topic.prefix=orders", "  vitess.offset.storage.per.task=true",
         "  vitess.offset.storage.task.key.gen=3", "  vitess.prev.num.tasks=1", "  tasks.max=2",
         f"Kafka Connect worker: offset.storage.topic={topic} (distributed mode)",
     ]
@@ -352,6 +352,6 @@ def test_handback_writes_new_generations_only_and_prints_debeziums_settings(
     assert out.splitlines()[1:] == [
         f"  create  server=orders (connector-wide): -80@{G2}, 80-@{G3}", "wrote 1 records",
         "Debezium Vitess connector settings (the rest of its configuration unchanged):",
-        "  name=orders", "  topic.prefix=orders", "  offset.storage.per.task=false", "  tasks.max=1",
+        "  name=orders", "  topic.prefix=orders", "  vitess.offset.storage.per.task=false", "  tasks.max=1",
         "  remove vitess.offset.storage.task.key.gen", "  remove vitess.prev.num.tasks",
         f"Kafka Connect worker: offset.storage.topic={topic} (distributed mode)"]

@@ -91,7 +91,7 @@ def test_every_tasks_max_resumes_at_shardcdcs_positions(shards: list[str], shard
                                           per_task=True, tasks_max=tasks_max)
         settings = dict(handback.settings)
         assert settings["tasks.max"] == str(tasks_max)
-        assert settings["offset.storage.per.task"] == "true"
+        assert settings["vitess.offset.storage.per.task"] == "true"
         after = apply(records, changes)
         assert debezium_starts(after, settings, shards) == wanted, tasks_max
         # What the issue saw: Debezium with its old task count on shardcdc's own generation is refused.
@@ -108,7 +108,7 @@ def test_records_and_settings_for_two_tasks_over_two_shards() -> None:
     records[key("task1_2_5")] = value(sg("80-", "new-80-:9", True), transaction_epoch='{"80-":1}',
                                       connector_generation=0)
     changes, handback = plan_handback(records, NAME, SERVER, recorded(5, 2, shards), per_task=True, tasks_max=2)
-    assert dict(handback.settings) == {"offset.storage.per.task": "true", "vitess.offset.storage.task.key.gen": "7",
+    assert dict(handback.settings) == {"vitess.offset.storage.per.task": "true", "vitess.offset.storage.task.key.gen": "7",
                                        "vitess.prev.num.tasks": "1", "tasks.max": "2"}
     assert handback.remove == ()
     a, b = sg("-80", "new--80:9"), sg("80-", "new-80-:9", True)
@@ -137,7 +137,7 @@ def test_without_per_task_offsets_the_server_key_holds_every_shard() -> None:
                                       tasks_max=1)
     assert [(ch.key, ch.old, ch.new) for ch in changes] == [
         (key(None), value(sg("-80", "older:1"), sg("80-", "older:1")), value(sg("-80", "new--80:9"), sg("80-", "new-80-:9")))]
-    assert handback.settings == (("offset.storage.per.task", "false"), ("tasks.max", "1"))
+    assert handback.settings == (("vitess.offset.storage.per.task", "false"), ("tasks.max", "1"))
     assert handback.remove == ("vitess.offset.storage.task.key.gen", "vitess.prev.num.tasks")
     again, _ = plan_handback(apply(records, changes), NAME, SERVER, recorded(5, 2, ["-80", "80-"]), per_task=False,
                              tasks_max=1)

@@ -84,7 +84,7 @@ def register(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], 
             sub.add_argument("--tasks-max", type=int, default=None, metavar="N",
                              help="Debezium's tasks.max (default: shardcdc's task count)")
             sub.add_argument("--no-per-task", action="store_true",
-                             help="Debezium without per-task offsets (offset.storage.per.task=false, one task)")
+                             help="Debezium without per-task offsets (vitess.offset.storage.per.task=false, one task)")
             sub.add_argument("--topic-prefix", help="topic.prefix (default: the connector's)")
     return run
 

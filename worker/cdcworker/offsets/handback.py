@@ -19,7 +19,7 @@ round-robin over Java-sorted shards), holding each shard's whole position so a c
 A Debezium started with another tasks.max T' != P still works: it finds no key of its own and
 takes every shard's GTID from G-1.
 
-Without per-task offsets (``offset.storage.per.task=false``, one task), Debezium reads the single
+Without per-task offsets (``vitess.offset.storage.per.task=false``, one task), Debezium reads the single
 key ``["<name>",{"server":"<prefix>"}]``: the hand-back writes every shard's position there.
 """
 
@@ -173,7 +173,7 @@ def plan_handback(positions: Mapping[str, ShardGtid], values: Mapping[str, Offse
         if tasks_max != 1:
             raise MigrationError(f"without per-task offsets Debezium runs one task, not tasks.max={tasks_max}")
         return HandBack(((OffsetPartition(server), _value_for(ordered, values)),),
-                        (("offset.storage.per.task", "false"), ("tasks.max", "1")), _REMOVED_PER_TASK)
+                        (("vitess.offset.storage.per.task", "false"), ("tasks.max", "1")), _REMOVED_PER_TASK)
     if tasks_max < 1:
         raise MigrationError(f"tasks.max must be at least 1, got {tasks_max}")
     gen = handback_generation(task_keys)
@@ -187,6 +187,6 @@ def plan_handback(positions: Mapping[str, ShardGtid], values: Mapping[str, Offse
     for tid, shards in enumerate(tasks):
         records.append((OffsetPartition.for_task(server, tid, len(tasks), gen),
                         _value_for([by_shard[s] for s in shards], values)))
-    settings = (("offset.storage.per.task", "true"), ("vitess.offset.storage.task.key.gen", str(gen)),
+    settings = (("vitess.offset.storage.per.task", "true"), ("vitess.offset.storage.task.key.gen", str(gen)),
                 ("vitess.prev.num.tasks", str(prev)), ("tasks.max", str(tasks_max)))
     return HandBack(tuple(records), settings)
