@@ -166,3 +166,13 @@ def test_refusals_are_one_clear_line() -> None:
         plan_handback(incomplete | {key("task0_2_0"): value(sg("-80", "x:1"))}, NAME, SERVER, never, per_task=True,
                       tasks_max=2)
     assert entries(incomplete, NAME)  # nothing was consumed or changed by the refusals
+
+
+def test_generations_are_above_shardcdcs_recorded_one_even_before_it_stored() -> None:
+    # shardcdc's generation 5 (1 task) never stored: its key task0_1_5 is its own, so the hand-back
+    # starts at 6 rather than at the newest stored generation (4) + 1.
+    records = {key("task0_1_4"): value(sg("-80", "g4:2"), sg("80-", "g4:2"))}
+    status = ShardcdcGeneration(5, 1, 1, (("-80", "80-"),), ((4, 1),))
+    changes, handback = plan_handback(records, NAME, SERVER, status, per_task=True, tasks_max=1)
+    assert [ch.partition.task_key for ch in changes] == ["task0_2_6", "task1_2_6", "task0_1_7"]
+    assert dict(handback.settings)["vitess.offset.storage.task.key.gen"] == "7"

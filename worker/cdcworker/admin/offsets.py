@@ -140,9 +140,8 @@ def _confirm(changes: Sequence[Change], args: argparse.Namespace, console: Conso
 
 def _recorded(args: argparse.Namespace, target: Target) -> ShardcdcGeneration | None:
     """shardcdc's last generation from the connector's status (cluster or local mode), if any."""
-    from cdcoperator.planner import generation_from_status
+    from cdcoperator.planner import recorded_generation
     from cdcworker.admin.localmode import LocalModeError, find_local, state_dir
-    from cdcworker.offsets.handback import ShardcdcGeneration
 
     body = target.body
     if target.source != "cluster":
@@ -151,8 +150,7 @@ def _recorded(args: argparse.Namespace, target: Target) -> ShardcdcGeneration | 
         except LocalModeError as exc:
             raise OffsetsError(str(exc)) from None
         body = conn.body if conn is not None else None
-    g = generation_from_status(((body or {}).get("status") or {}).get("assignment"))
-    return None if g is None else ShardcdcGeneration(g.generation, g.tasks, g.previous_tasks, g.assignment, g.history)
+    return recorded_generation(body)
 
 
 def _plan_handback(args: argparse.Namespace, target: Target, records: Any) -> tuple[list[Change], HandBack]:

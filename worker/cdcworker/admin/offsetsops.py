@@ -220,7 +220,8 @@ def plan_handback(records: Mapping[bytes, bytes], connector: str, server: str, r
         gens.setdefault(tk.gen, set()).add(tk.num_tasks)
     try:
         positions, values = shardcdc_positions(lookup_in(records, connector), server, recorded, gens)
-        handback = plan(positions, values, server=server, task_keys=task_keys, per_task=per_task, tasks_max=tasks_max)
+        handback = plan(positions, values, server=server, task_keys=task_keys, per_task=per_task, tasks_max=tasks_max,
+                        above=recorded.generation if recorded is not None else -1)
     except MigrationError as exc:
         raise OffsetsError(str(exc)) from None
     changes = []

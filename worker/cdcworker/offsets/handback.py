@@ -124,10 +124,11 @@ def shardcdc_positions(lookup: OffsetLookup, server: str, recorded: ShardcdcGene
     return dict(found.positions), dict(found.values)
 
 
-def handback_generation(task_keys: Iterable[TaskKey]) -> int:
-    """Debezium's ``vitess.offset.storage.task.key.gen``: two above every generation found, so both
+def handback_generation(task_keys: Iterable[TaskKey], above: int = -1) -> int:
+    """Debezium's ``vitess.offset.storage.task.key.gen``: two above every generation found and
+    ``above`` (shardcdc's recorded generation, whose keys may not be written yet), so both
     generations the hand-back writes are fresh (G-1 for the previous-generation check, G for the tasks)."""
-    return max((tk.gen for tk in task_keys), default=-1) + 2
+    return max(max((tk.gen for tk in task_keys), default=-1), above) + 2
 
 
 def _shard_epoch(held: OffsetValue, shard: str) -> int | None:
@@ -163,7 +164,8 @@ def _value_for(shards: Sequence[ShardGtid], values: Mapping[str, OffsetValue]) -
 
 
 def plan_handback(positions: Mapping[str, ShardGtid], values: Mapping[str, OffsetValue], *, server: str,
-                  task_keys: Iterable[TaskKey], per_task: bool = True, tasks_max: int = 1) -> HandBack:
+                  task_keys: Iterable[TaskKey], per_task: bool = True, tasks_max: int = 1,
+                  above: int = -1) -> HandBack:
     """The records and settings for Debezium with ``tasks_max`` tasks (``per_task``) or one task
     on the plain server key."""
     if not positions:
@@ -176,7 +178,7 @@ def plan_handback(positions: Mapping[str, ShardGtid], values: Mapping[str, Offse
                         (("vitess.offset.storage.per.task", "false"), ("tasks.max", "1")), _REMOVED_PER_TASK)
     if tasks_max < 1:
         raise MigrationError(f"tasks.max must be at least 1, got {tasks_max}")
-    gen = handback_generation(task_keys)
+    gen = handback_generation(task_keys, above)
     tasks = assign_shards(positions, tasks_max)
     prev = 2 if len(tasks) == 1 else 1  # any count but Debezium's own; every one of its keys is written
     by_shard = {sg.shard: sg for sg in ordered}
