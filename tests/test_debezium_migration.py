@@ -16,7 +16,7 @@ import threading
 import uuid
 from collections import Counter
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -200,77 +200,134 @@ def sim(request: pytest.FixtureRequest) -> Iterator[VTGateSim]:
         yield s
 
 
+@dataclass
+class Migration:
+    """One run's names, switch boundaries and what the copy case needs to bound duplicates."""
+
+    layout: Layout
+    sim: VTGateSim
+    broker: KafkaBroker
+    tmp: Path
+    prefix: str = field(default_factory=lambda: f"mig{uuid.uuid4().hex[:6]}")
+    boundaries: list[dict[int, int]] = field(default_factory=list)
+    debezium_copied: dict[str, int] = field(default_factory=dict)  # shard -> Debezium's stored lastpk
+    workload_first_id: int = 0  # ids below it were there before the live workload (copied)
+
+    @property
+    def offsets(self) -> str:
+        return f"{self.prefix}-connect-offsets"
+
+    @property
+    def topic(self) -> str:
+        return f"{self.prefix}.{KEYSPACE}.items"
+
+    def seed(self, workload: Workload) -> None:
+        workload.ensure_table()
+        workload.run(transactions=20)  # copied by Debezium's initial snapshot
+        if self.layout.copy_rows:
+            ids = range(workload.next_id, workload.next_id + self.layout.copy_rows)
+            for lo in range(0, len(ids), 500):
+                self.sim.execute("insert into items (id, name, qty, price) values "
+                                 + ", ".join(f"({i}, 'c{i}', 1, 2.50)" for i in ids[lo:lo + 500]), KEYSPACE)
+            workload.ids += list(ids)  # the live workload changes and deletes rows being copied
+            workload.next_id = ids[-1] + 1
+        self.workload_first_id = workload.next_id
+
+    def grows(self, what: str) -> None:
+        before = count(self.broker, self.topic)
+        wait_for(lambda: count(self.broker, self.topic) > before + 60, STEP, what)
+
+    def switch(self, who: str) -> None:
+        """The previous writer has stopped: record the boundary and check it stopped mid-copy (or not)."""
+        self.boundaries.append(ends(self.broker, self.topic))
+        assert copying(self.broker, self.offsets) == bool(self.layout.copy_rows), f"{who} stopped mid-copy"
+
+    def shardcdc_phase(self) -> tuple[Path, Path]:
+        """shardcdc adopts Debezium's offsets and streams (and copies); `shardcdc run` stops."""
+        layout = self.layout
+        path = manifest(self.tmp / "connector.yaml", self.sim, self.broker, self.prefix, self.offsets,
+                        layout.shardcdc_tasks)
+        state = self.tmp / "state"
+        run = Run(path, state, self.tmp / "run.log")
+        try:
+            client = wait_for(lambda: run.alive() or control(state, NAME), STEP, "shardcdc's control endpoint")
+            a = wait_for(lambda: started(client, adopted_generation(layout), layout.shardcdc_tasks),
+                         STEP, "shardcdc's first generation running from Debezium's offsets")
+            if layout.per_task:
+                assert a["previousTasks"] == layout.debezium_tasks
+            self.grows("shardcdc streaming")
+            if layout.copy_rows:  # shardcdc's copy has gone on from Debezium's lastpk on every shard
+                wait_for(lambda: all(copy_positions(self.broker, self.offsets, 1).get(s, 0) > pk
+                                     for s, pk in self.debezium_copied.items()), STEP, "shardcdc copying")
+        finally:
+            assert run.stop() == 0, run.output()[-3000:]
+        self.switch("shardcdc")
+        return path, state
+
+    def hand_back(self, connect: ConnectDistributed, config: dict[str, str], path: Path, state: Path) -> None:
+        """``shardcdc offsets handback``, then Debezium resumes with the printed settings."""
+        layout = self.layout
+        args = ["offsets", "handback", NAME, "--local", "-f", str(path), "--state-dir", str(state), "--yes"]
+        args += ["--no-per-task"] if not layout.per_task else ["--tasks-max", str(layout.back_tasks)]
+        r = shardcdc(*args)
+        assert r.returncode == 0, r.stdout + r.stderr
+        print(f"$ shardcdc {' '.join(args)}\n{r.stdout}")  # the recipe's output in docs/operations.md
+        settings, remove = handback_settings(r.stdout)
+        config = {k: v for k, v in (config | settings).items() if k not in remove}
+        assert config["tasks.max"] == str(layout.back_tasks)
+        connect.configure(config)
+        connect.resume(NAME)
+        connect.wait_state(NAME, "RUNNING", layout.back_tasks, timeout=STEP)
+        if layout.per_task:
+            gen = settings["vitess.offset.storage.task.key.gen"]
+            keys = sorted(t["vitess.task.key"] for t in connect.task_configs(NAME))
+            assert keys == [f"task{i}_{layout.back_tasks}_{gen}" for i in range(layout.back_tasks)]
+        self.grows("Debezium streaming again")
+
+    def verify(self) -> None:
+        """Per-key order, and duplicates per switch within their bound."""
+        layout, boundaries = self.layout, self.boundaries
+        records = consume_all(self.broker.bootstrap, self.topic)
+        dups, problems = duplicates_and_order(records, boundaries, copying=bool(layout.copy_rows))
+        assert problems == [], "\n".join(problems)
+        # A phase that started over (a new copy, or streaming from an older position) repeats whole
+        # transactions of many keys: more duplicates than the bound, or a create of an existing key.
+        # Mid-copy a shard may also repeat one copy transaction (a packet of ~14-byte rows), and the
+        # rows Debezium had sent beyond the lastpk it stored when it stopped (its offsets lag its
+        # output) are copied again by whoever continues the copy.
+        overrun = sum(1 for r in records if r.value and phase_of(r, boundaries) == 0 and _copied_beyond(
+            _payload(r.value), self.debezium_copied, self.workload_first_id)) if layout.copy_rows else 0
+        bound = layout.shards * (BATCH_MAX + (COPY_PACKET // 14 if layout.copy_rows else 0)) + overrun
+        assert dups[0] == 0 and dups[1] <= bound and dups[2] <= bound and dups[1] + dups[2] <= 2 * bound - overrun, \
+            (dups, bound, overrun)
+        ops = Counter((phase_of(r, boundaries), _payload(r.value)["op"]) for r in records if r.value)
+        print(f"records per (phase, op): {dict(ops)}")
+        print(f"duplicates per switch: Debezium->shardcdc {dups[1]}, shardcdc->Debezium {dups[2]} (bound {bound}; "
+              f"rows Debezium sent beyond its stored lastpk: {overrun})")
+
+
 @pytest.mark.parametrize("case", list(LAYOUTS))
 def test_debezium_to_shardcdc_and_back(tmp_path: Path, kafka_broker: KafkaBroker, sim: VTGateSim, case: str) -> None:
     layout = LAYOUTS[case]
-    prefix = f"mig{uuid.uuid4().hex[:6]}"
-    offsets = f"{prefix}-connect-offsets"
-    topic = f"{prefix}.{KEYSPACE}.items"
+    m = Migration(layout, sim, kafka_broker, tmp_path)
     workload = Workload(sim, KEYSPACE, table="items", seed=11, batch_max=BATCH_MAX)
-    workload.ensure_table()
-    workload.run(transactions=20)  # copied by Debezium's initial snapshot
-    if layout.copy_rows:
-        first = workload.next_id
-        ids = range(first, first + layout.copy_rows)
-        for lo in range(0, len(ids), 500):
-            sim.execute("insert into items (id, name, qty, price) values "
-                        + ", ".join(f"({i}, 'c{i}', 1, 2.50)" for i in ids[lo:lo + 500]), KEYSPACE)
-        workload.ids += list(ids)  # the live workload changes and deletes rows being copied
-        workload.next_id = ids[-1] + 1
-    workload_first_id = workload.next_id  # ids below are copied (or inserted before Debezium started)
+    m.seed(workload)
     writer = threading.Thread(target=workload.run, kwargs={"rate": 3.0 if layout.copy_rows else 15.0}, daemon=True)
-    boundaries: list[dict[int, int]] = []
-    config = debezium_config(sim, prefix, layout)
-    with ConnectDistributed(kafka_broker.bootstrap, f"{prefix}-connect", offsets, workdir=tmp_path / "connect") as connect:
+    config = debezium_config(sim, m.prefix, layout)
+    with ConnectDistributed(kafka_broker.bootstrap, f"{m.prefix}-connect", m.offsets, workdir=tmp_path / "connect") \
+            as connect:
         try:
-            # 1. Debezium streams under the live workload, then stops (its tasks flush their offsets).
+            # 1. Debezium copies and streams under the live workload, then stops (its tasks flush offsets).
             connect.configure(config)
             connect.wait_state(NAME, "RUNNING", layout.debezium_tasks, timeout=STEP)
             writer.start()
-            wait_for(lambda: count(kafka_broker, topic) > 60, STEP, "Debezium streaming")
+            wait_for(lambda: count(kafka_broker, m.topic) > 60, STEP, "Debezium streaming")
             connect.stop_connector(NAME)
-            boundaries.append(ends(kafka_broker, topic))
-            assert copying(kafka_broker, offsets) == bool(layout.copy_rows), "Debezium stopped mid-copy"
-            debezium_copied = copy_positions(kafka_broker, offsets, 0) if layout.copy_rows else {}
-
-            # 2. shardcdc adopts Debezium's offsets and streams; `shardcdc run` stops (workers commit).
-            path = manifest(tmp_path / "connector.yaml", sim, kafka_broker, prefix, offsets, layout.shardcdc_tasks)
-            state = tmp_path / "state"
-            run = Run(path, state, tmp_path / "run.log")
-            try:
-                client = wait_for(lambda: run.alive() or control(state, NAME), STEP, "shardcdc's control endpoint")
-                a = wait_for(lambda: started(client, adopted_generation(layout), layout.shardcdc_tasks),
-                             STEP, "shardcdc's first generation running from Debezium's offsets")
-                if layout.per_task:
-                    assert a["previousTasks"] == layout.debezium_tasks
-                before = count(kafka_broker, topic)
-                wait_for(lambda: count(kafka_broker, topic) > before + 60, STEP, "shardcdc streaming")
-                if layout.copy_rows:  # shardcdc's copy has gone on from Debezium's lastpk on every shard
-                    wait_for(lambda: all(copy_positions(kafka_broker, offsets, 1).get(s, 0) > pk
-                                         for s, pk in debezium_copied.items()), STEP, "shardcdc copying")
-            finally:
-                assert run.stop() == 0, run.output()[-3000:]
-            boundaries.append(ends(kafka_broker, topic))
-            assert copying(kafka_broker, offsets) == bool(layout.copy_rows), "shardcdc stopped mid-copy"
-
-            # 3. The hand-back, then Debezium resumes with the printed settings.
-            args = ["offsets", "handback", NAME, "--local", "-f", str(path), "--state-dir", str(state), "--yes"]
-            args += ["--no-per-task"] if not layout.per_task else ["--tasks-max", str(layout.back_tasks)]
-            r = shardcdc(*args)
-            assert r.returncode == 0, r.stdout + r.stderr
-            print(f"$ shardcdc {' '.join(args)}\n{r.stdout}")  # the recipe's output in docs/operations.md
-            settings, remove = handback_settings(r.stdout)
-            config = {k: v for k, v in (config | settings).items() if k not in remove}
-            assert config["tasks.max"] == str(layout.back_tasks)
-            connect.configure(config)
-            connect.resume(NAME)
-            connect.wait_state(NAME, "RUNNING", layout.back_tasks, timeout=STEP)
-            if layout.per_task:
-                gen = settings["vitess.offset.storage.task.key.gen"]
-                keys = sorted(t["vitess.task.key"] for t in connect.task_configs(NAME))
-                assert keys == [f"task{i}_{layout.back_tasks}_{gen}" for i in range(layout.back_tasks)]
-            before = count(kafka_broker, topic)
-            wait_for(lambda: count(kafka_broker, topic) > before + 60, STEP, "Debezium streaming again")
+            m.switch("Debezium")
+            m.debezium_copied = copy_positions(kafka_broker, m.offsets, 0) if layout.copy_rows else {}
+            # 2. shardcdc adopts its offsets, streams, stops; 3. the hand-back, and Debezium again.
+            path, state = m.shardcdc_phase()
+            m.hand_back(connect, config, path, state)
         finally:
             workload.stop()
             if writer.is_alive():
@@ -279,30 +336,13 @@ def test_debezium_to_shardcdc_and_back(tmp_path: Path, kafka_broker: KafkaBroker
 
         def caught_up() -> bool:
             connect.check()
-            diff = compare(materialise(consume_all(kafka_broker.bootstrap, topic)), truth, "id",
+            diff = compare(materialise(consume_all(kafka_broker.bootstrap, m.topic)), truth, "id",
                            ["id", "name", "qty", "price"])
             assert diff.empty, diff.summary()
             return True
 
         wait_for(caught_up, STEP, "the topic equal to the source table")
-
-    records = consume_all(kafka_broker.bootstrap, topic)
-    dups, problems = duplicates_and_order(records, boundaries, copying=bool(layout.copy_rows))
-    assert problems == [], "\n".join(problems)
-    # A phase that started over (a new copy, or streaming from an older position) repeats whole
-    # transactions of many keys: more duplicates than the bound, or a create of an existing key.
-    ops = Counter((phase_of(r, boundaries), _payload(r.value)["op"]) for r in records if r.value)
-    # Mid-copy a shard may also repeat one copy transaction (a packet of ~14-byte rows), and the rows
-    # Debezium had sent beyond the lastpk it stored when it stopped (its offsets lag its output)
-    # are copied again by whoever continues the copy.
-    overrun = sum(1 for r in records if r.value and phase_of(r, boundaries) == 0 and _copied_beyond(
-        _payload(r.value), debezium_copied, workload_first_id)) if layout.copy_rows else 0
-    bound = layout.shards * (BATCH_MAX + (COPY_PACKET // 14 if layout.copy_rows else 0)) + overrun
-    assert dups[0] == 0 and dups[1] <= bound and dups[2] <= bound and dups[1] + dups[2] <= bound + bound - overrun, \
-        (dups, bound, overrun)
-    print(f"records per (phase, op): {dict(ops)}")
-    print(f"duplicates per switch: Debezium->shardcdc {dups[1]}, shardcdc->Debezium {dups[2]} (bound {bound}; rows "
-          f"Debezium sent beyond its stored lastpk: {overrun})")
+    m.verify()
 
 
 def _copied_beyond(payload: dict[str, Any], lastpk: dict[str, int], workload_first_id: int) -> bool:
