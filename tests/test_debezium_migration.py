@@ -50,11 +50,12 @@ class Layout:
     shardcdc_tasks: int
     back_tasks: int
     per_task: bool = True
+    again: bool = False  # then a second round: Debezium -> shardcdc (a new adoption) -> Debezium
     copy_rows: int = 0  # rows before Debezium starts, copied slowly: both switches happen mid-copy
 
 
 LAYOUTS = {
-    "a-2tasks-2shards-back-2": Layout(2, 2, 2, 2),
+    "a-2tasks-2shards-back-2-twice": Layout(2, 2, 2, 2, again=True),
     "b-2tasks-4shards-shardcdc-3-back-4": Layout(4, 2, 3, 4),
     "b-2tasks-4shards-shardcdc-3-back-2": Layout(4, 2, 3, 2),
     "c-no-per-task-1task": Layout(2, 1, 2, 1, per_task=False),
@@ -242,19 +243,20 @@ class Migration:
         self.boundaries.append(ends(self.broker, self.topic))
         assert copying(self.broker, self.offsets) == bool(self.layout.copy_rows), f"{who} stopped mid-copy"
 
-    def shardcdc_phase(self) -> tuple[Path, Path]:
-        """shardcdc adopts Debezium's offsets and streams (and copies); `shardcdc run` stops."""
+    def shardcdc_phase(self, generation: int, previous_tasks: int, round_: int) -> tuple[Path, Path]:
+        """shardcdc adopts Debezium's offsets (its first generation is ``generation``, after
+        Debezium's ``previous_tasks`` tasks) and streams (and copies); `shardcdc run` stops."""
         layout = self.layout
-        path = manifest(self.tmp / "connector.yaml", self.sim, self.broker, self.prefix, self.offsets,
+        path = manifest(self.tmp / f"connector{round_}.yaml", self.sim, self.broker, self.prefix, self.offsets,
                         layout.shardcdc_tasks)
-        state = self.tmp / "state"
-        run = Run(path, state, self.tmp / "run.log")
+        state = self.tmp / f"state{round_}"  # a new CdcConnector: nothing recorded, so it adopts
+        run = Run(path, state, self.tmp / f"run{round_}.log")
         try:
             client = wait_for(lambda: run.alive() or control(state, NAME), STEP, "shardcdc's control endpoint")
-            a = wait_for(lambda: started(client, adopted_generation(layout), layout.shardcdc_tasks),
-                         STEP, "shardcdc's first generation running from Debezium's offsets")
+            a = wait_for(lambda: started(client, generation, layout.shardcdc_tasks),
+                         STEP, f"shardcdc's first generation ({generation}) running from Debezium's offsets")
             if layout.per_task:
-                assert a["previousTasks"] == layout.debezium_tasks
+                assert a["previousTasks"] == previous_tasks
             self.grows("shardcdc streaming")
             if layout.copy_rows:  # shardcdc's copy has gone on from Debezium's lastpk on every shard
                 wait_for(lambda: all(copy_positions(self.broker, self.offsets, 1).get(s, 0) > pk
@@ -264,7 +266,8 @@ class Migration:
         self.switch("shardcdc")
         return path, state
 
-    def hand_back(self, connect: ConnectDistributed, config: dict[str, str], path: Path, state: Path) -> None:
+    def hand_back(self, connect: ConnectDistributed, config: dict[str, str], path: Path, state: Path
+                  ) -> dict[str, str]:
         """``shardcdc offsets handback``, then Debezium resumes with the printed settings."""
         layout = self.layout
         args = ["offsets", "handback", NAME, "--local", "-f", str(path), "--state-dir", str(state), "--yes"]
@@ -283,6 +286,7 @@ class Migration:
             keys = sorted(t["vitess.task.key"] for t in connect.task_configs(NAME))
             assert keys == [f"task{i}_{layout.back_tasks}_{gen}" for i in range(layout.back_tasks)]
         self.grows("Debezium streaming again")
+        return config
 
     def verify(self) -> None:
         """Per-key order, and duplicates per switch within their bound."""
@@ -298,11 +302,12 @@ class Migration:
         overrun = sum(1 for r in records if r.value and phase_of(r, boundaries) == 0 and _copied_beyond(
             _payload(r.value), self.debezium_copied, self.workload_first_id)) if layout.copy_rows else 0
         bound = layout.shards * (BATCH_MAX + (COPY_PACKET // 14 if layout.copy_rows else 0)) + overrun
-        assert dups[0] == 0 and dups[1] <= bound and dups[2] <= bound and dups[1] + dups[2] <= 2 * bound - overrun, \
-            (dups, bound, overrun)
+        switches = [dups[i] for i in range(1, len(boundaries) + 1)]
+        assert dups[0] == 0 and all(d <= bound for d in switches), (dups, bound, overrun)
+        assert sum(switches) <= len(switches) * (bound - overrun) + overrun, (dups, bound, overrun)
         ops = Counter((phase_of(r, boundaries), _payload(r.value)["op"]) for r in records if r.value)
         print(f"records per (phase, op): {dict(ops)}")
-        print(f"duplicates per switch: Debezium->shardcdc {dups[1]}, shardcdc->Debezium {dups[2]} (bound {bound}; "
+        print(f"duplicates per switch (Debezium->shardcdc, shardcdc->Debezium, ...): {switches} (bound {bound}; "
               f"rows Debezium sent beyond its stored lastpk: {overrun})")
 
 
@@ -326,8 +331,14 @@ def test_debezium_to_shardcdc_and_back(tmp_path: Path, kafka_broker: KafkaBroker
             m.switch("Debezium")
             m.debezium_copied = copy_positions(kafka_broker, m.offsets, 0) if layout.copy_rows else {}
             # 2. shardcdc adopts its offsets, streams, stops; 3. the hand-back, and Debezium again.
-            path, state = m.shardcdc_phase()
-            m.hand_back(connect, config, path, state)
+            path, state = m.shardcdc_phase(adopted_generation(layout), layout.debezium_tasks, 0)
+            config = m.hand_back(connect, config, path, state)
+            if layout.again:  # Debezium's newest generation is the hand-back's: shardcdc adopts after it
+                connect.stop_connector(NAME)
+                m.switch("Debezium")
+                gen = int(config["vitess.offset.storage.task.key.gen"])
+                path, state = m.shardcdc_phase(gen + 1, layout.back_tasks, 1)
+                m.hand_back(connect, config, path, state)
         finally:
             workload.stop()
             if writer.is_alive():
