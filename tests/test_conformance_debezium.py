@@ -152,6 +152,10 @@ PAIRS = [
         "snapshot.mode": "never", "decimal.handling.mode": "double", "time.precision.mode": "isostring",
         "bigint.unsigned.handling.mode": "precise", "binary.handling.mode": "base64-url-safe",
     }),
+    Pair("modes3", "commerce", f"modesc{_RUN}", {
+        "snapshot.mode": "never", "decimal.handling.mode": "string", "time.precision.mode": "adaptive_time_microseconds",
+        "binary.handling.mode": "base64",
+    }),
     # transaction metadata: the `transaction` block and the <prefix>.transaction topic
     Pair("txmeta", "commerce", f"txmeta{_RUN}", {"snapshot.mode": "never", "provide.transaction.metadata": "true"}),
     Pair("txorder", "commerce", f"txorder{_RUN}", {
