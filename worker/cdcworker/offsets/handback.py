@@ -83,7 +83,7 @@ def _positions_of(starts: Iterable[TaskStart]) -> tuple[dict[str, ShardGtid], di
         if unstored:
             raise MigrationError(
                 f"shard(s) {java_sorted(unstored)} have no stored position (no worker of shardcdc stored one): "
-                "start the connector until every task has streamed, or set them with `shardcdc offsets set`")
+                "run the connector until every task has stored its position, then stop it and hand back again")
         for sg in start.vgtid:
             positions[sg.shard] = sg
             held = start.stored or start.inherited.get(sg.shard)
