@@ -164,6 +164,9 @@ PAIRS = [
         "column.mask.with.4.chars": "commerce.str_types.c", "column.truncate.to.3.chars": "commerce.str_types.tx",
         "skipped.operations": "u", "event.processing.failure.handling.mode": "warn",
     }),
+    Pair("events2", "commerce", f"eventsb{_RUN}", {
+        "snapshot.mode": "never", "event.processing.failure.handling.mode": "skip", "skipped.operations": "none",
+    }),
     # transaction metadata: the `transaction` block and the <prefix>.transaction topic
     Pair("txmeta", "commerce", f"txmeta{_RUN}", {"snapshot.mode": "never", "provide.transaction.metadata": "true"}),
     Pair("txorder", "commerce", f"txorder{_RUN}", {
