@@ -310,3 +310,48 @@ def test_confirmation_prompt_on_a_terminal(kafka_broker: KafkaBroker, topic: str
     assert (rc, shown.split(prompt)[1]) == (0, "y\nwrote 1 records\n")
     key = offset_record_key("orders", OffsetPartition.for_task("orders", 0, 2, 1))
     assert read(kafka_broker, topic) == {**before, key: value({"-80": G1}).to_bytes()}
+
+
+def test_handback_writes_new_generations_only_and_prints_debeziums_settings(
+        kafka_broker: KafkaBroker, topic: str, capsys: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "300")
+    state = tmp_path / "state"
+    local = ("--local", "--state-dir", str(state), "--bootstrap-servers", kafka_broker.bootstrap,
+             "--offsets-topic", topic, "--topic-prefix", "orders")
+    before = read(kafka_broker, topic)
+    rc, out, err = shardcdc(capsys, "offsets", "handback", "orders", *local, "--tasks-max", "2", "--yes")
+    assert (rc, out) == (3, "") and err.startswith("refusing to change the offsets of default/orders: ")
+    rc, out, err = shardcdc(capsys, "offsets", "handback", "orders", *local, "--force-offline", "--yes")
+    assert rc == 1 and "shardcdc offsets: shardcdc's task count is unknown (no status): give --tasks-max N\n" in err
+
+    # Generation 1 (2 tasks) is shardcdc's newest; Debezium keeps 2 tasks, which Debezium refuses on
+    # generation 1 itself: generation 2 gets one key with both shards, generation 3 Debezium's 2 keys.
+    rc, out, _ = shardcdc(capsys, "offsets", "handback", "orders", *local, "--force-offline", "--tasks-max", "2",
+                          "--yes")
+    assert rc == 0, out
+    assert out.splitlines()[-13:] == [
+        "handback: 3 records of orders in topic " + topic + ":",
+        f"  create  server=orders task0_1_2: -80@{G2}, 80-@{G3}",
+        f"  create  server=orders task0_2_3: -80@{G2}",
+        f"  create  server=orders task1_2_3: 80-@{G3}",
+        "wrote 3 records",
+        "Debezium Vitess connector settings (the rest of its configuration unchanged):",
+        "  name=orders", "  topic.prefix=orders", "  vitess.offset.storage.per.task=true",
+        "  vitess.offset.storage.task.key.gen=3", "  vitess.prev.num.tasks=1", "  tasks.max=2",
+        f"Kafka Connect worker: offset.storage.topic={topic} (distributed mode)",
+    ]
+    after = read(kafka_broker, topic)
+    new = {k: v for k, v in after.items() if k not in before}
+    assert {k: v for k, v in after.items() if k in before} == before  # nothing else changed or deleted
+    key = offset_record_key("orders", OffsetPartition.for_task("orders", 1, 2, 3))
+    assert new[key] == value({"80-": G3}).to_bytes() and len(new) == 3
+
+    # Without per-task offsets: the plain server key, one task, the per-task settings removed.
+    rc, out, _ = shardcdc(capsys, "offsets", "handback", "orders", *local, "--force-offline", "--no-per-task", "--yes")
+    assert rc == 0, out
+    assert out.splitlines()[1:] == [
+        f"  create  server=orders (connector-wide): -80@{G2}, 80-@{G3}", "wrote 1 records",
+        "Debezium Vitess connector settings (the rest of its configuration unchanged):",
+        "  name=orders", "  topic.prefix=orders", "  vitess.offset.storage.per.task=false", "  tasks.max=1",
+        "  remove vitess.offset.storage.task.key.gen", "  remove vitess.prev.num.tasks",
+        f"Kafka Connect worker: offset.storage.topic={topic} (distributed mode)"]

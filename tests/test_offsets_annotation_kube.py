@@ -200,12 +200,32 @@ def test_offsets_annotation_and_cli_on_a_live_connector(env: Env, capsys: Any,
     assert env.records(topic) == {**seeded, key: OffsetValue.build(Vgtid.of("ks", {"80-": G2})).to_bytes()}
     assert ("Normal", "OffsetsAltered", f"wrote 1 offset records of {name} in topic {topic}") in env.events(name)
 
+    # Hand-back to Debezium with 2 tasks (shardcdc's count, which Debezium refuses on shardcdc's own
+    # generation): two new generations above the recorded one; nothing else changes.
+    before = env.records(topic)
+    gen = env.connector(name)["status"]["assignment"]["generation"]
+    env.annotate(name, "handback:x")
+    assert ("Warning", "OffsetsRefused", "shardcdc.io/offsets=handback:x: 'x' is not a tasks.max; give handback, "
+            "handback:<tasks.max> or handback:no-per-task") in env.events(name)
+    env.annotate(name, "handback")
+    handed = {offset_record_key(name, OffsetPartition.for_task(name, i, n, g)): OffsetValue.build(Vgtid.of("ks", v))
+              .to_bytes() for i, n, g, v in ((0, 1, gen + 1, {"-80": G1, "80-": G2}), (0, 2, gen + 2, {"-80": G1}),
+                                              (1, 2, gen + 2, {"80-": G2}))}
+    assert env.records(topic) == {**before, **handed}
+    settings = (f"vitess.offset.storage.per.task=true, vitess.offset.storage.task.key.gen={gen + 2}, "
+                "vitess.prev.num.tasks=1, tasks.max=2")
+    message = f"wrote 3 offset records of {name} in topic {topic}; Debezium settings: topic.prefix={name}, {settings}"
+    assert ("Normal", "OffsetsHandedBack", message) in env.events(name)
+    cm = env.get(f"/api/v1/namespaces/{NS}/configmaps/{name}-offsets")
+    assert cm is not None and cm["data"]["result"] == message
+    assert cm["data"]["debezium.properties"] == f"name={name}\ntopic.prefix={name}\n" + settings.replace(", ", "\n") + "\n"
+
     env.annotate(name, "reset")
     other = offset_record_key("other", OffsetPartition("other"))
     assert env.records(topic) == {other: seeded[other]}
     cm = env.get(f"/api/v1/namespaces/{NS}/configmaps/{name}-offsets")
     assert cm is not None and json.loads(cm["data"]["offsets.json"]) == {"offsets": []}
-    assert cm["data"]["result"] == f"deleted 2 offset records of {name} in topic {topic}"
+    assert cm["data"]["result"] == f"deleted 5 offset records of {name} in topic {topic}"
     # The generation record goes with the offsets: a restart begins again at generation 0 rather than
     # looking for the previous generation's deleted keys.
     assert "assignment" not in (env.connector(name).get("status") or {})
@@ -217,4 +237,4 @@ def test_offsets_annotation_and_cli_on_a_live_connector(env: Env, capsys: Any,
     assert rc == 0 and "nothing to change" in out
     env.annotate(name, "rewind")
     assert ("Warning", "OffsetsRefused", "shardcdc.io/offsets=rewind: shardcdc.io/offsets='rewind' is not one of "
-            "list, reset, alter") in env.events(name)
+            "list, reset, alter, handback") in env.events(name)

@@ -1,5 +1,6 @@
-"""Kafka Connect in standalone mode running the real Debezium Vitess connector, for conformance tests."""
+"""Kafka Connect in standalone (and distributed) mode running the real Debezium Vitess connector, for conformance tests."""
 
+from connectstandalone.distributed import ConnectDistributed
 from connectstandalone.runner import (
     DEBEZIUM_VERSION,
     ConnectorFailed,
@@ -8,4 +9,4 @@ from connectstandalone.runner import (
     vitess_connector_config,
 )
 
-__all__ = ["DEBEZIUM_VERSION", "ConnectStandalone", "ConnectorFailed", "debezium_home", "vitess_connector_config"]
+__all__ = ["DEBEZIUM_VERSION", "ConnectDistributed", "ConnectStandalone", "ConnectorFailed", "debezium_home", "vitess_connector_config"]

@@ -146,13 +146,19 @@ class ConnectStandalone:
         }
         worker = self.workdir / "worker.properties"
         worker.write_text(_properties(props))
-        (self.workdir / "log4j2.properties").write_text(_LOG4J2)
+        self._write_log_config()
         paths = [worker]
         for i, conn in enumerate(self.connectors):
             path = self.workdir / f"connector-{i}.properties"
             path.write_text(_properties(conn))
             paths.append(path)
         return paths
+
+    def _write_log_config(self) -> None:
+        (self.workdir / "log4j2.properties").write_text(_LOG4J2)
+
+    def _main_class(self) -> str:
+        return "org.apache.kafka.connect.cli.ConnectStandalone"
 
     def _command(self, files: Sequence[Path]) -> list[str]:
         return [
@@ -164,7 +170,7 @@ class ConnectStandalone:
             f"-Dlog4j2.configurationFile={self.workdir / 'log4j2.properties'}",
             "-cp",
             str(self.home / "libs" / "*"),
-            "org.apache.kafka.connect.cli.ConnectStandalone",
+            self._main_class(),
             *(str(f) for f in files),
         ]
 

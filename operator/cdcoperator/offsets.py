@@ -13,6 +13,10 @@ are gone: every offset record of the connector is tombstoned.
   exited (``status.assignment.phase: Stopped``), like Strimzi's reset;
 * ``alter``: the document in ``<name>-offsets`` ``offsets.json`` (edit a listed one) is written;
   same precondition. ``offset: null`` deletes a partition's record.
+* ``handback``, ``handback:<N>``, ``handback:no-per-task``: prepares the offsets for Debezium's
+  Vitess connector with shardcdc's task count, ``tasks.max=N``, or without per-task offsets
+  (``shardcdc offsets handback``); same precondition. The Debezium settings to use are the event's
+  message and the ConfigMap's ``debezium.properties``.
 
 The result (what was done, or why not) is an event on the connector and the ConfigMap's ``result``
 key; the annotation is removed afterwards, whatever the outcome. The ConfigMap is owned by the
@@ -52,12 +56,14 @@ __all__ = [
 ]
 
 OFFSETS_ANNOTATION = f"{naming.PREFIX}/offsets"
-OFFSETS_ACTIONS = ("list", "reset", "alter")
+OFFSETS_ACTIONS = ("list", "reset", "alter", "handback")
 OFFSETS_KEY = "offsets.json"
 RESULT_KEY = "result"
+DEBEZIUM_KEY = "debezium.properties"
 LABEL_OFFSETS_OF = f"{naming.PREFIX}/offsets-of"
 KAFKA_TIMEOUT = 30.0
-REASONS = {"list": "OffsetsListed", "reset": "OffsetsReset", "alter": "OffsetsAltered"}
+REASONS = {"list": "OffsetsListed", "reset": "OffsetsReset", "alter": "OffsetsAltered",
+           "handback": "OffsetsHandedBack"}
 
 
 def _unreachable(access: KafkaAccess) -> str | None:
@@ -120,9 +126,40 @@ def offsets_stopped_problem(body: Mapping[str, Any], live_pods: int) -> str | No
     return problem
 
 
+def parse_handback(value: str, body: Mapping[str, Any]) -> tuple[bool, int]:
+    """``handback[:N|:no-per-task]`` -> (per task, Debezium's tasks.max; default shardcdc's task count)."""
+    _, _, arg = value.partition(":")
+    if arg == "no-per-task":
+        return False, 1
+    if not arg:
+        tasks = ((body.get("status") or {}).get("assignment") or {}).get("tasks") or (body.get("spec") or {}).get("tasks")
+        return True, int(tasks or 1)
+    if not arg.isdigit() or int(arg) < 1:
+        raise ValueError(f"{arg!r} is not a tasks.max; give handback, handback:<tasks.max> or handback:no-per-task")
+    return True, int(arg)
+
+
+def _handback(cr: ConnectorResource, body: Mapping[str, Any], records: Mapping[bytes, bytes], value: str
+              ) -> tuple[list[Any], str]:
+    """The hand-back's changes and the Debezium properties to use (``shardcdc offsets handback``)."""
+    from cdcoperator.planner import recorded_generation
+    from cdcworker.admin.offsetsops import plan_handback
+
+    per_task, tasks_max = parse_handback(value, body)
+    recorded = recorded_generation(body)
+    server = cr.spec.kafka.topic_prefix
+    changes, handback = plan_handback(records, cr.name, server, recorded, per_task=per_task, tasks_max=tasks_max)
+    lines = [f"name={cr.name}", f"topic.prefix={server}", *(f"{k}={v}" for k, v in handback.settings),
+             *(f"# remove {k}" for k in handback.remove)]
+    return changes, "\n".join(lines) + "\n"
+
+
 def run_offsets_action(cr: ConnectorResource, action: str, document: Mapping[str, Any] | None,
-                       timeout: float = KAFKA_TIMEOUT, access: KafkaAccess | None = None) -> tuple[str, dict[str, Any]]:
-    """Carry out one action against Kafka: (result message, the offsets document after it)."""
+                       timeout: float = KAFKA_TIMEOUT, access: KafkaAccess | None = None,
+                       body: Mapping[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+    """Carry out one action against Kafka: (result message, the offsets document after it). For
+    ``handback`` (``action`` is the annotation's value) the document also has the Debezium
+    properties under ``debezium.properties``."""
     from cdcworker.admin.offsetsops import apply_changes, connect_document, entries, plan_alter, plan_reset
     from cdcworker.offsets.store import OffsetStore
 
@@ -135,17 +172,26 @@ def run_offsets_action(cr: ConnectorResource, action: str, document: Mapping[str
         if action == "list":
             listed = entries(records, cr.name)
             return f"listed {len(listed)} offset records of {cr.name} from topic {topic}", connect_document(listed)
+        properties = None
         if action == "reset":
             changes = plan_reset(records, cr.name)
             verb = "deleted"
+        elif action.startswith("handback"):
+            changes, properties = _handback(cr, body or {}, records, action)
+            verb = "wrote"
         else:
             if document is None:
                 raise ValueError(f"ConfigMap {offsets_config_map_name(cr.name)} has no {OFFSETS_KEY} to alter from")
             changes = plan_alter(records, cr.name, document)
             verb = "wrote"
         apply_changes(store, changes, timeout=timeout)
-        after = entries(store.records, cr.name)
-        return f"{verb} {len(changes)} offset records of {cr.name} in topic {topic}", connect_document(after)
+        after = connect_document(entries(store.records, cr.name))
+        message = f"{verb} {len(changes)} offset records of {cr.name} in topic {topic}"
+        if properties is not None:
+            settings = ", ".join(line for line in properties.splitlines() if "=" in line and not line.startswith("name="))
+            message += f"; Debezium settings: {settings}"
+            after[DEBEZIUM_KEY] = properties
+        return message, after
 
 
 def _config_map(body: Mapping[str, Any], data: Mapping[str, str]) -> dict[str, Any]:
@@ -176,9 +222,10 @@ async def handle_offsets_annotation(kube: KubeApi, body: Mapping[str, Any], live
     """
     meta = body.get("metadata") or {}
     value = str((meta.get("annotations") or {}).get(OFFSETS_ANNOTATION, ""))
-    action = value.strip().lower()
+    request = value.strip().lower()  # handback carries its argument: handback:<N>
+    action = request.partition(":")[0]
     stopping = (body.get("spec") or {}).get("state") == "stopped"  # asked for: what is left passes by itself
-    if action in ("reset", "alter") and stopping and offsets_stopped_problem(body, live_pods) is not None:
+    if action in ("reset", "alter", "handback") and stopping and offsets_stopped_problem(body, live_pods) is not None:
         return "waiting"
     namespace, name = str(meta.get("namespace") or "default"), str(meta["name"])
     cm_name = offsets_config_map_name(name)
@@ -191,10 +238,15 @@ async def handle_offsets_annotation(kube: KubeApi, body: Mapping[str, Any], live
         access = await kafka_access(cr, kube.read_secret)
     except SpecError as exc:
         problem = f"invalid spec: {exc}"
-    if action not in OFFSETS_ACTIONS:
+    if action not in OFFSETS_ACTIONS or (action != "handback" and request != action):
         problem = f"{OFFSETS_ANNOTATION}={value!r} is not one of {', '.join(OFFSETS_ACTIONS)}"
     elif access is not None and (problem := _unreachable(access)) is None and action != "list":
         problem = offsets_stopped_problem(body, live_pods)
+    if problem is None and action == "handback":
+        try:
+            parse_handback(request, body)
+        except ValueError as exc:
+            problem = str(exc)
     live_cm = await kube.call("GET", CONFIG_MAPS.path(namespace, cm_name), allow=(404,))
     data = dict((live_cm or {}).get("data") or {})
     if problem is not None or cr is None:
@@ -210,12 +262,15 @@ async def handle_offsets_annotation(kube: KubeApi, body: Mapping[str, Any], live
         try:
             if problem is not None:
                 raise ValueError(problem)
-            message, after = await asyncio.to_thread(run_offsets_action, cr, action, document, KAFKA_TIMEOUT, access)
+            message, after = await asyncio.to_thread(run_offsets_action, cr, request, document, KAFKA_TIMEOUT,
+                                                     access, body)
         except Exception as exc:  # Kafka, a bad document: report it on the connector, do not retry forever
             outcome = "failed"
             message = f"{OFFSETS_ANNOTATION}={action} failed: {exc}"
             emit(body, "Warning", "OffsetsFailed", message)
         else:
+            if DEBEZIUM_KEY in after:
+                data[DEBEZIUM_KEY] = after.pop(DEBEZIUM_KEY)
             data[OFFSETS_KEY] = json.dumps(after, indent=2) + "\n"
             emit(body, "Normal", REASONS[action], message)
             if action == "reset" and (body.get("status") or {}).get("assignment"):

@@ -48,6 +48,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
 
 from cdcoperator import conditions as cond
 from cdcoperator.adoption import Adoption, chain_from_status, chain_to_status
@@ -55,6 +56,9 @@ from cdcoperator.conditions import ConditionSpec
 from cdcoperator.model import ConnectorSpec, State
 from cdcworker.keyrange import parse_shard
 from cdcworker.offsets.migration import assign_shards, java_sorted
+
+if TYPE_CHECKING:
+    from cdcworker.offsets.handback import ShardcdcGeneration
 
 __all__ = [
     "HISTORY_LIMIT",
@@ -74,6 +78,7 @@ __all__ = [
     "generation_from_status",
     "generation_to_status",
     "plan",
+    "recorded_generation",
 ]
 
 
@@ -782,3 +787,11 @@ def generation_from_status(assignment: Mapping[str, object] | None) -> Generatio
         journal_positions=_positions_from_status(assignment.get("journalPositions")),  # type: ignore[arg-type]
         history=chain_from_status(assignment.get("history")),
     )
+
+
+def recorded_generation(body: Mapping[str, Any] | None) -> ShardcdcGeneration | None:
+    """shardcdc's last generation as the hand-back to Debezium reads it (``status.assignment``)."""
+    from cdcworker.offsets.handback import ShardcdcGeneration
+
+    g = generation_from_status(((body or {}).get("status") or {}).get("assignment"))
+    return None if g is None else ShardcdcGeneration(g.generation, g.tasks, g.previous_tasks, g.assignment, g.history)

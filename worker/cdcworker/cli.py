@@ -22,7 +22,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "run": ("cdcoperator.local.run", "Run a CdcConnector on this machine (local mode: worker processes, no Kubernetes)"),
     "scale": ("cdcoperator.local.scale", "Change the task count of a connector running in local mode"),
     "status": ("cdcworker.admin.status", "Show a connector: generation, tasks, shards, positions, lag"),
-    "offsets": ("cdcworker.admin.offsets", "List, reset or set a stopped connector's offsets (Connect format)"),
+    "offsets": ("cdcworker.admin.offsets", "List, reset or set a stopped connector's offsets (Connect format), or hand them back to Debezium"),
     "validate": ("cdcworker.admin.validate", "Check a connector YAML or worker properties as the worker would"),
     "tail": ("cdcworker.admin.tail", "Decode and pretty-print the change events of a topic"),
     "verify": ("cdcworker.admin.verify", "Check that a change-event topic, materialised, equals the source table"),

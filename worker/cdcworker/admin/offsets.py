@@ -1,4 +1,8 @@
-"""``shardcdc offsets list|reset|set``: read and change a connector's offsets (Kafka Connect format).
+"""``shardcdc offsets list|reset|set|handback``: read and change a connector's offsets (Kafka Connect format).
+
+``handback`` prepares the offsets for Debezium's Vitess connector to resume at shardcdc's positions
+(``cdcworker.offsets.handback``): it writes new records only (fresh generations, or the plain server
+key with ``--no-per-task``) and prints the Debezium settings to use.
 
 Changing offsets under a running worker is useless at best (the worker overwrites them with its
 next flush) and harmful at worst, so ``reset`` and ``set`` refuse unless the connector is stopped:
@@ -20,7 +24,7 @@ import json
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
@@ -32,10 +36,15 @@ from cdcworker.admin.offsetsops import (
     connect_document,
     entries,
     plan_alter,
+    plan_handback,
     plan_reset,
     plan_set_shards,
 )
 from cdcworker.admin.target import Target, TargetError, add_kafka_arguments, add_kube_arguments, resolve
+
+if TYPE_CHECKING:
+    from cdcworker.offsets.handback import HandBack, ShardcdcGeneration
+    from cdcworker.offsets.store import OffsetStore
 
 __all__ = ["EXIT_REFUSED", "KUBECTL_STOP", "LOCAL_STOP", "register", "stopped_problem"]
 
@@ -49,7 +58,9 @@ def register(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], 
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     for action, text in (("list", "show the connector's offsets"),
                          ("reset", "delete every offset of a stopped connector (next start: snapshot.mode)"),
-                         ("set", "change offsets of a stopped connector (--shard or an offsets document)")):
+                         ("set", "change offsets of a stopped connector (--shard or an offsets document)"),
+                         ("handback", "prepare a stopped connector's offsets for Debezium's Vitess connector "
+                                      "and print the Debezium settings")):
         sub = actions.add_parser(action, help=text, description=text)
         sub.add_argument("name", nargs="?", help="the connector (CdcConnector name / worker 'name')")
         add_kube_arguments(sub)
@@ -69,6 +80,12 @@ def register(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], 
                              help="new position of one shard (repeatable), e.g. --shard=-80=MySQL56/<uuid>:1-42 (with '=': shard names start with '-')")
             sub.add_argument("--offsets-file", metavar="FILE",
                              help="a Kafka Connect offsets document ({\"offsets\": [...]}, as list --json prints)")
+        if action == "handback":
+            sub.add_argument("--tasks-max", type=int, default=None, metavar="N",
+                             help="Debezium's tasks.max (default: shardcdc's task count)")
+            sub.add_argument("--no-per-task", action="store_true",
+                             help="Debezium without per-task offsets (vitess.offset.storage.per.task=false, one task)")
+            sub.add_argument("--topic-prefix", help="topic.prefix (default: the connector's)")
     return run
 
 
@@ -119,6 +136,65 @@ def _confirm(changes: Sequence[Change], args: argparse.Namespace, console: Conso
         return True
     console.print("declined: nothing changed")
     return False
+
+
+def _recorded(args: argparse.Namespace, target: Target) -> ShardcdcGeneration | None:
+    """shardcdc's last generation from the connector's status (cluster or local mode), if any."""
+    from cdcoperator.planner import recorded_generation
+    from cdcworker.admin.localmode import LocalModeError, find_local, state_dir
+
+    body = target.body
+    if target.source != "cluster":
+        try:
+            conn = find_local(target.name, args.namespace or target.namespace or "default", state_dir(args.state_dir))
+        except LocalModeError as exc:
+            raise OffsetsError(str(exc)) from None
+        body = conn.body if conn is not None else None
+    return recorded_generation(body)
+
+
+def _plan_handback(args: argparse.Namespace, target: Target, records: Any) -> tuple[list[Change], HandBack]:
+    server = args.topic_prefix or target.topic_prefix
+    if not server:
+        raise OffsetsError("the connector's topic.prefix is unknown: give --topic-prefix")
+    recorded = _recorded(args, target)
+    if args.no_per_task and args.tasks_max not in (None, 1):
+        raise OffsetsError("--no-per-task: Debezium without per-task offsets runs one task; drop --tasks-max")
+    tasks_max = 1 if args.no_per_task else args.tasks_max or (recorded.tasks if recorded else None)
+    if tasks_max is None:
+        raise OffsetsError("shardcdc's task count is unknown (no status): give --tasks-max N")
+    return plan_handback(records, target.name, server, recorded, per_task=not args.no_per_task, tasks_max=tasks_max)
+
+
+def handback_settings(target: Target, server: str, handback: HandBack) -> list[str]:
+    """The lines that tell the user how to configure Debezium after a hand-back."""
+    lines = ["Debezium Vitess connector settings (the rest of its configuration unchanged):",
+             f"  name={target.name}", f"  topic.prefix={server}"]
+    lines += [f"  {k}={v}" for k, v in handback.settings]
+    lines += [f"  remove {k}" for k in handback.remove]
+    lines.append(f"Kafka Connect worker: offset.storage.topic={target.offsets_topic} (distributed mode)")
+    return lines
+
+
+def _confirm_and_apply(store: OffsetStore, changes: Sequence[Change], args: argparse.Namespace, out: Console,
+                       name: str) -> bool:
+    out.print(f"{args.action}: {len(changes)} records of {name} in topic {store.topic}:")
+    if not _confirm(changes, args, out):
+        return False
+    apply_changes(store, changes, timeout=args.timeout)
+    out.print(f"wrote {len(changes)} records")
+    return True
+
+
+def _handback(args: argparse.Namespace, target: Target, store: OffsetStore, records: Any, out: Console) -> int:
+    changes, handback = _plan_handback(args, target, records)
+    if not changes:
+        out.print(f"the offsets of {target.name} in {target.offsets_topic} are handed back already")
+    elif not _confirm_and_apply(store, changes, args, out, target.name):
+        return 0
+    for line in handback_settings(target, args.topic_prefix or target.topic_prefix or "", handback):
+        out.print(line, highlight=False, markup=False, soft_wrap=True)
+    return 0
 
 
 def _plan(args: argparse.Namespace, records: Any, name: str) -> list[Change]:
@@ -261,15 +337,14 @@ def run(args: argparse.Namespace, console: Console | None = None) -> int:
                 else:
                     out.print(f"no offsets of {target.name} in {target.offsets_topic}")
                 return 0
+            if args.action == "handback":
+                return _handback(args, target, store, records, out)
             changes = _plan(args, records, target.name)
             if not changes:
                 out.print(f"nothing to change for {target.name} in {target.offsets_topic}")
                 return 0
-            out.print(f"{args.action}: {len(changes)} records of {target.name} in topic {target.offsets_topic}:")
-            if not _confirm(changes, args, out):
+            if not _confirm_and_apply(store, changes, args, out, target.name):
                 return 0
-            apply_changes(store, changes, timeout=args.timeout)
-            out.print(f"wrote {len(changes)} records")
             if args.action == "reset":
                 return _clear_generation(args, target, out, err)
             return 0

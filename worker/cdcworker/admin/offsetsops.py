@@ -30,6 +30,7 @@ from cdcworker.offsets.value import OffsetValue
 from cdcworker.offsets.vgtid import ShardGtid
 
 if TYPE_CHECKING:
+    from cdcworker.offsets.handback import HandBack, ShardcdcGeneration
     from cdcworker.offsets.store import OffsetStore
 
 __all__ = [
@@ -40,6 +41,7 @@ __all__ = [
     "connect_document",
     "entries",
     "plan_alter",
+    "plan_handback",
     "plan_reset",
     "plan_set_shards",
 ]
@@ -202,6 +204,32 @@ def plan_set_shards(records: Mapping[bytes, bytes], connector: str, positions: M
         raise OffsetsError(f"shards {', '.join(sorted(missing))} are not in the offsets of generation {newest} "
                            f"(it holds {', '.join(held) or 'none'})")
     return changes
+
+
+def plan_handback(records: Mapping[bytes, bytes], connector: str, server: str, recorded: ShardcdcGeneration | None,
+                  *, per_task: bool, tasks_max: int) -> tuple[list[Change], HandBack]:
+    """The records that hand shardcdc's positions back to Debezium (``offsets.handback``) and the
+    settings Debezium needs; only new records, or the plain server key without per-task offsets."""
+    from cdcworker.offsets.handback import plan_handback as plan
+    from cdcworker.offsets.handback import shardcdc_positions
+    from cdcworker.offsets.migration import MigrationError, lookup_in
+
+    task_keys = [tk for e in entries(records, connector) if e.partition.server == server and (tk := e.task_key)]
+    gens: dict[int, set[int]] = {}
+    for tk in task_keys:
+        gens.setdefault(tk.gen, set()).add(tk.num_tasks)
+    try:
+        positions, values = shardcdc_positions(lookup_in(records, connector), server, recorded, gens)
+        handback = plan(positions, values, server=server, task_keys=task_keys, per_task=per_task, tasks_max=tasks_max,
+                        above=recorded.generation if recorded is not None else -1)
+    except MigrationError as exc:
+        raise OffsetsError(str(exc)) from None
+    changes = []
+    for partition, value in handback.records:
+        key, new = offset_record_key(connector, partition), value.to_bytes()
+        if records.get(key) != new:
+            changes.append(Change(key, partition, records.get(key), new))
+    return changes, handback
 
 
 def apply_changes(store: OffsetStore, changes: Sequence[Change], timeout: float = 30.0) -> None:
