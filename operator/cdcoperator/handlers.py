@@ -92,7 +92,7 @@ async def close(memo: kopf.Memo, **_: Any) -> None:
         await http.close()
     kube = memo.get("kube")
     if kube is not None:
-        kube.api.close()
+        kube.close()
 
 
 @kopf.on.probe(id="reconciles")

@@ -446,9 +446,8 @@ async def _apply(
 
     await asyncio.gather(*(worker(t) for t in p.workers))
     planned = {(t.generation, t.task_id) for t in p.workers}
-    for ref in p.stop:
-        if (ref.generation, ref.task_id) not in planned:
-            await kube.set_replicas(cr.namespace, naming.task_object_name(cr.name, ref.generation, ref.task_id), 0)
+    await asyncio.gather(*(kube.set_replicas(cr.namespace, naming.task_object_name(cr.name, ref.generation, ref.task_id), 0)
+                           for ref in p.stop if (ref.generation, ref.task_id) not in planned))
 
     async def remove(ref: TaskRef) -> None:
         obj_name = naming.task_object_name(cr.name, ref.generation, ref.task_id)
