@@ -88,7 +88,7 @@ def finish(cluster: SparkCluster, proc: subprocess.Popen[Any], spec: BackfillSpe
 
 def await_held(fault_dir: Path, proc: subprocess.Popen[Any], cluster: SparkCluster, spec: BackfillSpec,
                name: str = "submit") -> dict[str, Any]:
-    """The fault hook's record, once a task stopped half-way through a chunk (progress polled)."""
+    """The fault hook's record, once a task stopped half-way through a chunk (its file polled)."""
     def held() -> bool:
         if proc.poll() is not None:
             raise AssertionError(f"spark-submit ended before a chunk was held:\n{cluster.log(f'{spec.run_id}-{name}')[-4000:]}")
