@@ -24,9 +24,11 @@ For each shard count N, per run (the connector ``cN`` is deleted after each run)
   (``observedGeneration``) and still says Ready for generation 0 with one task, and the script
   checks that no generation-1 object appeared.
 
-The drain takes a second reconcile after the workers exited: the pod watch triggers none, the
-level-based timer does, so the resync interval (``--resync``, default 1 s; the chart's default is
-10 s) bounds part of the scale time. Polling the API every 20 ms is the measurement's resolution.
+The drain takes a second reconcile after the workers exited, and Ready a third once the new
+workers are ready: the pod events that complete those steps trigger them
+(``handlers.worker_pod_event``), so the resync interval (``--resync``, default 1 s; the chart's
+default is 10 s) no longer bounds the scale time (``--resync 30`` gives the same figures). Polling
+the API every 20 ms is the measurement's resolution.
 """
 
 from __future__ import annotations

@@ -4,10 +4,12 @@ order, whether the last offset holds a record or a transaction marker, and nothi
 from __future__ import annotations
 
 import uuid
+from typing import Any, cast
 
-from confluent_kafka import Producer
+import pytest
+from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 
-from cdcworker.backfill.store import ProgressStore
+from cdcworker.backfill.store import ProgressStore, _watermarks
 from localkafka import KafkaBroker
 
 
@@ -42,3 +44,29 @@ def test_records_ends_when_the_last_offset_is_a_transaction_marker(kafka_broker:
         tx.produce(store.topic, b"v%d" % i, b"k")
     tx.commit_transaction(30)
     assert list(store.records()) == [(b"k", b"v%d" % i) for i in range(5)]
+
+
+class _SettlingConsumer:
+    """Answers the offsets query with ``errors`` first (as a broker that is not yet the leader)."""
+
+    def __init__(self, *errors: int) -> None:
+        self.errors = list(errors)
+        self.calls = 0
+
+    def get_watermark_offsets(self, _tp: TopicPartition, timeout: float) -> tuple[int, int]:
+        self.calls += 1
+        if self.errors:
+            raise KafkaException(KafkaError(self.errors.pop(0)))
+        return 3, 8
+
+
+def test_offsets_of_a_partition_whose_leadership_settles_are_retried() -> None:
+    """Right after ensure_topic on a loaded broker the partition may answer NOT_LEADER for a moment
+    (seen in bench/backfill_cluster.py): the reader waits for the leader; other errors are raised."""
+    tp = TopicPartition("t", 0)
+    settling = _SettlingConsumer(KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE)
+    assert _watermarks(cast(Any, settling), tp, 10) == (3, 8) and settling.calls == 3
+    denied = _SettlingConsumer(KafkaError.TOPIC_AUTHORIZATION_FAILED)
+    with pytest.raises(KafkaException, match="TOPIC_AUTHORIZATION_FAILED"):
+        _watermarks(cast(Any, denied), tp, 10)
+    assert denied.calls == 1

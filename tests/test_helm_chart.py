@@ -46,7 +46,7 @@ CUSTOM: dict[str, Any] = {
     "workerImage": {"repository": "registry.example.com/shardcdc/worker", "digest": "sha256:" + "cd" * 32},
     "serviceAccount": {"name": "cdc-op", "annotations": {"iam.example.com/role": "cdc"}},
     "rbac": {"backfills": {"sparkOperator": False, "sparkSubmit": True}},
-    "operator": {"resyncSeconds": 30, "requestTimeoutSeconds": 20, "healthPort": 9090, "metricsPort": 9091,
+    "operator": {"resyncSeconds": 30, "requestTimeoutSeconds": 20, "apiConcurrency": 32, "healthPort": 9090, "metricsPort": 9091,
                  "verbose": True},
     "extraEnv": [{"name": "HTTPS_PROXY", "value": "http://proxy:3128"},
                  {"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
@@ -176,7 +176,8 @@ def test_default_render(tmp_path: Path) -> None:
     assert c["readinessProbe"] == {"tcpSocket": {"port": "webhook"}, "periodSeconds": 5, "timeoutSeconds": 3}
     assert {e["name"]: e.get("value") for e in c["env"]} == {
         "POD_NAMESPACE": None, "SHARDCDC_OPERATOR_RESYNC_SECONDS": "10", "SHARDCDC_OPERATOR_REQUEST_TIMEOUT": "30",
-        "SHARDCDC_WORKER_IMAGE": "ghcr.io/shardcdc/shardcdc:0.1.0", "TMPDIR": "/tmp",
+        "SHARDCDC_OPERATOR_API_CONCURRENCY": "16", "SHARDCDC_WORKER_IMAGE": "ghcr.io/shardcdc/shardcdc:0.1.0",
+        "TMPDIR": "/tmp",
         # The chart's own worker image only, and no service account a connector may name.
         "SHARDCDC_OPERATOR_POLICY": '{"imageRepositories":["ghcr.io/shardcdc/shardcdc"],"serviceAccounts":[]}',
         "SHARDCDC_WORKER_METRICS_ADDRESS": "0.0.0.0"}
@@ -251,8 +252,9 @@ def test_custom_values_render(tmp_path: Path) -> None:
     assert c["args"] == ["--all-namespaces", "--liveness=http://0.0.0.0:9090/healthz", "--metrics-port=9091",
                          *WEBHOOK_ARGS, "--verbose"]
     assert c["env"][-2:] == CUSTOM["extraEnv"]
-    env = {e["name"]: e.get("value") for e in c["env"][:5]}
+    env = {e["name"]: e.get("value") for e in c["env"][:-2]}
     assert env["SHARDCDC_OPERATOR_RESYNC_SECONDS"] == "30"
+    assert env["SHARDCDC_OPERATOR_API_CONCURRENCY"] == "32"
     assert env["SHARDCDC_WORKER_IMAGE"] == "registry.example.com/shardcdc/worker@sha256:" + "cd" * 32
     tagged = _deployment(render({"workerImage": {"repository": "r.example.com/w", "tag": "1.2"}}, tmp_path))
     (tagged_c,) = tagged["spec"]["template"]["spec"]["containers"]

@@ -10,13 +10,24 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
+import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 import pytest
 
-from cdcoperator.apply import APPLIED_KEYS_ANNOTATION, DEPLOYMENTS, ClusterApi, KubeApi, prepare_apply
+from cdcoperator.apply import (
+    API_CONCURRENCY_ENV,
+    APPLIED_KEYS_ANNOTATION,
+    DEFAULT_API_CONCURRENCY,
+    DEPLOYMENTS,
+    ClusterApi,
+    KubeApi,
+    api_concurrency,
+    prepare_apply,
+)
 from cdcoperator.local.cluster import LocalCluster
 from kubetest import KubeControlPlane, kube_control_plane_fixture
 
@@ -110,3 +121,53 @@ def test_api_server_removes_dropped_keys(plane: KubeControlPlane) -> None:
             return out
 
         asyncio.run(_steps(kube, get))
+
+
+class _BarrierApi:
+    """A stand-in for the kubernetes ApiClient whose calls meet at a barrier of ``width``: they
+    return only when ``width`` of them are in flight at once (BrokenBarrierError otherwise)."""
+
+    def __init__(self, width: int) -> None:
+        self.barrier = threading.Barrier(width, timeout=30)
+        self.lock = threading.Lock()
+        self.in_flight = self.most = self.calls = 0
+
+    def param_serialize(self, method: str, path: str, **_: Any) -> tuple[Any, ...]:
+        return method, path, {}, None, None
+
+    def call_api(self, *_: Any, **__: Any) -> Any:
+        with self.lock:
+            self.in_flight += 1
+            self.calls += 1
+            self.most = max(self.most, self.in_flight)
+        self.barrier.wait()
+        with self.lock:
+            self.in_flight -= 1
+        return SimpleNamespace(status=200, read=lambda: b"{}")
+
+    def close(self) -> None:
+        pass
+
+
+def test_kube_api_runs_calls_concurrently_up_to_its_bound() -> None:
+    """A generation's objects are applied concurrently, ``concurrency`` calls at a time (issue 30):
+    20 calls through a bound of 4 meet 4 at a time at the barrier, and never 5 are in flight."""
+    fake = _BarrierApi(4)
+    kube = KubeApi(cast(Any, fake), concurrency=4)
+
+    async def many() -> list[Any]:
+        return await asyncio.gather(*(kube.call("GET", f"/api/v1/x{i}") for i in range(20)))
+
+    try:
+        assert asyncio.run(many()) == [{}] * 20
+    finally:
+        kube.close()
+    assert (fake.calls, fake.most) == (20, 4)
+
+
+def test_api_concurrency_setting() -> None:
+    assert api_concurrency({}) == DEFAULT_API_CONCURRENCY
+    assert api_concurrency({API_CONCURRENCY_ENV: "64"}) == 64
+    for bad in ("0", "many", "-3", "1000"):
+        with pytest.raises(ValueError, match=f"{API_CONCURRENCY_ENV}='{bad}': must be a whole number from 1 to 256"):
+            api_concurrency({API_CONCURRENCY_ENV: bad})

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from operator_local_fixtures import pod
 
 from cdcoperator import naming
 from cdcoperator.discovery import (
@@ -22,7 +23,13 @@ from cdcoperator.discovery import (
 )
 from cdcoperator.model import ConnectorResource, VitessSource
 from cdcoperator.planner import Journal, TaskPhase, TaskReport, plan
-from cdcoperator.reconcile import build_status, merge_patch, parse_restart, restart_stamp
+from cdcoperator.reconcile import (
+    build_status,
+    completes_transition,
+    merge_patch,
+    parse_restart,
+    restart_stamp,
+)
 from cdcoperator.taskstatus import PodSummary, journal_from, summarize_pod, task_report
 from kubetest.controlplane import free_port
 from vtgatesim import VTGateSim
@@ -347,3 +354,24 @@ def test_an_unschedulable_pod_is_a_failed_task() -> None:
         TaskPhase.FAILED, "pod cannot be scheduled: 0/3 nodes are available: 3 Insufficient cpu.")
     body["status"]["conditions"][0].update(status="True", reason="")
     assert task_report(0, 1, 1, [summarize_pod(body)], None).phase is TaskPhase.PENDING  # type: ignore[list-item]
+
+
+def test_pod_events_that_complete_a_transition_reconcile_at_once() -> None:
+    """Scale -> new generation waits on two steps the resync timer used to find: the drained
+    generation's last worker gone, and the new generation's last worker ready. Those events (and
+    only those) reconcile the connector at once."""
+    old = [pod(f"c-g0-t{i}", 0, i, ready=True) for i in range(3)]
+    # The drain: the first two exits leave a worker of generation 0; the third is the last.
+    assert not completes_transition(old, old[0], deleted=True)
+    assert not completes_transition(old[1:], old[1], deleted=True)
+    assert completes_transition(old[2:], old[2], deleted=True)
+    # The new generation: starting, then ready one by one; the last ready one completes it.
+    new = [pod(f"c-g1-t{i}", 1, i, phase="Pending") for i in range(2)]
+    up0 = pod("c-g1-t0", 1, 0, ready=True)
+    assert not completes_transition(new, up0, deleted=False)  # t1 still Pending
+    up1 = pod("c-g1-t1", 1, 1, ready=True)
+    assert completes_transition([up0, new[1]], up1, deleted=False)
+    # Not while an old worker is still there, nor for a pod that is not ready or is terminating.
+    assert not completes_transition([old[0], up0, new[1]], up1, deleted=False)
+    assert not completes_transition([up0, new[1]], pod("c-g1-t1", 1, 1), deleted=False)
+    assert not completes_transition([up0], pod("c-g1-t1", 1, 1, ready=True, deleting=True), deleted=False)

@@ -4,8 +4,10 @@ kopf's create/update/delete handlers are edge-based (``docs/critiques.rst``); th
 remedy (``docs/reconciliation.rst``) is what this module does: create, update and resume only
 trigger an immediate reconcile, and a timer re-runs it every ``SHARDCDC_OPERATOR_RESYNC_SECONDS``
 so that workers exiting, pods appearing and Vitess resharding are picked up without any event on
-the CdcConnector itself. A per-connector lock (in kopf's per-object memo) serialises the timer
-with the handlers. Worker pods are held in a kopf index, so observing tasks costs no API reads.
+the CdcConnector itself. A worker pod's event that completes a drain or a new generation's start
+reconciles its connector at once (``worker_pod_event``), so a scale does not wait for the timer.
+A per-connector lock serialises the timer with the handlers and those events. Worker pods are
+held in a kopf index, so observing tasks costs no API reads.
 
 Settings production needs are set in :func:`configure` (with the reasons next to them).
 """
@@ -15,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
@@ -26,7 +29,7 @@ from cdcoperator.apply import CONFIG_MAPS, DEPLOYMENTS, PLURAL, ApiError, KubeAp
 from cdcoperator.discovery import DEFAULT_TIMEOUT
 from cdcoperator.model import GROUP, VERSION, ConnectorResource, DeletionPolicy, SpecError
 from cdcoperator.policy import load_policy
-from cdcoperator.reconcile import ReconcileContext, reconcile
+from cdcoperator.reconcile import ReconcileContext, completes_transition, reconcile
 from cdcoperator.taskstatus import PodSummary, summarize_pod
 
 __all__ = ["RESYNC_SECONDS", "STORAGE_PREFIX", "configure"]
@@ -94,7 +97,7 @@ async def close(memo: kopf.Memo, **_: Any) -> None:
         await http.close()
     kube = memo.get("kube")
     if kube is not None:
-        kube.api.close()
+        kube.close()
 
 
 @kopf.on.probe(id="reconciles")
@@ -128,16 +131,21 @@ def _context(memo: kopf.Memo, pods: kopf.Index[Any, Any]) -> ReconcileContext:
                             warned=warned, policy=memo.get("policy"))
 
 
-def _lock(memo: kopf.Memo) -> asyncio.Lock:
-    lock = memo.get("lock")
-    if lock is None:
-        lock = memo["lock"] = asyncio.Lock()
-    return lock
+# One lock per connector, shared by its handlers, its timer and its worker pods' events (kopf's
+# memo is per object, and a pod's is not its connector's); per event loop, as kopf may run more
+# than once in a process (tests).
+_LOCKS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[str, str], asyncio.Lock]] = \
+    weakref.WeakKeyDictionary()
+
+
+def _lock(namespace: str, name: str) -> asyncio.Lock:
+    locks = _LOCKS.setdefault(asyncio.get_running_loop(), {})
+    return locks.setdefault((namespace, name), asyncio.Lock())
 
 
 async def _run(memo: kopf.Memo, worker_pods: kopf.Index[Any, Any], namespace: str, name: str,
                stopped: Any = None) -> None:
-    async with _lock(memo):
+    async with _lock(namespace, name):
         if stopped:  # the timer was stopped (deletion, operator exit) while waiting for the lock
             return
         try:
@@ -164,6 +172,20 @@ async def resync(memo: Any, namespace: str | None, name: str, **kwargs: Any) -> 
         await _offsets.process_offsets_annotation(memo, namespace or "default", name, kwargs["worker_pods"])
 
 
+@kopf.on.event("pods", labels={naming.LABEL_CONNECTOR: kopf.PRESENT})
+async def worker_pod_event(memo: Any, event: Mapping[str, Any], body: kopf.Body, namespace: str | None,
+                           labels: Mapping[str, str], **kwargs: Any) -> None:
+    """A drain's last worker gone, or a new generation's last worker ready: reconcile the connector
+    now rather than at its next resync (``reconcile.completes_transition``)."""
+    changed = summarize_pod(body)
+    if changed is None:
+        return
+    ns, connector = namespace or "default", labels[naming.LABEL_CONNECTOR]
+    pods = kwargs["worker_pods"].get((ns, connector))
+    if completes_transition(list(pods or ()), changed, event.get("type") == "DELETED"):
+        await _run(memo, kwargs["worker_pods"], ns, connector)
+
+
 @kopf.on.delete(*RESOURCE)
 async def deleted(memo: Any, body: kopf.Body, namespace: str | None, name: str, **kwargs: Any) -> None:
     """Remove every child explicitly (a cluster without garbage collection still ends clean).
@@ -173,7 +195,7 @@ async def deleted(memo: Any, body: kopf.Body, namespace: str | None, name: str, 
     """
     kube: KubeApi = memo.kube
     namespace = namespace or "default"
-    async with _lock(memo):
+    async with _lock(namespace, name):
         removed: list[str] = []
         for kind in (DEPLOYMENTS, CONFIG_MAPS):
             for obj in await kube.list_children(kind, namespace, name):

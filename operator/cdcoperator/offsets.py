@@ -292,7 +292,7 @@ async def process_offsets_annotation(memo: Any, namespace: str, name: str, worke
 
     pods = worker_pods.get((namespace, name))
     live = len(list(pods)) if pods else 0  # a pod shutting down still flushes offsets
-    async with _lock(memo):
+    async with _lock(namespace, name):
         fresh = await memo.kube.get_connector(namespace, name)
         if fresh is None or not has_offsets_annotation(fresh):
             return

@@ -262,6 +262,22 @@ def _gen_task(obj: Mapping[str, Any]) -> tuple[int, int] | None:
         return None
 
 
+def completes_transition(pods: Sequence[PodSummary], changed: PodSummary, deleted: bool) -> bool:
+    """Whether a worker pod's event ends a step the planner waits on, so the connector is reconciled
+    now instead of at the next resync (which bounds scale -> new generation otherwise): the last
+    pod of a generation is gone (a drain finished: the next generation may start), or every pod
+    of the pod's generation is Running and ready and no older generation's pod is left (the new
+    generation is up: Ready can be said). ``pods``: the connector's worker pods (the index);
+    ``changed`` replaces its own entry there, ``deleted`` removes it."""
+    current = [p for p in pods if p.name != changed.name] + ([] if deleted else [changed])
+    gen = changed.generation
+    if deleted:
+        return not any(p.generation == gen for p in current)
+    mine = [p for p in current if p.generation == gen]
+    return (changed.ready and all(p.ready and p.phase == "Running" and not p.deleting for p in mine)
+            and not any(p.generation < gen for p in current))
+
+
 async def _observe_tasks(
     ctx: ReconcileContext, namespace: str, connector: str, deployments: Sequence[Mapping[str, Any]]
 ) -> list[TaskReport]:
@@ -464,9 +480,8 @@ async def _apply(
 
     await asyncio.gather(*(worker(t) for t in p.workers))
     planned = {(t.generation, t.task_id) for t in p.workers}
-    for ref in p.stop:
-        if (ref.generation, ref.task_id) not in planned:
-            await kube.set_replicas(cr.namespace, naming.task_object_name(cr.name, ref.generation, ref.task_id), 0)
+    await asyncio.gather(*(kube.set_replicas(cr.namespace, naming.task_object_name(cr.name, ref.generation, ref.task_id), 0)
+                           for ref in p.stop if (ref.generation, ref.task_id) not in planned))
 
     async def remove(ref: TaskRef) -> None:
         obj_name = naming.task_object_name(cr.name, ref.generation, ref.task_id)

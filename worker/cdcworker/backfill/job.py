@@ -230,6 +230,7 @@ class LaneContext:
     throttle: RowThrottle
     plans: dict[tuple[str, str], TablePlan] = field(default_factory=dict)
     on_read: Callable[[Chunk], None] | None = None  # test hook: called right after a chunk read
+    chunks_done: int = 0  # chunks this lane finished in this process (the fault hook's condition)
 
     @classmethod
     def open(cls, spec: BackfillSpec, lanes_per_shard: int) -> LaneContext:
@@ -346,6 +347,7 @@ def process_chunk(chunk: Chunk, ctx: LaneContext) -> ChunkStats:
         rows_out = 0
     done = ChunkDone(chunk, rows_out, window.low, high, len(changes), int(time.time() * 1000), ctx.spec.epoch)
     ctx.store.write(ctx.producer, [done])
+    ctx.chunks_done += 1
     log.debug("chunk %s: %d rows (%d records), window %d changes", chunk.ident, rows_out, emitted, len(changes))
     return ChunkStats(chunk.shard, chunk.table, chunk.index, False, rows_out, len(rows), len(changes),
                       time.monotonic() - t0, throttled)
@@ -355,26 +357,55 @@ FAULT_DIR_ENV = "CDC_BACKFILL_FAULT_DIR"  # not SHARDCDC_*: those are connector 
 
 
 def _fault_point(ctx: LaneContext, chunk: Chunk, sent: Key) -> None:
-    """Test hook: with ``$CDC_BACKFILL_FAULT_DIR/armed`` present, the first chunk to get here (at
-    least two records delivered) kills its process, a Spark task dying mid-chunk, after deleting
-    the row ``sent`` it delivered through VTGate (its key goes to ``fired``). The retry then reads
-    the chunk without that row at a later high watermark: the stale snapshot row is the case the
-    catch-up's final changes must cover."""
+    """Test hooks, both off unless ``$CDC_BACKFILL_FAULT_DIR`` is set and fire once (the atomic
+    rename of their trigger file).
+
+    ``armed``: the first chunk to get here (at least two records delivered) kills its process, a
+    Spark task dying mid-chunk, after deleting the row ``sent`` it delivered through VTGate (its key
+    goes to ``fired``). The retry then reads the chunk without that row at a later high watermark:
+    the stale snapshot row is the case the catch-up's final changes must cover.
+
+    ``hold-armed``: the first chunk to get here in a lane that already finished a chunk in this
+    process stops half-delivered and writes ``held`` (its pid, chunk and first key), then waits for
+    the test to kill a process (its executor JVM, or the driver) before it is done. Without a kill
+    within ``HOLD_SECONDS`` the chunk fails: a hold nobody ended must not pass silently."""
     d = os.environ.get(FAULT_DIR_ENV)
     if not d:
         return
-    fired = os.path.join(d, "fired")
-    try:
-        os.rename(os.path.join(d, "armed"), fired)  # atomic: fires once
-    except OSError:
+    if ctx.chunks_done >= 1 and _fire(d, "hold-armed", "holding"):
+        _hold_mid_chunk(d, ctx, chunk, sent)
+        return
+    if not _fire(d, "armed", "fired"):
         return
     ctx.producer.flush(30)
     where = " AND ".join(f"{chunking.quote(c)} = :k{i}" for i, c in enumerate(chunk.pk))
     ctx.client.execute(f"DELETE FROM {chunking.quote(chunk.table)} WHERE {where}",
                        {f"k{i}": v for i, v in enumerate(sent)}, shard=chunk.shard)
-    with open(fired, "wb") as f:
+    with open(os.path.join(d, "fired"), "wb") as f:
         f.write(orjson.dumps({"table": chunk.table, "shard": chunk.shard, "key": list(sent)}))
     os._exit(70)
+
+
+HOLD_SECONDS = 300.0
+
+
+def _fire(d: str, trigger: str, fired: str) -> bool:
+    try:
+        os.rename(os.path.join(d, trigger), os.path.join(d, fired))  # atomic: fires once
+    except OSError:
+        return False
+    return True
+
+
+def _hold_mid_chunk(d: str, ctx: LaneContext, chunk: Chunk, sent: Key) -> None:
+    ctx.producer.flush(30)  # the first half is in Kafka: a rerun of the chunk delivers it again
+    info = {"pid": os.getpid(), "table": chunk.table, "shard": chunk.shard, "index": chunk.index, "key": list(sent)}
+    tmp = os.path.join(d, "held.tmp")
+    with open(tmp, "wb") as f:
+        f.write(orjson.dumps(info))
+    os.rename(tmp, os.path.join(d, "held"))  # the test sees the whole record or none
+    threading.Event().wait(HOLD_SECONDS)  # the test kills this process meanwhile
+    raise RuntimeError(f"chunk {chunk.ident}: held by the fault hook for {HOLD_SECONDS:.0f}s and not killed")
 
 
 def run_lane(

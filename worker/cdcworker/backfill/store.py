@@ -65,7 +65,7 @@ class ProgressStore:
             meta = consumer.list_topics(self.topic, timeout=timeout).topics.get(self.topic)
             if meta is None or meta.error is not None or not meta.partitions:
                 return  # no topic yet: nothing is done
-            low, high = consumer.get_watermark_offsets(TopicPartition(self.topic, 0), timeout=timeout)
+            low, high = _watermarks(consumer, TopicPartition(self.topic, 0), timeout)
             if high <= low:
                 return
             consumer.assign([TopicPartition(self.topic, 0, 0)])
@@ -146,3 +146,21 @@ class ProgressStore:
                     on_record(rec)
         finally:
             consumer.close()
+
+
+# A topic that was just created can be listed with a leader before that broker has taken the
+# partition's leadership: its offsets answer NOT_LEADER for a moment (seen on a loaded machine,
+# right after ensure_topic). The leadership settles by itself, so these are retried.
+_LEADER_SETTLING = (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE)
+
+
+def _watermarks(consumer: Consumer, tp: TopicPartition, timeout: float) -> tuple[int, int]:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            low, high = consumer.get_watermark_offsets(tp, timeout=max(0.1, deadline - time.monotonic()))
+            return int(low), int(high)
+        except KafkaException as exc:
+            if exc.args[0].code() not in _LEADER_SETTLING or time.monotonic() > deadline:
+                raise
+        time.sleep(0.1)  # back-off while the partition's leadership settles
