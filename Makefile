@@ -27,7 +27,7 @@ export SHARDCDC_KUBE_HOME := $(KUBE_HOME)
 
 all: test
 
-setup: venv native proto kafka kube debezium helm
+setup: venv native proto kafka kube debezium helm vitess
 
 ## Python environment: pinned by constraints.txt, rebuilt only when the pins or pyproject change.
 venv: $(STAMPS)/venv
@@ -161,3 +161,20 @@ images:
 .PHONY: e2e-kind
 e2e-kind:
 	bash scripts/e2e-kind.sh
+
+## Real Vitess (v24.0.4, the Go module vitess.io/vitess v0.24.4) over MariaDB 10.11 for the real-Vitess
+## tier: binaries built with the project's MariaDB patch set over Vitess's config templates, MariaDB
+## installed when missing, and the unprivileged user mysqlctl needs (it refuses root).
+.PHONY: vitess vitess-system
+VITESS_MODULE_VERSION := v0.24.4
+VITESS_HOME  := $(CACHE)/vitess-v24.0.4
+VITESS_USER  := vitess
+VITESS_PATCH := scripts/vitess/mariadb.patch
+export SHARDCDC_VITESS_HOME := $(VITESS_HOME)
+export SHARDCDC_VITESS_USER := $(VITESS_USER)
+vitess: $(VITESS_HOME)/.complete vitess-system
+$(VITESS_HOME)/.complete: scripts/build-vitess.sh $(VITESS_PATCH)
+	bash scripts/build-vitess.sh $(VITESS_MODULE_VERSION) $(VITESS_HOME) $(CACHE)/go $(VITESS_PATCH)
+	@touch $@
+vitess-system:
+	@bash scripts/vitess-system.sh $(VITESS_USER)
