@@ -9,10 +9,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import pytest
+from confluent_kafka import KafkaException
 from polling import wait_for
 
 from cdcworker.verify import Materialised, compare, materialise
-from localkafka import KafkaBroker, consume_all
+from localkafka import ConsumedRecord, KafkaBroker, consume_all
 from realvitess import VTGateClient, VTTestServer
 from realvitess.single import hash_vschema
 
@@ -20,6 +21,7 @@ KEYSPACE = "commerce"
 SHARDS = 2
 # One table per test (tests share the session's cluster): created at start, ``hash`` vindex on id.
 TABLES = ("items_alo", "items_eos", "items_kill", "items_bf", "items_bf2")
+COLUMNS = ("id", "name", "qty", "price")
 TABLE_DDL = ("create table {t} (id bigint not null, name varchar(64), qty int, price decimal(10,2), "
              "primary key (id))")
 
@@ -40,6 +42,7 @@ class Writer:
     client: VTGateClient
     table: str
     seed: int = 1
+    keyspace: str = KEYSPACE
     ids: list[int] = field(default_factory=list)
     next_id: int = 1
     rng: random.Random = field(init=False)
@@ -53,7 +56,7 @@ class Writer:
             i, self.next_id = self.next_id, self.next_id + 1
             self.ids.append(i)
             rows.append(f"({i}, 'n{i}', {self.rng.randint(0, 1000)}, {self.rng.randint(0, 99999) / 100:.2f})")
-        self.client.execute(f"insert into {self.table} (id, name, qty, price) values {', '.join(rows)}", KEYSPACE)
+        self.client.execute(f"insert into {self.table} (id, name, qty, price) values {', '.join(rows)}", self.keyspace)
 
     def step(self) -> str:
         op = self.rng.random()
@@ -63,18 +66,18 @@ class Writer:
         if op < 0.8:
             i = self.rng.choice(self.ids)
             self.client.execute(f"update {self.table} set qty = qty + 1, name = 'u{self.rng.randint(0, 9999)}' "
-                                f"where id = {i}", KEYSPACE)
+                                f"where id = {i}", self.keyspace)
             return "update"
         i = self.ids.pop(self.rng.randrange(len(self.ids)))
         if op < 0.9:
             j, self.next_id = self.next_id, self.next_id + 1
             self.ids.append(j)
-            row = self.client.rows(f"select name, qty, price from {self.table} where id = {i}", KEYSPACE)[0]
+            row = self.client.rows(f"select name, qty, price from {self.table} where id = {i}", self.keyspace)[0]
             vals = ", ".join("null" if v is None else f"'{v.decode()}'" for v in row.values())
             self.client.transaction([f"delete from {self.table} where id = {i}",
-                                     f"insert into {self.table} (id, name, qty, price) values ({j}, {vals})"], KEYSPACE)
+                                     f"insert into {self.table} (id, name, qty, price) values ({j}, {vals})"], self.keyspace)
             return "move"
-        self.client.execute(f"delete from {self.table} where id = {i}", KEYSPACE)
+        self.client.execute(f"delete from {self.table} where id = {i}", self.keyspace)
         return "delete"
 
     def run(self, steps: int) -> None:
@@ -93,21 +96,33 @@ def worker_props(broker: KafkaBroker, vt: VTTestServer, prefix: str, table: str,
     }
 
 
-def topic_of(prefix: str, table: str) -> str:
-    return f"{prefix}.{KEYSPACE}.{table}"
+def topic_of(prefix: str, table: str, keyspace: str = KEYSPACE) -> str:
+    return f"{prefix}.{keyspace}.{table}"
+
+
+def records(broker: KafkaBroker, prefix: str, table: str, read_committed: bool = False,
+            keyspace: str = KEYSPACE) -> list[ConsumedRecord]:
+    """The table topic's records so far ([] before the worker created it)."""
+    try:
+        return consume_all(broker.bootstrap, topic_of(prefix, table, keyspace), read_committed=read_committed,
+                           timeout=10)
+    except KafkaException:
+        return []
 
 
 def topic_equals_source(broker: KafkaBroker, client: VTGateClient, prefix: str, table: str,
-                        read_committed: bool = False, timeout: float = 180.0) -> Materialised:
+                        read_committed: bool = False, timeout: float = 180.0, keyspace: str = KEYSPACE
+                        ) -> Materialised:
     """Poll until the topic, materialised (latest record per key, tombstones delete), equals the
     table's rows read through VTGate (after the writes stopped); the materialised state."""
-    truth = client.source_truth(KEYSPACE, table)
+    truth = client.source_truth(keyspace, table, COLUMNS)
     assert truth, f"{table} is empty: nothing would be compared"
 
     def same() -> Materialised:
-        state = materialise(consume_all(broker.bootstrap, topic_of(prefix, table), read_committed=read_committed))
+        state = materialise(records(broker, prefix, table, read_committed, keyspace))
         diff = compare(state, truth, "id")
         assert not (diff.missing or diff.unexpected or diff.changed), diff
         return state
 
-    return wait_for(same, timeout=timeout, what=f"topic {topic_of(prefix, table)} to equal the source", period=0.5)
+    return wait_for(same, timeout=timeout, what=f"topic {topic_of(prefix, table, keyspace)} to equal the source",
+                    period=0.5)

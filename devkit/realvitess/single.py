@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import shutil
 import socket
 import tempfile
@@ -85,6 +86,9 @@ class VTTestServer:
     def client(self) -> VTGateClient:
         return VTGateClient(self.vtgate)
 
+    def tables(self) -> list[str]:
+        return [m.group(1) for s in self.ddl if (m := re.match(r"\s*create\s+table\s+`?(\w+)", s, re.I))]
+
     def start(self) -> VTTestServer:
         try:
             self.procs.prepare()
@@ -110,7 +114,7 @@ class VTTestServer:
     def _wait_ready(self) -> None:
         """Until VTGate serves every shard's primary and the tables answer a query."""
         deadline = time.monotonic() + self.start_timeout
-        last = ""
+        last, reloaded = "", False
         with self.client() as c:
             while time.monotonic() < deadline:
                 proc = self.procs.procs["vttestserver"]
@@ -122,6 +126,14 @@ class VTTestServer:
                     if shards == {f"{self.keyspace}/{s}" for s in self.shards}:
                         for s in self.shards:
                             c.execute("select 1 from dual", f"{self.keyspace}:{s}")
+                        if not reloaded:
+                            # The tablets loaded their schema before vttestserver applied ours:
+                            # without a reload a VStream fails at the first row ("unknown table").
+                            self.procs.run(["vtctldclient", "--server", self.vtctld, "ReloadSchemaKeyspace",
+                                            self.keyspace])
+                            reloaded = True
+                        for t in self.tables():  # VTGate's schema tracking knows them (VT09015 before)
+                            c.execute(f"select * from {t} order by 1 limit 1", self.keyspace)
                         return
                     last = f"shards {sorted(shards)}"
                 except (grpc.RpcError, VTGateError) as exc:
