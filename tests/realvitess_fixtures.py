@@ -72,7 +72,11 @@ class Writer:
         if op < 0.9:
             j, self.next_id = self.next_id, self.next_id + 1
             self.ids.append(j)
-            row = self.client.rows(f"select name, qty, price from {self.table} where id = {i}", self.keyspace)[0]
+            found = self.client.rows(f"select name, qty, price from {self.table} where id = {i}", self.keyspace)
+            if not found:  # its insert was refused (e.g. while traffic switched): nothing to move
+                self.ids.remove(j)
+                return "none"
+            row = found[0]
             vals = ", ".join("null" if v is None else f"'{v.decode()}'" for v in row.values())
             self.client.transaction([f"delete from {self.table} where id = {i}",
                                      f"insert into {self.table} (id, name, qty, price) values ({j}, {vals})"], self.keyspace)

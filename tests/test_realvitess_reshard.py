@@ -1,0 +1,100 @@
+"""A real ``Reshard`` of keyspace ``customer`` from 2 to 4 shards (``SwitchTraffic``) on a
+multi-process Vitess v24 cluster, while local mode (``shardcdc run``, 2 tasks) streams it under a
+workload: the workers follow the journal, local mode starts generation 1 over the new shards, and
+the topic equals the source."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from local_mode_fixtures import Run, control, ready
+from polling import wait_for
+from realvitess_fixtures import TABLE_DDL, Writer, topic_equals_source
+
+from localkafka import KafkaBroker
+from realvitess.client import VTGateError
+from realvitess.cluster import VitessCluster
+from realvitess.single import hash_vschema
+
+pytestmark = pytest.mark.realvitess
+
+KS, TABLE = "customer", "items"
+TARGETS = ["-40", "40-80", "80-c0", "c0-"]
+STEP = 180.0
+
+
+def _switch_traffic(vt: VitessCluster, workflow: str, timeout: float = 300.0) -> None:
+    """SwitchTraffic once the copy is done (vtctldclient refuses it while the workflow copies or lags)."""
+    deadline, last = time.monotonic() + timeout, ""
+    while time.monotonic() < deadline:
+        try:
+            vt.vtctldclient("Reshard", "--workflow", workflow, "--target-keyspace", KS, "SwitchTraffic")
+            return
+        except RuntimeError as exc:
+            last = str(exc)[-500:]
+        time.sleep(2)  # polling the workflow's state with a deadline
+    raise AssertionError(f"SwitchTraffic not accepted within {timeout}s: {last}")
+
+
+def test_reshard_2_to_4_is_followed_by_local_mode(tmp_path: Path, kafka_broker: KafkaBroker) -> None:
+    prefix, state = f"rr{uuid.uuid4().hex[:6]}", tmp_path / "state"
+    with VitessCluster(KS, ["-80", "80-"], [TABLE_DDL.format(t=TABLE)], hash_vschema([TABLE])) as vt:
+        client = vt.client()
+        writer = Writer(client, TABLE, seed=3, keyspace=KS)
+        writer.insert(40)
+        manifest = tmp_path / "connector.yaml"
+        manifest.write_text(f"""\
+apiVersion: shardcdc.io/v1alpha1
+kind: CdcConnector
+metadata:
+  name: cust
+spec:
+  source:
+    vitess:
+      vtgate: "{vt.vtgate}"
+      keyspace: {KS}
+  kafka:
+    bootstrapServers: "{kafka_broker.bootstrap}"
+    topicPrefix: {prefix}
+    offsetsTopic: {prefix}-offsets
+  tasks: 2
+  config:
+    offset.storage.replication.factor: "1"
+    offset.flush.interval.ms: "200"
+""")
+        stop = threading.Event()
+
+        def work() -> None:
+            while not stop.is_set():
+                # Writes are refused while traffic switches; the source truth is read at the end.
+                with contextlib.suppress(VTGateError):
+                    writer.step()
+                stop.wait(0.05)  # pacing the workload, not synchronisation
+
+        run = Run(manifest, state, tmp_path / "run.log")
+        thread = threading.Thread(target=work, name="workload", daemon=True)
+        try:
+            ctl = wait_for(lambda: run.alive() or control(state, "cust"), STEP, "the control endpoint")
+            wait_for(lambda: ready(ctl, 0, 2, 2), STEP, "generation 0 streaming 2 shards")
+            thread.start()
+            vt.add_shards(TARGETS)
+            vt.vtctldclient("Reshard", "--workflow", "r24", "--target-keyspace", KS, "create", "--source-shards",
+                            "-80,80-", "--target-shards", ",".join(TARGETS), "--tablet-types", "PRIMARY")
+            _switch_traffic(vt, "r24")
+            a1 = wait_for(lambda: ready(ctl, 1, 2, 4), STEP, "generation 1 over the 4 new shards")
+            assert sorted(s for t in a1["taskStates"] for s in t["shards"]) == sorted(TARGETS)
+            stop.set()
+            thread.join(60)
+            writer.run(10)  # after the switch, on the new shards
+            materialised = topic_equals_source(kafka_broker, client, prefix, TABLE, keyspace=KS, timeout=STEP)
+        finally:
+            stop.set()
+            run.stop()
+            client.close()
+    assert "generation 1 started: 2 tasks over 4 shards" in run.output()
+    assert materialised.applied > 40
