@@ -20,7 +20,7 @@ from realvitess.single import hash_vschema
 KEYSPACE = "commerce"
 SHARDS = 2
 # One table per test (tests share the session's cluster): created at start, ``hash`` vindex on id.
-TABLES = ("items_alo", "items_eos", "items_kill", "items_bf", "items_bf2")
+TABLES = ("items_alo", "items_eos", "items_kill", "items_bf", "fid")
 COLUMNS = ("id", "name", "qty", "price")
 TABLE_DDL = ("create table {t} (id bigint not null, name varchar(64), qty int, price decimal(10,2), "
              "primary key (id))")
