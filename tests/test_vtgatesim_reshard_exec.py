@@ -218,6 +218,22 @@ def test_update_of_the_primary_vindex_column_is_refused_as_vitess_v24_does(sim: 
     assert ex("update customer set id = 2 where id = 1", "lookup").result.rows_affected == 1
 
 
+def test_an_unknown_table_is_refused_by_the_planner_on_a_sharded_keyspace(sim: VTGateSim, stub: Any) -> None:
+    """Vitess v24 plans from the VSchema: a table it does not know is refused before any tablet
+    (vtrpc UNKNOWN, ``table nope not found``); at a shard, or unsharded, the tablet answers (1146)."""
+    sim.create_keyspace("commerce", ["-80", "80-"], ddl=[CUSTOMER])
+    sim.create_keyspace("lookup", ddl=[CUSTOMER])
+
+    def err(sql: str, target: str) -> tuple[int, str]:
+        e = stub.Execute(vtgate_pb2.ExecuteRequest(session=vtgate_pb2.Session(target_string=target),
+                                                   query=query_pb2.BoundQuery(sql=sql))).error
+        return e.code, e.message
+    for sql in ("select * from nope", "insert into nope (id) values (1)", "delete from nope where id = 1"):
+        assert err(sql, "commerce") == (2, "table nope not found"), sql
+    assert err("select * from nope", "commerce:-80")[0] == 5
+    assert "Table 'vt_lookup.nope' doesn't exist (errno 1146)" in err("select * from nope", "lookup")[1]
+
+
 def test_vtctld_discovery(sim: VTGateSim) -> None:
     sim.create_keyspace("commerce", 4)
     ch = grpc.insecure_channel(sim.address)

@@ -355,6 +355,7 @@ class Executor:
                     stmt = self.parse(sql)
                     ks = self.resolve_keyspace(stmt, tgt)
                     shards = self.target_shards(ks, tgt)
+                    self.check_vschema(ks, shards, stmt, bool(tgt.shard))
                     tname = f"{ks.name}.{tgt.shard or '0'}.{tgt.tablet_type}"
                     before = set(txns)
                     try:
@@ -389,6 +390,7 @@ class Executor:
         with self.topo.lock:
             ks = self.resolve_keyspace(stmt, tgt)
             shards = self.target_shards(ks, tgt)
+            self.check_vschema(ks, shards, stmt, bool(tgt.shard))
             tname = f"{ks.name}.{tgt.shard or '0'}.{tgt.tablet_type}"
             try:
                 if isinstance(stmt, sqlp.Select):
@@ -508,6 +510,19 @@ class Executor:
         if entry is not None and self.on_commit is not None:
             self.on_commit(shard, entry)
 
+    @staticmethod
+    def check_vschema(ks: Keyspace, shards: list[Shard], stmt: sqlp.Statement, shard_targeted: bool) -> None:
+        """VTGate plans a statement on a sharded keyspace from its VSchema: a table it does not know
+        is refused by the planner (vtrpc UNKNOWN), before any tablet sees the statement. Targeted at
+        a shard, or in an unsharded keyspace, the tablet answers (MySQL error 1146)."""
+        if not ks.sharded or shard_targeted or not shards:
+            return
+        if not isinstance(stmt, sqlp.Select | sqlp.Insert | sqlp.Update | sqlp.Delete):
+            return
+        table = stmt.table
+        if table and table.lower() != "dual" and shards[0].store.table(table) is None:
+            raise VTError(UNKNOWN, f"table {table} not found")
+
     # -- SELECT
     def table_of(self, shard: Shard, name: str) -> TableSchema:
         t = shard.store.table(name)
@@ -607,6 +622,7 @@ class Executor:
         with self.topo.lock:
             ks = self.resolve_keyspace(stmt, tgt)
             shards = self.target_shards(ks, tgt)
+            self.check_vschema(ks, shards, stmt, bool(tgt.shard))
             tname = f"{ks.name}.{tgt.shard or '0'}.{tgt.tablet_type}"
             cached = self._all_cached(ks, shards, stmt, binds or {}, tname)
             if cached is not None:
