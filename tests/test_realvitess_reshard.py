@@ -1,7 +1,7 @@
 """A real ``Reshard`` of keyspace ``customer`` from 2 to 4 shards (``SwitchTraffic``) on a
 multi-process Vitess v24 cluster, while local mode (``shardcdc run``, 2 tasks) streams it under a
-workload: the workers follow the journal, local mode starts generation 1 over the new shards, and
-the topic equals the source."""
+workload: the workers follow the journal, local mode starts generation 1 over the new shards, the
+topic equals the source, and ``Reshard complete`` leaves the 4 shards the operator discovers."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from local_mode_fixtures import Run, control, ready
 from polling import wait_for
 from realvitess_fixtures import TABLE_DDL, Writer, topic_equals_source
 
+from cdcoperator.discovery import discover_via_vtctld
 from localkafka import KafkaBroker
 from realvitess.client import VTGateError
 from realvitess.cluster import VitessCluster
@@ -92,6 +93,10 @@ spec:
             thread.join(60)
             writer.run(10)  # after the switch, on the new shards
             materialised = topic_equals_source(kafka_broker, client, prefix, TABLE, keyspace=KS, timeout=STEP)
+            # The workflow ends: the source shards are removed; the operator's discovery sees the new ones.
+            vt.vtctldclient("Reshard", "--workflow", "r24", "--target-keyspace", KS, "complete")
+            found = discover_via_vtctld(vt.vtctld, KS)
+            assert (found.serving, found.discovered) == (tuple(TARGETS), tuple(TARGETS))
         finally:
             stop.set()
             run.stop()
