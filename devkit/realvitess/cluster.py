@@ -8,7 +8,6 @@ tablet (docs/fidelity.md)."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
@@ -22,7 +21,7 @@ from types import TracebackType
 import grpc
 
 from .client import VTGateClient, VTGateError
-from .env import Processes, VitessEnv, vitess_env
+from .env import Processes, VitessEnv, kill_strays, vitess_env
 from .single import free_port_block
 
 CELL = "zone1"
@@ -51,6 +50,7 @@ class VitessCluster:
         self.procs = Processes(self.env, self.root)
         self.initial = list(shards)
         self.tablets: dict[str, int] = {}  # shard -> tablet uid
+        self._uids = 0
         self.base = 0
 
     # ports: base etcd client, +1 etcd peer, +2/+3 vtctld http/grpc, +4/+5/+6 vtgate http/grpc/mysql
@@ -114,7 +114,8 @@ class VitessCluster:
     def add_shards(self, shards: Sequence[str]) -> None:
         """A primary tablet (and its mariadbd) per shard, made primary with PlannedReparentShard."""
         for shard in shards:
-            uid = 100 * (len(self.tablets) + 1)
+            self._uids += 1
+            uid = 100 * self._uids  # never reused: a stopped tablet's data stays until the end
             self.tablets[shard] = uid
             port = free_port_block(3)
             self.procs.run(["mysqlctl", "--tablet-uid", str(uid), "--mysql-port", str(port + 2), "init"], timeout=180)
@@ -165,10 +166,10 @@ class VitessCluster:
             return False
 
     def stop_tablet(self, shard: str) -> None:
+        """Stop a shard's vttablet and its mariadbd (by pid: mysqlctl started it outside our groups)."""
         uid = self.tablets.pop(shard)
         self.procs.stop(f"vttablet-{uid}")
-        with contextlib.suppress(RuntimeError):  # kill_strays at stop() takes what is left
-            self.procs.run(["mysqlctl", "--tablet-uid", str(uid), "shutdown"], timeout=60)
+        kill_strays(self.procs.data / f"vt_{uid:010d}")
 
     def stop(self) -> None:
         for shard in list(self.tablets):
