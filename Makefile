@@ -33,7 +33,7 @@ export SHARDCDC_KUBE_HOME := $(KUBE_HOME)
 all: test
 
 ## Everything the whole suite needs (`make test`).
-setup: venv native proto kafka kube debezium helm prometheus fuzz-tools rdkafka-header
+setup: venv native proto kafka kube debezium helm prometheus fuzz-tools rdkafka-header vitess
 
 ## Only what `make demo` needs: no kube-apiserver/etcd, Debezium or helm (minutes of builds it never uses).
 demo-setup: venv-demo native proto kafka
@@ -224,3 +224,20 @@ export SHARDCDC_RDKAFKA_H := $(RDKAFKA_H_HOME)/rdkafka.h
 rdkafka-header: $(RDKAFKA_H_HOME)/rdkafka.h
 $(RDKAFKA_H_HOME)/rdkafka.h: scripts/fetch-rdkafka-header.sh
 	$(STEP) rdkafka-header $(LOGS) bash scripts/fetch-rdkafka-header.sh $(RDKAFKA_H_NPM) $(RDKAFKA_H_VERSION) $(RDKAFKA_H_HOME)
+
+## Real Vitess (v24.0.4, the Go module vitess.io/vitess v0.24.4) over MariaDB 10.11 for the real-Vitess
+## tier: binaries built with the project's MariaDB patch set over Vitess's config templates, MariaDB
+## installed when missing, and the unprivileged user mysqlctl needs (it refuses root).
+.PHONY: vitess vitess-system
+VITESS_MODULE_VERSION := v0.24.4
+VITESS_HOME  := $(CACHE)/vitess-v24.0.4
+VITESS_USER  := vitess
+VITESS_PATCH := scripts/vitess/mariadb.patch
+export SHARDCDC_VITESS_HOME := $(VITESS_HOME)
+export SHARDCDC_VITESS_USER := $(VITESS_USER)
+vitess: $(VITESS_HOME)/.complete vitess-system
+$(VITESS_HOME)/.complete: scripts/build-vitess.sh $(VITESS_PATCH)
+	$(STEP) vitess $(LOGS) bash scripts/build-vitess.sh $(VITESS_MODULE_VERSION) $(VITESS_HOME) $(CACHE)/go $(VITESS_PATCH)
+	@touch $@
+vitess-system:
+	$(STEP) vitess-system $(LOGS) bash scripts/vitess-system.sh $(VITESS_USER)

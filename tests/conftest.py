@@ -52,3 +52,13 @@ def fresh_kafka_broker() -> Iterator[Callable[[], KafkaBroker]]:
     finally:
         for broker in brokers:
             broker.close()
+
+
+@pytest.fixture(scope="session")
+def real_vitess() -> Iterator[object]:
+    """Real Vitess v24 (vttestserver over MariaDB 10.11): keyspace ``commerce`` over ``-80, 80-``
+    with the tables of ``realvitess_fixtures`` (started once per session, on first use, ~1 minute)."""
+    from realvitess_fixtures import start_commerce
+
+    with start_commerce() as vt:
+        yield vt

@@ -53,6 +53,7 @@ from cdcworker.backfill.spec import BackfillSpec, Chunk
 from cdcworker.backfill.taskhandoff import FAULT_DIR_ENV
 from localkafka import KafkaBroker, consume_all
 from vtgatesim import VTGateSim
+from vtgatesim.workload import change_id
 
 TABLES = ("items", "orders", "lines")
 CATCHUP_PHASE, HELD_PHASE = "catchup", "held"
@@ -87,8 +88,8 @@ def _scripted_during_hold(sim: VTGateSim) -> None:
     # A key that existed before the run (with a record in the topic), deleted before its chunk is
     # read: the topic must end with its delete.
     sim.execute(f"delete from items where id = {EXISTING}", KS)
-    # A primary-key change moving a row from the first chunk into the last (and across shards).
-    sim.execute(f"update items set id = {MOVED_TO} where id = {MOVED}", KS)
+    # A primary-key change moving a row from the first chunk into the last (and across shards):
+    change_id(sim, KS, "items", MOVED, MOVED_TO)  # as Vitess allows: delete + insert in one transaction
 
 
 def _scenario(tmp_path: Path, broker: KafkaBroker, sim: VTGateSim, kill_in: str | None = None,

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from cdcworker.backfill import chunking
-from cdcworker.backfill.gtid import GtidError, covers, parse
+from cdcworker.backfill.gtid import GtidError, covers, is_position, parse
 from cdcworker.backfill.handoff import (
     CATCHUP,
     HELD,
@@ -50,8 +50,30 @@ def test_covers_compares_executed_sets_including_reparents() -> None:
     assert covers(after_reparent, pos(7)) and not covers(pos(7), after_reparent)
     assert covers(f"{U1}:1-3:5-9", f"{U1}:6-8") and not covers(f"{U1}:1-3:5-9", f"{U1}:3-5")
     assert parse(f"{U1}:1-3:4-6") == parse(f"{U1}:1-6")  # adjacent intervals merge
-    with pytest.raises(GtidError):
-        parse("MariaDB/0-1-2")
+    with pytest.raises(GtidError, match="unsupported GTID flavor 'FilePos'"):
+        parse("FilePos/mysql-bin.000001:4")
+
+
+def test_covers_compares_mariadb_positions_per_domain() -> None:
+    """Vitess's MariaDB flavor (``MariaDB/<domain>-<server>-<seq>``, as real Vitess v24 on MariaDB
+    10.11 reports): per domain the sequence decides, the server id does not (gtid_strict_mode, as
+    ``MariadbGTIDSet.Contains``); a domain the watermark lacks is not covered."""
+    assert covers("MariaDB/0-1135409253-41", "MariaDB/0-1135409253-41")
+    assert covers("MariaDB/0-1135409253-41", "MariaDB/0-1135409253-40")
+    assert not covers("MariaDB/0-1135409253-40", "MariaDB/0-1135409253-41")
+    assert covers("MariaDB/0-7-50", "MariaDB/0-1135409253-41")  # a new primary continues the domain
+    assert covers("MariaDB/0-1-9,1-2-3", "MariaDB/1-2-3") and not covers("MariaDB/0-1-9", "MariaDB/0-1-9,1-2-1")
+    assert covers("MariaDB/0-1-9", "MariaDB/")  # a shard that has executed nothing
+    assert not covers("MariaDB/0-1-9", f"{U1}:1-3") and not covers(pos(9), "MariaDB/0-1-1")
+    for bad, why in (("MariaDB/0-1", "not <domain>-<server>-<sequence>"), ("MariaDB/0-1-x", "bad GTID number"),
+                     ("MariaDB/0-1-2,0-3-4", "names domain 0 twice")):
+        with pytest.raises(GtidError, match=why):
+            parse(bad)
+
+
+def test_is_position_knows_both_flavors_and_no_markers() -> None:
+    assert is_position(pos(3)) and is_position("MariaDB/0-1-41") and is_position("MySQL56/")
+    assert not any(is_position(g) for g in ("", "current", "FilePos/x:4", "0-1-41"))
 
 
 # --- chunking ------------------------------------------------------------------------------------

@@ -104,7 +104,6 @@ CHANGES = [
     "INSERT INTO bit_types VALUES (4, b'0', b'000000000001', x'ffffffffffffffff', 'four'), (6, NULL, NULL, NULL, NULL)",
     "UPDATE bit_types SET b1 = b'0', note = 'uno' WHERE id = 1",
     "UPDATE orders SET line = 3 WHERE id = 1 AND line = 2",  # primary-key update
-    "UPDATE num_types SET id = 21 WHERE id = 10",  # primary-key update (same shard)
     "DELETE FROM orders WHERE id = 2",
     "DELETE FROM num_types WHERE id IN (12, 14, 18)",  # multi-row delete
     "DELETE FROM str_types WHERE id = 2",

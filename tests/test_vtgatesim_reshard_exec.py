@@ -193,6 +193,47 @@ def test_execute_show_and_errors(sim: VTGateSim, stub: Any) -> None:
     assert stream[0].result.fields[0].name == "id" and not stream[0].result.rows
 
 
+def test_update_of_the_primary_vindex_column_is_refused_as_vitess_v24_does(sim: VTGateSim, stub: Any) -> None:
+    """Vitess v24's planner refuses SET of a primary vindex column on a sharded keyspace whatever the
+    new value (even an unchanged one, even when no row matches), with vtrpc code UNIMPLEMENTED (12;
+    MySQL error 1235 over the MySQL protocol); nothing is written. Targeted at one shard, or in an
+    unsharded keyspace, it is an ordinary UPDATE."""
+    sim.create_keyspace("commerce", ["-80", "80-"], ddl=[CUSTOMER])
+    sim.create_keyspace("lookup", ddl=[CUSTOMER])
+
+    def ex(sql: str, target: str = "commerce") -> vtgate_pb2.ExecuteResponse:
+        return stub.Execute(vtgate_pb2.ExecuteRequest(session=vtgate_pb2.Session(target_string=target),
+                                                      query=query_pb2.BoundQuery(sql=sql)))
+    assert ex("insert into customer (id, email) values (1, 'a')").result.rows_affected == 1
+    before = sim.positions("commerce")
+    refused = "VT12001: unsupported: you cannot UPDATE primary vindex columns; invalid update on vindex: hash"
+    for sql in ("update customer set id = 200 where id = 1", "UPDATE customer SET email = 'b', ID = 1 WHERE id = 1",
+                "update customer set id = 5 where id = 999"):
+        err = ex(sql).error
+        assert (err.code, err.message) == (12, refused), sql
+    assert sim.positions("commerce") == before
+    assert sim.source_truth("commerce", "customer") == [{"id": b"1", "email": b"a"}]
+    assert ex("update customer set id = 2 where id = 1", "commerce:-80").result.rows_affected == 1
+    ex("insert into customer (id, email) values (1, 'a')", "lookup")
+    assert ex("update customer set id = 2 where id = 1", "lookup").result.rows_affected == 1
+
+
+def test_an_unknown_table_is_refused_by_the_planner_on_a_sharded_keyspace(sim: VTGateSim, stub: Any) -> None:
+    """Vitess v24 plans from the VSchema: a table it does not know is refused before any tablet
+    (vtrpc UNKNOWN, ``table nope not found``); at a shard, or unsharded, the tablet answers (1146)."""
+    sim.create_keyspace("commerce", ["-80", "80-"], ddl=[CUSTOMER])
+    sim.create_keyspace("lookup", ddl=[CUSTOMER])
+
+    def err(sql: str, target: str) -> tuple[int, str]:
+        e = stub.Execute(vtgate_pb2.ExecuteRequest(session=vtgate_pb2.Session(target_string=target),
+                                                   query=query_pb2.BoundQuery(sql=sql))).error
+        return e.code, e.message
+    for sql in ("select * from nope", "insert into nope (id) values (1)", "delete from nope where id = 1"):
+        assert err(sql, "commerce") == (2, "table nope not found"), sql
+    assert err("select * from nope", "commerce:-80")[0] == 5
+    assert "Table 'vt_lookup.nope' doesn't exist (errno 1146)" in err("select * from nope", "lookup")[1]
+
+
 def test_vtctld_discovery(sim: VTGateSim) -> None:
     sim.create_keyspace("commerce", 4)
     ch = grpc.insecure_channel(sim.address)

@@ -41,6 +41,9 @@ class VTError(Exception):
 INVALID_ARGUMENT, NOT_FOUND, ALREADY_EXISTS, FAILED_PRECONDITION = 3, 5, 6, 9
 UNIMPLEMENTED, INTERNAL, UNAVAILABLE, UNKNOWN = 12, 13, 14, 2
 
+# Every vindex here is a `hash` vindex named `hash` (topology.py).
+PRIMARY_VINDEX_UPDATE = "VT12001: unsupported: you cannot UPDATE primary vindex columns; invalid update on vindex: hash"
+
 _ERRNO_CODES = {1062: ALREADY_EXISTS, 1146: NOT_FOUND, 1050: ALREADY_EXISTS, 1060: ALREADY_EXISTS}
 
 
@@ -352,6 +355,7 @@ class Executor:
                     stmt = self.parse(sql)
                     ks = self.resolve_keyspace(stmt, tgt)
                     shards = self.target_shards(ks, tgt)
+                    self.check_vschema(ks, shards, stmt, bool(tgt.shard))
                     tname = f"{ks.name}.{tgt.shard or '0'}.{tgt.tablet_type}"
                     before = set(txns)
                     try:
@@ -386,6 +390,7 @@ class Executor:
         with self.topo.lock:
             ks = self.resolve_keyspace(stmt, tgt)
             shards = self.target_shards(ks, tgt)
+            self.check_vschema(ks, shards, stmt, bool(tgt.shard))
             tname = f"{ks.name}.{tgt.shard or '0'}.{tgt.tablet_type}"
             try:
                 if isinstance(stmt, sqlp.Select):
@@ -505,6 +510,19 @@ class Executor:
         if entry is not None and self.on_commit is not None:
             self.on_commit(shard, entry)
 
+    @staticmethod
+    def check_vschema(ks: Keyspace, shards: list[Shard], stmt: sqlp.Statement, shard_targeted: bool) -> None:
+        """VTGate plans a statement on a sharded keyspace from its VSchema: a table it does not know
+        is refused by the planner (vtrpc UNKNOWN), before any tablet sees the statement. Targeted at
+        a shard, or in an unsharded keyspace, the tablet answers (MySQL error 1146)."""
+        if not ks.sharded or shard_targeted or not shards:
+            return
+        if not isinstance(stmt, sqlp.Select | sqlp.Insert | sqlp.Update | sqlp.Delete):
+            return
+        table = stmt.table
+        if table and table.lower() != "dual" and shards[0].store.table(table) is None:
+            raise VTError(UNKNOWN, f"table {table} not found")
+
     # -- SELECT
     def table_of(self, shard: Shard, name: str) -> TableSchema:
         t = shard.store.table(name)
@@ -604,6 +622,7 @@ class Executor:
         with self.topo.lock:
             ks = self.resolve_keyspace(stmt, tgt)
             shards = self.target_shards(ks, tgt)
+            self.check_vschema(ks, shards, stmt, bool(tgt.shard))
             tname = f"{ks.name}.{tgt.shard or '0'}.{tgt.tablet_type}"
             cached = self._all_cached(ks, shards, stmt, binds or {}, tname)
             if cached is not None:
@@ -840,7 +859,12 @@ class Executor:
         for cn, _ in stmt.sets:
             if not schema0.has(cn):
                 raise MySQLError(1054, "42S22", f"Unknown column '{cn}' in 'field list'")
-        moves: list[tuple[TableSchema, list[Any]]] = []
+        if ks.sharded and not shard_targeted:
+            vcol = ks.vindex_column(stmt.table).lower()
+            if any(cn.lower() == vcol for cn, _ in stmt.sets):
+                # Vitess v24's planner refuses this (operators/update.go, buildChangedVindexesValues)
+                # before reading a row, whatever the new value; UNIMPLEMENTED is MySQL error 1235.
+                raise VTError(UNIMPLEMENTED, PRIMARY_VINDEX_UPDATE)
         for s in shards:
             schema = self.table_of(s, stmt.table)
             for old in self._matching(s, schema, stmt.where, stmt.limit, binds):
@@ -859,35 +883,15 @@ class Executor:
                         new[i] = mysqltypes.normalize(c.ct, now_text(c.ct.decimals))
                 if tuple(new) == old:
                     continue  # MySQL logs no row for an unchanged row
-                dest = self.route(ks, schema, new, [s], shard_targeted) if ks.sharded and not shard_targeted else s
-                t = txn(s)
-                if dest is not s:
-                    # vtgate turns a vindex-changing update into a delete here and an insert on the owner shard
-                    s.store.delete(schema, old)
-                    t.record(schema, old, None)
-                    moves.append((schema, new))
-                else:
-                    if new != list(old):
-                        pk_changed = any(new[i] != old[i] for i in schema.pk_indexes)
-                        if pk_changed:
-                            conflict = s.store.get_by_pk(schema, [new[i] for i in schema.pk_indexes])
-                            if conflict is not None:
-                                shown = "-".join(_dup_text(schema, new, c) for c in schema.pk)
-                                raise MySQLError(1062, "23000", f"Duplicate entry '{shown}' for key 'PRIMARY'")
-                    s.store.update(schema, old, new)
-                    t.record(schema, old, tuple(new))
+                # The vindex column is unchanged (refused above), so the row stays on its shard.
+                if any(new[i] != old[i] for i in schema.pk_indexes):
+                    conflict = s.store.get_by_pk(schema, [new[i] for i in schema.pk_indexes])
+                    if conflict is not None:
+                        shown = "-".join(_dup_text(schema, new, c) for c in schema.pk)
+                        raise MySQLError(1062, "23000", f"Duplicate entry '{shown}' for key 'PRIMARY'")
+                s.store.update(schema, old, new)
+                txn(s).record(schema, old, tuple(new))
                 res.rows_affected += 1
-        for schema, new in moves:
-            dest = self.route(ks, schema, new, shards, False)
-            dschema = self.table_of(dest, schema.name)
-            hit = dest.store.find_unique(dschema, new)
-            if hit is not None:
-                kname = hit[0]
-                kcols = dschema.pk if kname == "PRIMARY" else next(c for k, c in dschema.unique_keys if k == kname)
-                shown = "-".join(_dup_text(dschema, new, c) for c in kcols)
-                raise MySQLError(1062, "23000", f"Duplicate entry '{shown}' for key '{kname}'")
-            dest.store.insert(dschema, new)
-            txn(dest).record(dschema, None, tuple(new))
 
     def delete(self, shards: list[Shard], stmt: sqlp.Delete, binds: dict[str, Any],
                txn: Callable[[Shard], ShardTxn], res: Result) -> None:

@@ -1,4 +1,4 @@
-"""Deterministic workload generator: inserts, updates (incl. PK and cross-shard moves), deletes,
+"""Deterministic workload generator: inserts, updates (incl. PK changes and cross-shard moves), deletes,
 multi-row and very large transactions, at a target rate; `commit_generated` for transactions too
 large to hold in memory (a 1,000,000-row insert)."""
 
@@ -33,6 +33,30 @@ class Step:
 
     op: str
     ids: tuple[int, ...]
+
+
+def change_id(sim: VTGateSim, keyspace: str, table: str, old: int, new: int) -> None:
+    """Give row ``old`` of ``table`` the id ``new``, as an application on Vitess can: an UPDATE of
+    the primary key in an unsharded keyspace; in a sharded one, where the id is the primary vindex
+    column and Vitess refuses to UPDATE it (VT12001), a DELETE and an INSERT of the row in one
+    transaction (the row may move to another shard)."""
+    if not sim.topo.keyspaces[keyspace].sharded:
+        sim.execute(f"update {table} set id = {new} where id = {old}", keyspace)
+        return
+    res = sim.execute(f"select * from {table} where id = {old}", keyspace)
+    names = [f["name"] for f in res.fields]
+    values = [_sql_literal(v) for v in res.rows[0]]
+    values[[n.lower() for n in names].index("id")] = str(new)
+    sim.execute_transaction([
+        f"delete from {table} where id = {old}",
+        f"insert into {table} ({', '.join(names)}) values ({', '.join(values)})",
+    ], keyspace)
+
+
+def _sql_literal(text: bytes | None) -> str:
+    if text is None:
+        return "null"
+    return "'" + text.decode().replace("\\", "\\\\").replace("'", "''") + "'"
 
 
 class Workload:
@@ -81,11 +105,11 @@ class Workload:
             return Step("update", (i,))
         i = self.ids.pop(rng.randrange(len(self.ids)))
         if op < 0.9:
-            # primary-key (and vindex) update: in a sharded keyspace the row may move to another shard
+            # primary-key (and vindex) change: in a sharded keyspace the row may move to another shard
             j = self.next_id
             self.next_id += 1
             self.ids.append(j)
-            self.sim.execute(f"update {t} set id = {j} where id = {i}", self.keyspace)
+            change_id(self.sim, self.keyspace, t, i, j)
             return Step("pk_update", (i, j))
         self.sim.execute(f"delete from {t} where id = {i}", self.keyspace)
         return Step("delete", (i,))

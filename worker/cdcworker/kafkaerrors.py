@@ -3,7 +3,9 @@
 ``SinkError`` (records Kafka will not take) and ``OffsetStoreError`` (the offsets topic cannot be
 used) are raised by ``sink`` and ``offsets.store``, which re-export them. ``KafkaAccessError`` is
 both: the cluster refuses the client's credentials or TLS settings, for the producer and the
-offsets topic alike, and no retry helps until the settings change.
+offsets topic alike, and no retry helps until the settings change. ``KafkaSettingError`` is its
+family: Kafka refused something a setting decides (also a topic the task cannot create with the
+configured replication factor or partitions), so the task ends with one line naming the setting.
 """
 
 from __future__ import annotations
@@ -12,12 +14,15 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol
 
-from confluent_kafka import KafkaError
+from confluent_kafka import KafkaError, KafkaException
 
-__all__ = ["ACCESS_HINTS", "ClientLog", "KafkaAccessError", "OffsetStoreError", "SinkError", "access_refusal",
-           "client_hooks", "first_refusal"]
+__all__ = [
+    "ACCESS_HINTS", "ClientLog", "KafkaAccessError", "KafkaSettingError", "OffsetStoreError", "SinkError", "TopicSizing",
+    "access_refusal", "broker_count", "client_hooks", "creation_refusal", "first_refusal",
+]
 
 
 class SinkError(RuntimeError):
@@ -28,7 +33,12 @@ class OffsetStoreError(RuntimeError):
     """The offsets topic cannot be used (wrong configuration, delivery failure, timeout)."""
 
 
-class KafkaAccessError(OffsetStoreError, SinkError):
+class KafkaSettingError(OffsetStoreError, SinkError):
+    """Kafka refused what a setting decides: retrying cannot help until the setting changes, so the
+    task ends with this one line (log, termination message, status) instead of a traceback."""
+
+
+class KafkaAccessError(KafkaSettingError):
     """Kafka refused the client's credentials or TLS settings: retrying cannot help until they change."""
 
 
@@ -103,3 +113,57 @@ def client_hooks(client: str, errors: list[KafkaError] | None = None) -> dict[st
     if errors is not None:
         hooks["error_cb"] = errors.append
     return hooks
+
+
+@dataclass(frozen=True, slots=True)
+class TopicSizing:
+    """How a topic is created, under the names the user sets it by (for the message of a refusal)."""
+
+    partitions_setting: str  # e.g. offset.storage.partitions, topic.creation.default.partitions
+    partitions: int
+    replication_setting: str  # e.g. offset.storage.replication.factor
+    replication_factor: int
+
+
+class _Metadata(Protocol):
+    def list_topics(self, topic: str | None = None, timeout: float = -1) -> object: ...
+
+
+def broker_count(admin: _Metadata, timeout: float = 5.0) -> int | None:
+    """The number of brokers the cluster's metadata names; None when it does not answer."""
+    try:
+        return len(getattr(admin.list_topics(timeout=timeout), "brokers", {}))
+    except KafkaException:
+        return None
+
+
+# Topic creation refusals that no retry changes: the settings (or the broker's policy/ACLs) must.
+_CREATION_FIX = {
+    KafkaError.INVALID_CONFIG: "fix the topic-level configs of the topic creation group",
+    KafkaError.POLICY_VIOLATION: "the broker's create.topic.policy refuses these settings; change them or the policy",
+    KafkaError.TOPIC_AUTHORIZATION_FAILED: "grant the task's principal CREATE on the topic, or create it yourself",
+    KafkaError.CLUSTER_AUTHORIZATION_FAILED: "grant the task's principal CREATE on the cluster, or create the topic yourself",
+}
+
+
+def creation_refusal(err: KafkaError, topic: str, sizing: TopicSizing, brokers: int | None) -> KafkaSettingError | None:
+    """The one-line error to end the task with when Kafka refused to create ``topic`` because of a
+    setting; None for other errors (already exists, timeouts: those are not configuration)."""
+    code = err.code()
+    have = "an unknown number of brokers" if brokers is None else f"{brokers} broker{'s' if brokers != 1 else ''}"
+    if code == KafkaError.INVALID_REPLICATION_FACTOR:
+        most = f"at most {brokers}" if brokers else "no more than the number of brokers"
+        return KafkaSettingError(
+            f"cannot create topic {topic!r}: {sizing.replication_setting}={sizing.replication_factor} but the Kafka "
+            f"cluster has {have}; set {sizing.replication_setting} to {most} (or -1 for the broker's "
+            f"default.replication.factor)"
+        )
+    if code == KafkaError.INVALID_PARTITIONS:
+        return KafkaSettingError(
+            f"cannot create topic {topic!r}: Kafka refused {sizing.partitions_setting}={sizing.partitions} "
+            f"({err.str()}); set it to a positive number (or -1 for the broker's num.partitions)"
+        )
+    fix = _CREATION_FIX.get(code)
+    if fix is None:
+        return None
+    return KafkaSettingError(f"cannot create topic {topic!r} on the Kafka cluster with {have}: {err.str()}; {fix}")

@@ -28,6 +28,7 @@ from cdcworker.events.encoder import context_headers, new_run_id
 from cdcworker.features import build_features, tx_block_schema
 from cdcworker.filters import AnonymisedColumns, EventConversionError
 from cdcworker.idleprobe import AckCheckpoints, IdleProbe
+from cdcworker.kafkaerrors import KafkaSettingError
 from cdcworker.nativesink import sink_classes
 from cdcworker.offsets import OffsetPartition, Vgtid
 from cdcworker.offsets.migration import StoredOffsetError, resolve_task_start
@@ -461,9 +462,10 @@ class WorkerTask:
                 # status document: it waits, reporting the journal, until the operator stops it.
                 log.info("%s; waiting to be stopped with the journal reported", result.reason)
                 self._stop.wait()
-        except (KafkaAccessError, StoredOffsetError) as exc:
-            # Refused credentials or TLS, an unreadable stored offset: something to fix, not a bug;
-            # no traceback, and the reason goes where the operator reads it (the pod's termination
+        except (KafkaSettingError, StoredOffsetError) as exc:
+            # Refused credentials or TLS, a topic Kafka will not create with the configured
+            # replication factor, an unreadable stored offset: something to fix, not a bug; no
+            # traceback, and the reason goes where the operator reads it (the pod's termination
             # message, then the status).
             metrics.set_state("failed", str(exc))
             _write_termination_message({"error": str(exc)})

@@ -17,6 +17,7 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from cdcworker.config import KafkaConfig, TopicCreationGroup
+from cdcworker.kafkaerrors import TopicSizing, broker_count, creation_refusal
 from cdcworker.sink import SinkError
 
 log = logging.getLogger(__name__)
@@ -55,6 +56,9 @@ class TopicCreator:
         except KafkaException as exc:
             err = exc.args[0]
             if err.code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                refusal = creation_refusal(err, topic, group_sizing(group), broker_count(self._admin))
+                if refusal is not None:
+                    raise refusal from exc
                 raise TopicCreationError(
                     f"cannot create topic {topic!r} (topic creation group {group.name!r}: {group.partitions} "
                     f"partitions, replication factor {group.replication_factor}): {err.str()}; let the task "
@@ -67,6 +71,12 @@ class TopicCreator:
                 topic, group.name, group.partitions, group.replication_factor,
             )
         self.known.add(topic)
+
+
+def group_sizing(group: TopicCreationGroup) -> TopicSizing:
+    """A group's sizing under its property names (``topic.creation.<group>.partitions`` ...)."""
+    prefix = f"topic.creation.{group.name}."
+    return TopicSizing(f"{prefix}partitions", group.partitions, f"{prefix}replication.factor", group.replication_factor)
 
 
 def topic_creator(kafka: KafkaConfig) -> TopicCreator | None:

@@ -18,7 +18,7 @@ from typing import Any
 import grpc
 import orjson
 
-from cdcworker.backfill.gtid import covers
+from cdcworker.backfill.gtid import covers, is_position
 from cdcworker.backfill.handoff import CATCHUP, FinalChanges, ShardHandoff, Verdict, WindowScan
 from cdcworker.backfill.reconcile import KeyReader
 from cdcworker.backfill.rowchange import PartialChange
@@ -272,7 +272,7 @@ def run_catchup(
     def reached() -> bool:
         for sg in until:
             cur = proc.position.get(sg.shard, sg.keyspace)
-            if cur is None or not cur.gtid.startswith("MySQL56/") or not covers(cur.gtid, sg.gtid):
+            if cur is None or not is_position(cur.gtid) or not covers(cur.gtid, sg.gtid):
                 return False
         return True
 

@@ -11,6 +11,8 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from cdcworker.backfill.progress import ChunkDone, PlanRecord, RunState, parse_record
+from cdcworker.kafkaerrors import broker_count, creation_refusal
+from cdcworker.offsets.store import offsets_sizing
 
 TOPIC_CONFIG = {"cleanup.policy": "compact"}
 
@@ -33,8 +35,13 @@ class ProgressStore:
             try:
                 fut.result(timeout)
             except KafkaException as exc:
-                if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                    raise
+                err = exc.args[0]
+                if err.code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                    sizing = offsets_sizing(1, self.replication_factor)
+                    refusal = creation_refusal(err, self.topic, sizing, broker_count(admin))
+                    if refusal is None:
+                        raise
+                    raise refusal from exc
         deadline = time.monotonic() + timeout
         while True:  # a just-created topic takes a moment to become describable
             meta = admin.list_topics(self.topic, timeout=timeout).topics.get(self.topic)

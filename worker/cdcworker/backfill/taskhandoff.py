@@ -44,7 +44,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
-from cdcworker.backfill.gtid import covers
+from cdcworker.backfill.gtid import covers, is_position
 from cdcworker.backfill.handoff import (
     CATCHUP,
     HELD,
@@ -296,7 +296,7 @@ class TaskHandoff:
         for sg in position:
             shard, gtid = sg.shard, sg.gtid
             h = self.states.get(shard)
-            known = gtid.startswith("MySQL56/")
+            known = is_position(gtid)
             if h is None and known:  # a hold begins at a real position (not "current" or a copy)
                 pending = self._pending(shard)
                 if pending is not None:
@@ -391,7 +391,7 @@ class TaskHandoff:
                 # A state without hold positions (written before holds were recorded): its tables
                 # were emitted live, so they are held late from here.
                 sg = position.get(shard)
-                if sg is not None and sg.gtid.startswith("MySQL56/"):
+                if sg is not None and is_position(sg.gtid):
                     h = replace(h, holds=dict.fromkeys(h.tables, sg.gtid), late=h.tables)
             if h.phase == CATCHUP and not h.marks:
                 h = self._with_marks(h)
@@ -400,7 +400,7 @@ class TaskHandoff:
             self.states[shard] = h
         if initial_run is not None and fresh:
             for sg in position:
-                if sg.shard not in self.states and sg.gtid.startswith("MySQL56/") and self._may_hold_all(
+                if sg.shard not in self.states and is_position(sg.gtid) and self._may_hold_all(
                         initial_run, sg.shard):
                     self.states[sg.shard] = ShardHandoff(sg.shard, initial_run, (), hold_all_from=sg.gtid,
                                                          epoch=self._epoch_of(initial_run))

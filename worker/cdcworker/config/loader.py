@@ -243,6 +243,8 @@ RESERVED_ENV_TOOLING = frozenset(
         "SHARDCDC_KUBE_HOME",  # Makefile: kube-apiserver, etcd, kubectl
         "SHARDCDC_DEBEZIUM_HOME",  # Makefile: Kafka Connect + Debezium for the conformance test
         "SHARDCDC_HELM",  # Makefile: the helm binary
+        "SHARDCDC_VITESS_HOME",  # Makefile: the real Vitess binaries and config templates (make vitess)
+        "SHARDCDC_VITESS_USER",  # Makefile: the unprivileged user the real-Vitess fixtures run as
         "SHARDCDC_NATIVE",  # 0: pure-Python encoder and producer path; encoder: C encoder, confluent-kafka producer
         "SHARDCDC_MALLOC_TUNING",  # 0: glibc's malloc thresholds left as they are (cdcworker.allocator)
         "SHARDCDC_WORKER_IMAGE",  # operator: default worker image

@@ -24,7 +24,15 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
-from cdcworker.kafkaerrors import KafkaAccessError, OffsetStoreError, client_hooks, first_refusal
+from cdcworker.kafkaerrors import (
+    KafkaAccessError,
+    OffsetStoreError,
+    TopicSizing,
+    broker_count,
+    client_hooks,
+    creation_refusal,
+    first_refusal,
+)
 from cdcworker.offsets.javacompat import java_murmur2_partition
 from cdcworker.offsets.keys import OffsetPartition, offset_record_key
 from cdcworker.offsets.migration import OffsetLookup, lookup_in
@@ -33,6 +41,11 @@ from cdcworker.offsets.value import OffsetValue
 __all__ = ["CONNECT_DEFAULT_PARTITIONS", "KafkaAccessError", "OffsetStore", "OffsetStoreError"]
 
 CONNECT_DEFAULT_PARTITIONS = 25
+
+
+def offsets_sizing(partitions: int, replication_factor: int) -> TopicSizing:
+    """The offsets topic is sized by ``offset.storage.*`` (also the backfill progress topic's factor)."""
+    return TopicSizing("offset.storage.partitions", partitions, "offset.storage.replication.factor", replication_factor)
 
 
 # Errors a consumer reports while a just-created topic propagates; the read retries until its deadline.
@@ -81,8 +94,11 @@ class OffsetStore:
         try:
             self._first_answer(admin, future, errors)
         except KafkaException as exc:
-            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                raise OffsetStoreError(f"cannot create offsets topic {self.topic!r}: {exc}") from exc
+            err = exc.args[0]
+            if err.code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                refusal = creation_refusal(err, self.topic, offsets_sizing(self._partitions_wanted, self._replication_factor),
+                                           broker_count(admin))
+                raise refusal or OffsetStoreError(f"cannot create offsets topic {self.topic!r}: {exc}") from exc
         entries = self._describe_when_visible(admin)
         policy = entries["cleanup.policy"].value if "cleanup.policy" in entries else None
         if policy != "compact":

@@ -1,0 +1,132 @@
+"""Helpers of the real-Vitess tier (``-m realvitess``): the session's cluster (``real_vitess`` in
+conftest), its tables, a workload through VTGate, and "the topic equals the source"."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import pytest
+from confluent_kafka import KafkaException
+from polling import wait_for
+
+from cdcworker.verify import Materialised, compare, materialise
+from localkafka import ConsumedRecord, KafkaBroker, consume_all
+from realvitess import VTGateClient, VTTestServer
+from realvitess.single import hash_vschema
+
+KEYSPACE = "commerce"
+SHARDS = 2
+# One table per test (tests share the session's cluster): created at start, ``hash`` vindex on id.
+TABLES = ("items_alo", "items_eos", "items_kill", "items_bf", "fid")
+COLUMNS = ("id", "name", "qty", "price")
+TABLE_DDL = ("create table {t} (id bigint not null, name varchar(64), qty int, price decimal(10,2), "
+             "primary key (id))")
+
+pytestmark = pytest.mark.realvitess
+
+
+@contextmanager
+def start_commerce() -> Iterator[VTTestServer]:
+    with VTTestServer(KEYSPACE, SHARDS, [TABLE_DDL.format(t=t) for t in TABLES], hash_vschema(TABLES)) as vt:
+        yield vt
+
+
+@dataclass
+class Writer:
+    """Deterministic inserts, updates, id changes (delete + insert: Vitess refuses to UPDATE the
+    primary vindex column) and deletes on one table, through VTGate."""
+
+    client: VTGateClient
+    table: str
+    seed: int = 1
+    keyspace: str = KEYSPACE
+    ids: list[int] = field(default_factory=list)
+    next_id: int = 1
+    rng: random.Random = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.rng = random.Random(self.seed)
+
+    def insert(self, count: int) -> None:
+        rows = []
+        for _ in range(count):
+            i, self.next_id = self.next_id, self.next_id + 1
+            self.ids.append(i)
+            rows.append(f"({i}, 'n{i}', {self.rng.randint(0, 1000)}, {self.rng.randint(0, 99999) / 100:.2f})")
+        self.client.execute(f"insert into {self.table} (id, name, qty, price) values {', '.join(rows)}", self.keyspace)
+
+    def step(self) -> str:
+        op = self.rng.random()
+        if op < 0.4 or len(self.ids) < 10:
+            self.insert(self.rng.randint(1, 4))
+            return "insert"
+        if op < 0.8:
+            i = self.rng.choice(self.ids)
+            self.client.execute(f"update {self.table} set qty = qty + 1, name = 'u{self.rng.randint(0, 9999)}' "
+                                f"where id = {i}", self.keyspace)
+            return "update"
+        i = self.ids.pop(self.rng.randrange(len(self.ids)))
+        if op < 0.9:
+            j, self.next_id = self.next_id, self.next_id + 1
+            self.ids.append(j)
+            found = self.client.rows(f"select name, qty, price from {self.table} where id = {i}", self.keyspace)
+            if not found:  # its insert was refused (e.g. while traffic switched): nothing to move
+                self.ids.remove(j)
+                return "none"
+            row = found[0]
+            vals = ", ".join("null" if v is None else f"'{v.decode()}'" for v in row.values())
+            self.client.transaction([f"delete from {self.table} where id = {i}",
+                                     f"insert into {self.table} (id, name, qty, price) values ({j}, {vals})"], self.keyspace)
+            return "move"
+        self.client.execute(f"delete from {self.table} where id = {i}", self.keyspace)
+        return "delete"
+
+    def run(self, steps: int) -> None:
+        for _ in range(steps):
+            self.step()
+
+
+def worker_props(broker: KafkaBroker, vt: VTTestServer, prefix: str, table: str, **extra: str) -> dict[str, str]:
+    host, port = vt.vtgate.rsplit(":", 1)
+    return {
+        "name": f"conn-{prefix}", "topic.prefix": prefix, "database.hostname": host, "database.port": port,
+        "vitess.keyspace": KEYSPACE, "vitess.tablet.type": "PRIMARY", "bootstrap.servers": broker.bootstrap,
+        "offset.storage.topic": f"offsets-{prefix}", "offset.storage.replication.factor": "1",
+        "offset.storage.partitions": "1", "offset.flush.interval.ms": "100", "snapshot.mode": "initial",
+        "table.include.list": f"{KEYSPACE}.{table}", "shardcdc.metrics.port": "0", **extra,
+    }
+
+
+def topic_of(prefix: str, table: str, keyspace: str = KEYSPACE) -> str:
+    return f"{prefix}.{keyspace}.{table}"
+
+
+def records(broker: KafkaBroker, prefix: str, table: str, read_committed: bool = False,
+            keyspace: str = KEYSPACE) -> list[ConsumedRecord]:
+    """The table topic's records so far ([] before the worker created it)."""
+    try:
+        return consume_all(broker.bootstrap, topic_of(prefix, table, keyspace), read_committed=read_committed,
+                           timeout=10)
+    except KafkaException:
+        return []
+
+
+def topic_equals_source(broker: KafkaBroker, client: VTGateClient, prefix: str, table: str,
+                        read_committed: bool = False, timeout: float = 180.0, keyspace: str = KEYSPACE
+                        ) -> Materialised:
+    """Poll until the topic, materialised (latest record per key, tombstones delete), equals the
+    table's rows read through VTGate (after the writes stopped); the materialised state."""
+    truth = client.source_truth(keyspace, table, COLUMNS)
+    assert truth, f"{table} is empty: nothing would be compared"
+
+    def same() -> Materialised:
+        state = materialise(records(broker, prefix, table, read_committed, keyspace))
+        diff = compare(state, truth, "id")
+        assert not (diff.missing or diff.unexpected or diff.changed), diff
+        return state
+
+    return wait_for(same, timeout=timeout, what=f"topic {topic_of(prefix, table, keyspace)} to equal the source",
+                    period=0.5)
