@@ -245,9 +245,11 @@ RESERVED_ENV_TOOLING = frozenset(
         "SHARDCDC_HELM",  # Makefile: the helm binary
         "SHARDCDC_VITESS_HOME",  # Makefile: the real Vitess binaries and config templates (make vitess)
         "SHARDCDC_VITESS_USER",  # Makefile: the unprivileged user the real-Vitess fixtures run as
+        "SHARDCDC_RDKAFKA_H",  # Makefile: librdkafka's rdkafka.h for the native producer's ABI check
         "SHARDCDC_NATIVE",  # 0: pure-Python encoder and producer path; encoder: C encoder, confluent-kafka producer
         "SHARDCDC_MALLOC_TUNING",  # 0: glibc's malloc thresholds left as they are (cdcworker.allocator)
         "SHARDCDC_WORKER_IMAGE",  # operator: default worker image
+        "SHARDCDC_WORKER_METRICS_ADDRESS",  # operator: the workers' default shardcdc.metrics.address (chart)
         "SHARDCDC_TERMINATION_LOG",  # worker: where the reshard report goes
         "SHARDCDC_WORKER_SUPERVISED",  # worker pods: a finished task waits instead of exiting (exitcodes)
         "SHARDCDC_SPARK_DRIVER",  # sparkSubmit Job: <namespace>:<driver pod> its SIGTERM kills
