@@ -14,6 +14,15 @@ dir=$cache/docker
 pidfile=$dir/dockerd.pid
 log=$cache/logs/dockerd.log
 die() { echo "dockerd.sh: $*" >&2; exit 1; }
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+
+# Every capability the kernel has is in this process's bounding set (else see runc-bounded).
+full_bounding_set() {
+  local last bnd
+  last=$(cat /proc/sys/kernel/cap_last_cap)
+  bnd=$(awk '/^CapBnd:/ {print $2}' /proc/self/status)
+  (( 16#$bnd == (1 << (last + 1)) - 1 ))
+}
 
 start() {
   if docker info >/dev/null 2>&1; then
@@ -23,9 +32,16 @@ start() {
   command -v dockerd >/dev/null || die "dockerd is not installed (Debian: apt-get install docker.io)"
   [[ $(id -u) == 0 ]] || die "no Docker engine reachable and starting dockerd needs root; start Docker or set DOCKER_HOST"
   mkdir -p "$dir/data" "$(dirname "$log")"
+  local runtime=()
+  if ! full_bounding_set; then
+    # `--privileged` (kind's nodes) would ask runc for capabilities this machine cannot grant.
+    cp "$ROOT/images/kind-node/runc-bounded" "$dir/runc-bounded"
+    runtime=(--add-runtime "runc-bounded=$dir/runc-bounded" --default-runtime runc-bounded)
+    echo "docker: this machine's capability bounding set is incomplete; containers run through $dir/runc-bounded"
+  fi
   # setsid: the engine outlives this script (stop ends it); its own process group, so Ctrl-C in
   # the caller's terminal does not kill it half-way through a build.
-  setsid dockerd --data-root "$dir/data" --pidfile "$dir/dockerd.daemon.pid" --ip 127.0.0.1 \
+  setsid dockerd --data-root "$dir/data" --pidfile "$dir/dockerd.daemon.pid" --ip 127.0.0.1 "${runtime[@]}" \
     >>"$log" 2>&1 < /dev/null &
   echo $! > "$pidfile"
   local deadline=$((SECONDS + 60))

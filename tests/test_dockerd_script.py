@@ -4,12 +4,12 @@ engine that `start` started. A stand-in `dockerd` (a sleeping process that marks
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
 
 import pytest
-
 from polling import wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -36,6 +36,12 @@ def _run(env: dict[str, str], verb: str) -> subprocess.CompletedProcess[str]:
                           check=False)
 
 
+def _full_bounding_set() -> bool:
+    last = int(Path("/proc/sys/kernel/cap_last_cap").read_text())
+    bnd = next(ln.split()[1] for ln in Path("/proc/self/status").read_text().splitlines() if ln.startswith("CapBnd:"))
+    return int(bnd, 16) == (1 << (last + 1)) - 1
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -50,10 +56,14 @@ def test_starts_an_engine_when_none_answers_and_stops_only_that_one(fake_engine:
     r = _run(fake_engine, "start")
     assert r.returncode == 0, r.stderr
     pid = int(pidfile.read_text())
-    assert r.stdout.startswith(f"docker: started dockerd 99.0 (pid {pid}, data {tmp_path}/cache/docker/data")
+    assert r.stdout.splitlines()[-1].startswith(f"docker: started dockerd 99.0 (pid {pid}, data {tmp_path}/cache/docker/data")
     log = (tmp_path / "cache" / "logs" / "dockerd.log").read_text()
     # Its data under the cache; published ports on loopback only.
     assert f"--data-root {tmp_path}/cache/docker/data" in log and "--ip 127.0.0.1" in log
+    # Where this machine cannot grant every capability, containers run through runc-bounded.
+    full = _full_bounding_set()
+    assert ("--default-runtime runc-bounded" in log) is (not full)
+    assert ("runc-bounded" in r.stdout) is (not full)
     # A second start finds the engine answering and starts nothing.
     again = _run(fake_engine, "start")
     assert again.stdout.startswith("docker: using the running engine") and int(pidfile.read_text()) == pid
@@ -77,3 +87,29 @@ def test_cli_names_a_buildkit_capable_docker(fake_engine: dict[str, str], tmp_pa
     assert _run(fake_engine, "cli").stdout.strip() == "docker"
     r = _run(fake_engine, "nonsense")
     assert (r.returncode, r.stderr.strip()) == (1, "dockerd.sh: usage: dockerd.sh start|stop|cli")
+
+
+def test_runc_bounded_drops_only_capabilities_outside_the_bounding_set(tmp_path: Path) -> None:
+    """kind's `--privileged` nodes and privileged pods ask for every capability; the wrapper passes
+    runc the ones this process's bounding set has, untouched otherwise (create and exec)."""
+    wrapper = ROOT / "images" / "kind-node" / "runc-bounded"
+    last = int(Path("/proc/sys/kernel/cap_last_cap").read_text())
+    bnd = int(next(ln.split()[1] for ln in Path("/proc/self/status").read_text().splitlines()
+                   if ln.startswith("CapBnd:")), 16)
+    names = ["CAP_CHOWN", "CAP_NET_ADMIN", "CAP_SYS_ADMIN", "CAP_SYS_RESOURCE", "CAP_BPF"]
+    numbers = {"CAP_CHOWN": 0, "CAP_NET_ADMIN": 12, "CAP_SYS_ADMIN": 21, "CAP_SYS_RESOURCE": 24, "CAP_BPF": 39}
+    allowed = [n for n in names if numbers[n] <= last and bnd >> numbers[n] & 1]
+    caps = {"bounding": names, "effective": names, "permitted": names}
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    (bundle / "config.json").write_text(json.dumps({"ociVersion": "1.0.2", "process": {"capabilities": caps}}))
+    proc = tmp_path / "process.json"
+    proc.write_text(json.dumps({"args": ["sh"], "capabilities": caps}))
+    env = {**os.environ, "RUNC_BOUNDED_REAL": "echo"}
+    for args in (["create", "--bundle", str(bundle), "c1"], ["exec", f"--process={proc}", "c1"]):
+        r = subprocess.run(["sh", str(wrapper), *args], env=env, capture_output=True, text=True, check=True)
+        assert r.stdout.split() == args  # the real runc gets the same arguments
+    spec = json.loads((bundle / "config.json").read_text())
+    assert spec["ociVersion"] == "1.0.2"
+    assert spec["process"]["capabilities"] == {k: allowed for k in caps}
+    assert json.loads(proc.read_text())["capabilities"] == {k: allowed for k in caps}
