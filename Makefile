@@ -178,24 +178,63 @@ prometheus:
 	$(STEP) prometheus $(LOGS) bash scripts/install-prometheus.sh $(PROMETHEUS_VERSION)
 
 ## Container images (images/Dockerfile): needs a Docker engine; fails fast with a clear message without one.
+## IMAGE_BASE=public (default) builds on the public python:3.11-slim and Temurin JRE images;
+## IMAGE_BASE=debian on local ones made from Debian's packages (scripts/debian-base.sh: debootstrap,
+## `docker import`), for machines that reach no container registry. DOCKER names the docker CLI:
+## the build uses BuildKit (`docker buildx`, or the builder built into Debian's docker.io 20.10 CLI).
 IMAGE_REGISTRY ?= ghcr.io/shardcdc
 IMAGE_TAG      ?= $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+IMAGE_BASE     ?= public
+LOCAL_IMAGES   := shardcdc-local
+DOCKER         ?= docker
+ifeq ($(IMAGE_BASE),debian)
+IMAGE_BASE_ARGS := --build-arg PYTHON_IMAGE=$(LOCAL_IMAGES)/python:3.11-bookworm --build-arg JRE_IMAGE=$(LOCAL_IMAGES)/jre:17-bookworm
+else ifneq ($(IMAGE_BASE),public)
+$(error IMAGE_BASE=$(IMAGE_BASE): use IMAGE_BASE=public (python:3.11-slim, Temurin) or IMAGE_BASE=debian (local debootstrap base))
+endif
+IMAGE_TARGETS  ?= worker:shardcdc operator:shardcdc-operator spark:shardcdc-spark
 images:
-	@command -v docker >/dev/null || { echo "make images: docker is not installed (a Docker engine is needed to build images)" >&2; exit 1; }
-	@docker info >/dev/null 2>&1 || { echo "make images: no Docker engine reachable (docker info failed); start Docker or set DOCKER_HOST" >&2; exit 1; }
-	@for t in worker:shardcdc operator:shardcdc-operator spark:shardcdc-spark; do \
+	@command -v $(DOCKER) >/dev/null || { echo "make images: docker is not installed (a Docker engine is needed to build images)" >&2; exit 1; }
+	@$(DOCKER) info >/dev/null 2>&1 || { echo "make images: no Docker engine reachable (docker info failed); start Docker or set DOCKER_HOST" >&2; exit 1; }
+	@if [ "$(IMAGE_BASE)" = debian ]; then DOCKER=$(DOCKER) bash scripts/debian-base.sh $(LOCAL_IMAGES); fi
+	@for t in $(IMAGE_TARGETS); do \
 	  target=$${t%%:*}; image=$(IMAGE_REGISTRY)/$${t#*:}:$(IMAGE_TAG); \
-	  echo "building $$image (target $$target)"; \
-	  DOCKER_BUILDKIT=1 docker build -f images/Dockerfile --target $$target -t $$image \
+	  echo "building $$image (target $$target, base $(IMAGE_BASE))"; \
+	  DOCKER_BUILDKIT=1 $(DOCKER) build -f images/Dockerfile --target $$target -t $$image $(IMAGE_BASE_ARGS) \
 	    --build-arg VERSION=$(IMAGE_TAG) --build-arg REVISION=$$(git rev-parse HEAD 2>/dev/null || echo unknown) \
 	    --build-arg CREATED=$$(date -u +%Y-%m-%dT%H:%M:%SZ) . || exit 1; \
 	done
 
+## A Docker engine for images and kind: uses the running one, or starts Debian's dockerd (root) with
+## its data under $(CACHE)/docker; `make dockerd-stop` stops only an engine this started.
+.PHONY: dockerd dockerd-stop kind kind-node-image
+dockerd:
+	@bash scripts/dockerd.sh start
+dockerd-stop:
+	@bash scripts/dockerd.sh stop
+
+## kind from the Go module proxy, and a kind node image assembled from Debian's packages and the
+## Kubernetes binaries built from source (scripts/kind-node-image.sh; nothing pulled from a registry).
+KIND_VERSION    := v0.33.0
+KIND_HOME       := $(CACHE)/kind-$(KIND_VERSION)
+KIND_NODE_IMAGE := $(LOCAL_IMAGES)/kind-node:$(KUBE_VERSION)
+export SHARDCDC_KIND := $(KIND_HOME)/bin/kind
+kind: $(KIND_HOME)/bin/kind
+$(KIND_HOME)/bin/kind:
+	$(STEP) kind $(LOGS) env GOBIN=$(KIND_HOME)/bin GOFLAGS=-modcacherw GOMODCACHE=$(CACHE)/go/mod GOCACHE=$(CACHE)/go/build \
+	  CGO_ENABLED=0 nice -n 15 go install sigs.k8s.io/kind@$(KIND_VERSION)
+kind-node-image: kind kube
+	@bash scripts/dockerd.sh start
+	$(STEP) kind-node-image $(LOGS) bash scripts/kind-node-image.sh $(KUBE_VERSION) $(KIND_VERSION) $(KIND_NODE_IMAGE)
+
 ## kind end to end (needs Docker + kind): images, chart, Kafka, the VTGate test server, a connector,
 ## workload, scale, reshard and the verifier. Fails fast with a clear message without Docker or kind.
 .PHONY: e2e-kind
-e2e-kind:
-	bash scripts/e2e-kind.sh
+## On a machine without registry access: the node image is assembled here (make kind-node-image) and
+## the images build on the Debian base (IMAGE_BASE=debian).
+e2e-kind: kind kube helm
+	KIND_NODE_IMAGE=$(KIND_NODE_IMAGE) KUBE_VERSION=$(KUBE_VERSION) KUBECTL=$(KUBE_HOME)/bin/kubectl \
+	  IMAGE_BASE=$(IMAGE_BASE) bash scripts/e2e-kind.sh
 
 ## The native scanner/encoder fuzz target (fuzz/: libFuzzer + AddressSanitizer + UBSan, a differential
 ## oracle against upb and the pure-Python encoder). `make test` runs it briefly (tests/test_fuzz_native.py);

@@ -5,6 +5,8 @@
 #   <out-dir>       result: <out-dir>/bin/{kube-apiserver,kubectl,etcd} and <out-dir>/.complete
 #   <go-cache-dir>  GOMODCACHE=<go-cache-dir>/mod, GOCACHE=<go-cache-dir>/build (shared across versions)
 # Idempotent: exits at once when <out-dir>/.complete exists. ETCD_VERSION overrides the paired etcd.
+# KUBE_CMDS (default "kube-apiserver kubectl") names the k8s.io/kubernetes/cmd/* binaries to build
+# (scripts/kind-node-image.sh adds kubelet, kubeadm, kube-proxy, kube-controller-manager, kube-scheduler).
 #
 # k8s.io/kubernetes cannot be `go install`ed: its go.mod maps every staging module (k8s.io/api, ...)
 # to ./staging/src at v0.0.0. A throwaway wrapper module requires k8s.io/kubernetes and replaces each
@@ -86,9 +88,11 @@ ld="-s -w"
 for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
   ld="$ld -X $p.gitVersion=$k8s -X $p.gitMajor=1 -X $p.gitMinor=$minor -X $p.gitTreeState=clean"
 done
-step "compiling kube-apiserver and kubectl"
-go_ build -trimpath -ldflags "$ld" -o "$bin/" \
-  k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubectl
+cmds=${KUBE_CMDS:-kube-apiserver kubectl}
+pkgs=()
+for c in $cmds; do pkgs+=("k8s.io/kubernetes/cmd/$c"); done
+step "compiling $cmds"
+go_ build -trimpath -ldflags "$ld" -o "$bin/" "${pkgs[@]}"
 
 # --- etcd ---------------------------------------------------------------------------------------
 cd "$src/etcd"

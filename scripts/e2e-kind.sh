@@ -3,10 +3,13 @@
 # workload, a scale (2 -> 4 tasks), a reshard (2 -> 4 shards) and the verifier.
 #
 #   make e2e-kind                 # or: bash scripts/e2e-kind.sh
-#   KEEP_CLUSTER=1 make e2e-kind  # leave the cluster for inspection
+#   KEEP_CLUSTER=1 make e2e-kind  # leave the cluster (and a dockerd this started) for inspection
 #
-# Needs Docker (a running engine), kind, kubectl and helm (`make helm` builds one). Fails fast,
-# before touching anything, when one is missing.
+# Needs Docker, kind, kubectl and helm (`make kind kube helm` build them into ~/.cache/shardcdc).
+# When no Docker engine answers, Debian's dockerd is started (scripts/dockerd.sh, as root) and
+# stopped again at the end, even on failure. KIND_NODE_IMAGE (set by `make e2e-kind`) names a node
+# image assembled here from Debian's packages (scripts/kind-node-image.sh builds it when missing)
+# and the cluster uses tests/e2e/kind-cluster.yaml; without it kind's default node image is used.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -16,17 +19,22 @@ VERSION="$(sed -n 's/^version = "\(.*\)"/\1/p' "$ROOT/pyproject.toml")"
 REGISTRY="${IMAGE_REGISTRY:-ghcr.io/shardcdc}"
 HELM="${SHARDCDC_HELM:-helm}"
 KUBECTL="${KUBECTL:-kubectl}"
+KIND="${SHARDCDC_KIND:-kind}"
 TIMEOUT="${E2E_TIMEOUT:-600s}"
 
 die() { echo "e2e-kind: $*" >&2; exit 1; }
 step() { echo; echo "=== $*"; }
 
 # --- preflight: fail before creating anything -------------------------------------------------
-command -v docker >/dev/null 2>&1 || die "docker is not installed; kind runs Kubernetes nodes as Docker containers"
-docker info >/dev/null 2>&1 || die "no Docker engine reachable (docker info failed); start Docker or set DOCKER_HOST"
-command -v kind >/dev/null 2>&1 || die "kind is not installed (https://kind.sigs.k8s.io: 'go install sigs.k8s.io/kind@v0.27.0')"
-command -v "$KUBECTL" >/dev/null 2>&1 || die "kubectl is not installed (or set KUBECTL=/path/to/kubectl)"
+command -v docker >/dev/null 2>&1 || die "docker is not installed; kind runs Kubernetes nodes as Docker containers (Debian: apt-get install docker.io)"
+command -v "$KIND" >/dev/null 2>&1 || die "kind not found; run 'make kind' (go install sigs.k8s.io/kind) or set SHARDCDC_KIND"
+command -v "$KUBECTL" >/dev/null 2>&1 || die "kubectl is not installed (or set KUBECTL=/path/to/kubectl; 'make kube' builds one)"
 command -v "$HELM" >/dev/null 2>&1 || [ -x "$HELM" ] || die "helm not found; run 'make helm' or set SHARDCDC_HELM"
+started_docker=""
+if ! docker info >/dev/null 2>&1; then
+  bash "$ROOT/scripts/dockerd.sh" start
+  started_docker=1
+fi
 
 cleanup() {
   local rc=$?
@@ -36,7 +44,10 @@ cleanup() {
     "$KUBECTL" -n "$NS" describe cdc e2e >&2 || true
     "$KUBECTL" -n "$NS" logs job/verify --tail=50 >&2 || true
   fi
-  if [ -z "${KEEP_CLUSTER:-}" ]; then kind delete cluster --name "$CLUSTER" >/dev/null 2>&1 || true; fi
+  if [ -z "${KEEP_CLUSTER:-}" ]; then
+    "$KIND" delete cluster --name "$CLUSTER" >/dev/null 2>&1 || true
+    if [ -n "$started_docker" ]; then bash "$ROOT/scripts/dockerd.sh" stop || true; fi
+  fi
   exit $rc
 }
 trap cleanup EXIT
@@ -60,12 +71,19 @@ wait_ready() {  # wait until the connector is Ready for its current spec (and op
 }
 
 step "kind cluster $CLUSTER"
-kind get clusters 2>/dev/null | grep -qx "$CLUSTER" || kind create cluster --name "$CLUSTER" --wait 120s
+create=(--name "$CLUSTER" --wait 300s)
+if [ -n "${KIND_NODE_IMAGE:-}" ]; then
+  bash "$ROOT/scripts/kind-node-image.sh" "${KUBE_VERSION:?KUBE_VERSION (the Kubernetes of the node image)}" \
+    "$("$KIND" version | awk '{print $2}')" "$KIND_NODE_IMAGE"
+  create+=(--image "$KIND_NODE_IMAGE" --config "$ROOT/tests/e2e/kind-cluster.yaml")
+fi
+"$KIND" get clusters 2>/dev/null | grep -qx "$CLUSTER" || "$KIND" create cluster "${create[@]}"
 
 step "images $REGISTRY/*:$VERSION"
-make -C "$ROOT" images IMAGE_REGISTRY="$REGISTRY" IMAGE_TAG="$VERSION"
+make -C "$ROOT" images IMAGE_REGISTRY="$REGISTRY" IMAGE_TAG="$VERSION" IMAGE_BASE="${IMAGE_BASE:-public}" \
+  DOCKER="$(bash "$ROOT/scripts/dockerd.sh" cli)"
 for image in shardcdc shardcdc-operator; do
-  kind load docker-image --name "$CLUSTER" "$REGISTRY/$image:$VERSION"
+  "$KIND" load docker-image --name "$CLUSTER" "$REGISTRY/$image:$VERSION"
 done
 docker pull apache/kafka:3.9.1 >/dev/null && kind load docker-image --name "$CLUSTER" apache/kafka:3.9.1
 

@@ -46,8 +46,13 @@ class Stage:
 
 
 def parse(text: str) -> list[Stage]:
-    """Stages of a Dockerfile: continuation lines joined, comments attached to the next instruction."""
+    """Stages of a Dockerfile: continuation lines joined, comments attached to the next instruction.
+
+    A FROM naming a global ARG (``ARG PYTHON_IMAGE=python:...`` before the first FROM) gets that ARG's
+    default, so the pinning rules judge the image a plain build uses; an ARG without one stays ``$...``.
+    """
     stages: list[Stage] = []
+    global_args: dict[str, str] = {}
     comments: list[str] = []
     logical = ""
     for raw in text.splitlines():
@@ -69,7 +74,12 @@ def parse(text: str) -> list[Stage]:
         if keyword == "FROM":
             m = re.fullmatch(r"(?:--platform=\S+\s+)?(\S+)(?:\s+AS\s+(\S+))?", args.strip(), re.IGNORECASE)
             assert m, f"unparsed FROM {args}"
-            stages.append(Stage(m.group(1), m.group(2) or f"stage{len(stages)}"))
+            image = re.sub(r"\$\{?(\w+)\}?", lambda v: global_args.get(v.group(1), v.group(0)), m.group(1))
+            stages.append(Stage(image, m.group(2) or f"stage{len(stages)}"))
+        elif keyword == "ARG" and not stages:
+            name, _, default = args.strip().partition("=")
+            if default:
+                global_args[name] = default
         else:
             assert stages, f"{keyword} before FROM"
             stages[-1].instructions.append(Instruction(keyword, args.strip(), comments))
@@ -88,7 +98,7 @@ def violations(text: str, targets: tuple[str, ...]) -> list[str]:
         if s.image in names:
             pass
         elif "$" in s.image:
-            out.append(f"{s.name}: base image {s.image} is not a literal")
+            out.append(f"{s.name}: base image {s.image} is an ARG without a pinned default")
         elif "@sha256:" not in s.image:
             tag = s.image.rpartition(":")[2] if ":" in s.image.rpartition("/")[2] else ""
             if not tag or tag == "latest" or not re.match(r"^v?\d+(\.\d+)+", tag):
@@ -174,6 +184,19 @@ LABEL org.opencontainers.image.title="x"
         "operator: ENV PYTHONDONTWRITEBYTECODE=1 missing (read-only root filesystem)",
         "operator: ENV HOME=/tmp missing (read-only root filesystem)",
         "missing final stage spark",
+    ]
+
+
+def test_base_images_are_build_arguments_with_pinned_defaults() -> None:
+    """`make images IMAGE_BASE=debian` swaps the bases by ARG; the defaults obey the pinning rules."""
+    text = DOCKERFILE.read_text()
+    froms = re.findall(r"^FROM (\S+)", text, re.M)
+    assert "${PYTHON_IMAGE}" in froms and "${JRE_IMAGE}" in froms
+    assert not [f for f in froms if ":" in f], f"a literal base image bypasses the build arguments: {froms}"
+    unpinned = "ARG PYTHON_IMAGE\nARG JRE_IMAGE=eclipse-temurin:latest\nFROM ${PYTHON_IMAGE} AS a\nFROM $JRE_IMAGE AS b\n"
+    assert [v for v in violations(unpinned, ()) if "base image" in v] == [
+        "a: base image ${PYTHON_IMAGE} is an ARG without a pinned default",
+        "b: base image eclipse-temurin:latest is not pinned to an exact version tag or digest",
     ]
 
 
