@@ -209,6 +209,9 @@ PAIRS = [
         "key.converter": JSON, "value.converter": JSON, "key.converter.decimal.format": "BASE64",
         "value.converter.decimal.format": "BASE64", "key.converter.replace.null.with.default": "false",
         "value.converter.replace.null.with.default": "false", "vitess.grpc.default.load.balancing.policy": "pick_first",
+        "provide.transaction.metadata": "true", "vitess.inherit.epoch": "true",
+        "transaction.metadata.factory":
+            "io.debezium.connector.vitess.pipeline.txmetadata.VitessOrderedTransactionMetadataFactory",
     }),
     # DefaultTopicNamingStrategy: a known difference (KNOWN_DIFFERENCES), alone so nothing else hides behind it
     Pair("topicsdef", "commerce", f"tdef{_RUN}", {"snapshot.mode": "never", "topic.naming.strategy": DEFAULT_NAMING}),
@@ -218,7 +221,6 @@ PAIRS = [
         "snapshot.mode": "never", "provide.transaction.metadata": "true",
         "transaction.metadata.factory":
             "io.debezium.connector.vitess.pipeline.txmetadata.VitessOrderedTransactionMetadataFactory",
-        "vitess.inherit.epoch": "true",
     }),
 ]
 PAIRS_BY_NAME = {p.name: p for p in PAIRS}
