@@ -38,6 +38,13 @@ from connectstandalone import ConnectStandalone, debezium_home, vitess_connector
 from worker_fixtures import RunningTask, running_task, worker_config
 
 from cdcworker.config import WorkerConfig
+from cdcworker.config.properties import (
+    DEFAULT_TOPIC_NAMING_STRATEGY,
+    JSON_CONVERTER,
+    PROPERTIES,
+    TABLE_TOPIC_NAMING_STRATEGY,
+    PropType,
+)
 from localkafka import ConsumedRecord, KafkaBroker, consume_all, create_topics
 from vtgatesim import VTGateSim
 
@@ -146,9 +153,8 @@ class Pair:
         return [f"{self.prefix}.{self.keyspace}.{t}" for t in TABLES] + tx
 
 
-TABLE_NAMING = "io.debezium.connector.vitess.TableTopicNamingStrategy"
-DEFAULT_NAMING = "io.debezium.schema.DefaultTopicNamingStrategy"
-JSON = "org.apache.kafka.connect.json.JsonConverter"  # per-connector converter settings need the class too
+TABLE_NAMING, DEFAULT_NAMING = TABLE_TOPIC_NAMING_STRATEGY, DEFAULT_TOPIC_NAMING_STRATEGY
+JSON = JSON_CONVERTER  # per-connector converter settings need the class too
 _RUN = uuid.uuid4().hex[:6]  # fresh topic names on the session broker
 PAIRS = [
     Pair("streaming", "commerce", f"stream{_RUN}", {"snapshot.mode": "never"}),
@@ -176,6 +182,7 @@ PAIRS = [
     Pair("events2", "commerce", f"eventsb{_RUN}", {
         "snapshot.mode": "never", "event.processing.failure.handling.mode": "skip", "skipped.operations": "none",
         "vitess.tablet.type": "RDONLY",
+        "vitess.offset.storage.per.task": "true", "vitess.offset.storage.task.key.gen": "0", "vitess.prev.num.tasks": "1",
     }),
     # the three size-reducing single message transforms, Debezium's real SMTs in Connect (without
     # tombstones: Debezium's RemoveField fails the task on one, NPE on its null schema; docs/conformance.md)
@@ -674,6 +681,36 @@ def test_both_connectors_wrote_every_change(run: Run) -> None:
     }
     for p in PAIRS:
         assert counts[f"dbz:{p.name}"] == counts[f"ours:{p.name}"] > 0, counts
+
+
+def _settings_table() -> list[tuple[str, str, list[str]]]:
+    """docs/conformance.md, "Every setting value": (property, value, pairs) per row."""
+    text = (Path(__file__).resolve().parent.parent / "docs" / "conformance.md").read_text()
+    section = text.split("## Every setting value", 1)[1].split("\n## ", 1)[0]
+    rows = []
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 4 and cells[0].startswith("`"):
+            rows.append((cells[0].strip("`"), cells[1].strip("`"), re.findall(r"`([^`]+)`", cells[2])))
+    return rows
+
+
+def test_settings_table_covers_every_enumerated_value() -> None:
+    """Every enum and boolean value of the worker's catalogue has a row, and every pair a row names
+    runs that value (set, or unset where it is the catalogue default), so a new value fails here."""
+    enumerated = {
+        (p.name, v)
+        for p in PROPERTIES.values() if p.type in (PropType.ENUM, PropType.BOOLEAN)
+        for v in (p.allowed if p.type is PropType.ENUM else ("true", "false"))
+    }
+    rows = _settings_table()
+    assert [r[:2] for r in rows if (r[0], r[1]) not in enumerated] == [], "rows for values the catalogue lacks"
+    assert sorted(enumerated - {r[:2] for r in rows}) == [], "values missing from docs/conformance.md"
+    for prop, value, pairs in rows:
+        for name in pairs:
+            setting = PAIRS_BY_NAME[name].settings.get(prop)
+            runs = (setting if setting is not None else str(PROPERTIES[prop].default)).lower()
+            assert runs == value.lower(), f"{prop}={value}: pair {name} runs {runs}"
 
 
 def test_connect_runner_refuses_a_missing_installation(tmp_path: Path) -> None:
