@@ -220,6 +220,11 @@ PAIRS = [
         "transaction.metadata.factory":
             "io.debezium.connector.vitess.pipeline.txmetadata.VitessOrderedTransactionMetadataFactory",
     }),
+    # records without the schema envelope
+    Pair("noschema", "commerce", f"nosch{_RUN}", {
+        "snapshot.mode": "never", "key.converter": JSON, "value.converter": JSON,
+        "key.converter.schemas.enable": "false", "value.converter.schemas.enable": "false",
+    }),
     # DefaultTopicNamingStrategy: a known difference (KNOWN_DIFFERENCES), alone so nothing else hides behind it
     Pair("topicsdef", "commerce", f"tdef{_RUN}", {"snapshot.mode": "never", "topic.naming.strategy": DEFAULT_NAMING}),
     # transaction metadata: the `transaction` block and the <prefix>.transaction topic
@@ -382,7 +387,8 @@ def run(kafka_broker: KafkaBroker) -> Iterator[Run]:
 
 # ---------------------------------------------------------------------------------------------
 # normalisation: the only masks applied (each justified in docs/conformance.md)
-_ENVELOPE_TS = re.compile(rb',"op":"([cud])","ts_ms":(\d+),"ts_us":(\d+),"ts_ns":(\d+)\}\}\Z')
+# `}}` closes payload and record; a lone `}` the payload without a schema (value.converter.schemas.enable=false)
+_ENVELOPE_TS = re.compile(rb',"op":"([cud])","ts_ms":(\d+),"ts_us":(\d+),"ts_ns":(\d+)\}(\}?)\Z')
 _UUID = re.compile(r"\A[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\Z")
 
 
@@ -399,6 +405,12 @@ class Norm:
         return f"{self.topic}[{self.partition}] shard={self.shard or '-'}"
 
 
+def _payload(data: bytes) -> Any:
+    """A record's payload, with or without the schema envelope (``*.converter.schemas.enable``)."""
+    doc = json.loads(data)
+    return doc["payload"] if isinstance(doc, dict) and doc.keys() == {"schema", "payload"} else doc
+
+
 def normalise(rec: ConsumedRecord) -> Norm:
     value = rec.value
     shard = ""
@@ -408,8 +420,8 @@ def normalise(rec: ConsumedRecord) -> Norm:
             ts_ms, ts_us, ts_ns = (int(g) for g in m.group(2, 3, 4))
             # one processing instant at three precisions
             assert ts_us // 1000 == ts_ms and ts_ns // 1000 == ts_us, m.group(0)
-            value = value[: m.start()] + b',"op":"' + m.group(1) + b'","ts_ms":0,"ts_us":0,"ts_ns":0}}'
-        shard = (json.loads(value)["payload"].get("source") or {}).get("shard", "")  # BEGIN/END have no source
+            value = value[: m.start()] + b',"op":"' + m.group(1) + b'","ts_ms":0,"ts_us":0,"ts_ns":0}' + m.group(5)
+        shard = (_payload(value).get("source") or {}).get("shard", "")  # BEGIN/END have no source
     headers = []
     for hk, hv in rec.headers:
         if hk == "__debezium.context.runId" and hv is not None and _UUID.match(hv.decode()):
@@ -440,10 +452,10 @@ def _first_byte_diff(a: bytes | None, b: bytes | None) -> str:
 
 def _short(r: Norm) -> str:
     """A record in one line: key payload, op, before/after payloads."""
-    key = json.loads(r.key)["payload"] if r.key else None
+    key = _payload(r.key) if r.key else None
     if r.value is None:
         return f"key={key} tombstone"
-    p = json.loads(r.value)["payload"]
+    p = _payload(r.value)
     return f"key={key} op={p['op']} before={p['before']} after={p['after']}"
 
 
@@ -546,11 +558,14 @@ def test_records_are_byte_identical_to_debezium(run: Run, pair: str, table: str)
 def _without_bits(data: bytes) -> bytes:
     """A value with the BIT columns removed from the row schemas and row payloads, re-serialised."""
     doc = json.loads(data)
-    for struct in doc["schema"]["fields"][:2]:  # before, after
+    for struct in doc["schema"]["fields"][:2] if "schema" in doc else []:  # before, after
         struct["fields"] = [f for f in struct["fields"] if f["field"] not in BIT_COLUMNS]
+    payload = _payload(data) if "schema" not in doc else doc["payload"]
+    if "schema" not in doc:
+        doc = payload
     for side in ("before", "after"):
-        if doc["payload"][side] is not None:
-            doc["payload"][side] = {k: v for k, v in doc["payload"][side].items() if k not in BIT_COLUMNS}
+        if payload[side] is not None:
+            payload[side] = {k: v for k, v in payload[side].items() if k not in BIT_COLUMNS}
     return json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode()
 
 
@@ -580,6 +595,12 @@ def test_name_adjustment_takes_effect(run: Run) -> None:
         assert records and {json.loads(r.key)["schema"]["name"] for r in records} == {name}, pair
 
 
+def test_schemaless_pair_has_no_envelope(run: Run) -> None:
+    """``noschema``: Debezium's keys and values are bare payloads, so the bytes compared are those."""
+    records = [r for r in run.records[("dbz", "noschema")] if r.value]
+    assert records and not [r for r in records if b'"schema"' in r.value[:10] or (r.key and b'"schema"' in r.key[:10])]
+
+
 def test_transforms_take_effect(run: Run) -> None:
     """The ``smt`` pair's transforms changed Debezium's records: no BEGIN/END records, no
     ``transaction.id``, and each record's ``source.vgtid`` holds its own shard only."""
@@ -605,7 +626,7 @@ def test_transaction_topic_is_byte_identical_to_debezium(run: Run, pair: str) ->
 
 
 def _created_rows(records: list[Norm]) -> dict[int, dict[str, Any]]:
-    payloads = [json.loads(r.value)["payload"] for r in records if r.value is not None]
+    payloads = [_payload(r.value) for r in records if r.value is not None]
     return {p["after"]["id"]: p["after"] for p in payloads if p["op"] == "c"}
 
 
