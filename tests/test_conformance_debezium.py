@@ -38,6 +38,13 @@ from connectstandalone import ConnectStandalone, debezium_home, vitess_connector
 from worker_fixtures import RunningTask, running_task, worker_config
 
 from cdcworker.config import WorkerConfig
+from cdcworker.config.properties import (
+    DEFAULT_TOPIC_NAMING_STRATEGY,
+    JSON_CONVERTER,
+    PROPERTIES,
+    TABLE_TOPIC_NAMING_STRATEGY,
+    PropType,
+)
 from localkafka import ConsumedRecord, KafkaBroker, consume_all, create_topics
 from vtgatesim import VTGateSim
 
@@ -139,9 +146,15 @@ class Pair:
     @property
     def topics(self) -> list[str]:
         tx = [f"{self.prefix}.transaction"] if self.transactions else []
+        if self.settings.get("topic.naming.strategy") == TABLE_NAMING:  # <prefix>.<table>
+            return [f"{self.prefix}.{t}" for t in TABLES] + tx
+        if self.settings.get("topic.naming.strategy") == DEFAULT_NAMING:  # Debezium: <prefix>.<shard>.<table>
+            tx += [f"{self.prefix}.{shard}.{t}" for shard in KEYSPACES[self.keyspace] for t in TABLES]
         return [f"{self.prefix}.{self.keyspace}.{t}" for t in TABLES] + tx
 
 
+TABLE_NAMING, DEFAULT_NAMING = TABLE_TOPIC_NAMING_STRATEGY, DEFAULT_TOPIC_NAMING_STRATEGY
+JSON = JSON_CONVERTER  # per-connector converter settings need the class too
 _RUN = uuid.uuid4().hex[:6]  # fresh topic names on the session broker
 PAIRS = [
     Pair("streaming", "commerce", f"stream{_RUN}", {"snapshot.mode": "never"}),
@@ -168,6 +181,8 @@ PAIRS = [
     }),
     Pair("events2", "commerce", f"eventsb{_RUN}", {
         "snapshot.mode": "never", "event.processing.failure.handling.mode": "skip", "skipped.operations": "none",
+        "vitess.tablet.type": "RDONLY",
+        "vitess.offset.storage.per.task": "true", "vitess.offset.storage.task.key.gen": "0", "vitess.prev.num.tasks": "1",
     }),
     # the three size-reducing single message transforms, Debezium's real SMTs in Connect (without
     # tombstones: Debezium's RemoveField fails the task on one, NPE on its null schema; docs/conformance.md)
@@ -179,6 +194,39 @@ PAIRS = [
         "transforms.remove.field_names": "transaction.id",
         "transforms.local.type": "io.debezium.connector.vitess.transforms.UseLocalVgtid",
     }),
+    # Avro name adjustment (a `-` in the prefix is what it rewrites: into every schema name, so into
+    # every key's bytes) and the remaining values of the enumerated settings (docs/conformance.md, "Every
+    # setting value"); the test server serves every tablet type alike. Not PRIMARY: Debezium 3.5 fails on it
+    Pair("names1", "commerce", f"adj-{_RUN}", {
+        "snapshot.mode": "never", "schema.name.adjustment.mode": "avro", "field.name.adjustment.mode": "avro",
+        "event.processing.failure.handling.mode": "ignore", "include.unknown.datatypes": "true",
+        "bigint.unsigned.handling.mode": "string", "binary.handling.mode": "bytes", "tombstones.on.delete": "true",
+        "provide.transaction.metadata": "false", "extended.headers.enabled": "true", "vitess.tablet.type": "REPLICA",
+        "topic.naming.strategy": TABLE_NAMING, "vitess.exclude.keyspace.from.table.name": "true",
+        "key.converter": JSON, "value.converter": JSON, "key.converter.decimal.format": "NUMERIC",
+        "value.converter.decimal.format": "NUMERIC", "vitess.stream.keyspace.heartbeats": "true",
+        "vitess.grpc.default.load.balancing.policy": "round_robin",
+    }),
+    Pair("names2", "commerce", f"uni-{_RUN}", {
+        "snapshot.mode": "never", "schema.name.adjustment.mode": "avro_unicode",
+        "field.name.adjustment.mode": "avro_unicode", "event.processing.failure.handling.mode": "fail",
+        "include.unknown.datatypes": "false", "extended.headers.enabled": "false", "vitess.tablet.type": "MASTER",
+        "vitess.exclude.empty.shards": "true",
+        "override.datetime.to.nullable": "true", "vitess.stop_on_reshard": "true",
+        "key.converter": JSON, "value.converter": JSON, "key.converter.decimal.format": "BASE64",
+        "value.converter.decimal.format": "BASE64", "key.converter.replace.null.with.default": "false",
+        "value.converter.replace.null.with.default": "false", "vitess.grpc.default.load.balancing.policy": "pick_first",
+        "provide.transaction.metadata": "true", "vitess.inherit.epoch": "true",
+        "transaction.metadata.factory":
+            "io.debezium.connector.vitess.pipeline.txmetadata.VitessOrderedTransactionMetadataFactory",
+    }),
+    # records without the schema envelope
+    Pair("noschema", "commerce", f"nosch{_RUN}", {
+        "snapshot.mode": "never", "key.converter": JSON, "value.converter": JSON,
+        "key.converter.schemas.enable": "false", "value.converter.schemas.enable": "false",
+    }),
+    # DefaultTopicNamingStrategy: a known difference (KNOWN_DIFFERENCES), alone so nothing else hides behind it
+    Pair("topicsdef", "commerce", f"tdef{_RUN}", {"snapshot.mode": "never", "topic.naming.strategy": DEFAULT_NAMING}),
     # transaction metadata: the `transaction` block and the <prefix>.transaction topic
     Pair("txmeta", "commerce", f"txmeta{_RUN}", {"snapshot.mode": "never", "provide.transaction.metadata": "true"}),
     Pair("txorder", "commerce", f"txorder{_RUN}", {
@@ -187,6 +235,7 @@ PAIRS = [
             "io.debezium.connector.vitess.pipeline.txmetadata.VitessOrderedTransactionMetadataFactory",
     }),
 ]
+PAIRS_BY_NAME = {p.name: p for p in PAIRS}
 KEYSPACES = {"commerce": ["-80", "80-"], "archive": ["0"]}
 
 
@@ -338,7 +387,8 @@ def run(kafka_broker: KafkaBroker) -> Iterator[Run]:
 
 # ---------------------------------------------------------------------------------------------
 # normalisation: the only masks applied (each justified in docs/conformance.md)
-_ENVELOPE_TS = re.compile(rb',"op":"([cud])","ts_ms":(\d+),"ts_us":(\d+),"ts_ns":(\d+)\}\}\Z')
+# `}}` closes payload and record; a lone `}` the payload without a schema (value.converter.schemas.enable=false)
+_ENVELOPE_TS = re.compile(rb',"op":"([cud])","ts_ms":(\d+),"ts_us":(\d+),"ts_ns":(\d+)\}(\}?)\Z')
 _UUID = re.compile(r"\A[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\Z")
 
 
@@ -355,6 +405,12 @@ class Norm:
         return f"{self.topic}[{self.partition}] shard={self.shard or '-'}"
 
 
+def _payload(data: bytes) -> Any:
+    """A record's payload, with or without the schema envelope (``*.converter.schemas.enable``)."""
+    doc = json.loads(data)
+    return doc["payload"] if isinstance(doc, dict) and doc.keys() == {"schema", "payload"} else doc
+
+
 def normalise(rec: ConsumedRecord) -> Norm:
     value = rec.value
     shard = ""
@@ -364,8 +420,8 @@ def normalise(rec: ConsumedRecord) -> Norm:
             ts_ms, ts_us, ts_ns = (int(g) for g in m.group(2, 3, 4))
             # one processing instant at three precisions
             assert ts_us // 1000 == ts_ms and ts_ns // 1000 == ts_us, m.group(0)
-            value = value[: m.start()] + b',"op":"' + m.group(1) + b'","ts_ms":0,"ts_us":0,"ts_ns":0}}'
-        shard = (json.loads(value)["payload"].get("source") or {}).get("shard", "")  # BEGIN/END have no source
+            value = value[: m.start()] + b',"op":"' + m.group(1) + b'","ts_ms":0,"ts_us":0,"ts_ns":0}' + m.group(5)
+        shard = (_payload(value).get("source") or {}).get("shard", "")  # BEGIN/END have no source
     headers = []
     for hk, hv in rec.headers:
         if hk == "__debezium.context.runId" and hv is not None and _UUID.match(hv.decode()):
@@ -396,10 +452,10 @@ def _first_byte_diff(a: bytes | None, b: bytes | None) -> str:
 
 def _short(r: Norm) -> str:
     """A record in one line: key payload, op, before/after payloads."""
-    key = json.loads(r.key)["payload"] if r.key else None
+    key = _payload(r.key) if r.key else None
     if r.value is None:
         return f"key={key} tombstone"
-    p = json.loads(r.value)["payload"]
+    p = _payload(r.value)
     return f"key={key} op={p['op']} before={p['before']} after={p['after']}"
 
 
@@ -466,7 +522,13 @@ VALUE_TABLES = [t for t in TABLES if t != "bit_types"]
 
 
 # Differences that are bugs in shardcdc (docs/conformance.md has the bytes and Debezium's source).
-KNOWN_DIFFERENCES: dict[tuple[str, str], str] = {}
+_DEFAULT_NAMING_BUG = (
+    "DefaultTopicNamingStrategy: Debezium 3.5 writes <prefix>.<shard>.<table> (TableId.databaseParts: the "
+    "Vitess TableId's catalog is the shard), shardcdc <prefix>.<keyspace>.<table>; docs/conformance.md"
+)
+KNOWN_DIFFERENCES: dict[tuple[str, str], str] = {
+    ("topicsdef", what): _DEFAULT_NAMING_BUG for what in [*TABLES, "headers"]  # headers: records pair up by index
+}
 
 
 def _marks(pair: str, what: str) -> list[pytest.MarkDecorator]:
@@ -496,11 +558,14 @@ def test_records_are_byte_identical_to_debezium(run: Run, pair: str, table: str)
 def _without_bits(data: bytes) -> bytes:
     """A value with the BIT columns removed from the row schemas and row payloads, re-serialised."""
     doc = json.loads(data)
-    for struct in doc["schema"]["fields"][:2]:  # before, after
+    for struct in doc["schema"]["fields"][:2] if "schema" in doc else []:  # before, after
         struct["fields"] = [f for f in struct["fields"] if f["field"] not in BIT_COLUMNS]
+    payload = _payload(data) if "schema" not in doc else doc["payload"]
+    if "schema" not in doc:
+        doc = payload
     for side in ("before", "after"):
-        if doc["payload"][side] is not None:
-            doc["payload"][side] = {k: v for k, v in doc["payload"][side].items() if k not in BIT_COLUMNS}
+        if payload[side] is not None:
+            payload[side] = {k: v for k, v in payload[side].items() if k not in BIT_COLUMNS}
     return json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode()
 
 
@@ -519,6 +584,21 @@ def test_event_shaping_settings_take_effect(run: Run) -> None:
     assert uk_keys and all(json.loads(k)["payload"].keys() == {"id"} for k in uk_keys if k)
     ops = {d["payload"]["op"] for table in VALUE_TABLES for d in docs(table)}
     assert "u" not in ops and {"c", "d"} <= ops
+
+
+def test_name_adjustment_takes_effect(run: Run) -> None:
+    """``names1``/``names2`` rewrite the prefix's ``-`` in Debezium's schema names (``avro``: ``_``;
+    ``avro_unicode``: ``_u002d``, and ``_`` itself as ``_u005f``), so equal bytes compare the adjustment."""
+    # names1 also has TableTopicNamingStrategy with vitess.exclude.keyspace.from.table.name: no keyspace
+    for pair, name in (("names1", f"adj_{_RUN}.num_types.Key"), ("names2", f"uni_u002d{_RUN}.commerce.num_u005ftypes.Key")):
+        records = [r for r in run.records[("dbz", pair)] if r.topic.endswith(".num_types") and r.key]
+        assert records and {json.loads(r.key)["schema"]["name"] for r in records} == {name}, pair
+
+
+def test_schemaless_pair_has_no_envelope(run: Run) -> None:
+    """``noschema``: Debezium's keys and values are bare payloads, so the bytes compared are those."""
+    records = [r for r in run.records[("dbz", "noschema")] if r.value]
+    assert records and not [r for r in records if b'"schema"' in r.value[:10] or (r.key and b'"schema"' in r.key[:10])]
 
 
 def test_transforms_take_effect(run: Run) -> None:
@@ -545,6 +625,11 @@ def test_transaction_topic_is_byte_identical_to_debezium(run: Run, pair: str) ->
     assert not problems, f"{len(problems)} difference(s):\n\n" + "\n\n".join(problems[:12])
 
 
+def _created_rows(records: list[Norm]) -> dict[int, dict[str, Any]]:
+    payloads = [_payload(r.value) for r in records if r.value is not None]
+    return {p["after"]["id"]: p["after"] for p in payloads if p["op"] == "c"}
+
+
 @pytest.mark.parametrize("pair", [pytest.param(p.name, marks=_marks(p.name, "bit_types")) for p in PAIRS])
 def test_bit_columns_are_the_only_difference(run: Run, pair: str) -> None:
     """Debezium 3.5.0.Final has no BIT mapping and drops BIT columns; shardcdc maps them (dbz#2191).
@@ -564,17 +649,23 @@ def test_bit_columns_are_the_only_difference(run: Run, pair: str) -> None:
         Norm(r.topic, r.partition, r.key, None if r.value is None else _without_bits(r.value), r.headers, r.shard)
         for r in dbz
     ]
-    assert all(r.value is None or b'"b1"' not in r.value for r in dbz), "Debezium now emits BIT columns"
+    if PAIRS_BY_NAME[pair].settings.get("include.unknown.datatypes") == "true":
+        # Then Debezium emits BIT as an unknown type: plain `bytes` of the value decoded as UTF-8 text,
+        # so each byte that is not UTF-8 becomes U+FFFD (EF BF BD); docs/conformance.md, "BIT columns"
+        dbz_created = _created_rows(dbz)
+        assert {c: dbz_created[1][c] for c in BIT_COLUMNS} == {"b1": "AQ==", "b12": "Cu+/vQ==", "b64": "77+9AAAAAAAAAQ=="}
+        assert {c: dbz_created[4][c] for c in BIT_COLUMNS} == {"b1": "AA==", "b12": "AAE=", "b64": "77+9" * 8}
+    else:
+        assert all(r.value is None or b'"b1"' not in r.value for r in dbz), "Debezium now emits BIT columns"
     problems = compare(canonical, stripped, context_headers=False)
     assert not problems, "\n\n".join(problems[:12])
     # and what shardcdc emits for them: BIT(1) boolean, BIT(n) big-endian bytes (base64 in JSON)
-    payloads = [json.loads(r.value)["payload"] for r in ours if r.value is not None]
-    created = {p["after"]["id"]: p["after"] for p in payloads if p["op"] == "c"}
+    created = _created_rows(ours)
     assert {c: created[1][c] for c in BIT_COLUMNS} == {"b1": True, "b12": "Cqo=", "b64": "gAAAAAAAAAE="}
     assert {c: created[4][c] for c in BIT_COLUMNS} == {"b1": False, "b12": "AAE=", "b64": "//////////8="}
 
 
-@pytest.mark.parametrize("pair", [p.name for p in PAIRS])
+@pytest.mark.parametrize("pair", [pytest.param(p.name, marks=_marks(p.name, "headers")) for p in PAIRS])
 def test_context_headers_match_debezium(run: Run, pair: str) -> None:
     """``__debezium.context.*`` headers on every record, runId masked (a fresh UUID per task run).
 
@@ -583,6 +674,7 @@ def test_context_headers_match_debezium(run: Run, pair: str) -> None:
     """
     problems = []
     run_ids: dict[str, set[str]] = {"dbz": set(), "ours": set()}
+    extended = PAIRS_BY_NAME[pair].settings.get("extended.headers.enabled", "true") == "true"
     for table in TABLES:
         dbz = _records(run, "dbz", pair, table)
         ours = _records(run, "ours", pair, table)
@@ -595,6 +687,9 @@ def test_context_headers_match_debezium(run: Run, pair: str) -> None:
                     run_ids[side].update(v.decode() for k, v in r.headers if k == "__debezium.context.runId" and v)
     assert not problems, f"{len(problems)} record(s) with different headers, e.g.:\n" + "\n".join(problems[:3])
     for side, ids in run_ids.items():
+        if not extended:  # extended.headers.enabled=false: no context header at all on either side
+            assert not [h for r in run.records[(side, pair)] for h, _ in r.headers if h.startswith("__debezium.context.")]
+            continue
         assert len(ids) == 1, f"{side}: run ids {ids}"
         assert uuid.UUID(next(iter(ids))).version == 7, f"{side}: {ids}"
 
@@ -607,6 +702,36 @@ def test_both_connectors_wrote_every_change(run: Run) -> None:
     }
     for p in PAIRS:
         assert counts[f"dbz:{p.name}"] == counts[f"ours:{p.name}"] > 0, counts
+
+
+def _settings_table() -> list[tuple[str, str, list[str]]]:
+    """docs/conformance.md, "Every setting value": (property, value, pairs) per row."""
+    text = (Path(__file__).resolve().parent.parent / "docs" / "conformance.md").read_text()
+    section = text.split("## Every setting value", 1)[1].split("\n## ", 1)[0]
+    rows = []
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 4 and cells[0].startswith("`"):
+            rows.append((cells[0].strip("`"), cells[1].strip("`"), re.findall(r"`([^`]+)`", cells[2])))
+    return rows
+
+
+def test_settings_table_covers_every_enumerated_value() -> None:
+    """Every enum and boolean value of the worker's catalogue has a row, and every pair a row names
+    runs that value (set, or unset where it is the catalogue default), so a new value fails here."""
+    enumerated = {
+        (p.name, v)
+        for p in PROPERTIES.values() if p.type in (PropType.ENUM, PropType.BOOLEAN)
+        for v in (p.allowed if p.type is PropType.ENUM else ("true", "false"))
+    }
+    rows = _settings_table()
+    assert [r[:2] for r in rows if (r[0], r[1]) not in enumerated] == [], "rows for values the catalogue lacks"
+    assert sorted(enumerated - {r[:2] for r in rows}) == [], "values missing from docs/conformance.md"
+    for prop, value, pairs in rows:
+        for name in pairs:
+            setting = PAIRS_BY_NAME[name].settings.get(prop)
+            runs = (setting if setting is not None else str(PROPERTIES[prop].default)).lower()
+            assert runs == value.lower(), f"{prop}={value}: pair {name} runs {runs}"
 
 
 def test_connect_runner_refuses_a_missing_installation(tmp_path: Path) -> None:

@@ -116,6 +116,16 @@ def test_create_without_schemas() -> None:
     ]
 
 
+def test_unset_snapshot_stays_null_without_replace_null_with_default() -> None:
+    """value.converter.replace.null.with.default=false: JsonConverter leaves the unset source.snapshot
+    null instead of writing its schema default "false" (Debezium 3.5's bytes; conformance pair names2)."""
+    plan = customers_plan(schemas=False)
+    plan.unset_snapshot = None  # what EncoderConfig(replace_null_with_default=False) sets
+    [rec] = plan.encode_change(insert(*ANNE_ROW), ctx(), NOW_NS)
+    assert rec.value == payload(b"null", ANNE, "c").replace(b'"snapshot":"false"', b'"snapshot":null')
+    assert b'"snapshot":null' in rec.value
+
+
 def test_snapshot_read_op_when_asked() -> None:
     [rec] = customers_plan(schemas=False).encode_change(insert(*ANNE_ROW), ctx(), NOW_NS, insert_op="r")
     assert rec.value == payload(b"null", ANNE, "r")

@@ -163,6 +163,8 @@ def test_inherit_epoch_from_overlapping_parents() -> None:
     assert inherited_epoch("-", {"-80": 2, "80-": 7}) == 8
     assert inherited_epoch("-80", {"0": 4}) == 5
     assert inherited_epoch("80-c0", {"-80": 4}) == 0  # no overlap
+    # the unnamed shard of a start from "current" covers every key (Debezium's ShardLineage)
+    assert inherited_epoch("80-", {"": 0}) == 1
     with pytest.raises(EpochError, match="Invalid shard range"):
         inherited_epoch("80-30", {"0": 1})
 

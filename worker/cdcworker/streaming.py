@@ -445,7 +445,7 @@ class StreamProcessor:
             if plan.sends_natively:
                 plan.send_rows(
                     rcs,
-                    ctx.fragment(plan.version, plan.logical_name, plan.table),
+                    ctx.fragment(plan.version, plan.logical_name, plan.table, plan.unset_snapshot),
                     now,
                     "c",
                     tx,

@@ -114,6 +114,7 @@ def encoder_config(config: WorkerConfig, run_id: str | None = None) -> EncoderCo
         key_schemas_enable=config.converters.key_schemas_enable,
         value_schemas_enable=config.converters.value_schemas_enable,
         tombstones_on_delete=b.tombstones_on_delete,
+        replace_null_with_default=config.converters.value_replace_null_with_default,
         headers=headers,
         tx_block_schema=tx_block_schema(config),
     )

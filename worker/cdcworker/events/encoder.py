@@ -116,6 +116,7 @@ class EncoderConfig:
     key_schemas_enable: bool = True  # key.converter.schemas.enable
     value_schemas_enable: bool = True  # value.converter.schemas.enable
     tombstones_on_delete: bool = True
+    replace_null_with_default: bool = True  # value.converter.replace.null.with.default
     headers: tuple[tuple[str, bytes], ...] = ()  # e.g. context_headers(...)
     version: str = DEBEZIUM_VERSION
     # The envelope's ``transaction`` block schema when transaction metadata changes it
@@ -215,6 +216,7 @@ class TablePlan:
         "shard",
         "table",
         "topic",
+        "unset_snapshot",
         "version",
     )
 
@@ -236,6 +238,7 @@ class TablePlan:
         self.ncols = len(self.codecs)
         self.logical_name = cfg.logical_name
         self.version = cfg.version
+        self.unset_snapshot = "false" if cfg.replace_null_with_default else None  # source.snapshot
         self._names = [c.name if c else None for c in self.codecs]
         self._convs = [c.convert if c else None for c in self.codecs]
         kept = [c for c in self.codecs if c is not None]
@@ -375,7 +378,7 @@ class TablePlan:
         """
         if now_ns is None:
             now_ns = time.time_ns()
-        source = ctx.fragment(self.version, self.logical_name, self.table)
+        source = ctx.fragment(self.version, self.logical_name, self.table, self.unset_snapshot)
         raw = type(rc) is bytes
         if self._native is not None:
             # One C call per row change: the serialized RowChange in, JSON images and keys out.
@@ -608,7 +611,7 @@ class _FixedSource:
     def __init__(self, frag: orjson.Fragment) -> None:
         self._frag = frag
 
-    def fragment(self, version: str, logical_name: str, table: str) -> orjson.Fragment:
+    def fragment(self, version: str, logical_name: str, table: str, unset_snapshot: str | None = "false") -> orjson.Fragment:
         return self._frag
 
 

@@ -63,11 +63,16 @@ class SourceContext:
     shard: str
     commit_seconds: int
     vgtid: str
-    snapshot: str = "false"  # never set by the Vitess connector, so always "false"
+    snapshot: str | None = None  # None: unset, as the Vitess connector leaves it while streaming
     _cache: dict[str, orjson.Fragment] = field(default_factory=dict, repr=False)
 
-    def fragment(self, version: str, logical_name: str, table: str) -> orjson.Fragment:
-        """The source block as pre-serialized JSON, cached per table for this context."""
+    def fragment(self, version: str, logical_name: str, table: str, unset_snapshot: str | None = "false") -> orjson.Fragment:
+        """The source block as pre-serialized JSON, cached per table for this context.
+
+        ``unset_snapshot``: what an unset ``snapshot`` is written as. JsonConverter writes a null
+        field as its schema default ("false") unless ``value.converter.replace.null.with.default``
+        is false; then it stays null (Debezium 3.5's bytes, tests/test_conformance_debezium.py).
+        """
         frag = self._cache.get(table)
         if frag is None:
             s = self.commit_seconds
@@ -76,7 +81,7 @@ class SourceContext:
                 "connector": "vitess",
                 "name": logical_name,
                 "ts_ms": s * 1000,
-                "snapshot": self.snapshot,
+                "snapshot": unset_snapshot if self.snapshot is None else self.snapshot,
                 "db": "",
                 "sequence": None,
                 "ts_us": s * 1_000_000,

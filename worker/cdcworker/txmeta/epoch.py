@@ -170,9 +170,10 @@ def inherited_epoch(shard: str, epochs: Mapping[str, int]) -> int:
         target = parse_shard(shard)
         best = -1
         for name, epoch in epochs.items():
-            if name == "":
-                continue  # the unnamed shard of a start from "current" (see features.epoch_start)
-            if target.overlaps(parse_shard(name)):
+            # The unnamed shard of a start from "current" (features.epoch_start) is the whole key range
+            # to ShardLineage ("".split("-") has no bounds), so it is every new shard's parent: a fresh
+            # start with vitess.inherit.epoch gives epoch 1, as Debezium 3.5 writes.
+            if target.overlaps(parse_shard(name or "-")):
                 best = max(best, epoch)
     except ValueError as exc:
         raise EpochError(f"Invalid shard range: {exc}") from exc
