@@ -247,13 +247,14 @@ def test_ordered_metadata_orders_events_across_reparent_and_reshard(sim: VTGateS
             shard_gtid = next(g["gtid"] for g in json.loads(e["source"]["vgtid"]) if g["shard"] == e["source"]["shard"])
             assert e["transaction"]["transaction_rank"] == rank_json(shard_gtid)
         epochs = [o[0] for o in order]
-        # started from "current" with no shard list: Debezium's start VGTID names shard "", so the
-        # real shards are new to the map: 0; the reparent keeps the old uuid (a superset): 0;
-        # the split targets inherit the source shard's epoch + 1: 1
-        assert epochs == [0, 0, 0, 0, 0, 1, 1], (key, epochs)
+        # started from "current" with no shard list: Debezium's start VGTID names shard "", which its
+        # ShardLineage reads as the whole key range, so every real shard inherits it: 0 + 1 = 1 (the
+        # real connector's bytes, conformance pair names2); the reparent keeps the old uuid (a
+        # superset): 1; the split targets inherit the source shard's epoch + 1: 2
+        assert epochs == [1, 1, 1, 1, 1, 2, 2], (key, epochs)
     # the epoch map and generation are stored with the offsets, Debezium's field names and format
     last = stored_offsets(kafka_broker, cfg)[-1]
-    assert json.loads(last.fields["transaction_epoch"]) == {"-40": 1, "40-80": 1, "80-c0": 1, "c0-": 1}
+    assert json.loads(last.fields["transaction_epoch"]) == {"-40": 2, "40-80": 2, "80-c0": 2, "c0-": 2}
     assert last.fields["connector_generation"] == 0
 
 
