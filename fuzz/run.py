@@ -5,7 +5,7 @@
 
 The target is built with clang's libFuzzer, AddressSanitizer and UBSan into build/fuzz/ whenever a
 source is newer than the binary; seeds (real VTGate test server responses, fuzz/seeds.py) are
-written to build/fuzz/seeds once. A finding stops the run with the input saved as
+written to build/fuzz/seeds (again when fuzz/seeds.py is newer). A finding stops the run with the input saved as
 build/fuzz/artifacts/crash-*: turn it into a regression with `cp` into fuzz/regressions/ and a fix.
 """
 
@@ -60,8 +60,9 @@ def build() -> Path:
 
 
 def seeds() -> Path:
-    """The seed corpus (real VTGate test server responses), written once."""
-    if not (SEEDS / ".complete").exists():
+    """The seed corpus (real VTGate test server responses), written again when seeds.py changes."""
+    done = SEEDS / ".complete"
+    if not done.exists() or done.stat().st_mtime < (FUZZ / "seeds.py").stat().st_mtime:
         spec = importlib.util.spec_from_file_location("shardcdc_fuzz_seeds", FUZZ / "seeds.py")
         assert spec and spec.loader
         seedgen = importlib.util.module_from_spec(spec)

@@ -1,7 +1,7 @@
 """Seed corpus of the scanner fuzz target: real VStreamResponse bytes from the VTGate test server.
 
-A two-shard keyspace with a table of most MySQL column types gets inserts, updates (same key and a
-new key), deletes, NULLs and edge values, a DDL, and the VStream's responses are taken as the bytes
+A two-shard keyspace with a table of most MySQL column types gets inserts, updates, a row moved to a
+new key (delete + insert), deletes, NULLs and edge values, a DDL, and the VStream's responses are taken as the bytes
 the server sent (the raw-bytes call the worker makes). Each response is written as it came, and,
 when it holds ROW events, once more behind its shard's latest FIELD event (a VStreamResponse is a
 repeated field: concatenated encodings are one response), so the oracle can compile the table's
@@ -42,7 +42,9 @@ ROWS = [
 STATEMENTS = [
     *[f"insert into wide values {r}" for r in ROWS],
     "update wide set v = 'changed', f = 3.25 where id = 1",
-    "update wide set id = 40 where id = 3",
+    # a row to a new key: delete + insert, as on Vitess, which refuses an UPDATE of the primary vindex column
+    "delete from wide where id = 3",
+    "insert into wide (id, v, de) values (40, 'moved', 0.00)",
     "delete from wide where id = 2",
     "insert into wide (id, v) values (7, 'later'), (8, null), (9, 'x')",
     "alter table wide add column extra int",

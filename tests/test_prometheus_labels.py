@@ -100,7 +100,8 @@ def test_chart_monitors_select_the_pods_and_give_the_same_labels(tmp_path: Path)
     assert {"connector", "task"} <= {target for _, target in chart}
     # The operator: Service -> pod, ServiceMonitor -> Service, honorLabels for the namespace label.
     (dep,) = by_kind(objs, "Deployment")
-    (svc,) = by_kind(objs, "Service")
+    # the operator's metrics Service (the chart also has the admission webhook's)
+    (svc,) = [s for s in by_kind(objs, "Service") if "metrics" in {p.get("name") for p in s["spec"]["ports"]}]
     (sm,) = by_kind(objs, "ServiceMonitor")
     assert svc["spec"]["selector"].items() <= dep["spec"]["template"]["metadata"]["labels"].items()
     assert sm["spec"]["selector"]["matchLabels"].items() <= svc["metadata"]["labels"].items()
