@@ -93,6 +93,11 @@ lint: setup
 pytest: setup
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
 
+## The unit tier (tests/unit: no processes or servers, under a minute); `make test` runs every tier.
+.PHONY: test-unit
+test-unit: setup
+	$(VENV)/bin/pytest tests/unit $(PYTEST_ARGS)
+
 test: setup
 	@start=$$(date +%s); \
 	$(VENV)/bin/ruff check . && $(VENV)/bin/mypy && $(PY) scripts/check_layers.py && \
@@ -112,7 +117,7 @@ docs: setup
 ## The set-up steps run two at a time (the Kafka jars download while pip installs).
 demo:
 	@$(MAKE) --no-print-directory -j2 demo-setup
-	@$(PY) -m cdcworker.cli demo
+	@$(PY) -m shardcdc_cli.cli demo
 
 ## Re-resolve the newest versions and write them to constraints.txt.
 lock:

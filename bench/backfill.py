@@ -100,7 +100,7 @@ def sim_main(args: argparse.Namespace) -> None:
 
 class SimProcess:
     def __init__(self, rows: int, cold: bool = False) -> None:
-        from localkafka.children import start_bound
+        from cdcoperator.local.children import start_bound
 
         cmd = [sys.executable, __file__, "_sim", "--rows", str(rows), *(["--cold"] if cold else [])]
         self.proc = start_bound(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
@@ -113,7 +113,7 @@ class SimProcess:
         return proc_cpu(self.proc.pid)
 
     def close(self) -> None:
-        from localkafka.children import stop_group
+        from cdcoperator.local.children import stop_group
 
         if self.proc.stdin is not None:
             self.proc.stdin.close()

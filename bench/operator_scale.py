@@ -164,9 +164,9 @@ def main() -> int:
     from kopf.testing import KopfRunner
 
     from cdcoperator.apply import KubeApi
+    from cdcoperator.local.children import start_bound, stop_group
     from kubetest.fixtures import shared_control_plane
     from localkafka import KafkaBroker
-    from localkafka.children import start_bound, stop_group
     from vtgatesim import VTGateSim
 
     plane = shared_control_plane()

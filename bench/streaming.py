@@ -418,7 +418,7 @@ def _log_acks(task: Any, acks: list[tuple[Any, ...]]) -> None:
 
 class SimProcess:
     def __init__(self, rows: int, per_txn: int, shards: str, generated: bool = False, store: bool = False) -> None:
-        from localkafka.children import start_bound
+        from cdcoperator.local.children import start_bound
 
         cmd = [sys.executable, __file__, "_sim", "--rows", str(rows), "--per-txn", str(per_txn), f"--shards={shards}"]
         if generated:
@@ -438,7 +438,7 @@ class SimProcess:
         return out
 
     def close(self) -> None:
-        from localkafka.children import stop_group
+        from cdcoperator.local.children import stop_group
 
         if self.proc.stdin is not None:
             self.proc.stdin.close()
@@ -455,7 +455,7 @@ class ReplaySource:
     def __init__(self, sim: SimProcess, extra: dict[str, str], tmp: str, interval_ns: int = 0) -> None:
         from gobuild import go_binary
 
-        from localkafka.children import start_bound
+        from cdcoperator.local.children import start_bound
 
         request = _worker_request(sim, extra)
         self.path = str(Path(tmp) / f"replay-{os.getpid()}-{time.monotonic_ns()}.bin")

@@ -12,8 +12,8 @@ from typing import Any
 from cdcworker.backfill.handoff import ShardHandoff, marks_for, marks_from_run
 from cdcworker.backfill.progress import RunState
 from cdcworker.offsets import Vgtid
-from cdcworker.verify import as_text, compare, materialise
 from localkafka import KafkaBroker, consume_all
+from shardcdc_cli.materialise import as_text, compare, materialise
 from vtgatesim import VTGateSim
 from vtgatesim.workload import TABLE_DDL, Workload
 

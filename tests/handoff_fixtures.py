@@ -18,15 +18,15 @@ from typing import Any
 from backfill_fixtures import KS, SHARDS
 from confluent_kafka import Consumer, TopicPartition
 
+from cdcoperator.local.children import start_bound
 from cdcworker.backfill.gtid import covers
 from cdcworker.backfill.handoff import OFFSET_FIELD, marks_for
 from cdcworker.backfill.job import progress_store, worker_config
 from cdcworker.backfill.progress import parse_handoff, parse_hold
 from cdcworker.backfill.spec import BackfillSpec
 from cdcworker.offsets import OffsetValue
-from cdcworker.verify import _same_value, as_text, materialise
 from localkafka import KafkaBroker, consume_all
-from localkafka.children import start_bound
+from shardcdc_cli.materialise import _same_value, as_text, materialise
 from vtgatesim import VTGateSim
 
 PKS = {"items": ("id",), "orders": ("id",), "lines": ("order_id", "line")}
@@ -49,7 +49,7 @@ class Worker:
 
     def start(self) -> None:
         with self.log.open("ab") as out:
-            self.proc = start_bound([sys.executable, "-m", "cdcworker.cli", "worker", "-c", str(self.config)],
+            self.proc = start_bound([sys.executable, "-m", "shardcdc_cli.cli", "worker", "-c", str(self.config)],
                                     stdout=out, stderr=subprocess.STDOUT, env={**os.environ})
 
     def alive(self) -> None:

@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from cdcoperator.local.children import start_bound, stop_group
 from cdcoperator.local.control import ControlClient, ControlError
-from localkafka.children import start_bound, stop_group
 
 
 class Run:
@@ -19,7 +19,7 @@ class Run:
         self.log = log
         with log.open("ab") as out:
             self.proc = start_bound(
-                [sys.executable, "-m", "cdcworker.cli", "run", "-f", str(manifest), "--state-dir", str(state),
+                [sys.executable, "-m", "shardcdc_cli.cli", "run", "-f", str(manifest), "--state-dir", str(state),
                  "--resync-seconds", "1", "--restart-backoff", "2", *extra],
                 stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "GRPC_VERBOSITY": "ERROR"})
 
@@ -37,7 +37,7 @@ class Run:
 
 def shardcdc(*args: str) -> subprocess.CompletedProcess[str]:
     """The ``shardcdc`` command as a separate process."""
-    return subprocess.run([sys.executable, "-m", "cdcworker.cli", *args], capture_output=True, text=True, timeout=60)
+    return subprocess.run([sys.executable, "-m", "shardcdc_cli.cli", *args], capture_output=True, text=True, timeout=60)
 
 
 def control(state: Path, name: str) -> ControlClient | None:

@@ -64,8 +64,8 @@ def chart_operator(kube: Any, chart_args: list[str], kubeconfig: Path | None, lo
     The chart's liveness, metrics and webhook arguments are replaced: free loopback ports, and
     ``extra_args`` (e.g. a test's own webhook port and certificate directory). Yields the liveness URL.
     """
+    from cdcoperator.local.children import start_bound, stop_group
     from kubetest.controlplane import free_port
-    from localkafka.children import start_bound, stop_group
 
     args = [a for a in chart_args if not a.startswith(_POD_ARGS)]
     liveness = f"http://127.0.0.1:{free_port()}/healthz"

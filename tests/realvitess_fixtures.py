@@ -12,10 +12,10 @@ import pytest
 from confluent_kafka import KafkaException
 from polling import wait_for
 
-from cdcworker.verify import Materialised, compare, materialise
 from localkafka import ConsumedRecord, KafkaBroker, consume_all
 from realvitess import VTGateClient, VTTestServer
 from realvitess.single import hash_vschema
+from shardcdc_cli.materialise import Materialised, compare, materialise
 
 KEYSPACE = "commerce"
 SHARDS = 2

@@ -28,8 +28,8 @@ from cdcworker.backfill.job import progress_store, run_backfill, worker_config
 from cdcworker.backfill.spec import BackfillSpec, Chunk
 from cdcworker.config import load_config
 from cdcworker.offsets import Vgtid
-from cdcworker.verify import materialise
 from localkafka import KafkaBroker, consume_all
+from shardcdc_cli.materialise import materialise
 from vtgatesim import VTGateSim
 from vtgatesim.sql import Select
 

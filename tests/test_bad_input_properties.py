@@ -15,8 +15,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cdcworker.admin.manifest import ManifestError, parse_documents
-from cdcworker.admin.validate import validate_connector
+from cdcoperator.connectorcheck import validate_connector
+from cdcoperator.manifest import ManifestError, parse_documents
 from cdcworker.offsets import Vgtid
 from cdcworker.offsets.migration import StoredOffsetError, read_stored
 from cdcworker.signals import Signal, SignalDispatcher, SignalError, signal_from_kafka, signal_from_row

@@ -5,7 +5,7 @@ wrong ``apiVersion``); names such as ``../../escaped`` made ``run`` write outsid
 unreadable files (not UTF-8, YAML errors, tags, anchor bombs) and misshapen objects gave
 tracebacks; an 8 MB value was echoed whole. Each file below gets one clear answer from both
 commands (``validate``: 1 invalid, 2 unreadable; ``run``: 2, nothing started), from one loader
-(``cdcworker.admin.manifest``) and one validator (``validate_connector``).
+(``cdcoperator.manifest``) and one validator (``validate_connector``).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import yaml
 
 from cdcoperator.local.cluster import connector_dir
 from cdcoperator.model import SpecError
-from cdcworker import cli
+from shardcdc_cli import cli
 
 GOOD: dict[str, Any] = {
     "apiVersion": "shardcdc.io/v1alpha1",
@@ -127,7 +127,7 @@ def test_validate_and_run_refuse_the_same_content(case: str, text: str, said: st
     assert all(len(line) < 400 for line in out.splitlines()), "a long value was echoed whole"
     state = isolated / "a" / "b" / "c" / "state"
     # A process with a deadline: a run that starts the connector would not return by itself.
-    r = subprocess.run([sys.executable, "-m", "cdcworker.cli", "run", "-f", str(manifest), "--state-dir", str(state)],
+    r = subprocess.run([sys.executable, "-m", "shardcdc_cli.cli", "run", "-f", str(manifest), "--state-dir", str(state)],
                        capture_output=True, text=True, timeout=60, cwd=manifest.parent)
     rc, out, err = r.returncode, r.stdout, r.stderr
     assert rc == 2, out + err

@@ -17,12 +17,13 @@ import pytest
 from confluent_kafka import Producer
 from worker_fixtures import running_task, wait_positioned, worker_config
 
-from cdcworker import cli, exitcodes
+from cdcworker import exitcodes
 from cdcworker.offsets import OffsetPartition, Vgtid
 from cdcworker.offsets.keys import offset_record_key
 from cdcworker.offsets.migration import StoredOffsetError, lookup_in
 from cdcworker.offsets.store import OffsetStore
 from localkafka import KafkaBroker
+from shardcdc_cli import cli
 from vtgatesim import VTGateSim
 
 GOOD = {"vgtid": Vgtid.of("commerce", {"-80": "MySQL56/a:1-5", "80-": "MySQL56/b:1-7"}).to_json()}

@@ -18,7 +18,7 @@ from types import ModuleType
 import grpc
 import pytest
 
-from localkafka.children import start_bound
+from cdcoperator.local.children import start_bound
 from vitessapi import binlogdata_pb2, vtgate_pb2
 from vtgatesim import VTGateSim
 

@@ -1,4 +1,4 @@
-"""Bound child processes (``localkafka.children``): no Python between fork and exec, no orphans.
+"""Bound child processes (``cdcoperator.local.children``): no Python between fork and exec, no orphans.
 
 Every devkit service, test worker and local-mode pod starts through ``start_bound``. Each test runs
 a small parent program in its own interpreter, so that the at-fork hook one of them registers
@@ -15,7 +15,7 @@ from pathlib import Path
 
 from polling import wait_for
 
-from localkafka.children import bound_command
+from cdcoperator.local.children import bound_command
 
 DEVKIT = str(Path(__file__).resolve().parents[1] / "devkit")
 
@@ -29,7 +29,7 @@ def _parent(script: str, *args: str) -> subprocess.Popen[str]:
 # (how a test worker once hung before exec in CI, started with a preexec_fn from a threaded pytest).
 HANGING_FORK_HOOK = """
 import os, sys, threading
-from localkafka.children import start_bound
+from cdcoperator.local.children import start_bound
 os.register_at_fork(after_in_child=threading.Event().wait)
 proc = start_bound([sys.executable, "-c", "print('child ran')"], stdout=sys.stdout)
 print(proc.wait(60), flush=True)
@@ -45,7 +45,7 @@ def test_the_child_runs_no_python_between_fork_and_exec() -> None:
 
 SLEEPING_CHILD = """
 import threading
-from localkafka.children import start_bound
+from cdcoperator.local.children import start_bound
 proc = start_bound(["sleep", "600"])
 print(proc.pid, flush=True)
 threading.Event().wait()

@@ -16,8 +16,8 @@ import pytest
 from observability_fixtures import running
 from worker_fixtures import CUSTOMER_DDL, running_task, wait_for, wait_positioned, worker_config
 
-from cdcworker import cli
 from localkafka import KafkaBroker
+from shardcdc_cli import cli
 from vtgatesim import VTGateSim
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -22,12 +22,12 @@ from local_mode_fixtures import Run, control, positions, ready, shardcdc
 from polling import wait_for
 
 from cdcoperator.local.control import ControlClient
-from cdcworker import cli
-from cdcworker.admin.offsets import LOCAL_STOP
-from cdcworker.admin.offsetsops import entries
+from cdcoperator.offsets import LOCAL_STOP
+from cdcworker.offsets.edits import entries
 from cdcworker.offsets.store import OffsetStore
 from kubetest.controlplane import free_port
 from localkafka import KafkaBroker
+from shardcdc_cli import cli
 from vtgatesim import VTGateSim
 from vtgatesim.workload import Workload
 

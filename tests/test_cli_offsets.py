@@ -24,9 +24,9 @@ from typing import Any
 
 import pytest
 
-from cdcworker import cli
-from cdcworker.admin.offsets import stopped_problem
-from cdcworker.admin.offsetsops import (
+from cdcoperator.offsets import stopped_problem
+from cdcworker.offsets import OffsetPartition, OffsetValue, Vgtid, offset_record_key
+from cdcworker.offsets.edits import (
     OffsetsError,
     connect_document,
     entries,
@@ -34,9 +34,9 @@ from cdcworker.admin.offsetsops import (
     plan_reset,
     plan_set_shards,
 )
-from cdcworker.offsets import OffsetPartition, OffsetValue, Vgtid, offset_record_key
 from cdcworker.offsets.store import OffsetStore
 from localkafka import KafkaBroker
+from shardcdc_cli import cli
 
 G1 = "MySQL56/aaaaaaaa-0000-0000-0000-000000000001:1-10"
 G2 = "MySQL56/bbbbbbbb-0000-0000-0000-000000000002:1-20"
@@ -238,7 +238,7 @@ class Terminal:
         self.master, slave = pty.openpty()
         # 250 columns: one line per record, as the expected text below is written.
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 250, 0, 0))
-        self.proc = subprocess.Popen([sys.executable, "-m", "cdcworker.cli", *args], stdin=slave, stdout=slave,
+        self.proc = subprocess.Popen([sys.executable, "-m", "shardcdc_cli.cli", *args], stdin=slave, stdout=slave,
                                      stderr=slave, env={**os.environ, "NO_COLOR": "1", "COLUMNS": "250"})
         os.close(slave)
         self.raw = b""

@@ -29,11 +29,11 @@ from local_mode_fixtures import Run, control, shardcdc
 from polling import wait_for
 
 from cdcoperator.local.control import ControlClient
-from cdcworker.admin.offsetsops import entries
+from cdcworker.offsets.edits import entries
 from cdcworker.offsets.store import OffsetStore
-from cdcworker.verify import compare, materialise
 from localkafka import KafkaBroker, consume_all
 from localkafka.client import ConsumedRecord
+from shardcdc_cli.materialise import compare, materialise
 from vtgatesim import VTGateSim
 from vtgatesim.faults import FaultPlan
 from vtgatesim.workload import Workload

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 from polling import wait_for
 
-from cdcworker.demo import Observer, render, table_text
-from localkafka.children import start_bound
+from cdcdemo.demo import Observer, render, table_text
+from cdcoperator.local.children import start_bound
 
 
 def test_quick_demo_scales_reshards_and_verifies() -> None:
@@ -26,7 +26,7 @@ def test_quick_demo_scales_reshards_and_verifies() -> None:
     start-up and shut-down print no librdkafka lines, and its Prometheus scrapes the workers while they stream."""
     prefix = f"demo{uuid.uuid4().hex[:6]}"
     proc = start_bound(
-        [sys.executable, "-m", "cdcworker.cli", "demo", "--quick", "--plain", "--prefix", prefix, "--step-timeout", "90",
+        [sys.executable, "-m", "shardcdc_cli.cli", "demo", "--quick", "--plain", "--prefix", prefix, "--step-timeout", "90",
          "--prometheus"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, "COLUMNS": "200"})
     lines: list[str] = []

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import yaml
 
-from cdcworker.admin.validate import validate_connector
+from cdcoperator.connectorcheck import validate_connector
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "e2e-kind.sh"

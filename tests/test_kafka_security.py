@@ -20,12 +20,13 @@ import pytest
 from kafka_security_fixtures import PASSWORD, PLAIN, SCRAM, USER, jaas, pkcs12_truststore
 from worker_fixtures import commerce_sim, insert_customers, running_task, wait_for, worker_config
 
-from cdcworker import cli, exitcodes
+from cdcworker import exitcodes
 from cdcworker.config import ConfigError, load_config
 from cdcworker.config.kafkaclient import ClientSettingError, librdkafka_settings, parse_jaas
 from cdcworker.kafkaerrors import ClientLog
 from cdcworker.offsets import OffsetPartition, OffsetValue, Vgtid, offset_record_key
 from localkafka import KafkaBroker, consume_all
+from shardcdc_cli import cli
 
 # --- the translation (pure) ----------------------------------------------------------------------
 

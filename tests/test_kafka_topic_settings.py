@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 from worker_fixtures import commerce_sim, insert_customers, running_task, start_here, worker_config
 
+from cdcoperator.local.children import start_bound, stop_group
 from cdcworker import exitcodes
 from cdcworker.config import property_to_env
 from cdcworker.kafkaerrors import KafkaSettingError
 from cdcworker.offsets.store import OffsetStore
 from localkafka import KafkaBroker
-from localkafka.children import start_bound, stop_group
 
 
 def _rf_line(topic: str, setting: str) -> str:
@@ -41,7 +41,7 @@ def test_the_worker_stops_with_one_line_naming_the_offsets_replication_factor(
         config = tmp_path / "worker.properties"
         config.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
         env = {**os.environ, "SHARDCDC_TERMINATION_LOG": str(termination), property_to_env("shardcdc.metrics.port"): "0"}
-        proc = start_bound([sys.executable, "-m", "cdcworker.cli", "worker", "-c", str(config)],
+        proc = start_bound([sys.executable, "-m", "shardcdc_cli.cli", "worker", "-c", str(config)],
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, text=True)
         try:
             out, _ = proc.communicate(timeout=120)

@@ -15,9 +15,9 @@ from typing import Any
 
 from polling import wait_for
 
+from cdcoperator.local.children import start_bound, stop_group
 from kubetest import kube_control_plane_fixture
 from kubetest.fakenodes import streaming_doc
-from localkafka.children import start_bound, stop_group
 
 NS = "fakenodes"
 

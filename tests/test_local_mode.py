@@ -20,8 +20,8 @@ from local_mode_fixtures import Run, control, positions, ready, shardcdc
 from polling import wait_for
 
 from cdcoperator.local.control import ControlClient, ControlError
-from cdcworker.verify import compare, materialise
 from localkafka import KafkaBroker, consume_all
+from shardcdc_cli.materialise import compare, materialise
 from vtgatesim import VTGateSim
 from vtgatesim.workload import Workload
 

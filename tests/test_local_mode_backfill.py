@@ -139,7 +139,7 @@ def test_removing_a_running_backfill_releases_the_workers(tmp_path: Path, kafka_
         sim.execute("insert into items (id, name, qty, price) values (999, 'late', 1, 1.00)", "shop")
         wait_for(lambda: any(r.value and json.loads(r.value)["payload"]["after"]["id"] == 999
                              for r in consume_all(kafka_broker.bootstrap, topic)), STEP, "a later change, live")
-    from cdcworker.verify import compare, materialise
+    from shardcdc_cli.materialise import compare, materialise
 
     diff = compare(materialise(consume_all(kafka_broker.bootstrap, topic)), sim.source_truth("shop", "items"), "id")
     assert diff.empty, diff.summary()

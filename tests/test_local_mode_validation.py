@@ -124,7 +124,7 @@ def test_shardcdc_run_refuses_an_invalid_manifest(tmp_path: Path) -> None:
 
     manifest = tmp_path / "connector.yaml"
     manifest.write_text(yaml.safe_dump(with_path("spec/config", {"tasks.max": "4"})))
-    r = subprocess.run([sys.executable, "-m", "cdcworker.cli", "run", "-f", str(manifest), "--state-dir",
+    r = subprocess.run([sys.executable, "-m", "shardcdc_cli.cli", "run", "-f", str(manifest), "--state-dir",
                         str(tmp_path / "state")], capture_output=True, text=True, timeout=60)
     assert r.returncode == 2, r.stderr
     assert r.stderr == (f"shardcdc run: {manifest} CdcConnector/orders is invalid (`shardcdc validate -f {manifest}` "

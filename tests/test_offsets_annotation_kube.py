@@ -23,13 +23,13 @@ import yaml
 from operator_kube_fixtures import FakeNodes, env_var, operator_runner, wait_for
 
 from cdcoperator.apply import KubeApi
-from cdcworker import cli
-from cdcworker.admin.offsetsops import connect_document, entries
 from cdcworker.offsets import OffsetPartition, OffsetValue, Vgtid, offset_record_key
+from cdcworker.offsets.edits import connect_document, entries
 from cdcworker.offsets.store import OffsetStore
 from kubetest import KubeControlPlane, kube_control_plane_fixture
 from kubetest.controlplane import free_port
 from localkafka import KafkaBroker
+from shardcdc_cli import cli
 from vtgatesim import VTGateSim
 
 ROOT = Path(__file__).resolve().parent.parent

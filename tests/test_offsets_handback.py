@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import pytest
 
-from cdcworker.admin.offsetsops import OffsetsError, entries, plan_handback
 from cdcworker.offsets import (
     LastPK,
     OffsetPartition,
@@ -23,6 +22,7 @@ from cdcworker.offsets import (
     plan_tasks,
     resolve_task_start,
 )
+from cdcworker.offsets.edits import OffsetsError, entries, plan_handback
 from cdcworker.offsets.handback import ShardcdcGeneration
 
 NAME = "conn"

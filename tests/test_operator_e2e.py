@@ -24,10 +24,10 @@ from operator_kubelet import ApiKubelet
 
 from cdcoperator.apply import KubeApi
 from cdcworker.offsets.keys import parse_offset_record_key
-from cdcworker.verify import compare, materialise
 from kubetest import KubeControlPlane, kube_control_plane_fixture
 from kubetest.controlplane import free_port
 from localkafka import KafkaBroker, consume_all
+from shardcdc_cli.materialise import compare, materialise
 from vtgatesim import VTGateSim
 from vtgatesim.workload import Workload
 

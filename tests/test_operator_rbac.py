@@ -214,7 +214,7 @@ def test_kafka_secrets_switch_lets_the_operator_read_the_kafka_secret(plane: Pla
 
     from cdcoperator.kafkaaccess import kafka_access
     from cdcoperator.model import ConnectorResource
-    from cdcworker.admin.target import kube_api
+    from shardcdc_cli.target import kube_api
 
     plane.kubectl("create", "namespace", "shop-k")
     plane.kubectl("-n", "shop-k", "create", "secret", "generic", "kafka-client",

@@ -125,7 +125,7 @@ def worker_pids(state: Path, pod: str) -> list[int]:
                 cmdline = (entry / "cmdline").read_bytes()
             except OSError:
                 continue
-            if marker in cmdline and b"cdcworker.cli\x00worker" in cmdline:
+            if marker in cmdline and b"shardcdc_cli.cli\x00worker" in cmdline:
                 pids.append(int(entry.name))
     return pids
 

@@ -17,11 +17,11 @@ from polling import wait_for
 from realvitess_fixtures import Writer, records, topic_equals_source, worker_props
 from worker_fixtures import running_task
 
+from cdcoperator.local.children import start_bound, stop_group
 from cdcworker import exitcodes
 from cdcworker.config import load_config
 from cdcworker.offsets import OffsetValue
 from localkafka import KafkaBroker, consume_all
-from localkafka.children import start_bound, stop_group
 from realvitess import VTTestServer
 
 pytestmark = pytest.mark.realvitess
@@ -56,7 +56,7 @@ def test_copy_then_stream_equals_the_source(
 
 def _start_worker(config: Path, log: Path) -> subprocess.Popen[bytes]:
     with log.open("ab") as out:
-        return start_bound([sys.executable, "-m", "cdcworker.cli", "worker", "-c", str(config)],
+        return start_bound([sys.executable, "-m", "shardcdc_cli.cli", "worker", "-c", str(config)],
                            stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "SHARDCDC_LOG_LEVEL": "WARNING"})
 
 

@@ -49,4 +49,4 @@ def test_make_demo_sets_up_only_what_the_demo_uses_and_make_test_everything(tmp_
                                                  "vitess", "vitess-system"]
     demo = subprocess.run(["make", "-n", "--no-print-directory", "demo", f"CACHE={tmp_path}/cache"], cwd=ROOT,
                           capture_output=True, text=True, timeout=60, check=True).stdout
-    assert "demo-setup" in demo and "cdcworker.cli demo" in demo
+    assert "demo-setup" in demo and "shardcdc_cli.cli demo" in demo

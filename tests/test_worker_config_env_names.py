@@ -13,7 +13,7 @@ from cdcworker.config.loader import env_to_property, is_reserved_env
 from cdcworker.config.properties import PROPERTIES, family_of, pattern_of
 
 REPO = Path(__file__).resolve().parents[1]
-SCANNED = ("Makefile", "scripts", "worker", "operator", "devkit", "charts", "images", "bench", "fuzz", "deploy", ".ci")
+SCANNED = ("Makefile", "scripts", "cli", "worker", "operator", "devkit", "charts", "images", "bench", "fuzz", "deploy", ".ci")
 NAME = re.compile(r"\bSHARDCDC_[A-Z0-9_]*[A-Z0-9]\b")
 
 

@@ -29,12 +29,12 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
 from worker_fixtures import wait_for
 
+from cdcoperator.local.children import start_bound
 from cdcworker.config import property_to_env
 from cdcworker.offsets import OffsetValue
-from cdcworker.verify import Materialised, compare, materialise
 from localkafka import KafkaBroker, consume_all, create_topics
 from localkafka.broker import free_port
-from localkafka.children import start_bound
+from shardcdc_cli.materialise import Materialised, compare, materialise
 from vtgatesim import FaultPlan, VTGateSim
 from vtgatesim.workload import Workload
 
@@ -74,7 +74,7 @@ def _start(config: Path, log: Path, status_port: int = 0) -> subprocess.Popen[by
     env = {**os.environ, "SHARDCDC_LOG_LEVEL": "WARNING", property_to_env("shardcdc.metrics.port"): str(status_port)}
     with log.open("ab") as out:
         return start_bound(
-            [sys.executable, "-m", "cdcworker.cli", "worker", "-c", str(config)],
+            [sys.executable, "-m", "shardcdc_cli.cli", "worker", "-c", str(config)],
             stdout=out,
             stderr=subprocess.STDOUT,
             env=env,

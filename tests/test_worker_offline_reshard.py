@@ -24,8 +24,8 @@ from worker_fixtures import CUSTOMER_DDL, RunningTask, running_task, worker_conf
 from cdcworker import exitcodes, keyrange
 from cdcworker.config import WorkerConfig
 from cdcworker.offsets import OffsetPartition, OffsetValue, offset_record_key
-from cdcworker.verify import compare, materialise
 from localkafka import KafkaBroker, consume_all
+from shardcdc_cli.materialise import compare, materialise
 from vtgatesim import VTGateSim
 
 KS = "commerce"

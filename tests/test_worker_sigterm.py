@@ -24,10 +24,10 @@ from pathlib import Path
 import pytest
 from confluent_kafka import KafkaException
 
+from cdcoperator.local.children import start_bound
 from cdcworker.offsets import OffsetValue
-from cdcworker.verify import compare, materialise
 from localkafka import ConsumedRecord, KafkaBroker, consume_all
-from localkafka.children import start_bound
+from shardcdc_cli.materialise import compare, materialise
 from vtgatesim import VTGateSim
 from vtgatesim.workload import Workload
 
@@ -81,7 +81,7 @@ def _start(config: Path, log: Path) -> subprocess.Popen[bytes]:
     env = {**os.environ, "SHARDCDC_LOG_LEVEL": "INFO"}
     with log.open("ab") as out:
         return start_bound(
-            [sys.executable, "-m", "cdcworker.cli", "worker", "-c", str(config)],
+            [sys.executable, "-m", "shardcdc_cli.cli", "worker", "-c", str(config)],
             stdout=out,
             stderr=subprocess.STDOUT,
             env=env,

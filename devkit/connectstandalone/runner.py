@@ -21,8 +21,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from cdcoperator.local.children import start_bound, stop_group
 from localkafka.broker import TEST_JVM_OPTS, free_port
-from localkafka.children import start_bound, stop_group
 
 DEBEZIUM_VERSION = "3.5.0.Final"
 VITESS_CONNECTOR_CLASS = "io.debezium.connector.vitess.VitessConnector"

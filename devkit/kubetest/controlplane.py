@@ -31,9 +31,9 @@ from typing import TYPE_CHECKING
 
 import yaml
 
+from cdcoperator.local.children import start_bound, stop_group
 from kubetest import pki
 from kubetest.binaries import KubeBinaries, find_binaries, kube_home
-from localkafka.children import start_bound, stop_group
 
 if TYPE_CHECKING:
     import kopf

@@ -19,7 +19,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from localkafka.children import start_bound, stop_group
+from cdcoperator.local.children import start_bound, stop_group
 from localkafka.security import BrokerSecurity, TlsFiles, listener_config, make_tls, scram_format_args
 
 DEFAULT_VERSION = "3.9.1"

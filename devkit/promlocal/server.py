@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from localkafka.children import start_bound, stop_group
+from cdcoperator.local.children import start_bound, stop_group
 from promlocal.files import (
     RULES_FILE,
     SCRAPE_FILE,

@@ -1,5 +1,5 @@
 """A small VTGate gRPC client for tests: statements, transactions, and a table's rows as MySQL text
-(the shape ``cdcworker.verify.compare`` takes, like ``VTGateSim.source_truth``)."""
+(the shape ``shardcdc_cli.materialise.compare`` takes, like ``VTGateSim.source_truth``)."""
 
 from __future__ import annotations
 

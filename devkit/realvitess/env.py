@@ -1,7 +1,7 @@
 """Where the Vitess binaries are and how processes of the cluster are started and stopped.
 
 Every process starts in a session of its own, bound to the starting thread
-(``localkafka.children``), as the unprivileged user when this process is root. ``stop`` stops the
+(``cdcoperator.local.children``), as the unprivileged user when this process is root. ``stop`` stops the
 group, then kills by pid any process still running from the cluster's directory (a ``mariadbd``
 that ``mysqlctl`` left behind holds its port otherwise)."""
 
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from localkafka.children import start_bound, stop_group
+from cdcoperator.local.children import start_bound, stop_group
 
 MARIADB_ROOT = Path("/usr")  # VT_MYSQL_ROOT: mysqlctl looks for sbin/mariadbd (bin/mysqld_safe) under it
 

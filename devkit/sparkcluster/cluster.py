@@ -5,7 +5,7 @@ against it.
 Each worker launches one executor JVM per application in ``<worker dir>/<app id>/<executor id>``
 (Spark's ``ExecutorRunner`` makes that its working directory), and the executor's PySpark daemon
 and Python workers inherit it: that is how ``executors`` finds an executor's pid without Spark's
-UI. Master and workers start bound to this process (``localkafka.children.start_bound``) in
+UI. Master and workers start bound to this process (``cdcoperator.local.children.start_bound``) in
 sessions of their own; ``stop`` ends their groups and then every process still working in the
 cluster's directory (PySpark's daemon moves itself to a process group of its own).
 """
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from localkafka.children import start_bound, stop_group
+from cdcoperator.local.children import start_bound, stop_group
 
 EXECUTOR_CLASS = "org.apache.spark.executor.CoarseGrainedExecutorBackend"
 _MASTER_URL = re.compile(r"Starting Spark master at (spark://[0-9.]+:\d+)")

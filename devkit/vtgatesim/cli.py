@@ -21,6 +21,9 @@ from pathlib import Path
 ACTIONS = ("serve", "workload", "reshard")
 
 
+# Registered as `shardcdc vtgate-sim` through pyproject's `shardcdc.commands` entry points (a devkit command).
+HELP = "Serve the VTGate test server (vtgate and vtctld gRPC services)"
+
 def register(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], int]:
     parser.add_argument("action", nargs="?", default="serve", choices=ACTIONS,
                         help="serve (default), or drive a running server: workload, reshard")

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from cdcworker import keyrange
 from vitessapi import query_pb2
+from vtgatesim import keyrange
 
 from . import sql as sqlp
 from .binlog import Image

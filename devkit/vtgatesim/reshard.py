@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from cdcworker import keyrange
 from vitessapi import binlogdata_pb2
+from vtgatesim import keyrange
 
 from . import binlog as bl
 from .executor import ShardTxn

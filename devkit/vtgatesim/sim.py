@@ -146,7 +146,7 @@ class VTGateSim:
             return new
 
     def reshard(self, keyspace: str, targets: list[str] | int, delete_old: bool = False) -> Any:
-        from cdcworker import keyrange
+        from vtgatesim import keyrange
 
         names = keyrange.even_shard_names(targets) if isinstance(targets, int) else list(targets)
         if names == ["-"]:

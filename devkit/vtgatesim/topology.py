@@ -7,7 +7,7 @@ import uuid as uuidlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from cdcworker import keyrange
+from vtgatesim import keyrange
 
 from .binlog import Binlog
 from .store import ShardStore

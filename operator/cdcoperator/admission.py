@@ -33,7 +33,7 @@ def review(body: Mapping[str, Any], old: Mapping[str, Any] | None, policy: Polic
         return []
     if old is not None and old.get("spec") == body.get("spec"):
         return []
-    from cdcworker.admin.validate import validate_connector  # `shardcdc validate`'s own checks
+    from cdcoperator.connectorcheck import validate_connector  # `shardcdc validate`'s own checks
 
     problems = list(validate_connector(body))
     if policy is not None:

@@ -27,7 +27,7 @@ from typing import Any
 
 from cdcoperator.kafkaaccess import KafkaAccess, plain_access
 from cdcoperator.model import ConnectorResource
-from cdcworker.admin.offsetsops import OffsetEntry, entries
+from cdcworker.offsets.edits import OffsetEntry, entries
 from cdcworker.offsets.migration import java_sorted
 
 __all__ = [

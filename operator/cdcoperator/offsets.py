@@ -53,6 +53,7 @@ __all__ = [
     "offsets_config_map_name",
     "offsets_stopped_problem",
     "run_offsets_action",
+    "stopped_problem",
 ]
 
 OFFSETS_ANNOTATION = f"{naming.PREFIX}/offsets"
@@ -75,7 +76,7 @@ def _unreachable(access: KafkaAccess) -> str | None:
 
 
 def delete_offsets_sync(cr: ConnectorResource, timeout: float = KAFKA_TIMEOUT, access: KafkaAccess | None = None) -> str:
-    from cdcworker.admin.offsetsops import apply_changes, plan_reset
+    from cdcworker.offsets.edits import apply_changes, plan_reset
     from cdcworker.offsets.store import OffsetStore
 
     kafka = cr.spec.kafka
@@ -116,10 +117,33 @@ RESET_NOTE = ("the generation record was cleared with the offsets: when running 
               "at generation 0 as snapshot.mode says")
 
 
+# How to stop a connector, for the messages of stopped_problem (kubectl, or local mode's manifest).
+KUBECTL_STOP = "set it to 'stopped' first (kubectl patch cdc/<name> --type=merge -p '{\"spec\":{\"state\":\"stopped\"}}')"
+LOCAL_STOP = ("set it to 'stopped' first (in the manifest: the running `shardcdc run` re-applies it), or stop "
+              "`shardcdc run` (Ctrl-C: every worker commits and exits)")
+
+
+def stopped_problem(body: Any, how_to_stop: str = KUBECTL_STOP) -> str | None:
+    """Why a CdcConnector is not safe to change offsets of (None: it is stopped, every worker exited)."""
+    spec = body.get("spec") or {}
+    state = spec.get("state") or "running"
+    if state != "stopped":
+        return f"spec.state is {state!r}; {how_to_stop}"
+    meta = body.get("metadata") or {}
+    status = body.get("status") or {}
+    if int(status.get("observedGeneration") or -1) != int(meta.get("generation") or 0):
+        return "the operator has not yet observed spec.state: stopped; try again in a moment"
+    assignment = status.get("assignment")
+    # The phase turns Stopped at once; the workers may still be flushing their last offsets in
+    # their termination grace, which would land after (and undo) a change made now.
+    if assignment and (assignment.get("phase") != "Stopped" or assignment.get("stoppedCleanly") is not True):
+        return f"workers of generation {assignment.get('generation')} have not all exited yet " \
+               f"(phase {assignment.get('phase')}); try again in a moment"
+    return None
+
+
 def offsets_stopped_problem(body: Mapping[str, Any], live_pods: int) -> str | None:
     """Why offsets of this connector may not be changed now (None: stopped and every worker exited)."""
-    from cdcworker.admin.offsets import stopped_problem
-
     problem = stopped_problem(body)
     if problem is None and live_pods:
         problem = f"{live_pods} worker pods still exist; wait until they are gone"
@@ -143,7 +167,7 @@ def _handback(cr: ConnectorResource, body: Mapping[str, Any], records: Mapping[b
               ) -> tuple[list[Any], str]:
     """The hand-back's changes and the Debezium properties to use (``shardcdc offsets handback``)."""
     from cdcoperator.planner import recorded_generation
-    from cdcworker.admin.offsetsops import plan_handback
+    from cdcworker.offsets.edits import plan_handback
 
     per_task, tasks_max = parse_handback(value, body)
     recorded = recorded_generation(body)
@@ -160,7 +184,7 @@ def run_offsets_action(cr: ConnectorResource, action: str, document: Mapping[str
     """Carry out one action against Kafka: (result message, the offsets document after it). For
     ``handback`` (``action`` is the annotation's value) the document also has the Debezium
     properties under ``debezium.properties``."""
-    from cdcworker.admin.offsetsops import apply_changes, connect_document, entries, plan_alter, plan_reset
+    from cdcworker.offsets.edits import apply_changes, connect_document, entries, plan_alter, plan_reset
     from cdcworker.offsets.store import OffsetStore
 
     topic = cr.spec.kafka.offsets_topic

@@ -30,9 +30,9 @@ from typing import Any
 
 from cdcoperator.apply import Kind
 from cdcoperator.backfillrelease import PODS
+from cdcoperator.local.children import start_bound
 from cdcoperator.local.cluster import LocalCluster
 from cdcoperator.local.kubelet import ProcessKubelet, _Pod
-from localkafka.children import start_bound
 
 __all__ = ["JOBS", "ProcessJobs"]
 

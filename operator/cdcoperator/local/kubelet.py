@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from localkafka.children import start_bound
+from cdcoperator.local.children import start_bound
 
 __all__ = [
     "BACKOFF_RESET",
@@ -69,7 +69,7 @@ TEMPLATE_HASH_ANNOTATION = "local.shardcdc.io/template-hash"
 # The worker's config reads SHARDCDC_* environment overrides: this is how it learns its host port.
 DEFAULT_PORT_ENV: Mapping[str, str] = {"metrics": "SHARDCDC_SHARDCDC_METRICS_PORT"}
 # The image's entry point is this interpreter's CLI (same code, same virtualenv).
-DEFAULT_COMMANDS: Mapping[str, Sequence[str]] = {"shardcdc": (sys.executable, "-m", "cdcworker.cli")}
+DEFAULT_COMMANDS: Mapping[str, Sequence[str]] = {"shardcdc": (sys.executable, "-m", "shardcdc_cli.cli")}
 TERMINATION_LOG_ENV = "SHARDCDC_TERMINATION_LOG"
 # A container does not inherit the host's environment; a local process needs these to find Python.
 INHERITED_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TZ", "PYTHONPATH", "VIRTUAL_ENV")

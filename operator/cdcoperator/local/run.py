@@ -47,9 +47,9 @@ def load_manifest(path: Path) -> dict[str, Any]:
     """The one CdcConnector document in a YAML/JSON file, valid as ``shardcdc validate`` judges it
     (the same checks: what one refuses, the other does not start). ``SpecError``: one line per
     problem."""
+    from cdcoperator.connectorcheck import connector_documents, connector_label, validate_connector
+    from cdcoperator.manifest import ManifestError, load_documents
     from cdcoperator.model import KIND, SpecError
-    from cdcworker.admin.manifest import ManifestError, load_documents
-    from cdcworker.admin.validate import connector_documents, connector_label, validate_connector
 
     try:
         connectors = connector_documents(load_documents(path))

@@ -8,7 +8,7 @@ Changing offsets under a running worker is useless at best (the worker overwrite
 next flush) and harmful at worst, so ``reset`` and ``set`` refuse unless the connector is stopped:
 ``spec.state: stopped`` and every worker exited (``status.assignment.phase: Stopped``). In a
 cluster the CdcConnector's status says so. Without one (``--local``, ``-f``) the local-mode
-instance is asked (``cdcworker.admin.localmode``): a running ``shardcdc run`` by the same rule on
+instance is asked (``shardcdc_cli.localmode``): a running ``shardcdc run`` by the same rule on
 its live status, and no running instance means no worker (they die with it); a connector that
 ``shardcdc run`` never ran under the state directory cannot be shown stopped and is refused.
 ``--force-offline`` skips the check (the user's then, and a warning says so). Every change is
@@ -29,7 +29,8 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from rich.table import Table
 
-from cdcworker.admin.offsetsops import (
+from cdcoperator.offsets import LOCAL_STOP, stopped_problem
+from cdcworker.offsets.edits import (
     Change,
     OffsetsError,
     apply_changes,
@@ -40,18 +41,15 @@ from cdcworker.admin.offsetsops import (
     plan_reset,
     plan_set_shards,
 )
-from cdcworker.admin.target import Target, TargetError, add_kafka_arguments, add_kube_arguments, resolve
+from shardcdc_cli.target import Target, TargetError, add_kafka_arguments, add_kube_arguments, resolve
 
 if TYPE_CHECKING:
     from cdcworker.offsets.handback import HandBack, ShardcdcGeneration
     from cdcworker.offsets.store import OffsetStore
 
-__all__ = ["EXIT_REFUSED", "KUBECTL_STOP", "LOCAL_STOP", "register", "stopped_problem"]
+__all__ = ["EXIT_REFUSED", "register"]
 
 EXIT_REFUSED = 3
-KUBECTL_STOP = "set it to 'stopped' first (kubectl patch cdc/<name> --type=merge -p '{\"spec\":{\"state\":\"stopped\"}}')"
-LOCAL_STOP = ("set it to 'stopped' first (in the manifest: the running `shardcdc run` re-applies it), or stop "
-              "`shardcdc run` (Ctrl-C: every worker commits and exits)")
 
 
 def register(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], int]:
@@ -89,25 +87,6 @@ def register(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], 
     return run
 
 
-def stopped_problem(body: Any, how_to_stop: str = KUBECTL_STOP) -> str | None:
-    """Why a CdcConnector is not safe to change offsets of (None: it is stopped, every worker exited)."""
-    spec = body.get("spec") or {}
-    state = spec.get("state") or "running"
-    if state != "stopped":
-        return f"spec.state is {state!r}; {how_to_stop}"
-    meta = body.get("metadata") or {}
-    status = body.get("status") or {}
-    if int(status.get("observedGeneration") or -1) != int(meta.get("generation") or 0):
-        return "the operator has not yet observed spec.state: stopped; try again in a moment"
-    assignment = status.get("assignment")
-    # The phase turns Stopped at once; the workers may still be flushing their last offsets in
-    # their termination grace, which would land after (and undo) a change made now.
-    if assignment and (assignment.get("phase") != "Stopped" or assignment.get("stoppedCleanly") is not True):
-        return f"workers of generation {assignment.get('generation')} have not all exited yet " \
-               f"(phase {assignment.get('phase')}); try again in a moment"
-    return None
-
-
 def _table(items: Sequence[Any], console: Console, title: str) -> None:
     table = Table(title=title, title_justify="left")
     for col in ("server", "task key", "gen", "shard", "gtid", "copy"):
@@ -141,7 +120,7 @@ def _confirm(changes: Sequence[Change], args: argparse.Namespace, console: Conso
 def _recorded(args: argparse.Namespace, target: Target) -> ShardcdcGeneration | None:
     """shardcdc's last generation from the connector's status (cluster or local mode), if any."""
     from cdcoperator.planner import recorded_generation
-    from cdcworker.admin.localmode import LocalModeError, find_local, state_dir
+    from shardcdc_cli.localmode import LocalModeError, find_local, state_dir
 
     body = target.body
     if target.source != "cluster":
@@ -215,7 +194,7 @@ def _plan(args: argparse.Namespace, records: Any, name: str) -> list[Change]:
 
 def _local_problem(args: argparse.Namespace, target: Target, err: Console) -> tuple[str, str | None]:
     """The connector's namespace/name and why it is not stopped, asked of its ``shardcdc run`` instance."""
-    from cdcworker.admin.localmode import LocalModeError, find_local, state_dir
+    from shardcdc_cli.localmode import LocalModeError, find_local, state_dir
 
     root = state_dir(args.state_dir)
     namespace = args.namespace or target.namespace or "default"
@@ -240,7 +219,7 @@ def _clear_local_generation(args: argparse.Namespace, target: Target, out: Conso
     from cdcoperator.local.cluster import clear_saved_generation_record
     from cdcoperator.local.control import ControlClient, ControlError
     from cdcoperator.offsets import RESET_NOTE, RESET_STATUS
-    from cdcworker.admin.localmode import LocalModeError, find_local, state_dir
+    from shardcdc_cli.localmode import LocalModeError, find_local, state_dir
 
     root = state_dir(args.state_dir)
     namespace = args.namespace or target.namespace or "default"
@@ -270,7 +249,7 @@ def _clear_generation(args: argparse.Namespace, target: Target, out: Console, er
     if not ((target.body or {}).get("status") or {}).get("assignment"):
         return 0
     from cdcoperator.offsets import OFFSETS_ANNOTATION, RESET_NOTE, RESET_STATUS
-    from cdcworker.admin.target import CONNECTORS_PATH, kube_api
+    from shardcdc_cli.target import CONNECTORS_PATH, kube_api
 
     try:
         api, _ = kube_api(args.kubeconfig, args.context)

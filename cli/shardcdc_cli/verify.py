@@ -3,7 +3,7 @@
 Reads the table through VTGate (``Execute``: ``SELECT * FROM <table>`` in the keyspace, the same
 gRPC API the connector uses, so it works against real Vitess and the test server alike), reads the
 topic from the beginning to its end (``read_committed``), applies the events in order per key
-(:mod:`cdcworker.verify`) and compares row by row. Run it once the workload has stopped and the
+(:mod:`shardcdc_cli.materialise`) and compares row by row. Run it once the workload has stopped and the
 connector has caught up (``--wait`` retries until equal or the deadline). Exit codes: 0 equal,
 1 different (a summary is printed), 2 the source or Kafka cannot be read.
 """
@@ -101,7 +101,7 @@ def read_topic(bootstrap: str, topic: str, timeout: float = 60.0) -> list[_Recor
 
 
 def run(args: argparse.Namespace, console: Console | None = None) -> int:
-    from cdcworker.verify import compare, materialise
+    from shardcdc_cli.materialise import compare, materialise
 
     out = console or Console()
     topic = args.topic or f"{args.prefix}.{args.keyspace}.{args.table}"

@@ -27,6 +27,9 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+# `shardcdc demo` is registered from devkit (pyproject's `shardcdc.commands` entry points): the demo
+# starts a broker and the VTGate test server, and product code (the CLI included) never imports devkit.
+HELP = "Run the demo: local Kafka, the VTGate test server and a connector"
 NAME = "demo"
 KEYSPACE = "commerce"
 TABLE = "items"
@@ -171,8 +174,8 @@ def run(args: argparse.Namespace) -> int:
 
     from cdcoperator.local.control import ControlClient
     from cdcoperator.local.runner import LocalRunner, RunnerThread
-    from cdcworker.verify import compare, materialise
     from localkafka import KafkaBroker, consume_all
+    from shardcdc_cli.materialise import compare, materialise
     from vtgatesim import VTGateSim
     from vtgatesim.workload import Workload
 

@@ -19,7 +19,7 @@ import orjson
 from rich.console import Console
 from rich.text import Text
 
-from cdcworker.admin.target import TargetError
+from shardcdc_cli.target import TargetError
 
 __all__ = ["format_event", "register"]
 
@@ -86,7 +86,7 @@ def format_event(partition: int, offset: int, key: bytes | None, value: bytes | 
 def run(args: argparse.Namespace, console: Console | None = None) -> int:
     from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, TopicPartition
 
-    from cdcworker.admin.target import _client_settings
+    from shardcdc_cli.target import _client_settings
 
     out = console or Console()
     err = Console(stderr=True)
