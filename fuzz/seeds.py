@@ -6,7 +6,7 @@ the server sent (the raw-bytes call the worker makes). Each response is written 
 when it holds ROW events, once more behind its shard's latest FIELD event (a VStreamResponse is a
 repeated field: concatenated encodings are one response), so the oracle can compile the table's
 plans from the same input; and all of them as one response (consecutive transactions, for the
-tx_begin comparison). Plus a few hand-made odd encodings (tests/test_worker_native_scan.py's).
+tx_begin comparison). Plus a few hand-made odd encodings (tests/integration/worker/test_worker_native_scan.py's).
 """
 
 from __future__ import annotations

@@ -48,7 +48,7 @@ rm -rf "$src" "$out/bin.tmp"
 mkdir -p "$src" "$out/bin.tmp"
 cp -r "$dir/." "$src/"
 chmod -R u+w "$src"
-# git apply --check first: a clear failure when upstream's templates moved (tests/test_vitess_patch.py
+# git apply --check first: a clear failure when upstream's templates moved (tests/unit/repo/test_vitess_patch.py
 # checks the same against the downloaded module).
 (cd "$src" && git apply --check -p1 "$patch" && git apply -p1 "$patch")
 step "patched config templates ($(basename "$patch"))"

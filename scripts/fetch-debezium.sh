@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Assemble Kafka Connect (standalone) plus the Debezium Vitess connector from Maven Central jars,
-# for the differential conformance test (tests/test_conformance_debezium.py).
+# for the differential conformance test (tests/conformance/worker/test_conformance_debezium.py).
 # Usage: fetch-debezium.sh <debezium-version> <kafka-connect-version> <home> <maven-local-repo>
 # Result: <home>/libs/*.jar (one flat classpath) and <home>/.complete; idempotent.
 # The Connect version is the Kafka version the Debezium release is built against (its

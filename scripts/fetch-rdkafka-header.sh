@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # rdkafka.h of one librdkafka release, from the npm package that ships librdkafka's source
-# (make rdkafka-header; tests/test_rdkafka_abi.py checks kafkaprod.c's hand declarations against it).
+# (make rdkafka-header; tests/unit/worker/test_rdkafka_abi.py checks kafkaprod.c's hand declarations against it).
 set -euo pipefail
 npm_pkg=$1 version=$2 home=$3
 command -v npm >/dev/null || { echo "make rdkafka-header: npm is missing (apt-get install npm)" >&2; exit 1; }

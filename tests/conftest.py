@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
 from localkafka import KafkaBroker
+
+# Test files live in tests/<tier>/<package>/ (scripts/test_tiers.py); some import shared constants from
+# another test module by name (from test_backfill_operator import SPARK_CRD), as they did when tests/
+# was flat. Every tier's package folder goes on sys.path, whatever pytest collects first (file names
+# are unique across the tiers: pytest's default import mode refuses duplicates).
+for _folder in sorted(Path(__file__).parent.glob("*/*")):
+    if _folder.is_dir() and _folder.parent.name in ("unit", "integration", "conformance", "e2e"):
+        sys.path.append(str(_folder))
 
 
 @pytest.fixture(scope="session")

@@ -144,7 +144,7 @@ def commit_generated(sim: VTGateSim, keyspace: str, shard: str, table: str, row_
     The binlog entry is a `binlog.GeneratedRows`: every stream renders, from `row_at`, the
     Rows_events `executor.ShardTxn.commit` would have written for the same multi-row INSERT
     (values normalized as the executor stores them, binlog images, ROWS_EVENT_MAX grouping), so the
-    wire is the ordinary path's (tests/test_vtgatesim_generated.py). `row_at` must be pure (Python
+    wire is the ordinary path's (tests/integration/devkit/test_vtgatesim_generated.py). `row_at` must be pure (Python
     values in column order). The caller picks the shard (the vindex is not consulted). With
     `store=False` the rows go to the binlog only (the shard's table does not hold them: a source
     that is only streamed from its position, never copied or queried). With `spill` (default) the

@@ -15,7 +15,7 @@ serialized RowChanges (no Python object per event or row), and ``TablePlan.send_
 each record straight from the native images. The rare other events (BEGIN, VGTID, COMMIT, FIELD,
 ...) are parsed by upb from their slice of the response. Without the extension, or with
 ``SHARDCDC_NATIVE=0``, responses arrive parsed and take the same code from ``_rows``/``_event``
-on; both give the same records and positions (tests/test_worker_native_scan.py).
+on; both give the same records and positions (tests/integration/worker/test_worker_native_scan.py).
 
 Positions: the VGTID that precedes COMMIT (or DDL / OTHER) is a *commit point*; the sink makes it
 durable once Kafka has acknowledged everything before it. Nothing else moves the position. While

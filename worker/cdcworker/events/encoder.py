@@ -25,7 +25,7 @@ from cdcworker.events.topics import TopicNaming
 from cdcworker.events.types import ColumnCodec, Converter, FieldLike, TypeOptions, plan_column
 
 # source.version: the Debezium release whose records ours are byte-identical to
-# (tests/test_conformance_debezium.py; docs/conformance.md says why this value).
+# (tests/conformance/worker/test_conformance_debezium.py; docs/conformance.md says why this value).
 DEBEZIUM_VERSION = "3.5.0.Final"
 # Module.name() of the Vitess connector: Debezium's __debezium.context.connectorName header.
 CONNECTOR_PLUGIN_NAME = "vitess"
@@ -519,7 +519,7 @@ class TablePlan:
 
         ``producer``: the native sink's producer (``nativesink``); its ``send_rows`` runs this
         loop's insert/same-key-update branch in C and hands each other row back here (the same
-        bytes either way: tests/test_worker_native_sink.py). With transaction metadata it needs
+        bytes either way: tests/integration/worker/test_worker_native_sink.py). With transaction metadata it needs
         ``tx_native``, the ``TransactionMonitor`` whose ``native_blocks`` describe the blocks.
         """
         enc = self._native.encode  # type: ignore[union-attr]

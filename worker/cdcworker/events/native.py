@@ -6,7 +6,7 @@ by identity against the converters ``types.plan_column`` makes for sample column
 converter this module does not know (or one that changed shape) runs as a Python callback
 for that column only. The C code has native fast paths for the canonical texts MySQL sends
 and hands every other value to the Python converter + orjson, so its bytes equal the
-pure-Python path's (tests/test_events_native.py proves it for every type and mode).
+pure-Python path's (tests/unit/worker/test_events_native.py proves it for every type and mode).
 
 A masked column's constant converter (``filters.columns._const_conv``) becomes ``OP_CONST``: the
 constant's JSON is written without a Python call per value; a text column cut by

@@ -71,7 +71,7 @@ class SourceContext:
 
         ``unset_snapshot``: what an unset ``snapshot`` is written as. JsonConverter writes a null
         field as its schema default ("false") unless ``value.converter.replace.null.with.default``
-        is false; then it stays null (Debezium 3.5's bytes, tests/test_conformance_debezium.py).
+        is false; then it stays null (Debezium 3.5's bytes, tests/conformance/worker/test_conformance_debezium.py).
         """
         frag = self._cache.get(table)
         if frag is None:

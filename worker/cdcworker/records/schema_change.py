@@ -11,7 +11,7 @@ shard, so one per shard — on the schema change topic (``<topic.prefix>``, or
   ``schemaName`` null; ``ddl`` the statement; ``tableChanges`` always ``[]`` (the connector builds
   the event without a ``Table``), though its schema describes Debezium's ``Change`` structs;
 * the ``__debezium.context.*`` headers of the data records (the processor adds them), unlike
-  heartbeat and transaction records (``tests/test_conformance_records.py``).
+  heartbeat and transaction records (``tests/conformance/worker/test_conformance_records.py``).
 
 The table is found like ``DdlMetadataExtractor``: comments removed, whitespace collapsed, the first
 ``(CREATE|ALTER|TRUNCATE|DROP|RENAME) TABLE <name>`` match, ``ks.t`` → ``t``, backticks dropped,

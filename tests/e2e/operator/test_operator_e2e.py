@@ -1,0 +1,213 @@
+"""End to end: CdcConnector -> operator (kopf, real kube-apiserver) -> worker processes -> Kafka.
+
+The operator runs in-process with ``KopfRunner`` under its least-privilege ServiceAccount. There
+is no kubelet: ``ApiKubelet`` (tests/operator_kubelet.py) runs the pod template of every Deployment
+the operator creates as a real ``shardcdc worker`` process (command, env, the mounted ConfigMap)
+and reports it back as a Pod, so the operator observes real workers through its pod index and
+their ``/status`` documents. During a live workload the keyspace is split 2 -> 4 shards (the
+workers stop at the journal with exit status 10 and the operator follows), then ``kubectl scale``
+takes the connector from 2 to 4 tasks; the verifier proves the topic equals the source table.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from operator_kube_fixtures import env_var, operator_runner, wait_for
+from operator_kubelet import ApiKubelet
+
+from cdcoperator.apply import KubeApi
+from cdcworker.offsets.keys import parse_offset_record_key
+from kubetest import KubeControlPlane, kube_control_plane_fixture
+from kubetest.controlplane import free_port
+from localkafka import KafkaBroker, consume_all
+from shardcdc_cli.materialise import compare, materialise
+from vtgatesim import VTGateSim
+from vtgatesim.workload import Workload
+
+ROOT = Path(__file__).resolve().parents[3]
+CRD_PATH = ROOT / "crds" / "shardcdc.io_cdcconnectors.yaml"
+RBAC_PATH = ROOT / "operator" / "rbac.yaml"
+NS = "e2e"
+STEP_TIMEOUT = 60.0
+
+
+class Cluster:
+    def __init__(self, plane: KubeControlPlane, kube: KubeApi, kubelet: ApiKubelet) -> None:
+        self.plane, self.kube, self.kubelet = plane, kube, kubelet
+
+    def kubectl(self, *args: str, input: str | None = None) -> str:
+        r = self.plane.kubectl("-n", NS, *args, input=input)
+        assert r.returncode == 0, r.stderr
+        return r.stdout
+
+    def get(self, name: str) -> dict[str, Any] | None:
+        return self.kube._call("GET", f"/apis/shardcdc.io/v1alpha1/namespaces/{NS}/cdcconnectors/{name}",
+                               allow=(404,))
+
+    def status(self, name: str) -> dict[str, Any]:
+        return dict((self.get(name) or {}).get("status") or {})
+
+    def ready(self, name: str, generation: int, tasks: int, shards: int) -> dict[str, Any] | None:
+        status = self.status(name)
+        a = status.get("assignment") or {}
+        ready = next((c for c in status.get("conditions") or () if c["type"] == "Ready"), {})
+        ok = (ready.get("status") == "True" and a.get("generation") == generation and a.get("tasks") == tasks
+              and len(a.get("shards") or ()) == shards)
+        return a if ok else None
+
+    def positions(self, name: str) -> dict[str, str]:
+        out = {}
+        for task in (self.status(name).get("assignment") or {}).get("taskStates") or ():
+            for part in (task.get("position") or "").split(";"):
+                if "@" in part:
+                    shard, gtid = part.split("@", 1)
+                    out[shard] = gtid
+        return out
+
+    def events(self, name: str) -> list[tuple[str, str, str]]:
+        out = self.kube._call("GET", f"/api/v1/namespaces/{NS}/events",
+                              query={"fieldSelector": f"involvedObject.name={name}"})
+        items = sorted((out or {}).get("items") or [], key=lambda e: int(e["metadata"]["resourceVersion"]))
+        return [(e["type"], e["reason"], e.get("message") or "") for e in items]
+
+    def pods(self) -> list[dict[str, Any]]:
+        out = self.kube._call("GET", f"/api/v1/namespaces/{NS}/pods")
+        return list((out or {}).get("items") or [])
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    for plane in kube_control_plane_fixture():
+        for ns in ("shardcdc-system", NS):
+            plane.ensure_namespace(ns)
+        plane.kubectl("apply", "-f", str(CRD_PATH), check=True)
+        plane.kubectl("apply", "-f", str(RBAC_PATH), check=True)
+        plane.wait_established("cdcconnectors.shardcdc.io")
+        token = plane.service_account_token("shardcdc-system", "shardcdc-operator")
+        sa_config = plane.write_kubeconfig(tmp_path_factory.mktemp("sa") / "operator.kubeconfig",
+                                           user="shardcdc-operator", token=token, namespace=NS)
+        liveness = f"http://127.0.0.1:{free_port()}/healthz"
+        workdir = tmp_path_factory.mktemp("pods")
+        with plane.api_client() as admin:
+            kube = KubeApi(admin)
+            with (
+                # Containers that exit come back at once (a kubelet restarts them after the reshard
+                # exit too): the operator must stop them before the next generation starts.
+                ApiKubelet(kube, NS, workdir, extra_env={"SHARDCDC_LOG_LEVEL": "INFO"}, restart_backoff=0.05) as kubelet,
+                env_var("SHARDCDC_OPERATOR_RESYNC_SECONDS", "0.5"),
+                plane.kubeconfig_env(sa_config),
+                operator_runner(NS, liveness, timeout=60) as runner,
+            ):
+                yield Cluster(plane, kube, kubelet)
+            assert kubelet.errors == []
+        assert runner.exception is None, runner.output[-3000:]
+        # Not a bare "403": log timestamps end in milliseconds like ",403".
+        assert "Forbidden" not in runner.output, runner.output[-3000:]
+
+
+def _logs(workdir: Path) -> str:
+    return "\n".join(f"--- {p}\n{p.read_text()[-1500:]}" for p in sorted(workdir.rglob("container.log")))
+
+
+def test_cr_to_operator_to_worker_processes_to_kafka(cluster: Cluster, kafka_broker: KafkaBroker) -> None:
+    prefix = f"e2e{uuid.uuid4().hex[:6]}"
+    with VTGateSim() as sim:
+        sim.create_keyspace("orders", ["-80", "80-"])
+        workload = Workload(sim, "orders", table="items", seed=11, large_every=150, large_rows=200)
+        workload.ensure_table()
+        workload.run(transactions=60)  # history for the initial snapshot
+        body = {
+            "apiVersion": "shardcdc.io/v1alpha1", "kind": "CdcConnector",
+            "metadata": {"name": "orders", "namespace": NS},
+            "spec": {
+                "source": {"vitess": {"vtgate": sim.address, "keyspace": "orders", "vtctld": sim.address}},
+                "kafka": {"bootstrapServers": kafka_broker.bootstrap, "topicPrefix": prefix,
+                          "offsetsTopic": f"{prefix}-offsets"},
+                "tasks": 2,
+                "config": {"offset.storage.replication.factor": "1", "offset.flush.interval.ms": "200"},
+                "deletionPolicy": "DeleteOffsets",
+            },
+        }
+        writer = threading.Thread(target=workload.run, kwargs={"rate": 40.0}, daemon=True)
+        writer.start()
+        workdir = cluster.kubelet.kubelet.workdir
+        try:
+            cluster.kubectl("apply", "-f", "-", input=json.dumps(body))
+            a0 = wait_for(lambda: cluster.ready("orders", 0, 2, 2), STEP_TIMEOUT, "generation 0 streaming")
+            assert [t["shards"] for t in a0["taskStates"]] == [["-80"], ["80-"]]
+            # Real pods in the API server, backed by real worker processes.
+            pods = {p["metadata"]["name"]: p for p in cluster.pods()}
+            assert sorted(pods) == ["orders-g0-t0-0", "orders-g0-t1-0"]
+            wait_for(lambda: all(p["status"]["containerStatuses"][0]["ready"] for p in cluster.pods()),
+                     STEP_TIMEOUT, "the worker pods ready (their /readyz)")
+
+            # A 2 -> 4 split while the workload runs: workers stop at the journal (exit 10), the
+            # operator drains and starts generation 1 over the four new shards.
+            sim.reshard("orders", 4)
+            a1 = wait_for(lambda: cluster.ready("orders", 1, 2, 4), STEP_TIMEOUT, "generation 1 over 4 shards")
+            assert a1["previousTasks"] == 2
+            assert [t["shards"] for t in a1["taskStates"]] == [["-40", "80-c0"], ["40-80", "c0-"]]
+            assert sorted(j["shard"] for j in a1["journalPositions"]) == ["-40", "40-80", "80-c0", "c0-"]
+
+            cluster.kubectl("scale", "cdc/orders", "--replicas=4")
+            a2 = wait_for(lambda: cluster.ready("orders", 2, 4, 4), STEP_TIMEOUT, "generation 2 with 4 tasks")
+            assert a2["previousTasks"] == 2
+            assert [t["shards"] for t in a2["taskStates"]] == [["-40"], ["40-80"], ["80-c0"], ["c0-"]]
+
+            workload.stop()
+            writer.join(30)
+            final = sim.positions("orders")
+            wait_for(lambda: cluster.positions("orders") == final, STEP_TIMEOUT, "every task at the final positions")
+            # stopped: every worker exits (SIGTERM, offsets committed) and the operator records it.
+            cluster.kubectl("patch", "cdc/orders", "--type=merge", "-p", '{"spec": {"state": "stopped"}}')
+            wait_for(lambda: (cluster.status("orders").get("assignment") or {}).get("stoppedCleanly"),
+                     STEP_TIMEOUT, "stoppedCleanly")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\nevents: {cluster.events('orders')}\n{_logs(workdir)}") from None
+        finally:
+            workload.stop()
+            writer.join(30)
+
+        records = consume_all(kafka_broker.bootstrap, f"{prefix}.orders.items")
+        state = materialise(records)
+        diff = compare(state, sim.source_truth("orders", "items"), "id", ["id", "name", "qty", "price"])
+        assert diff.empty, diff.summary()
+        # Every generation change stopped its workers gracefully at their durable positions (or at
+        # the reshard journal), so nothing was delivered twice.
+        assert state.duplicates == 0
+
+    # Never two generations at once, and each ran.
+    seen = [g for c, g in cluster.kubelet.live_generations if c == "orders"]
+    assert {frozenset({0}), frozenset({1}), frozenset({2})} <= set(seen)
+    assert all(len(g) == 1 for g in seen), sorted(set(seen), key=sorted)
+    reasons = [r for _, r, _ in cluster.events("orders")]
+    assert reasons.count("GenerationStarted") == 3
+    # The reshard's steps as events: detected or followed, then completed.
+    i = reasons.index("Resharding")
+    assert reasons.index("ReshardCompleted", i) > i
+    assert [m for _, r, m in cluster.events("orders") if r == "ReshardCompleted"] == [
+        "generation 1 streams 4 shards: -40, 40-80, 80-c0, c0-"]
+    started = [m for _, r, m in cluster.events("orders") if r == "GenerationStarted"]
+    assert started == ["generation 0 started: 2 tasks over 2 shards",
+                       "generation 1 started: 2 tasks over 4 shards (previous tasks 2; Reshard)",
+                       "generation 2 started: 4 tasks over 4 shards (previous tasks 2; Scale)"]
+
+    # Deletion with DeleteOffsets: children removed, then every offset record of the connector tombstoned.
+    cluster.kubectl("delete", "cdc/orders", "--wait=false")
+    wait_for(lambda: cluster.get("orders") is None, STEP_TIMEOUT, "the connector deleted")
+    offsets = consume_all(kafka_broker.bootstrap, f"{prefix}-offsets")
+    latest: dict[bytes, bytes | None] = {}
+    for rec in offsets:
+        assert rec.key is not None
+        latest[rec.key] = rec.value
+    mine = {k: v for k, v in latest.items() if parse_offset_record_key(k)[0] == "orders"}
+    assert len(mine) >= 4 and all(v is None for v in mine.values()), mine
+    assert [m for _, r, m in cluster.events("orders") if r == "OffsetsDeleted"] == [
+        f"deleted {len(mine)} offset records of orders from topic {prefix}-offsets"]
