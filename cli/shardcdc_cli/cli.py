@@ -52,6 +52,13 @@ def plugin_commands(describe: bool = False) -> dict[str, tuple[str, str]]:
     return found
 
 
+def unknown_command(name: str) -> str:
+    """One line for a command that is neither the product's nor an installed plugin's."""
+    known = ", ".join([*SUBCOMMANDS, *plugin_commands()])
+    return (f"shardcdc: unknown command {name!r} (commands: {known}); development-kit commands such as demo "
+            f"and vtgate-sim need the kit: {PLUGIN_HINT}")
+
+
 def build_parser(describe_plugins: bool = False) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="shardcdc", description="Change data capture for sharded MySQL (Vitess).",
                                      epilog=f"Development-kit commands (demo, vtgate-sim) are listed when the kit is "
@@ -67,6 +74,9 @@ def build_parser(describe_plugins: bool = False) -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
+    if args_list and not args_list[0].startswith("-") and args_list[0] not in {**SUBCOMMANDS, **plugin_commands()}:
+        print(unknown_command(args_list[0]), file=sys.stderr)
+        return 2
     parser = build_parser(describe_plugins=not args_list or args_list[0] in ("-h", "--help"))
     # Two-phase parse: find the subcommand, let its module add its own arguments, then parse fully.
     known, _ = parser.parse_known_args(args_list)
