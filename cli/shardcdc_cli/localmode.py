@@ -19,6 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cdcoperator.local.cluster import STATE_FILE, connector_dir
+from cdcoperator.local.control import ControlClient, ControlError, default_state_dir
+
 __all__ = ["LocalConnector", "LocalModeError", "find_local", "local_names", "state_dir"]
 
 
@@ -37,7 +40,6 @@ class LocalConnector:
 
 def state_dir(given: Path | None) -> Path:
     """``--state-dir``, else the default ``shardcdc run`` uses."""
-    from cdcoperator.local.control import default_state_dir
 
     return given if given is not None else default_state_dir()
 
@@ -56,8 +58,6 @@ def _alive(pid: int | None) -> bool:
 
 def find_local(name: str, namespace: str, root: Path, timeout: float = 10.0) -> LocalConnector | None:
     """The connector as its running instance reports it, else as saved; None if ``root`` has neither."""
-    from cdcoperator.local.cluster import STATE_FILE, connector_dir
-    from cdcoperator.local.control import ControlClient, ControlError
 
     try:
         folder = connector_dir(root, namespace, name)
@@ -87,7 +87,6 @@ def find_local(name: str, namespace: str, root: Path, timeout: float = 10.0) -> 
 
 def local_names(root: Path, namespace: str | None) -> list[tuple[str, str]]:
     """(namespace, name) of every connector ``shardcdc run`` has run under ``root`` (one namespace or all)."""
-    from cdcoperator.local.cluster import STATE_FILE
 
     namespaces = [root / namespace] if namespace is not None else sorted(p for p in root.glob("*") if p.is_dir())
     return [(ns.name, d.name) for ns in namespaces for d in sorted(ns.glob("*")) if (d / STATE_FILE).is_file()]

@@ -29,7 +29,10 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from rich.table import Table
 
-from cdcoperator.offsets import LOCAL_STOP, stopped_problem
+from cdcoperator.local.cluster import clear_saved_generation_record
+from cdcoperator.local.control import ControlClient, ControlError
+from cdcoperator.offsets import LOCAL_STOP, OFFSETS_ANNOTATION, RESET_NOTE, RESET_STATUS, stopped_problem
+from cdcoperator.planner import recorded_generation
 from cdcworker.offsets.edits import (
     Change,
     OffsetsError,
@@ -41,7 +44,17 @@ from cdcworker.offsets.edits import (
     plan_reset,
     plan_set_shards,
 )
-from shardcdc_cli.target import Target, TargetError, add_kafka_arguments, add_kube_arguments, resolve
+from cdcworker.offsets.store import OffsetStore, OffsetStoreError
+from shardcdc_cli.localmode import LocalModeError, find_local, state_dir
+from shardcdc_cli.target import (
+    CONNECTORS_PATH,
+    Target,
+    TargetError,
+    add_kafka_arguments,
+    add_kube_arguments,
+    kube_api,
+    resolve,
+)
 
 if TYPE_CHECKING:
     from cdcworker.offsets.handback import HandBack, ShardcdcGeneration
@@ -119,8 +132,6 @@ def _confirm(changes: Sequence[Change], args: argparse.Namespace, console: Conso
 
 def _recorded(args: argparse.Namespace, target: Target) -> ShardcdcGeneration | None:
     """shardcdc's last generation from the connector's status (cluster or local mode), if any."""
-    from cdcoperator.planner import recorded_generation
-    from shardcdc_cli.localmode import LocalModeError, find_local, state_dir
 
     body = target.body
     if target.source != "cluster":
@@ -194,7 +205,6 @@ def _plan(args: argparse.Namespace, records: Any, name: str) -> list[Change]:
 
 def _local_problem(args: argparse.Namespace, target: Target, err: Console) -> tuple[str, str | None]:
     """The connector's namespace/name and why it is not stopped, asked of its ``shardcdc run`` instance."""
-    from shardcdc_cli.localmode import LocalModeError, find_local, state_dir
 
     root = state_dir(args.state_dir)
     namespace = args.namespace or target.namespace or "default"
@@ -216,10 +226,6 @@ def _local_problem(args: argparse.Namespace, target: Target, err: Console) -> tu
 def _clear_local_generation(args: argparse.Namespace, target: Target, out: Console, err: Console) -> int:
     """``_clear_generation`` for a local-mode connector: through its running ``shardcdc run``
     (control endpoint), else in the state it saved; nothing when it has no local state."""
-    from cdcoperator.local.cluster import clear_saved_generation_record
-    from cdcoperator.local.control import ControlClient, ControlError
-    from cdcoperator.offsets import RESET_NOTE, RESET_STATUS
-    from shardcdc_cli.localmode import LocalModeError, find_local, state_dir
 
     root = state_dir(args.state_dir)
     namespace = args.namespace or target.namespace or "default"
@@ -248,8 +254,6 @@ def _clear_generation(args: argparse.Namespace, target: Target, out: Console, er
         return _clear_local_generation(args, target, out, err)
     if not ((target.body or {}).get("status") or {}).get("assignment"):
         return 0
-    from cdcoperator.offsets import OFFSETS_ANNOTATION, RESET_NOTE, RESET_STATUS
-    from shardcdc_cli.target import CONNECTORS_PATH, kube_api
 
     try:
         api, _ = kube_api(args.kubeconfig, args.context)
@@ -272,8 +276,6 @@ def _require_topic(target: Target, timeout: float) -> None:
     """Fail unless the offsets topic exists (a metadata request naming it could auto-create it)."""
     from confluent_kafka.admin import AdminClient
 
-    from cdcworker.offsets.store import OffsetStoreError
-
     topics = AdminClient(target.client_config).list_topics(timeout=timeout).topics
     if target.offsets_topic not in topics:
         raise OffsetStoreError(f"offsets topic {target.offsets_topic!r} not found")
@@ -281,8 +283,6 @@ def _require_topic(target: Target, timeout: float) -> None:
 
 def run(args: argparse.Namespace, console: Console | None = None) -> int:
     from confluent_kafka import KafkaException
-
-    from cdcworker.offsets.store import OffsetStore, OffsetStoreError
 
     out = console or Console()
     err = Console(stderr=True)

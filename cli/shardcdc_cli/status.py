@@ -28,6 +28,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from shardcdc_cli.localmode import LocalConnector, LocalModeError, find_local, local_names, state_dir
 from shardcdc_cli.target import CONNECTORS_PATH, TargetError, add_kube_arguments, kube_api
 
 __all__ = ["fetch_worker_status", "register", "render_connector", "render_workers"]
@@ -154,7 +155,6 @@ def _run_workers(args: argparse.Namespace, out: Console) -> int:
 
 
 def _run_local(args: argparse.Namespace, out: Console) -> int:
-    from shardcdc_cli.localmode import LocalConnector, LocalModeError, find_local, local_names, state_dir
 
     err = Console(stderr=True)
     root = state_dir(args.state_dir)

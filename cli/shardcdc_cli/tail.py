@@ -19,7 +19,7 @@ import orjson
 from rich.console import Console
 from rich.text import Text
 
-from shardcdc_cli.target import TargetError
+from shardcdc_cli.target import TargetError, _client_settings
 
 __all__ = ["format_event", "register"]
 
@@ -85,8 +85,6 @@ def format_event(partition: int, offset: int, key: bytes | None, value: bytes | 
 
 def run(args: argparse.Namespace, console: Console | None = None) -> int:
     from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, TopicPartition
-
-    from shardcdc_cli.target import _client_settings
 
     out = console or Console()
     err = Console(stderr=True)

@@ -23,6 +23,10 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from cdcoperator.apply import KubeApi
+from cdcworker.config.kafkaclient import ClientSettingError, librdkafka_settings
+from cdcworker.config.loader import parse_properties
+
 if TYPE_CHECKING:
     from cdcoperator.apply import KubeApi
 
@@ -68,8 +72,6 @@ def kube_api(kubeconfig: str | None, context: str | None) -> tuple[KubeApi, str]
     """An API client and the default namespace (in-cluster, else the kubeconfig's context)."""
     from kubernetes import client, config
 
-    from cdcoperator.apply import KubeApi
-
     cfg = client.Configuration()
     namespace = "default"
     try:
@@ -92,7 +94,6 @@ def kube_api(kubeconfig: str | None, context: str | None) -> tuple[KubeApi, str]
 
 
 def _client_settings(args: argparse.Namespace) -> dict[str, Any]:
-    from cdcworker.config.loader import parse_properties
 
     out: dict[str, Any] = {}
     if args.command_config:
@@ -125,7 +126,6 @@ def _from_file(path: str) -> Target:
             raise TargetError(f"{path}: expected exactly one CdcConnector, found {len(docs)}")
         meta = docs[0].get("metadata") or {}
         return _from_spec(str(meta.get("name") or ""), meta.get("namespace"), docs[0], "file")
-    from cdcworker.config.loader import parse_properties
 
     props = {k: v for _line, k, v in parse_properties(text)}
     config = {"bootstrap.servers": props["bootstrap.servers"]} if "bootstrap.servers" in props else {}
@@ -165,7 +165,6 @@ def resolve(args: argparse.Namespace, name: str | None, *, local: bool) -> Targe
     target.client_config.update(_client_settings(args))
     if "bootstrap.servers" not in target.client_config:
         raise TargetError("no Kafka bootstrap servers: give --bootstrap-servers")
-    from cdcworker.config.kafkaclient import ClientSettingError, librdkafka_settings
 
     try:  # the same Java names as the worker's (a Kafka CLI --command-config file works as is)
         target.client_config = dict(librdkafka_settings(target.client_config))

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 
 from rich.console import Console
 
+from shardcdc_cli.materialise import compare, materialise
+
 __all__ = ["read_table", "read_topic", "register"]
 
 
@@ -101,7 +103,6 @@ def read_topic(bootstrap: str, topic: str, timeout: float = 60.0) -> list[_Recor
 
 
 def run(args: argparse.Namespace, console: Console | None = None) -> int:
-    from shardcdc_cli.materialise import compare, materialise
 
     out = console or Console()
     topic = args.topic or f"{args.prefix}.{args.keyspace}.{args.table}"

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from cdcoperator.connectorcheck import validate_connector  # `shardcdc validate`'s own checks
 from cdcoperator.policy import Policy
 
 __all__ = ["MAX_MESSAGE", "denial_message", "review"]
@@ -33,7 +34,6 @@ def review(body: Mapping[str, Any], old: Mapping[str, Any] | None, policy: Polic
         return []
     if old is not None and old.get("spec") == body.get("spec"):
         return []
-    from cdcoperator.connectorcheck import validate_connector  # `shardcdc validate`'s own checks
 
     problems = list(validate_connector(body))
     if policy is not None:

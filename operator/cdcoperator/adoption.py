@@ -27,8 +27,10 @@ from typing import Any
 
 from cdcoperator.kafkaaccess import KafkaAccess, plain_access
 from cdcoperator.model import ConnectorResource
+from cdcworker.kafkaerrors import client_hooks, first_refusal
 from cdcworker.offsets.edits import OffsetEntry, entries
 from cdcworker.offsets.migration import java_sorted
+from cdcworker.offsets.store import OffsetStore, OffsetStoreError
 
 __all__ = [
     "Adoption",
@@ -179,8 +181,6 @@ def scan_offsets(cr: ConnectorResource, timeout: float = SCAN_TIMEOUT, access: K
     the cluster's client settings (``kafkaaccess``; default: those that need no Secret)."""
     from confluent_kafka import KafkaError, KafkaException
 
-    from cdcworker.offsets.store import OffsetStore, OffsetStoreError
-
     access = access or plain_access(cr)
     if access.config is None:
         return Adoption(skipped=access.problem or "")
@@ -208,8 +208,6 @@ def _all_topics(config: Mapping[str, Any], timeout: float) -> Any:
     failure at the deadline, the reason being in its log)."""
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
-
-    from cdcworker.kafkaerrors import client_hooks, first_refusal
 
     client = "operator's offsets reader"
     errors: list[Any] = []

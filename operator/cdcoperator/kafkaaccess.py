@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cdcoperator.model import ConnectorResource
+from cdcworker.config.kafkaclient import ClientSettingError, client_key, librdkafka_settings
 
 __all__ = ["KafkaAccess", "SecretReader", "client_settings", "kafka_access", "plain_access"]
 
@@ -49,7 +50,6 @@ def client_settings(cr: ConnectorResource, secret: Mapping[str, bytes] | None = 
 
     Raises ``ClientSettingError`` for settings librdkafka cannot take (a JKS store ...).
     """
-    from cdcworker.config.kafkaclient import client_key, librdkafka_settings
 
     kafka = cr.spec.kafka
     java: dict[str, str] = {"bootstrap.servers": kafka.bootstrap_servers, "security.protocol": kafka.security_protocol}
@@ -66,7 +66,6 @@ _SASL_CREDENTIALS = ("sasl.username", "sasl.oauthbearer.method")
 
 
 def _settings_or_problem(cr: ConnectorResource, secret: Mapping[str, bytes] | None) -> KafkaAccess:
-    from cdcworker.config.kafkaclient import ClientSettingError
 
     java = {**cr.spec.config, **cr.spec.kafka.producer}
     refs = sorted(k for k, v in java.items() if k.startswith(_CLIENT_PREFIXES) and "${" in v)

@@ -41,6 +41,17 @@ from cdcoperator import naming
 from cdcoperator.apply import CONFIG_MAPS, PLURAL, KubeApi
 from cdcoperator.kafkaaccess import KafkaAccess, SecretReader, kafka_access, plain_access
 from cdcoperator.model import GROUP, VERSION, ConnectorResource, SpecError
+from cdcoperator.objects import owner_reference
+from cdcoperator.planner import recorded_generation
+from cdcworker.offsets.edits import (
+    apply_changes,
+    connect_document,
+    entries,
+    plan_alter,
+    plan_handback,
+    plan_reset,
+)
+from cdcworker.offsets.store import OffsetStore
 
 __all__ = [
     "OFFSETS_ACTIONS",
@@ -76,8 +87,6 @@ def _unreachable(access: KafkaAccess) -> str | None:
 
 
 def delete_offsets_sync(cr: ConnectorResource, timeout: float = KAFKA_TIMEOUT, access: KafkaAccess | None = None) -> str:
-    from cdcworker.offsets.edits import apply_changes, plan_reset
-    from cdcworker.offsets.store import OffsetStore
 
     kafka = cr.spec.kafka
     access = access or plain_access(cr)
@@ -166,8 +175,6 @@ def parse_handback(value: str, body: Mapping[str, Any]) -> tuple[bool, int]:
 def _handback(cr: ConnectorResource, body: Mapping[str, Any], records: Mapping[bytes, bytes], value: str
               ) -> tuple[list[Any], str]:
     """The hand-back's changes and the Debezium properties to use (``shardcdc offsets handback``)."""
-    from cdcoperator.planner import recorded_generation
-    from cdcworker.offsets.edits import plan_handback
 
     per_task, tasks_max = parse_handback(value, body)
     recorded = recorded_generation(body)
@@ -184,8 +191,6 @@ def run_offsets_action(cr: ConnectorResource, action: str, document: Mapping[str
     """Carry out one action against Kafka: (result message, the offsets document after it). For
     ``handback`` (``action`` is the annotation's value) the document also has the Debezium
     properties under ``debezium.properties``."""
-    from cdcworker.offsets.edits import apply_changes, connect_document, entries, plan_alter, plan_reset
-    from cdcworker.offsets.store import OffsetStore
 
     topic = cr.spec.kafka.offsets_topic
     access = access or plain_access(cr)
@@ -219,7 +224,6 @@ def run_offsets_action(cr: ConnectorResource, action: str, document: Mapping[str
 
 
 def _config_map(body: Mapping[str, Any], data: Mapping[str, str]) -> dict[str, Any]:
-    from cdcoperator.objects import owner_reference
 
     cr_meta = body["metadata"]
     owner = owner_reference(ConnectorResource.from_body(body))
@@ -312,6 +316,7 @@ def has_offsets_annotation(body: Mapping[str, Any]) -> bool:
 
 async def process_offsets_annotation(memo: Any, namespace: str, name: str, worker_pods: Any) -> None:
     """Handle the annotation if the connector (read fresh, under the operator's lock) still has it."""
+    # Call-time import: handlers imports this module when it registers the kopf handlers.
     from cdcoperator.handlers import _emit, _lock
 
     pods = worker_pods.get((namespace, name))

@@ -55,6 +55,7 @@ from cdcoperator.adoption import Adoption, chain_from_status, chain_to_status
 from cdcoperator.conditions import ConditionSpec
 from cdcoperator.model import ConnectorSpec, State
 from cdcworker.keyrange import parse_shard
+from cdcworker.offsets.handback import ShardcdcGeneration
 from cdcworker.offsets.migration import assign_shards, java_sorted
 
 if TYPE_CHECKING:
@@ -791,7 +792,6 @@ def generation_from_status(assignment: Mapping[str, object] | None) -> Generatio
 
 def recorded_generation(body: Mapping[str, Any] | None) -> ShardcdcGeneration | None:
     """shardcdc's last generation as the hand-back to Debezium reads it (``status.assignment``)."""
-    from cdcworker.offsets.handback import ShardcdcGeneration
 
     g = generation_from_status(((body or {}).get("status") or {}).get("assignment"))
     return None if g is None else ShardcdcGeneration(g.generation, g.tasks, g.previous_tasks, g.assignment, g.history)

@@ -22,6 +22,12 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from cdcoperator.connectorcheck import connector_documents, connector_label, validate_connector
+from cdcoperator.local.control import default_state_dir
+from cdcoperator.local.runner import LocalRunner
+from cdcoperator.manifest import ManifestError, load_documents
+from cdcoperator.model import KIND, SpecError
+
 __all__ = ["load_manifest", "register", "summary_line"]
 
 
@@ -47,9 +53,6 @@ def load_manifest(path: Path) -> dict[str, Any]:
     """The one CdcConnector document in a YAML/JSON file, valid as ``shardcdc validate`` judges it
     (the same checks: what one refuses, the other does not start). ``SpecError``: one line per
     problem."""
-    from cdcoperator.connectorcheck import connector_documents, connector_label, validate_connector
-    from cdcoperator.manifest import ManifestError, load_documents
-    from cdcoperator.model import KIND, SpecError
 
     try:
         connectors = connector_documents(load_documents(path))
@@ -86,9 +89,6 @@ def backfill_line(entry: Mapping[str, Any]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from cdcoperator.local.control import default_state_dir
-    from cdcoperator.local.runner import LocalRunner
-    from cdcoperator.model import SpecError
 
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
@@ -135,7 +135,6 @@ def run(args: argparse.Namespace) -> int:
 
 async def _watch(runner: Any, path: Path, stop: asyncio.Event) -> None:
     """Print the summary when it changes; re-apply the manifest when the file changes."""
-    from cdcoperator.model import SpecError
 
     last_line = ""
     try:

@@ -12,6 +12,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from cdcoperator.local.control import ControlClient, ControlError
+
 __all__ = ["register"]
 
 
@@ -26,7 +28,6 @@ def register(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], 
 
 
 def run(args: argparse.Namespace) -> int:
-    from cdcoperator.local.control import ControlClient, ControlError
 
     try:
         body = ControlClient.find(args.name, args.namespace, args.state_dir).scale(args.tasks)

@@ -19,6 +19,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from cdcworker.offsets.handback import plan_handback as plan
+from cdcworker.offsets.handback import shardcdc_positions
 from cdcworker.offsets.keys import (
     OffsetPartition,
     TaskKey,
@@ -26,6 +28,8 @@ from cdcworker.offsets.keys import (
     parse_offset_record_key,
     partition_from_map,
 )
+from cdcworker.offsets.migration import MigrationError, lookup_in
+from cdcworker.offsets.store import OffsetStoreError
 from cdcworker.offsets.value import OffsetValue
 from cdcworker.offsets.vgtid import ShardGtid
 
@@ -210,9 +214,6 @@ def plan_handback(records: Mapping[bytes, bytes], connector: str, server: str, r
                   *, per_task: bool, tasks_max: int) -> tuple[list[Change], HandBack]:
     """The records that hand shardcdc's positions back to Debezium (``offsets.handback``) and the
     settings Debezium needs; only new records, or the plain server key without per-task offsets."""
-    from cdcworker.offsets.handback import plan_handback as plan
-    from cdcworker.offsets.handback import shardcdc_positions
-    from cdcworker.offsets.migration import MigrationError, lookup_in
 
     task_keys = [tk for e in entries(records, connector) if e.partition.server == server and (tk := e.task_key)]
     gens: dict[int, set[int]] = {}
@@ -234,7 +235,6 @@ def plan_handback(records: Mapping[bytes, bytes], connector: str, server: str, r
 
 def apply_changes(store: OffsetStore, changes: Sequence[Change], timeout: float = 30.0) -> None:
     """Write the changes and wait until Kafka acknowledged every one (at-least-once, like Connect)."""
-    from cdcworker.offsets.store import OffsetStoreError
 
     producer = store._own_producer()
     errors: list[str] = []
