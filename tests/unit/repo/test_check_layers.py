@@ -3,9 +3,10 @@ listed exceptions, and a new violation of any contract fails with the file, line
 
 from __future__ import annotations
 
+import contextlib
+import io
 import shutil
 import subprocess
-import sys
 import tomllib
 from pathlib import Path
 from types import ModuleType
@@ -23,7 +24,11 @@ def _checker() -> ModuleType:
 
 
 def _run(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(CHECKER), *map(str, args)], capture_output=True, text=True, timeout=120)
+    """The checker's command line, run in this process (the unit tier starts no processes)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = _checker().main([str(a) for a in args])
+    return subprocess.CompletedProcess(["check_layers.py", *map(str, args)], code, out.getvalue(), err.getvalue())
 
 
 @pytest.fixture
