@@ -40,11 +40,13 @@ from cdcoperator.discovery import DEFAULT_TIMEOUT, Discovery, DiscoveryError, di
 from cdcoperator.kafkaaccess import KafkaAccess, kafka_access
 from cdcoperator.model import ConnectorResource, SpecError, State
 from cdcoperator.objects import build_task_objects
+from cdcoperator.offsetslost import LostTasks, kept_positions, settle_offsets_lost
 from cdcoperator.planner import (
     Action,
     Event,
     Generation,
     Plan,
+    TaskPhase,
     TaskPlan,
     TaskRef,
     TaskReport,
@@ -194,6 +196,7 @@ def build_status(
     if p.generation is not None:
         assignment = generation_to_status(p.generation)
         by_task = {r.task_id: r for r in reports if r.generation == p.generation.generation}
+        kept = kept_positions(existing, p.generation.generation)
         lags: list[int] = []
         task_states: list[dict[str, Any]] = assignment["taskStates"]  # type: ignore[assignment]
         for ts in task_states:
@@ -204,8 +207,8 @@ def build_status(
             ts["phase"] = r.phase.value
             if r.pod:
                 ts["pod"] = r.pod
-            if r.position:
-                ts["position"] = r.position
+            if r.position or ts["id"] in kept:
+                ts["position"] = r.position or kept[ts["id"]]  # the last known one while it reports none
             if r.lag_ms is not None:
                 ts["lag"] = _lag_text(r.lag_ms)
                 lags.append(r.lag_ms)
@@ -351,8 +354,10 @@ async def reconcile(ctx: ReconcileContext, namespace: str, name: str) -> Plan | 
 
     strays = stray_pods(ctx.pods(namespace, name), filter(None, (_gen_task(d) for d in deployments)))
     stray_events = (Event("Warning", STRAY_REASON, _stray_message(strays)),) if strays else ()
+    lost = await _offsets_lost(ctx, body, cr, p, reports)
     standing: set[str] = set()
-    for ev in (*p.events, *reshard_events(existing_status.get("conditions"), p), *stray_events):
+    for ev in (*p.events, *reshard_events(existing_status.get("conditions"), p), *stray_events,
+               *filter(None, (lost.event,))):
         if ev.type == "Warning":
             # Once per standing reason; strays once per set of pods (another set is news).
             key = f"{ev.reason}:{ev.message}" if ev.reason == STRAY_REASON else ev.reason
@@ -372,12 +377,25 @@ async def reconcile(ctx: ReconcileContext, namespace: str, name: str) -> Plan | 
         wanted["backfills"] = entries
         wanted["conditions"] = cond.merge_conditions(wanted["conditions"], (bf_cond,),
                                                      observed_generation=cr.generation, now=now)
+    if lost.condition:
+        wanted["conditions"] = cond.merge_conditions(wanted["conditions"], lost.condition,
+                                                     observed_generation=cr.generation, now=now)
     if strays:
         wanted["conditions"] = cond.merge_conditions(
             wanted["conditions"], (cond.ConditionSpec(cond.DEGRADED, True, STRAY_REASON, _stray_message(strays)),),
             observed_generation=cr.generation, now=now)
     await _write_status(ctx, body, recorded, wanted)
     return p
+
+
+async def _offsets_lost(ctx: ReconcileContext, body: Mapping[str, Any], cr: ConnectorResource, p: Plan,
+                        reports: Sequence[TaskReport]) -> LostTasks:
+    """Issue 28, case 7 (``cdcoperator.offsetslost``): tasks whose stored offsets vanished."""
+    g = p.generation
+    reporting = [r.task_id for r in reports if g is not None and r.generation == g.generation and r.position
+                 and r.phase in (TaskPhase.STREAMING, TaskPhase.SNAPSHOTTING)]
+    return await settle_offsets_lost(ctx.kube, ctx.emit, body, cr, g, list(ctx.pods(cr.namespace, cr.name)),
+                                     reporting, restart_stamp(ctx.clock()))
 
 
 STRAY_REASON = "StrayWorkers"
