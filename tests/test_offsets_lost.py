@@ -111,6 +111,16 @@ def test_last_positions_are_kept_and_restored_under_the_task_keys() -> None:
          Vgtid.of("commerce", {"80-": "MySQL56/b:1-4", "c0-": "MySQL56/c:1-2"}))]
 
 
+def test_flags_are_kept_for_the_current_generation_and_cleared_without_a_record() -> None:
+    from cdcoperator.offsetslost import _wanted_flags
+
+    g = Generation(generation=2, tasks=2, previous_tasks=1, assignment=(("-80",), ("80-",)), phase=GenPhase.RUNNING)
+    old = {"task-1-0": "true", "task-2-0": "true"}
+    assert _wanted_flags(old, g, reporting=[1], drop=[]) == {"task-2-0": "true", "task-2-1": "true"}
+    assert _wanted_flags(old, g, reporting=[], drop=[0]) == {}  # resnapshot
+    assert _wanted_flags(old, None, reporting=[], drop=[]) == {}  # the record was reset
+
+
 def test_annotate_parses_kubectl_syntax() -> None:
     assert parse_annotation("shardcdc.io/offsets-lost=restore") == ("shardcdc.io/offsets-lost", "restore")
     assert parse_annotation("shardcdc.io/offsets-lost-") == ("shardcdc.io/offsets-lost", None)

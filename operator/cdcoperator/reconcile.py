@@ -391,7 +391,9 @@ async def reconcile(ctx: ReconcileContext, namespace: str, name: str) -> Plan | 
 async def _offsets_lost(ctx: ReconcileContext, body: Mapping[str, Any], cr: ConnectorResource, p: Plan,
                         reports: Sequence[TaskReport]) -> LostTasks:
     """Issue 28, case 7 (``cdcoperator.offsetslost``): tasks whose stored offsets vanished."""
-    g = p.generation
+    # No generation record yet (first start, or cleared by an offsets reset): nothing is expected,
+    # even if this reconcile starts generation 0 again.
+    g = p.generation if (body.get("status") or {}).get("assignment") else None
     reporting = [r.task_id for r in reports if g is not None and r.generation == g.generation and r.position
                  and r.phase in (TaskPhase.STREAMING, TaskPhase.SNAPSHOTTING)]
     return await settle_offsets_lost(ctx.kube, ctx.emit, body, cr, g, list(ctx.pods(cr.namespace, cr.name)),
