@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from rich.table import Table
 
+from cdcworker import kafkaclients
 from cdcworker.admin.offsetsops import (
     Change,
     OffsetsError,
@@ -291,11 +292,10 @@ def _clear_generation(args: argparse.Namespace, target: Target, out: Console, er
 
 def _require_topic(target: Target, timeout: float) -> None:
     """Fail unless the offsets topic exists (a metadata request naming it could auto-create it)."""
-    from confluent_kafka.admin import AdminClient
 
     from cdcworker.offsets.store import OffsetStoreError
 
-    topics = AdminClient(target.client_config).list_topics(timeout=timeout).topics
+    topics = kafkaclients.admin(target.client_config, "offsets admin client").list_topics(timeout=timeout).topics
     if target.offsets_topic not in topics:
         raise OffsetStoreError(f"offsets topic {target.offsets_topic!r} not found")
 
