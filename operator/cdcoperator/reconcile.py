@@ -39,6 +39,7 @@ from cdcoperator.apply import CONFIG_MAPS, DEPLOYMENTS, ClusterApi
 from cdcoperator.discovery import DEFAULT_TIMEOUT, Discovery, DiscoveryError, discover, source_access
 from cdcoperator.kafkaaccess import KafkaAccess, kafka_access
 from cdcoperator.model import ConnectorResource, SpecError, State
+from cdcoperator.networkpolicy import NetworkPolicySettings, ensure_network_policy, network_policy_name
 from cdcoperator.objects import build_task_objects
 from cdcoperator.offsetslost import LostTasks, kept_positions, settle_offsets_lost
 from cdcoperator.planner import (
@@ -107,6 +108,8 @@ class ReconcileContext:
     warned: set[str] = field(default_factory=set)
     # The installer's limits on images and service accounts (cdcoperator.policy); None: unrestricted.
     policy: Policy | None = None
+    # The workers' NetworkPolicy (the chart's networkPolicy values; cdcoperator.networkpolicy); None: none.
+    network_policy: NetworkPolicySettings | None = None
 
 
 # --- pure helpers -----------------------------------------------------------------------------------
@@ -369,6 +372,10 @@ async def reconcile(ctx: ReconcileContext, namespace: str, name: str) -> Plan | 
     ctx.warned.update(standing)
     recorded = await _record_ahead(ctx, body, existing_status, p, adopted)
     await _apply(ctx, body, cr, p, deployments, config_maps)
+    if ctx.network_policy is not None and p.workers:
+        outcome = await ensure_network_policy(kube, cr, ctx.network_policy)
+        if outcome != "unchanged":
+            ctx.emit(body, "Normal", outcome.capitalize(), f"{outcome} NetworkPolicy {network_policy_name(cr.name)}")
     await _restart(ctx, body, cr, p)
     wanted = build_status(cr, existing_status, p, discovery, reports, now, adopted)
     if backfill.needs_reconcile(cr, existing_status):
