@@ -228,7 +228,11 @@ def _write_records(cr: ConnectorResource, access: Any, records: Sequence[tuple[O
 
     if access.config is None:
         raise ValueError(access.problem)
-    with OffsetStore(access.config, cr.spec.kafka.offsets_topic, timeout=KAFKA_TIMEOUT) as store:
+    config = cr.spec.config  # the whole topic may be gone: made again as the workers would make it
+    with OffsetStore(access.config, cr.spec.kafka.offsets_topic, timeout=KAFKA_TIMEOUT,
+                     partitions=int(config.get("offset.storage.partitions", 25)),
+                     replication_factor=int(config.get("offset.storage.replication.factor", 3))) as store:
+        store.ensure_topic()
         for partition, value in records:
             store.write(cr.name, partition, value)
 
