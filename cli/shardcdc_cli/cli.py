@@ -27,6 +27,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "backfill": ("cdcworker.backfill.cli", "Run a snapshot backfill (Spark or local) with a live progress view"),
     "run": ("cdcoperator.local.run", "Run a CdcConnector on this machine (local mode: worker processes, no Kubernetes)"),
     "scale": ("cdcoperator.local.scale", "Change the task count of a connector running in local mode"),
+    "annotate": ("cdcoperator.local.annotate", "Set or remove an annotation of a connector running in local mode"),
     "status": ("shardcdc_cli.status", "Show a connector: generation, tasks, shards, positions, lag"),
     "offsets": ("shardcdc_cli.offsets", "List, reset or set a stopped connector's offsets (Connect format), or hand them back to Debezium"),
     "validate": ("shardcdc_cli.validate", "Check a connector YAML or worker properties as the worker would"),

@@ -33,6 +33,7 @@ from cdcoperator.local.cluster import clear_saved_generation_record
 from cdcoperator.local.control import ControlClient, ControlError
 from cdcoperator.offsets import LOCAL_STOP, OFFSETS_ANNOTATION, RESET_NOTE, RESET_STATUS, stopped_problem
 from cdcoperator.planner import recorded_generation
+from cdcworker import kafkaclients
 from cdcworker.offsets.edits import (
     Change,
     OffsetsError,
@@ -274,9 +275,8 @@ def _clear_generation(args: argparse.Namespace, target: Target, out: Console, er
 
 def _require_topic(target: Target, timeout: float) -> None:
     """Fail unless the offsets topic exists (a metadata request naming it could auto-create it)."""
-    from confluent_kafka.admin import AdminClient
 
-    topics = AdminClient(target.client_config).list_topics(timeout=timeout).topics
+    topics = kafkaclients.admin(target.client_config, "offsets admin client").list_topics(timeout=timeout).topics
     if target.offsets_topic not in topics:
         raise OffsetStoreError(f"offsets topic {target.offsets_topic!r} not found")
 

@@ -19,6 +19,7 @@ import orjson
 from rich.console import Console
 from rich.text import Text
 
+from cdcworker import kafkaclients
 from shardcdc_cli.target import TargetError, _client_settings
 
 __all__ = ["format_event", "register"]
@@ -84,7 +85,7 @@ def format_event(partition: int, offset: int, key: bytes | None, value: bytes | 
 
 
 def run(args: argparse.Namespace, console: Console | None = None) -> int:
-    from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, TopicPartition
+    from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, KafkaError, TopicPartition
 
     out = console or Console()
     err = Console(stderr=True)
@@ -94,9 +95,9 @@ def run(args: argparse.Namespace, console: Console | None = None) -> int:
     except (TargetError, OSError) as exc:
         err.print(f"shardcdc tail: {exc}", markup=False)
         return 1
-    consumer = Consumer({"bootstrap.servers": args.bootstrap_servers, **settings,
+    consumer = kafkaclients.consumer({"bootstrap.servers": args.bootstrap_servers, **settings,
                          "group.id": f"shardcdc-tail-{uuid.uuid4()}", "enable.auto.commit": False,
-                         "isolation.level": "read_committed"})
+                         "isolation.level": "read_committed"}, "tail consumer")
     try:
         # All topics, not the one: a metadata request naming a topic may auto-create it.
         meta = consumer.list_topics(timeout=10).topics.get(args.topic)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from rich.console import Console
 
+from cdcworker import kafkaclients
 from shardcdc_cli.materialise import compare, materialise
 
 __all__ = ["read_table", "read_topic", "register"]
@@ -72,11 +73,11 @@ def read_table(vtgate: str, keyspace: str, table: str, timeout: float = 60.0) ->
 
 def read_topic(bootstrap: str, topic: str, timeout: float = 60.0) -> list[_Record]:
     """Every committed record from the beginning to the current end, partition by partition."""
-    from confluent_kafka import Consumer, KafkaError, TopicPartition
+    from confluent_kafka import KafkaError, TopicPartition
 
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"shardcdc-verify-{uuid.uuid4()}",
+    consumer = kafkaclients.consumer({"bootstrap.servers": bootstrap, "group.id": f"shardcdc-verify-{uuid.uuid4()}",
                          "enable.auto.commit": False, "enable.partition.eof": True,
-                         "auto.offset.reset": "earliest", "isolation.level": "read_committed"})
+                         "auto.offset.reset": "earliest", "isolation.level": "read_committed"}, "verify consumer")
     out: list[_Record] = []
     try:
         meta = consumer.list_topics(timeout=timeout).topics.get(topic)

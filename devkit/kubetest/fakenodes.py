@@ -111,6 +111,12 @@ class FakeNodes:
         with self._lock:
             self._exits[deployment] = (exit_code, message)
 
+    def recover(self, deployment: str) -> None:
+        """The task's container runs again from its next pod (``exit_pod`` undone; the pod shown
+        exiting stays so until the Deployment recreates it, e.g. after a restart)."""
+        with self._lock:
+            self._exits.pop(deployment, None)
+
     # --- the loop -------------------------------------------------------------------------------
 
     def __enter__(self) -> FakeNodes:

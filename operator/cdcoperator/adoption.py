@@ -27,7 +27,8 @@ from typing import Any
 
 from cdcoperator.kafkaaccess import KafkaAccess, plain_access
 from cdcoperator.model import ConnectorResource
-from cdcworker.kafkaerrors import client_hooks, first_refusal
+from cdcworker import kafkaclients
+from cdcworker.kafkaerrors import first_refusal
 from cdcworker.offsets.edits import OffsetEntry, entries
 from cdcworker.offsets.migration import java_sorted
 from cdcworker.offsets.store import OffsetStore, OffsetStoreError
@@ -207,11 +208,10 @@ def _all_topics(config: Mapping[str, Any], timeout: float) -> Any:
     stops the scan at once with what to fix (librdkafka itself would report only a transport
     failure at the deadline, the reason being in its log)."""
     from confluent_kafka import KafkaException
-    from confluent_kafka.admin import AdminClient
 
     client = "operator's offsets reader"
     errors: list[Any] = []
-    admin = AdminClient({**config, **client_hooks(client, errors)})
+    admin = kafkaclients.admin(config, client, errors)
     deadline = time.monotonic() + timeout
     while True:
         try:

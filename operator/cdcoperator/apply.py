@@ -149,7 +149,8 @@ class Kind:
 DEPLOYMENTS = Kind("/apis/apps/v1", "deployments")
 CONFIG_MAPS = Kind("/api/v1", "configmaps")
 CONNECTORS = Kind(f"/apis/{GROUP}/{VERSION}", PLURAL)
-KINDS = {"Deployment": DEPLOYMENTS, "ConfigMap": CONFIG_MAPS}
+NETWORK_POLICIES = Kind("/apis/networking.k8s.io/v1", "networkpolicies")
+KINDS = {"Deployment": DEPLOYMENTS, "ConfigMap": CONFIG_MAPS, "NetworkPolicy": NETWORK_POLICIES}
 
 
 def applied_hash(obj: Mapping[str, Any]) -> str:

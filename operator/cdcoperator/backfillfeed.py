@@ -32,6 +32,7 @@ from typing import Any
 
 from cdcoperator.kafkaaccess import KafkaAccess, plain_access
 from cdcoperator.model import ConnectorResource
+from cdcworker import kafkaclients
 from cdcworker.backfill.progress import (
     RUN,
     SIGNAL,
@@ -176,7 +177,7 @@ def fold(values: list[bytes], keyspace: str) -> FeedView:
 
 class _Tail:
     def __init__(self, config: Mapping[str, Any], topic: str, keyspace: str, idle_seconds: float) -> None:
-        self.config = {**config, "logger": logging.getLogger("cdcoperator.backfillfeed.kafka")}
+        self.config = dict(config)
         self.topic = topic
         self.state = FeedState(keyspace)
         self.idle = idle_seconds
@@ -195,11 +196,11 @@ class _Tail:
             return FeedView.of(self.state, self.ready, self.error)
 
     def _run(self) -> None:
-        from confluent_kafka import Consumer, KafkaError, TopicPartition
+        from confluent_kafka import KafkaError, TopicPartition
 
-        consumer = Consumer({**self.config, "group.id": f"shardcdc-operator-{uuid.uuid4()}",
+        consumer = kafkaclients.consumer({**self.config, "group.id": f"shardcdc-operator-{uuid.uuid4()}",
                              "enable.auto.commit": False, "enable.partition.eof": True,
-                             "auto.offset.reset": "earliest"})
+                             "auto.offset.reset": "earliest"}, "operator's backfill feed consumer")
         producer: Any = None
         assigned = False
         try:
@@ -221,9 +222,7 @@ class _Tail:
                     assigned = True
                 while not self.outbox.empty():
                     if producer is None:
-                        from confluent_kafka import Producer
-
-                        producer = Producer(self.config)
+                        producer = kafkaclients.producer(self.config, "operator's backfill feed producer")
                     rec = self.outbox.get()
                     producer.produce(self.topic, rec.value(), rec.key())
                 if producer is not None:

@@ -47,11 +47,13 @@ def run(args: argparse.Namespace) -> int:
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
     import kopf
 
+    from cdcoperator.networkpolicy import NetworkPolicyError, load_network_policy
     from cdcoperator.policy import PolicyError, load_policy
 
     try:
         load_policy()  # a bad $SHARDCDC_OPERATOR_POLICY stops the operator here, in one line
-    except PolicyError as exc:
+        load_network_policy()  # and a bad $SHARDCDC_OPERATOR_NETWORK_POLICY
+    except (PolicyError, NetworkPolicyError) as exc:
         raise SystemExit(f"shardcdc operator: {exc}") from None
     import cdcoperator.handlers  # noqa: F401  (registers the handlers)
 

@@ -28,6 +28,7 @@ from cdcoperator import naming
 from cdcoperator.apply import CONFIG_MAPS, DEPLOYMENTS, PLURAL, ApiError, KubeApi, new_api_client
 from cdcoperator.discovery import DEFAULT_TIMEOUT
 from cdcoperator.model import GROUP, VERSION, ConnectorResource, DeletionPolicy, SpecError
+from cdcoperator.networkpolicy import load_network_policy
 from cdcoperator.policy import load_policy
 from cdcoperator.reconcile import ReconcileContext, completes_transition, reconcile
 from cdcoperator.taskstatus import PodSummary, summarize_pod
@@ -87,6 +88,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     memo.kube = KubeApi(new_api_client(os.environ.get("SHARDCDC_OPERATOR_KUBECONFIG")), REQUEST_TIMEOUT)
     memo.http = aiohttp.ClientSession()
     memo.policy = load_policy()  # $SHARDCDC_OPERATOR_POLICY (the chart's policy values); None: unrestricted
+    memo.network_policy = load_network_policy()  # $SHARDCDC_OPERATOR_NETWORK_POLICY; None: no workers' policy
     memo.stats = {"reconciles": 0}  # shared by every per-object memo (they are shallow copies)
 
 
@@ -128,7 +130,8 @@ def _context(memo: kopf.Memo, pods: kopf.Index[Any, Any]) -> ReconcileContext:
     if warned is None:
         warned = memo["warned"] = set()
     return ReconcileContext(kube=memo.kube, http=memo.http, emit=_emit, pods=pods_of, discovery_timeout=DISCOVERY_TIMEOUT,
-                            warned=warned, policy=memo.get("policy"))
+                            warned=warned, policy=memo.get("policy"),
+                            network_policy=memo.get("network_policy"))
 
 
 # One lock per connector, shared by its handlers, its timer and its worker pods' events (kopf's

@@ -19,6 +19,7 @@ from typing import Any
 
 from cdcoperator import naming
 from cdcoperator.model import API_VERSION, KIND, ConnectorResource, worker_metrics_address
+from cdcoperator.offsetslost import expected_env_var
 from cdcoperator.planner import TaskPlan
 from cdcworker import exitcodes
 from cdcworker.backfill.taskhandoff import INITIAL_RUN_PROPERTY
@@ -273,6 +274,8 @@ def build_deployment(cr: ConnectorResource, task: TaskPlan, config_map: Mapping[
             {"name": "TMPDIR", "value": "/tmp"},
             # The Deployment restarts a worker that exits: one whose work is done waits instead.
             {"name": exitcodes.SUPERVISED_ENV, "value": "1"},
+            # Whether this task stored positions before (cdcoperator.offsetslost): no restart to set it.
+            expected_env_var(cr.name, task.generation, task.task_id),
         ],
         "ports": [{"name": "metrics", "containerPort": port, "protocol": "TCP"}],
         "resources": dict(worker.resources) if worker.resources else DEFAULT_RESOURCES,

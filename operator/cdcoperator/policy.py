@@ -133,19 +133,27 @@ def _names(doc: Mapping[str, Any], key: str) -> tuple[str, ...]:
     return tuple(value)
 
 
-def load_policy(env: Mapping[str, str] | None = None) -> Policy | None:
-    """The policy in ``$SHARDCDC_OPERATOR_POLICY``, or None (no restriction) when it is unset."""
-    text = (os.environ if env is None else env).get(POLICY_ENV, "").strip()
+def env_json_object(name: str, keys: Sequence[str], error: type[ValueError],
+                    env: Mapping[str, str] | None = None) -> Mapping[str, Any] | None:
+    """The JSON object in ``$name`` with only ``keys`` (None when unset); ``error`` says what is wrong."""
+    text = (os.environ if env is None else env).get(name, "").strip()
     if not text:
         return None
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise PolicyError(f"${POLICY_ENV} is not JSON ({exc})") from None
+        raise error(f"${name} is not JSON ({exc})") from None
     if not isinstance(doc, Mapping):
-        raise PolicyError(f"${POLICY_ENV} must be a JSON object with imageRepositories and serviceAccounts")
-    unknown = sorted(set(doc) - {"imageRepositories", "serviceAccounts"})
+        raise error(f"${name} must be a JSON object with {', '.join(keys[:-1])} and {keys[-1]}")
+    unknown = sorted(set(doc) - set(keys))
     if unknown:
-        raise PolicyError(f"${POLICY_ENV}: unknown keys {', '.join(unknown)} (expected imageRepositories, "
-                          "serviceAccounts)")
+        raise error(f"${name}: unknown keys {', '.join(unknown)} (expected {', '.join(keys)})")
+    return doc
+
+
+def load_policy(env: Mapping[str, str] | None = None) -> Policy | None:
+    """The policy in ``$SHARDCDC_OPERATOR_POLICY``, or None (no restriction) when it is unset."""
+    doc = env_json_object(POLICY_ENV, ("imageRepositories", "serviceAccounts"), PolicyError, env)
+    if doc is None:
+        return None
     return Policy(_names(doc, "imageRepositories"), _names(doc, "serviceAccounts"))

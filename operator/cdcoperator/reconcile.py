@@ -39,12 +39,15 @@ from cdcoperator.apply import CONFIG_MAPS, DEPLOYMENTS, ClusterApi
 from cdcoperator.discovery import DEFAULT_TIMEOUT, Discovery, DiscoveryError, discover, source_access
 from cdcoperator.kafkaaccess import KafkaAccess, kafka_access
 from cdcoperator.model import ConnectorResource, SpecError, State
+from cdcoperator.networkpolicy import NetworkPolicySettings, ensure_network_policy, network_policy_name
 from cdcoperator.objects import build_task_objects
+from cdcoperator.offsetslost import LostTasks, kept_positions, settle_offsets_lost
 from cdcoperator.planner import (
     Action,
     Event,
     Generation,
     Plan,
+    TaskPhase,
     TaskPlan,
     TaskRef,
     TaskReport,
@@ -105,6 +108,8 @@ class ReconcileContext:
     warned: set[str] = field(default_factory=set)
     # The installer's limits on images and service accounts (cdcoperator.policy); None: unrestricted.
     policy: Policy | None = None
+    # The workers' NetworkPolicy (the chart's networkPolicy values; cdcoperator.networkpolicy); None: none.
+    network_policy: NetworkPolicySettings | None = None
 
 
 # --- pure helpers -----------------------------------------------------------------------------------
@@ -194,6 +199,7 @@ def build_status(
     if p.generation is not None:
         assignment = generation_to_status(p.generation)
         by_task = {r.task_id: r for r in reports if r.generation == p.generation.generation}
+        kept = kept_positions(existing, p.generation.generation)
         lags: list[int] = []
         task_states: list[dict[str, Any]] = assignment["taskStates"]  # type: ignore[assignment]
         for ts in task_states:
@@ -204,8 +210,8 @@ def build_status(
             ts["phase"] = r.phase.value
             if r.pod:
                 ts["pod"] = r.pod
-            if r.position:
-                ts["position"] = r.position
+            if r.position or ts["id"] in kept:
+                ts["position"] = r.position or kept[ts["id"]]  # the last known one while it reports none
             if r.lag_ms is not None:
                 ts["lag"] = _lag_text(r.lag_ms)
                 lags.append(r.lag_ms)
@@ -351,8 +357,10 @@ async def reconcile(ctx: ReconcileContext, namespace: str, name: str) -> Plan | 
 
     strays = stray_pods(ctx.pods(namespace, name), filter(None, (_gen_task(d) for d in deployments)))
     stray_events = (Event("Warning", STRAY_REASON, _stray_message(strays)),) if strays else ()
+    lost = await _offsets_lost(ctx, body, cr, p, reports)
     standing: set[str] = set()
-    for ev in (*p.events, *reshard_events(existing_status.get("conditions"), p), *stray_events):
+    for ev in (*p.events, *reshard_events(existing_status.get("conditions"), p), *stray_events,
+               *filter(None, (lost.event,))):
         if ev.type == "Warning":
             # Once per standing reason; strays once per set of pods (another set is news).
             key = f"{ev.reason}:{ev.message}" if ev.reason == STRAY_REASON else ev.reason
@@ -364,6 +372,10 @@ async def reconcile(ctx: ReconcileContext, namespace: str, name: str) -> Plan | 
     ctx.warned.update(standing)
     recorded = await _record_ahead(ctx, body, existing_status, p, adopted)
     await _apply(ctx, body, cr, p, deployments, config_maps)
+    if ctx.network_policy is not None and p.workers:
+        outcome = await ensure_network_policy(kube, cr, ctx.network_policy)
+        if outcome != "unchanged":
+            ctx.emit(body, "Normal", outcome.capitalize(), f"{outcome} NetworkPolicy {network_policy_name(cr.name)}")
     await _restart(ctx, body, cr, p)
     wanted = build_status(cr, existing_status, p, discovery, reports, now, adopted)
     if backfill.needs_reconcile(cr, existing_status):
@@ -372,12 +384,27 @@ async def reconcile(ctx: ReconcileContext, namespace: str, name: str) -> Plan | 
         wanted["backfills"] = entries
         wanted["conditions"] = cond.merge_conditions(wanted["conditions"], (bf_cond,),
                                                      observed_generation=cr.generation, now=now)
+    if lost.condition:
+        wanted["conditions"] = cond.merge_conditions(wanted["conditions"], lost.condition,
+                                                     observed_generation=cr.generation, now=now)
     if strays:
         wanted["conditions"] = cond.merge_conditions(
             wanted["conditions"], (cond.ConditionSpec(cond.DEGRADED, True, STRAY_REASON, _stray_message(strays)),),
             observed_generation=cr.generation, now=now)
     await _write_status(ctx, body, recorded, wanted)
     return p
+
+
+async def _offsets_lost(ctx: ReconcileContext, body: Mapping[str, Any], cr: ConnectorResource, p: Plan,
+                        reports: Sequence[TaskReport]) -> LostTasks:
+    """Issue 28, case 7 (``cdcoperator.offsetslost``): tasks whose stored offsets vanished."""
+    # No generation record yet (first start, or cleared by an offsets reset): nothing is expected,
+    # even if this reconcile starts generation 0 again.
+    g = p.generation if (body.get("status") or {}).get("assignment") else None
+    reporting = [r.task_id for r in reports if g is not None and r.generation == g.generation and r.position
+                 and r.phase in (TaskPhase.STREAMING, TaskPhase.SNAPSHOTTING)]
+    return await settle_offsets_lost(ctx.kube, ctx.emit, body, cr, g, list(ctx.pods(cr.namespace, cr.name)),
+                                     reporting, restart_stamp(ctx.clock()))
 
 
 STRAY_REASON = "StrayWorkers"

@@ -21,7 +21,7 @@ from confluent_kafka import KafkaError, KafkaException
 
 __all__ = [
     "ACCESS_HINTS", "ClientLog", "KafkaAccessError", "KafkaSettingError", "OffsetStoreError", "SinkError", "TopicSizing",
-    "access_refusal", "broker_count", "client_hooks", "creation_refusal", "first_refusal",
+    "access_refusal", "broker_count", "client_hooks", "creation_refusal", "first_refusal", "refusal_in_log", "syslog_level",
 ]
 
 
@@ -103,7 +103,32 @@ class ClientLog:
             held = self._held.pop(facility, 0)
         text = fmt % args if args else fmt
         more = f" ({held} more like it in the last {self.every:.0f} s)" if held else ""
+        refused = refusal_in_log(str(args[-1]) if len(args) == 3 else text, self.client)
+        if refused is not None:  # the one line that says what to check, not librdkafka's wording alone
+            self._log.error("%s%s", refused, more)
+            return
         self._log.log(level, "librdkafka %s: %s%s", self.client, text, more)
+
+
+# librdkafka's log wording of a refusal (its error_cb reports it as _AUTHENTICATION or _SSL).
+_REFUSAL_TEXTS = ((KafkaError._AUTHENTICATION, ("SASL authentication error", "Authentication failed")),
+                  (KafkaError._SSL, ("SSL handshake failed", "certificate verify failed")))
+
+
+def refusal_in_log(text: str, client: str) -> str | None:
+    """The clear one-line refusal (``access_refusal``) when a librdkafka log line reports one."""
+    for code, needles in _REFUSAL_TEXTS:
+        if any(n in text for n in needles):
+            refused = access_refusal(code, text.rsplit("]: ", 1)[-1], client)
+            return None if refused is None else str(refused)
+    return None
+
+
+def syslog_level(level: int) -> int:
+    """librdkafka's syslog level (0 emergency .. 7 debug) as a ``logging`` level."""
+    if level <= 2:
+        return logging.CRITICAL
+    return {3: logging.ERROR, 4: logging.WARNING, 5: logging.INFO, 6: logging.INFO}.get(level, logging.DEBUG)
 
 
 def client_hooks(client: str, errors: list[KafkaError] | None = None) -> dict[str, Any]:

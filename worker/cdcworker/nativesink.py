@@ -26,7 +26,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException
 
 from cdcworker.events import native
-from cdcworker.kafkaerrors import KafkaAccessError, access_refusal
+from cdcworker.kafkaerrors import ClientLog, KafkaAccessError, access_refusal, syslog_level
 from cdcworker.sink import KafkaSink, SinkError, TransactionalSink
 
 log = logging.getLogger(__name__)
@@ -87,6 +87,20 @@ class _NativeSends:
     _begin_needed: bool
     _on_fatal: Callable[[KafkaError], None] | None = None
 
+    _client_log: ClientLog | None = None
+
+    def _drain_logs(self) -> None:
+        """librdkafka's lines (kept in C by its threads) through the project's logger, rate-limited,
+        as confluent-kafka's ``logger`` setting does for the Python clients (kafkaclients)."""
+        lines, dropped = self.producer.take_logs()
+        if not lines:
+            return
+        log = self._client_log = self._client_log or ClientLog("producer")
+        for level, facility, text in lines:
+            log.log(syslog_level(level), "%s [%s] %s", facility, "native", text)
+        if dropped:
+            log.log(logging.WARNING, "%s [%s] %s", "DROPPED", "native", f"{dropped} more lines in a burst")
+
     def _make_producer(self, config: dict[str, Any]) -> Any:
         # librdkafka takes strings; Python callbacks (error_cb, logger...) stay on this side.
         plain = {k: v for k, v in config.items() if not callable(v)}
@@ -134,6 +148,7 @@ class _NativeSends:
     _records_base = 0
 
     def _refusal(self) -> KafkaAccessError | None:
+        self._drain_logs()  # called wherever the sink checks access: at least every offset flush
         refused = self.producer.access_error()
         return None if refused is None else access_refusal(*refused)
 

@@ -21,8 +21,9 @@ from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
+from cdcworker import kafkaclients
 from cdcworker.allocator import tune_for_producing
-from cdcworker.kafkaerrors import KafkaAccessError, SinkError, access_refusal, client_hooks
+from cdcworker.kafkaerrors import KafkaAccessError, SinkError, access_refusal
 
 if TYPE_CHECKING:
     from cdcworker.topiccreator import TopicCreator
@@ -83,7 +84,7 @@ class KafkaSink:
             if callable(chained):
                 chained(err)
 
-        return Producer({**client_hooks("producer"), **config, "error_cb": on_error})
+        return kafkaclients.producer({**config, "error_cb": on_error}, "producer")
 
     def _refusal(self) -> KafkaAccessError | None:
         """The cluster's refusal of this client's credentials or TLS settings, once reported (a

@@ -31,6 +31,8 @@ from cdcworker.idleprobe import AckCheckpoints, IdleProbe
 from cdcworker.kafkaerrors import KafkaSettingError
 from cdcworker.nativesink import sink_classes
 from cdcworker.offsets import OffsetPartition, Vgtid
+from cdcworker.offsets.keys import offset_record_key
+from cdcworker.offsets.lost import check_not_lost, lost_reason
 from cdcworker.offsets.migration import StoredOffsetError, resolve_task_start
 from cdcworker.offsets.store import KafkaAccessError, OffsetStore, OffsetStoreError
 from cdcworker.offsets.value import offset_value_at
@@ -292,6 +294,9 @@ class WorkerTask:
             vgtid_setting=cfg.source.start_gtid,
             chain=t.history or None,  # unset: Debezium's rule
         )
+        # Positions the operator saw stored are gone: stop rather than start over (issue 28, case 7).
+        check_not_lost(start.sources, expected=t.offsets_expected, connector_name=cfg.name,
+                       key=offset_record_key(cfg.name, self._partition()).decode(), topic=cfg.kafka.offsets_topic)
         log.info("starting from %s (%s)", start.vgtid.to_json(), start.sources)
         self._restored = start.stored  # transaction metadata resumes from the task's own offset
         self._inherited = start.inherited
@@ -469,7 +474,7 @@ class WorkerTask:
             # traceback, and the reason goes where the operator reads it (the pod's termination
             # message, then the status).
             metrics.set_state("failed", str(exc))
-            _write_termination_message({"error": str(exc)})
+            _write_termination_message({"error": str(exc), **lost_reason(exc)})
             return TaskResult(exitcodes.FAILED, str(exc), None)
         except Exception as exc:
             metrics.set_state("failed", str(exc))

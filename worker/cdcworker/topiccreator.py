@@ -16,6 +16,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from cdcworker import kafkaclients
 from cdcworker.config import KafkaConfig, TopicCreationGroup
 from cdcworker.kafkaerrors import TopicSizing, broker_count, creation_refusal
 from cdcworker.sink import SinkError
@@ -49,7 +50,7 @@ class TopicCreator:
             topic, num_partitions=group.partitions, replication_factor=group.replication_factor, config=dict(group.configs)
         )
         if self._admin is None:
-            self._admin = AdminClient(self._config)
+            self._admin = kafkaclients.admin(self._config, "topic creator")
         future = self._admin.create_topics([new], operation_timeout=self._timeout)[topic]
         try:
             future.result(self._timeout)

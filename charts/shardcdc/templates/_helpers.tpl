@@ -102,6 +102,11 @@ strategy Recreate).
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create"]
+{{- if .Values.networkPolicy.create }}
+- apiGroups: ["networking.k8s.io"]
+  resources: ["networkpolicies"]
+  verbs: ["get", "list", "create", "patch", "delete"]
+{{- end }}
 {{- if and (include "shardcdc.secretsGranted" .) (not (include "shardcdc.secretsPerNamespace" .)) }}
 {{ include "shardcdc.secretRule" . }}
 {{- end }}
@@ -140,6 +145,12 @@ strategy Recreate).
 {{- define "shardcdc.policy" -}}
 {{- $repos := prepend .Values.policy.imageRepositories .Values.workerImage.repository | uniq -}}
 {{- dict "imageRepositories" $repos "serviceAccounts" (.Values.policy.serviceAccounts | default list) | toJson -}}
+{{- end -}}
+
+{{/* The workers' NetworkPolicy settings the operator applies per connector (cdcoperator.networkpolicy). */}}
+{{- define "shardcdc.networkPolicy" -}}
+{{- $labels := include "shardcdc.selectorLabels" . | fromYaml -}}
+{{- dict "operatorNamespace" .Release.Namespace "operatorLabels" $labels "monitoringNamespace" (.Values.networkPolicy.monitoringNamespace | default "") "extraFrom" (.Values.networkPolicy.extraFrom | default list) | toJson -}}
 {{- end -}}
 
 {{- define "shardcdc.webhookService" -}}

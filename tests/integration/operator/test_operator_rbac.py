@@ -39,6 +39,7 @@ RELEASE_NS = "shardcdc-system"
 class Plane:
     def __init__(self, kube: KubeControlPlane, sim: VTGateSim, tmp: Path, bootstrap: str) -> None:
         self.kube, self.sim, self.tmp = kube, sim, tmp
+        self.network_policy_env: dict[str, str] = {}
         self.bootstrap = bootstrap  # a real broker: the operator reads the offsets topic before generation 0
 
     def kubectl(self, *args: str, input: str | None = None, kubeconfig: Path | None = None) -> str:
@@ -69,6 +70,9 @@ class Plane:
                                                 token=token, namespace=RELEASE_NS)
         (dep,) = by_kind(objs, "Deployment")
         (container,) = dep["spec"]["template"]["spec"]["containers"]
+        # The workers' NetworkPolicy settings the chart gives the operator (on by default).
+        self.network_policy_env = {e["name"]: e["value"] for e in container["env"]
+                                   if e["name"] == "SHARDCDC_OPERATOR_NETWORK_POLICY"}
         return json.dumps(container["args"]), kubeconfig
 
 
@@ -92,7 +96,7 @@ def connector(plane: Plane, name: str, namespace: str, keyspace: str, **vitess: 
 
 
 def assert_reconciles(plane: Plane, namespace: str, name: str, keyspace: str, sim: VTGateSim | None = None,
-                      **vitess: Any) -> None:
+                      network_policy: bool = False, **vitess: Any) -> None:
     """Create, reach Ready with two tasks, then delete: every step the operator takes, as the SA."""
     sim = sim or plane.sim
     sim.create_keyspace(keyspace, ["-80", "80-"])
@@ -115,6 +119,10 @@ def assert_reconciles(plane: Plane, namespace: str, name: str, keyspace: str, si
         for kind in ("deployments", "configmaps"):
             items = plane.get(namespace, kind, selector=selector)["items"]
             assert sorted(i["metadata"]["name"] for i in items) == names
+        if network_policy:  # the chart's default: the workers' policy, made with the chart's permissions
+            (policy,) = plane.get(namespace, "networkpolicies", selector=selector)["items"]
+            assert policy["metadata"]["name"] == f"{name}-workers"
+            assert policy["spec"]["podSelector"] == {"matchLabels": {"shardcdc.io/connector": name}}
         events = plane.get(namespace, "events", selector="")["items"]
         reasons = {e["reason"] for e in events if e["involvedObject"]["name"] == name}
         assert {"Created", "GenerationStarted"} <= reasons
@@ -158,9 +166,10 @@ def test_cluster_wide_chart_rbac_is_enough_and_no_more(plane: Plane) -> None:
     assert can_i(plane, kubeconfig, "list", "cdcconnectors.shardcdc.io", "--all-namespaces") == "yes"
 
     log = plane.tmp / "cluster-wide.log"
-    with chart_operator(plane.kube, chart_args, kubeconfig, log):
-        assert_reconciles(plane, "shop-a", "orders", "cw_orders")
-        assert_reconciles(plane, "shop-b", "users", "cw_users")
+    assert plane.network_policy_env  # networkPolicy.create is on by default
+    with chart_operator(plane.kube, chart_args, kubeconfig, log, env=plane.network_policy_env):
+        assert_reconciles(plane, "shop-a", "orders", "cw_orders", network_policy=True)
+        assert_reconciles(plane, "shop-b", "users", "cw_users", network_policy=True)
     assert_no_refusals(log)
 
 

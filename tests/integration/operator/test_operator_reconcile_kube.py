@@ -476,3 +476,54 @@ def test_deletion_removes_children_and_keeps_offsets(env: Env) -> None:
     assert msgs["Deleted"] == ("removed 4 worker objects: deployments/doomed-g0-t0, deployments/doomed-g0-t1, "
                                "configmaps/doomed-g0-t0, configmaps/doomed-g0-t1")
     assert msgs["OffsetsKept"] == "offsets are kept (spec.deletionPolicy: Retain)"
+
+
+def test_offsets_lost_condition_and_restore_on_the_api_server(env: Env) -> None:
+    """Issue 28, case 7 through the API server: the operator flags a task that reported positions
+    (ConfigMap <name>-positions, read by the worker through an optional configMapKeyRef), turns a
+    worker's OffsetsLost exit into the condition with the last known positions, and on
+    ``shardcdc.io/offsets-lost=restore`` writes them back under the task's key and restarts it."""
+    from cdcoperator.model import ConnectorResource
+    from cdcworker.offsets import OffsetPartition, Vgtid
+    from cdcworker.offsets.store import OffsetStore
+
+    env.sim.create_keyspace("ol", ["-80", "80-"])
+    # Its own offsets topic, which no (fake) worker made: restore makes it as the workers would.
+    env.apply(connector("lostoffs", "ol", env, tasks=1, kafka={
+        "bootstrapServers": env.bootstrap, "topicPrefix": "lostoffs", "offsetsTopic": "lostoffs-offsets"},
+        config={"offset.storage.replication.factor": "1", "offset.storage.partitions": "1"}))
+    env.wait_condition("lostoffs", "Ready", "True")
+    shards = [{"shard": "-80", "durable_gtid": "MySQL56/a:1-9"}, {"shard": "80-", "durable_gtid": "MySQL56/b:1-4"}]
+    env.nodes.set_doc("lostoffs-g0-t0", {**streaming_doc(), "shards": shards})
+
+    def flags() -> dict[str, str] | None:
+        cm = env.kube._call("GET", f"/api/v1/namespaces/{NS}/configmaps/lostoffs-positions", allow=(404,))
+        return (cm or {}).get("data")
+
+    wait_for(lambda: flags() == {"task-0-0": "true"}, 20, "the task flagged as having stored positions")
+    (container,) = env.children("deployments", "lostoffs")["lostoffs-g0-t0"]["spec"]["template"]["spec"]["containers"]
+    assert {"name": "SHARDCDC_SHARDCDC_TASK_OFFSETS_EXPECTED", "valueFrom": {"configMapKeyRef": {
+        "name": "lostoffs-positions", "key": "task-0-0", "optional": True}}} in container["env"]
+
+    env.nodes.exit_pod("lostoffs-g0-t0", 1, json.dumps({"error": "OffsetsLost: ...", "reason": "OffsetsLost"}))
+    cond = env.wait_condition("lostoffs", "Ready", "False", "OffsetsLost")
+    assert "Last known positions: task 0 (key task0_1_0): -80@MySQL56/a:1-9;80-@MySQL56/b:1-4." in cond["message"]
+    degraded = env.condition("lostoffs", "Degraded")
+    assert degraded is not None and (degraded["status"], degraded["reason"]) == ("True", "OffsetsLost")
+
+    created = env.nodes.pods_created["lostoffs-g0-t0"]
+    env.nodes.recover("lostoffs-g0-t0")  # from its next start the worker finds its offsets (the restore's)
+    env.kubectl("annotate", "cdc/lostoffs", "shardcdc.io/offsets-lost=restore")
+    wait_for(lambda: "shardcdc.io/offsets-lost" not in ((env.get("lostoffs") or {})["metadata"].get("annotations")
+                                                        or {}), 20, "the annotation acted on and removed")
+    cr = ConnectorResource.from_body(env.get("lostoffs") or {})
+    with OffsetStore({"bootstrap.servers": env.bootstrap}, cr.spec.kafka.offsets_topic) as store:
+        store.load()
+        stored = store.get("lostoffs", OffsetPartition.for_task("lostoffs", 0, 1, 0))
+    events = json.loads(env.kubectl("get", "events", "--field-selector", "involvedObject.name=lostoffs", "-o", "json"))
+    said = {e["reason"]: e["message"] for e in events["items"]}
+    assert said.get("OffsetsRestored") == "wrote back the last known positions: task0_1_0: -80@MySQL56/a:1-9;80-@MySQL56/b:1-4", said
+    assert stored is not None and stored.vgtid == Vgtid.of("ol", {"-80": "MySQL56/a:1-9", "80-": "MySQL56/b:1-4"})
+    wait_for(lambda: env.nodes.pods_created["lostoffs-g0-t0"] > created, 20, "the task restarted")
+    env.wait_condition("lostoffs", "Ready", "True")
+    assert flags() == {"task-0-0": "true"}

@@ -32,6 +32,9 @@ OPERATOR_RULES = [
     {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "create", "patch", "delete"]},
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]},
     {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
+    # networkPolicy.create (on by default): the operator makes each connector's workers' policy.
+    {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"],
+     "verbs": ["get", "list", "create", "patch", "delete"]},
 ]
 # rbac.backfills.* (on by default): what cdcoperator.backfill calls.
 SPARK_RULE = {"apiGroups": ["sparkoperator.k8s.io"], "resources": ["sparkapplications"],
@@ -79,7 +82,7 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
                                    "extraFrom": [{"ipBlock": {"cidr": "10.0.0.0/8"}}]},
                  "webhook": {"failurePolicy": "Ignore", "timeoutSeconds": 5}},
     "secrets-per-namespace": {"rbac": {"kafkaSecrets": True, "secretNamespaces": ["team-a", "team-b"]},
-                              "networkPolicy": {"namespaces": ["team-a"]}},
+                              "networkPolicy": {"monitoringNamespace": ""}},
     "no-webhook-no-netpol": {"webhook": {"enabled": False}, "networkPolicy": {"create": False},
                              "watchNamespaces": ["team-a"]},
 }
@@ -88,6 +91,8 @@ WEBHOOK_OBJECTS = [("Secret", "shardcdc-webhook-tls"), ("Service", "shardcdc-web
                    ("ValidatingWebhookConfiguration", "shardcdc")]
 WEBHOOK_ARGS = ["--webhook-port=9443", "--webhook-cert-dir=/etc/shardcdc/webhook"]
 SECRET_RULE = {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}
+NETPOL_RULE = {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"],
+               "verbs": ["get", "list", "create", "patch", "delete"]}
 
 
 # --- one home for the CRD ----------------------------------------------------------------------------
@@ -180,7 +185,11 @@ def test_default_render(tmp_path: Path) -> None:
         "TMPDIR": "/tmp",
         # The chart's own worker image only, and no service account a connector may name.
         "SHARDCDC_OPERATOR_POLICY": '{"imageRepositories":["ghcr.io/shardcdc/shardcdc"],"serviceAccounts":[]}',
-        "SHARDCDC_WORKER_METRICS_ADDRESS": "0.0.0.0"}
+        "SHARDCDC_WORKER_METRICS_ADDRESS": "0.0.0.0",
+        # The workers' NetworkPolicy, made by the operator per connector (issue 28, case 12).
+        "SHARDCDC_OPERATOR_NETWORK_POLICY": '{"extraFrom":[],"monitoringNamespace":"monitoring","operatorLabels":'
+        '{"app.kubernetes.io/component":"operator","app.kubernetes.io/instance":"shardcdc",'
+        '"app.kubernetes.io/name":"shardcdc"},"operatorNamespace":"shardcdc-system"}'}
     assert c["volumeMounts"] == [{"name": "tmp", "mountPath": "/tmp"},
                                  {"name": "webhook-tls", "mountPath": "/etc/shardcdc/webhook", "readOnly": True}]
     assert pod["volumes"] == [{"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}},
@@ -270,13 +279,12 @@ def test_notes_name_the_scope_and_the_crd_upgrade_step(plane: KubeControlPlane, 
     notes = r.stdout.split("NOTES:", 1)[1]
     assert "It serves CdcConnectors in: team-a, team-b (a Role in each)." in notes
     assert "Helm never upgrades CRDs" in notes
-    assert "NetworkPolicy" not in notes and "every Secret" not in notes
+    assert "every Secret" not in notes
     # Every namespace served: say what the chart could not restrict, and the value that does.
     r = helm("install", "shardcdc", str(CHART), "--dry-run=client", "--namespace", NAMESPACE,
              "--kubeconfig", str(plane.kubeconfig_path), "--set", "rbac.sourceSecrets=true")
     assert r.returncode == 0, r.stderr
     notes = r.stdout.split("NOTES:", 1)[1]
-    assert "No NetworkPolicy was created for the workers" in notes and "networkPolicy.namespaces" in notes
     assert "The operator may read (get) every Secret of the cluster" in notes and "rbac.secretNamespaces" in notes
 
 
@@ -366,31 +374,50 @@ def test_webhook_certificate_from_cert_manager(tmp_path: Path) -> None:
     assert by_kind(own, "Certificate")[0]["spec"]["issuerRef"] == {"name": "corp-ca", "kind": "ClusterIssuer"}
 
 
-def test_network_policy_admits_only_the_operator_and_monitoring_to_workers(tmp_path: Path) -> None:
-    objs = render(VALUE_SETS["watch-namespaces"], tmp_path)
-    policies = by_kind(objs, "NetworkPolicy")
-    assert [(p["metadata"]["name"], p["metadata"]["namespace"]) for p in policies] == [
-        ("shardcdc-workers", "team-a"), ("shardcdc-workers", "team-b")]
-    spec = policies[0]["spec"]
-    assert spec["podSelector"] == {"matchLabels": {"app.kubernetes.io/name": "shardcdc-worker",
-                                                   "app.kubernetes.io/component": "worker"}}
-    assert spec["policyTypes"] == ["Ingress"]
-    operator_peer = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": NAMESPACE}},
-                     "podSelector": {"matchLabels": _deployment(objs)["spec"]["selector"]["matchLabels"]}}
-    assert spec["ingress"] == [{"ports": [{"port": "metrics", "protocol": "TCP"}], "from": [
-        operator_peer, {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]}]
+def test_network_policy_is_on_by_default_and_reaches_the_operator(tmp_path: Path) -> None:
+    """Issue 28, case 12: with the default values the workers of every connector get a NetworkPolicy
+    (the operator makes it per connector: the chart cannot know the namespaces when it serves them
+    all), admitting only the operator's pods and the monitoring namespace to the metrics port."""
+    from cdcoperator.model import ConnectorResource
+    from cdcoperator.networkpolicy import build_network_policy, load_network_policy
 
-    (hardened,) = by_kind(render(VALUE_SETS["hardened"], tmp_path), "NetworkPolicy")
-    assert hardened["spec"]["ingress"][0]["from"] == [
+    objs = render(None, tmp_path)
+    assert not by_kind(objs, "NetworkPolicy")  # none from the chart itself: one per connector instead
+    env = _env(objs)
+    settings = load_network_policy({"SHARDCDC_OPERATOR_NETWORK_POLICY": env["SHARDCDC_OPERATOR_NETWORK_POLICY"]})
+    operator_labels = _deployment(objs)["spec"]["selector"]["matchLabels"]
+    assert settings is not None and dict(settings.operator_labels) == operator_labels
+    assert env["SHARDCDC_WORKER_METRICS_ADDRESS"] == "0.0.0.0"  # workers.listenAddress
+    assert NETPOL_RULE in by_kind(objs, "ClusterRole")[0]["rules"]
+    cr = ConnectorResource.from_body({
+        "apiVersion": "shardcdc.io/v1alpha1", "kind": "CdcConnector",
+        "metadata": {"name": "orders", "namespace": "shop", "uid": "u1"},
+        "spec": {"source": {"vitess": {"vtgate": "h:1", "keyspace": "ks"}},
+                 "kafka": {"bootstrapServers": "b:1", "topicPrefix": "p", "offsetsTopic": "o"}}})
+    policy = build_network_policy(cr, settings)
+    assert (policy["metadata"]["name"], policy["metadata"]["namespace"]) == ("orders-workers", "shop")
+    assert policy["metadata"]["ownerReferences"][0]["uid"] == "u1"
+    operator_peer = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": NAMESPACE}},
+                     "podSelector": {"matchLabels": operator_labels}}
+    assert policy["spec"] == {
+        "podSelector": {"matchLabels": {"shardcdc.io/connector": "orders"}}, "policyTypes": ["Ingress"],
+        "ingress": [{"ports": [{"port": "metrics", "protocol": "TCP"}], "from": [
+            operator_peer, {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]}]}
+
+    hardened = load_network_policy({"SHARDCDC_OPERATOR_NETWORK_POLICY": _env(render(
+        VALUE_SETS["hardened"], tmp_path))["SHARDCDC_OPERATOR_NETWORK_POLICY"]})
+    assert hardened is not None
+    assert build_network_policy(cr, hardened)["spec"]["ingress"][0]["from"] == [
         operator_peer, {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "prometheus"}}},
         {"ipBlock": {"cidr": "10.0.0.0/8"}}]
-    no_monitoring = render({"watchNamespaces": ["team-a"], "networkPolicy": {"monitoringNamespace": ""}}, tmp_path)
-    assert by_kind(no_monitoring, "NetworkPolicy")[0]["spec"]["ingress"][0]["from"] == [operator_peer]
-    # Every namespace served: only where networkPolicy.namespaces says (the chart cannot know the others).
-    assert not by_kind(render(None, tmp_path), "NetworkPolicy")
-    listed = by_kind(render(VALUE_SETS["secrets-per-namespace"], tmp_path), "NetworkPolicy")
-    assert [p["metadata"]["namespace"] for p in listed] == ["team-a"]
-    assert not by_kind(render(VALUE_SETS["no-webhook-no-netpol"], tmp_path), "NetworkPolicy")
+    no_monitoring = load_network_policy({"SHARDCDC_OPERATOR_NETWORK_POLICY": _env(render(
+        VALUE_SETS["secrets-per-namespace"], tmp_path))["SHARDCDC_OPERATOR_NETWORK_POLICY"]})
+    assert no_monitoring is not None and build_network_policy(cr, no_monitoring)["spec"]["ingress"][0]["from"] == [
+        operator_peer]
+    # Off: no settings for the operator, and no permission for NetworkPolicies.
+    off = render(VALUE_SETS["no-webhook-no-netpol"], tmp_path)
+    assert "SHARDCDC_OPERATOR_NETWORK_POLICY" not in _env(off)
+    assert all(NETPOL_RULE not in r["rules"] for r in by_kind(off, "Role"))
 
 
 def test_secret_namespaces_move_get_secrets_out_of_the_cluster_role(tmp_path: Path) -> None:

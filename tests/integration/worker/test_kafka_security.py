@@ -219,11 +219,14 @@ def test_librdkafka_lines_are_logged_once_per_kind_per_period(caplog: pytest.Log
             now[0] += 1 / 3
         now[0] = 30.0
         log.log(logging.ERROR, "%s [%s] %s", "FAIL", "rdkafka#consumer-1", "SASL authentication error")
+    # A refused login is the one clear line naming the client and what to check (issue 28, case 8).
+    refused = ("Kafka refused the connection: authentication failed for the offsets consumer (SASL authentication "
+               "error); check sasl.mechanism and the credentials in sasl.jaas.config (the Secret named by "
+               "spec.kafka.securitySecretRef)")
     assert [(r.levelno, r.getMessage()) for r in caplog.records] == [
-        (logging.ERROR, "librdkafka offsets consumer: FAIL [rdkafka#consumer-1] SASL authentication error"),
+        (logging.ERROR, refused),
         (logging.WARNING, "librdkafka offsets consumer: SASL [rdkafka#consumer-1] retrying"),
-        (logging.ERROR, "librdkafka offsets consumer: FAIL [rdkafka#consumer-1] SASL authentication error "
-                        "(89 more like it in the last 30 s)"),
+        (logging.ERROR, refused + " (89 more like it in the last 30 s)"),
     ]
 
 

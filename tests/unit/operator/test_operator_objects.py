@@ -173,6 +173,9 @@ def test_deployment_exact() -> None:
                                 {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
                                 {"name": "TMPDIR", "value": "/tmp"},
                                 {"name": "SHARDCDC_WORKER_SUPERVISED", "value": "1"},
+                                # Whether the task stored positions before: read at each start (issue 28, case 7).
+                                {"name": "SHARDCDC_SHARDCDC_TASK_OFFSETS_EXPECTED", "valueFrom": {"configMapKeyRef": {
+                                    "name": "orders-positions", "key": "task-4-1", "optional": True}}},
                             ],
                             "ports": [{"name": "metrics", "containerPort": 8080, "protocol": "TCP"}],
                             "resources": {"requests": {"cpu": "1"}, "limits": {"memory": "2Gi"}},

@@ -6,6 +6,8 @@ tests/integration/operator/test_operator_admission.py.
 
 from __future__ import annotations
 
+import json
+import re
 from typing import Any
 
 import pytest
@@ -126,3 +128,22 @@ def test_long_refused_values_are_cut_in_messages() -> None:
     (problem,) = Policy(("ok",)).violations({"snapshot": {"backfill": {"spark": {"sparkConf": {
         "spark.kubernetes.container.image": huge}}}}})
     assert len(problem) < 1000 and "... (8000007 characters)" in problem
+
+
+def test_network_policy_settings_are_checked_at_start() -> None:
+    """The chart's networkPolicy values reach the operator as JSON; a bad value is one line (issue 28, case 12)."""
+    from cdcoperator.networkpolicy import NETWORK_POLICY_ENV, NetworkPolicyError, load_network_policy
+
+    assert load_network_policy({}) is None
+    good = {"operatorNamespace": "ops", "operatorLabels": {"app": "op"}, "monitoringNamespace": "", "extraFrom": []}
+    settings = load_network_policy({NETWORK_POLICY_ENV: json.dumps(good)})
+    assert settings is not None and settings.operator_labels == (("app", "op"),) and settings.monitoring_namespace == ""
+    for value, message in [
+        ("{", "$SHARDCDC_OPERATOR_NETWORK_POLICY is not JSON"),
+        (json.dumps({**good, "x": 1}), "unknown keys x"),
+        (json.dumps({**good, "operatorNamespace": ""}), "operatorNamespace must be a namespace name"),
+        (json.dumps({**good, "operatorLabels": {}}), "operatorLabels must be the operator pod's labels"),
+        (json.dumps({**good, "extraFrom": [1]}), "extraFrom must be a list of NetworkPolicyPeer objects"),
+    ]:
+        with pytest.raises(NetworkPolicyError, match=re.escape(message)):
+            load_network_policy({NETWORK_POLICY_ENV: value})

@@ -149,6 +149,7 @@ def test_operator_owned_names() -> None:
         "shardcdc.task.generation",
         "shardcdc.task.prev.count",
         "shardcdc.task.history",
+        "shardcdc.task.offsets.expected",
         "shardcdc.task.shards",
     )
     rows = {row["name"]: row for row in catalogue()}

@@ -24,6 +24,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -67,6 +68,8 @@ static int load_librdkafka(const char *path) {
 
 /* --- the Producer type ---------------------------------------------------------------------- */
 
+#define LOG_RING 32
+
 typedef struct {
     int64_t produced, done;
     int sealed;
@@ -86,6 +89,12 @@ typedef struct {
     int access_code;      /* set by the error callback when the cluster refuses access */
     char access_reason[512];
     volatile int interrupted; /* interrupt(): a wait for room in the queue gives up */
+    /* librdkafka's log lines, written by its threads (no GIL there), taken by take_logs(): the
+     * worker logs them through the project's logger, rate-limited (kafkaerrors.ClientLog). */
+    pthread_mutex_t log_lock;
+    struct { int level; char fac[24]; char text[488]; } logs[LOG_RING];
+    int nlogs;
+    int64_t logs_dropped;
 } Producer;
 
 static Seg *open_seg(Producer *self) { return &self->segs[self->nsegs - 1]; }
@@ -176,6 +185,43 @@ static void on_error(rk_t *rk, int err, const char *reason, void *opaque) {
     }
 }
 
+static void on_log(const rk_t *rk, int level, const char *fac, const char *text) {
+    Producer *self = K.opaque(rk);
+    if (!self) return;
+    pthread_mutex_lock(&self->log_lock);
+    if (self->nlogs < LOG_RING) {
+        int i = self->nlogs++;
+        self->logs[i].level = level;
+        snprintf(self->logs[i].fac, sizeof(self->logs[i].fac), "%s", fac ? fac : "");
+        snprintf(self->logs[i].text, sizeof(self->logs[i].text), "%s", text ? text : "");
+    } else {
+        self->logs_dropped++; /* a burst beyond the ring: counted, the rate limit would drop it anyway */
+    }
+    pthread_mutex_unlock(&self->log_lock);
+}
+
+static PyObject *Producer_take_logs(Producer *self, PyObject *unused) {
+    PyObject *out = PyList_New(0);
+    if (!out) return NULL;
+    pthread_mutex_lock(&self->log_lock);
+    int n = self->nlogs;
+    int64_t dropped = self->logs_dropped;
+    for (int i = 0; i < n; i++) {
+        PyObject *item = Py_BuildValue("(iss)", self->logs[i].level, self->logs[i].fac, self->logs[i].text);
+        if (!item || PyList_Append(out, item) < 0) {
+            Py_XDECREF(item);
+            pthread_mutex_unlock(&self->log_lock);
+            Py_DECREF(out);
+            return NULL;
+        }
+        Py_DECREF(item);
+    }
+    self->nlogs = 0;
+    self->logs_dropped = 0;
+    pthread_mutex_unlock(&self->log_lock);
+    return Py_BuildValue("(NL)", out, (long long)dropped);
+}
+
 static int Producer_init(Producer *self, PyObject *args, PyObject *kwds) {
     const char *libpath;
     PyObject *config, *make_error;
@@ -184,6 +230,7 @@ static int Producer_init(Producer *self, PyObject *args, PyObject *kwds) {
         return -1;
     if (self->rk) { PyErr_SetString(PyExc_RuntimeError, "Producer already initialised"); return -1; }
     if (load_librdkafka(libpath) < 0) return -1;
+    pthread_mutex_init(&self->log_lock, NULL);
     self->make_error = Py_NewRef(make_error);
     self->errors = PyList_New(0);
     self->poll_every = 512;
@@ -210,6 +257,7 @@ static int Producer_init(Producer *self, PyObject *args, PyObject *kwds) {
     }
     K.conf_set_dr_msg_cb(conf, on_delivery);
     K.conf_set_error_cb(conf, on_error);
+    K.conf_set_log_cb(conf, on_log);
     K.conf_set_opaque(conf, self);
     self->rk = K.new_(RK_PRODUCER, conf, errstr, sizeof(errstr));
     if (!self->rk) {
@@ -227,6 +275,7 @@ static void Producer_dealloc(Producer *self) {
         Py_BEGIN_ALLOW_THREADS K.destroy(rk);
         Py_END_ALLOW_THREADS
     }
+    pthread_mutex_destroy(&self->log_lock); /* librdkafka's threads are gone */
     Py_XDECREF(self->make_error);
     Py_XDECREF(self->errors);
     PyMem_Free(self->segs);
@@ -654,6 +703,8 @@ static PyMethodDef Producer_methods[] = {
     {"commit_transaction", (PyCFunction)Producer_commit_transaction, METH_VARARGS, NULL},
     {"abort_transaction", (PyCFunction)Producer_abort_transaction, METH_VARARGS, NULL},
     {"fatal_error", (PyCFunction)Producer_fatal_error, METH_NOARGS, "(code, reason) of a fatal error, or None"},
+    {"take_logs", (PyCFunction)Producer_take_logs, METH_NOARGS,
+     "([(syslog level, facility, text)...], lines dropped) logged by librdkafka since the last call"},
     {"access_error", (PyCFunction)Producer_access_error, METH_NOARGS,
      "(code, reason) of the first refused login or TLS handshake, or None"},
     {NULL, NULL, 0, NULL},

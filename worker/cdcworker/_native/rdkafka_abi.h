@@ -79,6 +79,9 @@ typedef struct {
     X(conf_set_error_cb, rd_kafka_conf_set_error_cb, void,                                                \
       (rk_conf_t *, void (*)(rk_t *, int, const char *, void *)))                                         \
     X(conf_set_opaque, rd_kafka_conf_set_opaque, void, (rk_conf_t *, void *))                             \
+    X(conf_set_log_cb, rd_kafka_conf_set_log_cb, void,                                                    \
+      (rk_conf_t *, void (*)(const rk_t *, int, const char *, const char *)))                             \
+    X(opaque, rd_kafka_opaque, void *, (const rk_t *))                                                    \
     X(new_, rd_kafka_new, rk_t *, (RK_TYPE, rk_conf_t *, char *, size_t))                                 \
     X(destroy, rd_kafka_destroy, void, (rk_t *))                                                          \
     X(produceva, rd_kafka_produceva, rk_error_t *, (rk_t *, const RK_VU *, size_t))                       \

@@ -13,6 +13,8 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from cdcworker import kafkaclients
+
 log = logging.getLogger("cdcworker.backfill")
 
 
@@ -84,11 +86,11 @@ def render(tracker: Any, run_id: str) -> Any:
 def _run_recorder(store: Any, config: Any) -> Callable[[Any], None]:
     """Writes the run's ``run`` records (started, finished, error) for the operator's status; a
     failure to write one is logged, never fatal (the chunks' records are what matters)."""
-    from confluent_kafka import KafkaException, Producer
+    from confluent_kafka import KafkaException
 
     from cdcworker.task import producer_config
 
-    producer = Producer(producer_config(config))
+    producer = kafkaclients.producer(producer_config(config), "backfill producer")
 
     def record(rec: Any) -> None:
         try:

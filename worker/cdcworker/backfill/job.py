@@ -23,6 +23,7 @@ from typing import Any, cast
 import orjson
 from confluent_kafka import KafkaError, Producer
 
+from cdcworker import kafkaclients
 from cdcworker.backfill import chunking, rowchange
 from cdcworker.backfill.progress import (
     AttemptRecord,
@@ -244,7 +245,7 @@ class LaneContext:
             spec,
             config,
             client_for(config),
-            Producer(producer_config(config)),
+            kafkaclients.producer(producer_config(config), "backfill producer"),
             encoder_config(config),
             progress_store(spec, config),
             RowThrottle(rate),
@@ -558,7 +559,7 @@ def run_backfill(
     config = worker_config(spec)
     # Made first: an idempotent producer needs its producer id (0.5-1 s after start) before its
     # first write completes; planning meanwhile hides that wait.
-    producer = Producer(producer_config(config))
+    producer = kafkaclients.producer(producer_config(config), "backfill producer")
     store = progress_store(spec, config)
     store.ensure_topic()
     state = store.load(spec.run_id)
@@ -640,7 +641,7 @@ def abandon(spec: BackfillSpec, reason: str) -> RunAbandoned:
     config = worker_config(spec)
     store = progress_store(spec, config)
     rec = RunAbandoned(spec.run_id, config.source.keyspace, store.load(spec.run_id).epoch, reason[:1000], "job")
-    store.write(Producer(producer_config(config)), [rec])
+    store.write(kafkaclients.producer(producer_config(config), "backfill progress producer"), [rec])
     return rec
 
 

@@ -8,8 +8,9 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import NewTopic
 
+from cdcworker import kafkaclients
 from cdcworker.backfill.progress import ChunkDone, PlanRecord, RunState, parse_record
 from cdcworker.kafkaerrors import broker_count, creation_refusal
 from cdcworker.offsets.store import offsets_sizing
@@ -28,7 +29,7 @@ class ProgressStore:
     def ensure_topic(self, timeout: float = 30.0) -> None:
         """One partition (a total order of a run's records), compacted unless the store was made
         with another ``topic_config``; existing topics are kept."""
-        admin = AdminClient(self.client_config)
+        admin = kafkaclients.admin(self.client_config, "backfill progress admin client")
         new = NewTopic(self.topic, num_partitions=1, replication_factor=self.replication_factor,
                        config=self.topic_config)
         for fut in admin.create_topics([new], operation_timeout=timeout).values():
@@ -58,7 +59,7 @@ class ProgressStore:
         waiting for an empty fetch to report the partition's end (librdkafka's fetch.wait.max.ms,
         500 ms, paid by the driver and by every lane). End-of-partition still ends the read when
         the last offsets hold no record (transaction markers), with short fetch waits."""
-        consumer = Consumer(
+        consumer = kafkaclients.consumer(
             {
                 **self.client_config,
                 "group.id": f"shardcdc-backfill-{uuid.uuid4()}",
@@ -67,7 +68,7 @@ class ProgressStore:
                 "auto.offset.reset": "earliest",
                 "fetch.wait.max.ms": 10,
             }
-        )
+        , "backfill progress consumer")
         try:
             meta = consumer.list_topics(self.topic, timeout=timeout).topics.get(self.topic)
             if meta is None or meta.error is not None or not meta.partitions:
@@ -104,8 +105,8 @@ class ProgressStore:
     def watch(self, done: Callable[[bytes], bool], timeout: float) -> bool:
         """Read the topic from its beginning, passing each value to ``done``, until ``done`` returns
         True (True) or ``timeout`` seconds passed (False). Keeps reading as records arrive."""
-        consumer = Consumer({**self.client_config, "group.id": f"shardcdc-backfill-watch-{uuid.uuid4()}",
-                             "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+        consumer = kafkaclients.consumer({**self.client_config, "group.id": f"shardcdc-backfill-watch-{uuid.uuid4()}",
+                             "enable.auto.commit": False, "auto.offset.reset": "earliest"}, "backfill progress consumer")
         deadline = time.monotonic() + timeout
         try:
             consumer.assign([TopicPartition(self.topic, 0, 0)])
@@ -134,14 +135,14 @@ class ProgressStore:
 
     def follow(self, on_record: Callable[[PlanRecord | ChunkDone], None], stop: Callable[[], bool]) -> None:
         """Tail the topic from the beginning, calling ``on_record`` until ``stop()`` (for progress views)."""
-        consumer = Consumer(
+        consumer = kafkaclients.consumer(
             {
                 **self.client_config,
                 "group.id": f"shardcdc-backfill-view-{uuid.uuid4()}",
                 "enable.auto.commit": False,
                 "auto.offset.reset": "earliest",
             }
-        )
+        , "backfill progress consumer")
         try:
             consumer.assign([TopicPartition(self.topic, 0, 0)])
             while not stop():

@@ -42,8 +42,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 
+from cdcworker import kafkaclients
 from cdcworker.backfill.gtid import covers, is_position
 from cdcworker.backfill.handoff import (
     CATCHUP,
@@ -113,9 +114,9 @@ class ProgressFeed:
 
     def _open(self, strict: bool = False) -> Any:
         if self._consumer is None:
-            self._consumer = Consumer({**self.client_config, "group.id": f"shardcdc-handoff-{uuid.uuid4()}",
+            self._consumer = kafkaclients.consumer({**self.client_config, "group.id": f"shardcdc-handoff-{uuid.uuid4()}",
                                        "enable.auto.commit": False, "enable.partition.eof": True,
-                                       "auto.offset.reset": "earliest"})
+                                       "auto.offset.reset": "earliest"}, "backfill hand-off consumer")
         if not self._assigned:
             now = time.monotonic()
             if now < self._next_lookup:
@@ -181,7 +182,7 @@ class ProgressFeed:
 
     def _write(self, records: list[Any]) -> None:
         if self._producer is None:
-            self._producer = Producer({**self.client_config, "enable.idempotence": True, "acks": "all"})
+            self._producer = kafkaclients.producer({**self.client_config, "enable.idempotence": True, "acks": "all"}, "backfill hand-off producer")
         ProgressStore(self.client_config, self.topic).write(self._producer, records)
 
     def mark_handed_off(self, h: ShardHandoff, position: str) -> None:

@@ -103,6 +103,9 @@ class TaskIdentity:
     # The generations before this one, newest first from the previous: (generation, task count).
     # Empty: not given (Debezium's rule, the previous generation must be complete).
     history: tuple[tuple[int, int], ...] = ()
+    # The operator saw this task store positions (shardcdc.task.offsets.expected): finding none of
+    # its offsets at a start means they were lost, not that it never ran (cdcworker.offsets.lost).
+    offsets_expected: bool = False
 
     @property
     def task_key(self) -> str | None:

@@ -367,6 +367,16 @@ _PROPERTIES: tuple[Property, ...] = (
         group="task",
     ),
     _p(
+        "shardcdc.task.offsets.expected",
+        B,
+        False,
+        "The operator saw this task store positions: a start that finds none of its offsets stops "
+        "(OffsetsLost) instead of starting over as snapshot.mode says. Set through the environment from "
+        "the connector's <name>-positions ConfigMap, so it changes without restarting the task.",
+        operator_owned=True,
+        group="task",
+    ),
+    _p(
         "shardcdc.task.shards",
         LST,
         None,

@@ -617,6 +617,7 @@ class _Validator:
             prev_count=_int(_first(g("shardcdc.task.prev.count"), g("vitess.prev.num.tasks"))),
             shards=_opt_tuple(_first(g("shardcdc.task.shards"), g("vitess.shard"))),
             history=parse_history(_opt_tuple(g("shardcdc.task.history")) or ()),
+            offsets_expected=bool(g("shardcdc.task.offsets.expected")),
         )
         keepalive = _int(g("vitess.keepalive.interval.ms"))
         source = SourceConfig(

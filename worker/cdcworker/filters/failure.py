@@ -17,6 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from cdcworker import kafkaclients
+
 log = logging.getLogger(__name__)
 
 # Bytes a record batch adds around one record (v2 batch header 61 + record framing, headers).
@@ -63,13 +65,13 @@ def topic_limits(admin_config: dict[str, str]) -> Callable[[str], int | None]:
 
     def limit(topic: str) -> int | None:
         if topic not in cache:
-            from confluent_kafka.admin import AdminClient, ConfigResource
+            from confluent_kafka.admin import ConfigResource
 
             try:
                 res = ConfigResource(ConfigResource.Type.TOPIC, topic)
                 # The client must outlive the future: a temporary one is destroyed at once and
                 # its request fails with _DESTROY, which left every limit unknown.
-                admin = AdminClient(conf)
+                admin = kafkaclients.admin(conf, "topic config reader")
                 entries = admin.describe_configs([res])[res].result(10)
                 cache[topic] = int(entries["max.message.bytes"].value)
             except Exception as exc:  # the refusal is then handled as the bad record itself

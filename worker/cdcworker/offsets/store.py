@@ -21,15 +21,15 @@ from collections.abc import Mapping
 from types import TracebackType
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
+from cdcworker import kafkaclients
 from cdcworker.kafkaerrors import (
     KafkaAccessError,
     OffsetStoreError,
     TopicSizing,
     broker_count,
-    client_hooks,
     creation_refusal,
     first_refusal,
 )
@@ -83,7 +83,7 @@ class OffsetStore:
     def ensure_topic(self) -> int:
         """Create the topic if missing; check it is compact-only; return its partition count."""
         errors: list[KafkaError] = []
-        admin = AdminClient({**self._config, **client_hooks("offsets admin client", errors)})
+        admin = kafkaclients.admin(self._config, "offsets admin client", errors)
         new = NewTopic(
             self.topic,
             num_partitions=self._partitions_wanted,
@@ -150,7 +150,7 @@ class OffsetStore:
     def num_partitions(self, admin: AdminClient | None = None) -> int:
         """The topic's partition count (cached after the first lookup)."""
         if self._num_partitions is None:
-            client = admin or AdminClient({**self._config, **client_hooks("offsets admin client")})
+            client = admin or kafkaclients.admin(self._config, "offsets admin client")
             meta = client.list_topics(self.topic, timeout=self._timeout).topics.get(self.topic)
             if meta is None or meta.error is not None:
                 raise OffsetStoreError(
@@ -167,16 +167,16 @@ class OffsetStore:
     def load(self) -> dict[bytes, bytes]:
         """Read the whole topic; keep and return the latest value per key (tombstones delete)."""
         errors: list[KafkaError] = []
-        consumer = Consumer(
+        consumer = kafkaclients.consumer(
             {
                 **self._config,
-                **client_hooks("offsets consumer", errors),
                 "group.id": f"shardcdc-offsets-{uuid.uuid4()}",
                 "enable.auto.commit": False,
                 "enable.partition.eof": True,
                 "auto.offset.reset": "earliest",
                 "isolation.level": "read_committed",
-            }
+            },
+            "offsets consumer", errors,
         )
         records: dict[bytes, bytes] = {}
         try:
@@ -233,10 +233,8 @@ class OffsetStore:
 
     def _own_producer(self) -> Producer:
         if self._producer is None:
-            self._producer = Producer(
-                {**self._config, **client_hooks("offsets producer"), "acks": "all", "enable.idempotence": True,
-                 "linger.ms": 0}
-            )
+            self._producer = kafkaclients.producer(
+                {**self._config, "acks": "all", "enable.idempotence": True, "linger.ms": 0}, "offsets producer")
         return self._producer
 
     def produce(

@@ -31,6 +31,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
+from cdcworker import kafkaclients
 from cdcworker.events import EncoderConfig, TablePlan
 from cdcworker.signals import document
 from cdcworker.signals.document import SignalError, parse_data, parse_record
@@ -350,15 +351,13 @@ class KafkaSignalChannel:
         dispatcher: SignalDispatcher,
         skip_origin: str | None = None,
     ) -> None:
-        from confluent_kafka import Consumer
-
         conf = {
             **client_config,
             "group.id": group_id,
             "auto.offset.reset": "earliest",
             "enable.auto.commit": False,
         }
-        self._consumer = Consumer(conf)
+        self._consumer = kafkaclients.consumer(conf, "signal consumer")
         self.topic = topic
         self._prefix = prefix
         self._dispatcher = dispatcher

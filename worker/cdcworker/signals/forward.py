@@ -25,6 +25,7 @@ import time
 from collections.abc import Mapping
 from typing import Any, cast
 
+from cdcworker import kafkaclients
 from cdcworker.backfill.progress import SignalRecord
 from cdcworker.snapshot import SnapshotRequest
 
@@ -72,14 +73,14 @@ class TopicWriter:
         self._interrupted.set()
 
     def _write(self, rec: Any, what: str) -> None:
-        from confluent_kafka import KafkaException, Producer
+        from confluent_kafka import KafkaException
 
         with self._lock:
             for attempt in range(WRITE_ATTEMPTS):
                 try:
                     self.ensure_topic()
                     if self._producer is None:
-                        self._producer = Producer(self.store.client_config)
+                        self._producer = kafkaclients.producer(self.store.client_config, "signal forwarder")
                     self.store.write(self._producer, [rec], timeout=WRITE_TIMEOUT)
                     return
                 except (KafkaException, TimeoutError) as exc:
