@@ -180,7 +180,14 @@ spark() {
   kc -n "$NS" delete job verify --ignore-not-found --wait=true
   kc apply -f "$ROOT/tests/e2e/60-verify-job.yaml"
   wait_job verify
-  kc -n "$NS" logs job/verify --all-containers --prefix
+  local out rows source
+  out=$(kc -n "$NS" logs job/verify --all-containers --prefix)
+  echo "$out"
+  # Exact: the run read every row of both tables once (the workloads have ended).
+  source=$(echo "$out" | sed -n 's/.*materialises to the \([0-9]*\) rows.*/\1/p' | awk '{s += $1} END {print s}')
+  rows=$(kc -n "$NS" get cdc e2e -o jsonpath='{.status.backfills[?(@.id=="initial")].rows}')
+  [ "$rows" = "$source" ] || die "backfill initial read $rows rows; the source tables hold $source"
+  echo "backfill initial read $rows rows = the $source rows of the source tables"
 }
 
 down() {

@@ -4,9 +4,10 @@ runs them wherever Docker can run (Debian's dockerd is started when no engine an
 One kind cluster from the node image assembled here (scripts/kind-node-image.sh), the images built on
 the Debian base and loaded with ``kind load`` (no registry), the chart installed with its own RBAC,
 webhook, probes, security contexts and NetworkPolicy; Kafka (the Maven-assembled broker) and the VTGate
-test server run as pods. ``stream``: a CdcConnector with 2 tasks, a workload, a scale to 4 tasks, a
-worker pod and the operator pod killed, a reshard 2 -> 4 shards, and ``shardcdc verify`` in a Job (the
-topic materialised equals the source table). The module fixture's finalizer runs ``down``: the cluster
+test server run as pods. ``stream``: a CdcConnector with 2 tasks over 2 shards, a workload, a reshard
+2 -> 4 shards, a scale to 4 tasks, a worker pod and the operator pod killed during a second workload,
+and ``shardcdc verify`` in a Job (each topic materialised equals its source table). ``spark``: a
+backfill on the sparkSubmit engine (spark-submit --master k8s://, driver and executors as pods). The module fixture's finalizer runs ``down``: the cluster
 is deleted and a dockerd this run started is stopped, pass or fail.
 
 Select or leave out with ``-m kind`` / ``-m 'not kind'``.
@@ -63,9 +64,20 @@ def kind_cluster() -> Iterator[None]:
         _phase("down", 300)
 
 
-def test_stream_scale_kill_reshard_verify(kind_cluster: None) -> None:
+def _phase_or_diagnose(phase: str, timeout: float) -> None:
     try:
-        _phase("stream", 1200)
-    except AssertionError:
+        _phase(phase, timeout)
+    except (AssertionError, subprocess.TimeoutExpired):
         subprocess.run(["make", "-s", "-C", str(ROOT), "e2e-kind", "E2E_KIND_PHASE=diagnose"], timeout=120, check=False)
         raise
+
+
+def test_stream_reshard_scale_kills_verify(kind_cluster: None) -> None:
+    _phase_or_diagnose("stream", 1200)
+
+
+def test_spark_submit_backfill_in_pods_is_exact(kind_cluster: None) -> None:
+    """After the stream test (its connector, its settled tables): the sparkSubmit engine's run
+    `initial`, driver and executors as pods; the topics still equal the tables and the run read
+    exactly their rows."""
+    _phase_or_diagnose("spark", 1200)
