@@ -33,7 +33,7 @@ export SHARDCDC_KUBE_HOME := $(KUBE_HOME)
 all: test
 
 ## Everything the whole suite needs (`make test`).
-setup: venv native proto kafka kube debezium helm prometheus fuzz-tools rdkafka-header vitess
+setup: venv native proto kafka kube debezium helm prometheus fuzz-tools rdkafka-header vitess docker-tools kind
 
 ## Only what `make demo` needs: no kube-apiserver/etcd, Debezium or helm (minutes of builds it never uses).
 demo-setup: venv-demo native proto kafka
@@ -210,6 +210,23 @@ images:
 	    --build-arg CREATED=$$(date -u +%Y-%m-%dT%H:%M:%SZ) . || exit 1; \
 	done
 
+## The kind e2e's Kafka broker image from the Maven-assembled jars (scripts/kafka-image.sh, images/kafka/),
+## on the same JRE base as the other images (IMAGE_BASE): nothing pulled with IMAGE_BASE=debian.
+KAFKA_IMAGE ?= $(LOCAL_IMAGES)/kafka:$(KAFKA_VERSION)
+ifeq ($(IMAGE_BASE),debian)
+KAFKA_IMAGE_ARGS := --build-arg JRE_IMAGE=$(LOCAL_IMAGES)/jre:17-bookworm
+endif
+.PHONY: kafka-image
+kafka-image: kafka
+	@if [ "$(IMAGE_BASE)" = debian ]; then DOCKER=$(DOCKER) bash scripts/debian-base.sh $(LOCAL_IMAGES) >/dev/null; fi
+	@DOCKER=$(DOCKER) bash scripts/kafka-image.sh $(KAFKA_HOME) $(KAFKA_IMAGE) $(KAFKA_IMAGE_ARGS)
+
+## System packages of the kind e2e (docker.io with containerd and runc, debootstrap, gcc + libc6-dev):
+## installed by apt-get when missing (root), one clear line otherwise.
+.PHONY: docker-tools
+docker-tools:
+	$(STEP) docker-tools $(LOGS) bash scripts/install-docker-tools.sh
+
 ## A Docker engine for images and kind: uses the running one, or starts Debian's dockerd (root) with
 ## its data under $(CACHE)/docker; `make dockerd-stop` stops only an engine this started.
 .PHONY: dockerd dockerd-stop kind kind-node-image
@@ -237,9 +254,9 @@ kind-node-image: kind kube
 .PHONY: e2e-kind
 ## On a machine without registry access: the node image is assembled here (make kind-node-image) and
 ## the images build on the Debian base (IMAGE_BASE=debian).
-e2e-kind: kind kube helm
+e2e-kind: docker-tools kind kube helm kafka
 	KIND_NODE_IMAGE=$(KIND_NODE_IMAGE) KUBE_VERSION=$(KUBE_VERSION) KUBECTL=$(KUBE_HOME)/bin/kubectl \
-	  IMAGE_BASE=$(IMAGE_BASE) bash scripts/e2e-kind.sh
+	  IMAGE_BASE=$(IMAGE_BASE) KAFKA_IMAGE=$(KAFKA_IMAGE) bash scripts/e2e-kind.sh $(E2E_KIND_PHASE)
 
 ## The native scanner/encoder fuzz target (fuzz/: libFuzzer + AddressSanitizer + UBSan, a differential
 ## oracle against upb and the pure-Python encoder). `make test` runs it briefly (tests/integration/worker/test_fuzz_native.py);

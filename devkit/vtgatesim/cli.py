@@ -1,6 +1,6 @@
 """`shardcdc vtgate-sim` / `python -m vtgatesim`: serve a simulated cluster, or drive a running one.
 
-    vtgate-sim [serve] --port 15991 --keyspace commerce:-80,80- [--sql 'commerce:create table ...']
+    vtgate-sim [serve] [--host 0.0.0.0] --port 15991 --keyspace commerce:-80,80- [--sql 'commerce:create table ...']
     vtgate-sim workload --server 127.0.0.1:15991 --keyspace commerce --transactions 1000 [--rate 100]
     vtgate-sim reshard --server 127.0.0.1:15991 --keyspace commerce --to=-40,40-80,80- [--delete-old]
 
@@ -28,6 +28,8 @@ def register(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], 
     parser.add_argument("action", nargs="?", default="serve", choices=ACTIONS,
                         help="serve (default), or drive a running server: workload, reshard")
     parser.add_argument("--port", type=int, default=15991, help="serve: gRPC port for vtgate and vtctld (0 = any)")
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="serve: interface to bind (default loopback; 0.0.0.0 in a pod, so its Service reaches it)")
     parser.add_argument("--keyspace", action="append", default=[],
                         help="serve: NAME[:SHARDS] e.g. commerce or customer:-80,80- or customer:4 (repeatable); "
                              "workload/reshard: the keyspace")
@@ -94,8 +96,8 @@ def serve(args: argparse.Namespace) -> int:
     for spec in args.sql:
         ks, _, stmt = spec.partition(":")
         sim.execute(stmt, ks)
-    sim.start(args.port)
-    print(f"vtgate-sim listening on {sim.address} (vtgateservice.Vitess, vtctlservice.Vtctld)", flush=True)
+    sim.start(args.port, args.host)
+    print(f"vtgate-sim listening on {args.host}:{sim.port} (vtgateservice.Vitess, vtctlservice.Vtctld)", flush=True)
     wl = None
     if args.workload:
         wl = Workload(sim, args.workload, seed=args.seed)

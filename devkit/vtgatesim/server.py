@@ -310,7 +310,8 @@ class VtctldService(vtctlservice_pb2_grpc.VtctldServicer):
         return resp
 
 
-def build_server(sim: VTGateSim, port: int, tls: tuple[bytes, bytes] | None) -> tuple[grpc.Server, int]:
+def build_server(sim: VTGateSim, port: int, tls: tuple[bytes, bytes] | None,
+                 host: str = "127.0.0.1") -> tuple[grpc.Server, int]:
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=32, thread_name_prefix="vtgatesim"),
                          options=[("grpc.max_send_message_length", 16 * 1024 * 1024),
                                   ("grpc.max_receive_message_length", 16 * 1024 * 1024),
@@ -319,7 +320,7 @@ def build_server(sim: VTGateSim, port: int, tls: tuple[bytes, bytes] | None) -> 
 
     server.add_generic_rpc_handlers((VitessService(sim).handler(), control_handler(sim)))
     vtctlservice_pb2_grpc.add_VtctldServicer_to_server(VtctldService(sim), server)
-    addr = f"127.0.0.1:{port}"
+    addr = f"{host}:{port}"
     if tls is not None:
         creds = grpc.ssl_server_credentials([tls])
         bound = server.add_secure_port(addr, creds)

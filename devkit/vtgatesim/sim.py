@@ -38,6 +38,8 @@ class VTGateSim:
         self.tablet_heartbeat_interval = 0.9  # an idle tablet's HEARTBEAT period (what minimize_skew aligns on)
         self.tls = tls  # (private key PEM, certificate chain PEM)
         self.port = 0
+        # The bound interface: loopback unless `serve --host` says otherwise (a pod serves its peers).
+        self.host = "127.0.0.1"
         self._server: Any = None
         self._hb_stop = threading.Event()
         self._hb_thread: threading.Thread | None = None
@@ -45,12 +47,15 @@ class VTGateSim:
     # -- server
     @property
     def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        """Where a local client reaches the server (loopback when it listens on every interface)."""
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "::", "[::]") else self.host
+        return f"{host}:{self.port}"
 
-    def start(self, port: int = 0) -> VTGateSim:
+    def start(self, port: int = 0, host: str | None = None) -> VTGateSim:
         from .server import build_server
 
-        self._server, self.port = build_server(self, port or self.port, self.tls)
+        self.host = host or self.host
+        self._server, self.port = build_server(self, port or self.port, self.tls, self.host)
         self._server.start()
         return self
 

@@ -231,10 +231,16 @@ def build_spark_application(cr: ConnectorResource, req: BackfillRequest,
 
 def _pod_template(cr: ConnectorResource, req: BackfillRequest, role: str) -> dict[str, Any]:
     name = run_name(cr.name, req.id)
+    metadata: dict[str, Any] = {"labels": {**labels(cr, req.id), "spark-role": role}}
+    if role == "driver":
+        # The connector owns the driver; Spark makes the driver the controller of each executor, and
+        # the API server refuses a pod with two controller references (found in a kind cluster:
+        # "Only one reference can have Controller set to true"), so executors go with their driver.
+        metadata["ownerReferences"] = [owner_reference(cr)]
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"labels": {**labels(cr, req.id), "spark-role": role}, "ownerReferences": [owner_reference(cr)]},
+        "metadata": metadata,
         "spec": {
             "securityContext": {"runAsNonRoot": True, "runAsUser": WORKER_UID, "fsGroup": WORKER_UID,
                                 "seccompProfile": {"type": "RuntimeDefault"}},

@@ -63,10 +63,12 @@ def test_starts_dockerd_when_no_engine_answers_and_says_why_it_could_not(tmp_pat
 
 
 def test_manifests_are_well_formed() -> None:
-    files = sorted(p for p in (ROOT / "tests" / "e2e").glob("*.yaml") if p.name != "kind-cluster.yaml")
+    files = sorted(p for p in (ROOT / "tests" / "e2e").glob("*.yaml")
+                   if p.name != "kind-cluster.yaml" and not p.name.endswith(".patch.yaml"))
     docs = {p.name: list(yaml.safe_load_all(p.read_text())) for p in files}
     assert list(docs) == ["00-namespace.yaml", "10-kafka.yaml", "20-vtgate-sim.yaml", "30-connector.yaml",
-                          "40-workload-job.yaml", "50-reshard-job.yaml", "60-verify-job.yaml"]
+                          "40-workload-job.yaml", "50-reshard-job.yaml", "60-verify-job.yaml",
+                          "70-spark-rbac.yaml"]
     for name, objs in docs.items():
         for obj in objs:
             assert obj["apiVersion"] and obj["kind"], name
@@ -77,6 +79,14 @@ def test_manifests_are_well_formed() -> None:
                 assert pod["securityContext"]["runAsNonRoot"] is True, name
     (connector,) = docs["30-connector.yaml"]
     assert validate_connector(connector) == []
+    # The spark phase's merge patch (only dicts, no deletions) makes a valid sparkSubmit connector.
+    patch = yaml.safe_load((ROOT / "tests" / "e2e" / "75-spark-backfill.patch.yaml").read_text())
+    assert list(patch["spec"]) == ["snapshot"]
+    patched = {**connector, "spec": {**connector["spec"],
+                                     "snapshot": {**connector["spec"]["snapshot"], **patch["spec"]["snapshot"]}}}
+    assert patched["spec"]["snapshot"]["backfill"]["engine"] == "sparkSubmit"
+    assert validate_connector(patched) == []
+    assert "tests/e2e/75-spark-backfill.patch.yaml" in SCRIPT.read_text()
     script = SCRIPT.read_text()
     for name in docs:
         assert f"tests/e2e/{name}" in script, name

@@ -64,3 +64,51 @@ def test_cli_serve_query_workload_reshard_and_sigterm() -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def _ipv4(hex_addr: str) -> str:
+    """/proc/net/tcp{,6}'s address as IPv4: gRPC binds IPv6 sockets, a v4-mapped address for 127.0.0.1
+    and the IPv6 any address (dual stack, every interface) for 0.0.0.0."""
+    if len(hex_addr) == 32:
+        if hex_addr == "0" * 32:
+            return "0.0.0.0"
+        assert hex_addr.startswith("0000000000000000FFFF0000"), hex_addr
+        hex_addr = hex_addr[24:]
+    return ".".join(str(int(hex_addr[i:i + 2], 16)) for i in (6, 4, 2, 0))
+
+
+def _listening_addresses(port: int) -> set[str]:
+    """Local addresses of sockets listening on `port` (/proc/net/tcp and tcp6: state 0A = LISTEN)."""
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as f:
+            for line in f.readlines()[1:]:
+                local, state = line.split()[1], line.split()[3]
+                addr_hex, port_hex = local.split(":")
+                if state == "0A" and int(port_hex, 16) == port:
+                    found.add(_ipv4(addr_hex))
+    return found
+
+
+def test_cli_serve_binds_loopback_by_default_and_the_host_given() -> None:
+    """`serve` listens on loopback only unless --host names an interface (0.0.0.0 in a pod, so the
+    Service's cluster IP reaches it); the readiness line names what it bound."""
+    for host_args, expect in (([], "127.0.0.1"), (["--host", "0.0.0.0"], "0.0.0.0")):
+        proc = subprocess.Popen([sys.executable, "-m", "vtgatesim", "serve", "--port", "0", *host_args],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            assert proc.stdout is not None
+            line = proc.stdout.readline()
+            assert line.startswith(f"vtgate-sim listening on {expect}:"), (line, proc.stderr and proc.stderr.read())
+            port = int(line.split()[3].rsplit(":", 1)[1])
+            assert _listening_addresses(port) == {expect}
+            with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:  # loopback reaches both
+                stub = vtgateservice_pb2_grpc.VitessStub(ch)
+                assert _execute(stub, "show vitess_shards like 'commerce/%'").result.rows
+            proc.send_signal(signal.SIGTERM)
+            proc.communicate(timeout=20)
+            assert proc.returncode == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()

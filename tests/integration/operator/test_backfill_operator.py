@@ -107,6 +107,10 @@ def test_spark_submit_job_and_pod_templates() -> None:
     driver = json.loads(objs[1]["data"]["driver.yaml"])
     assert driver["metadata"]["ownerReferences"][0]["uid"] == "0123456789abcdef"
     assert driver["metadata"]["labels"]["spark-role"] == "driver"
+    # Spark makes the driver the executors' controller; a second controller reference is refused.
+    executor = json.loads(objs[1]["data"]["executor.yaml"])
+    assert "ownerReferences" not in executor["metadata"]
+    assert executor["metadata"]["labels"]["spark-role"] == "executor"
     assert bf.build_objects(cr(engine="local"), c.spec.backfills[0]) == []
 
 
