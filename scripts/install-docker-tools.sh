@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# System packages of the kind e2e (tests/test_e2e_kind.py, `make e2e-kind`) from Debian's archive:
+# System packages of the kind e2e (tests/e2e/repo/test_e2e_kind.py, `make e2e-kind`) from Debian's archive:
 #   docker.io      dockerd 20.10 and its CLI (BuildKit built in), with containerd and runc
 #   debootstrap    the Debian 12 base the images build on without a registry (scripts/debian-base.sh)
 #   gcc, libc6-dev the static pause binary of the kind node image (scripts/kind-node-image.sh)

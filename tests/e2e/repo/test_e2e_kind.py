@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 pytestmark = [pytest.mark.kind, pytest.mark.slow, pytest.mark.timeout(2400)]
 
 
