@@ -274,6 +274,31 @@ def _worker_done(sim: VTGateSim, run: RunningTask, keyspace: str) -> bool:
     return at == sim.positions(keyspace) and sink.pending == 0
 
 
+def play_workload(sim: VTGateSim, keyspace: str, statements: list[str], tasks: list[RunningTask], streams: int,
+                  state: Callable[[], str], start_timeout: float = 60.0) -> None:
+    """Every VStream started; each statement run alone until every stream queued it; then every
+    shardcdc task processed up to the head and Kafka acknowledged everything."""
+    _wait_for(lambda: _streams_caught_up(sim, streams), start_timeout, "every VStream to start", state)
+    for stmt in statements:
+        sim.execute(stmt, keyspace)
+        _wait_for(lambda: _streams_caught_up(sim, streams), 30, f"the streams to deliver: {stmt}", state)
+    for task in tasks:
+        _wait_for(functools.partial(_worker_done, sim, task, keyspace), 30, "shardcdc to finish", state)
+
+
+def read_both(ours_bootstrap: str, dbz_bootstrap: str, topics: list[str], check: Callable[[], None],
+              read_committed: bool = False, wait: float = 30.0) -> tuple[list[ConsumedRecord], list[ConsumedRecord]]:
+    """(shardcdc's, Debezium's) records of the topics. Debezium may legitimately write a different
+    number of records (the comparison then shows which): wait a bounded time for as many."""
+    ours = consume_all(ours_bootstrap, topics, read_committed=read_committed)
+    deadline = time.monotonic() + wait
+    while (len(dbz := consume_all(dbz_bootstrap, topics, read_committed=read_committed)) < len(ours)
+           and time.monotonic() < deadline):
+        check()
+        time.sleep(0.2)  # polling the topics: Debezium offers no other progress signal
+    return ours, dbz
+
+
 def start_shardcdc_tasks(stack: ExitStack, kafka_broker: KafkaBroker, configs: list[WorkerConfig]) -> list[RunningTask]:
     """Run one shardcdc task per config in this process, each streaming before this returns.
 

@@ -22,9 +22,7 @@ connector (it does not implement ``SourceConnector.exactlyOnceSupport``): tested
 
 from __future__ import annotations
 
-import functools
 import re
-import time
 import uuid
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -41,12 +39,11 @@ from test_conformance_debezium import (
     SEED,
     VALUE_TABLES,
     Norm,
-    _streams_caught_up,
     _streams_state,
-    _wait_for,
-    _worker_done,
     compare,
     normalise,
+    play_workload,
+    read_both,
     start_shardcdc_tasks,
 )
 from worker_fixtures import worker_config
@@ -153,22 +150,12 @@ def _session(ours_broker: KafkaBroker, support: str) -> Iterator[Run]:
         def state() -> str:
             return _streams_state(sim) + "\n" + connect.tail()
 
-        streams = 2 * len(pairs)
-        _wait_for(lambda: _streams_caught_up(sim, streams), 90, "every VStream to start", state)
-        for stmt in SEED + CHANGES:
-            sim.execute(stmt, KEYSPACE)
-            _wait_for(lambda: _streams_caught_up(sim, streams), 30, f"the streams to deliver: {stmt}", state)
-        for task in tasks:
-            _wait_for(functools.partial(_worker_done, sim, task, KEYSPACE), 30, "shardcdc to finish", state)
+        play_workload(sim, KEYSPACE, SEED + CHANGES, tasks, 2 * len(pairs), state, start_timeout=90)
         records: dict[tuple[str, str], list[ConsumedRecord]] = {}
         markers: dict[tuple[str, str], int] = {}
         for p in pairs:
-            ours = consume_all(ours_broker.bootstrap, p.topics, read_committed=True)
-            deadline = time.monotonic() + 60
-            while (len(dbz := consume_all(dbz_broker.bootstrap, p.topics, read_committed=True)) < len(ours)
-                   and time.monotonic() < deadline):
-                connect.check()
-                time.sleep(0.2)  # polling the topics: Debezium offers no other progress signal
+            ours, dbz = read_both(ours_broker.bootstrap, dbz_broker.bootstrap, p.topics, connect.check,
+                                  read_committed=True, wait=60)
             for side, broker, got in (("ours", ours_broker, ours), ("dbz", dbz_broker, dbz)):
                 records[(side, p.name)] = got
                 markers[(side, p.name)] = _end_offsets(broker, p.topics) - len(

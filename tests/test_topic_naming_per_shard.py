@@ -80,3 +80,19 @@ def test_rows_go_to_their_shards_topic_on_every_path(kafka_broker: KafkaBroker, 
 
 def kafka_broker_topics(broker: KafkaBroker) -> dict[str, Any]:
     return AdminClient({"bootstrap.servers": broker.bootstrap}).list_topics(timeout=30).topics
+
+
+def test_backfill_chunks_name_their_shards_topic() -> None:
+    """A backfill chunk reads one shard: its records go to that shard's topic (pure: the plan's topic)."""
+    from cdcworker.backfill.job import _field_event
+    from cdcworker.backfill.spec import Chunk
+    from cdcworker.events import EncoderConfig, TablePlan, TopicNaming
+    from vitessapi import query_pb2
+
+    naming = TopicNaming.from_strategy("srv", "io.debezium.schema.DefaultTopicNamingStrategy")
+    fields = [query_pb2.Field(name="id", type=query_pb2.INT64, flags=0x4002),  # NOT NULL | PRI_KEY
+              query_pb2.Field(name="email", type=query_pb2.VARCHAR)]
+    for shard in SHARDS:
+        chunk = Chunk("run", "commerce", shard, "customer", 0, ("id",), None, None)
+        plan = TablePlan.compile(_field_event(chunk, fields), EncoderConfig("srv", naming))
+        assert plan.topic == f"srv.{shard}.customer"
