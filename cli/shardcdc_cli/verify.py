@@ -30,8 +30,13 @@ def register(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], 
     parser.add_argument("--table", required=True)
     parser.add_argument("--key", default="id", help="primary key column (default id)")
     parser.add_argument("--bootstrap-servers", required=True)
-    parser.add_argument("--topic", help="change-event topic (default <prefix>.<keyspace>.<table>)")
+    parser.add_argument("--topic", action="append",
+                        help="change-event topic (default <prefix>.<keyspace>.<table>); repeat it for a table "
+                             "whose rows are in several topics")
     parser.add_argument("--prefix", help="topic prefix, for the default topic name")
+    parser.add_argument("--per-shard", action="store_true",
+                        help="topic.naming.strategy=DefaultTopicNamingStrategy: read <prefix>.<shard>.<table> "
+                             "of every serving shard of the keyspace")
     parser.add_argument("--wait", type=float, default=0.0,
                         help="retry for this many seconds until the topic equals the table")
     return run
@@ -103,18 +108,38 @@ def read_topic(bootstrap: str, topic: str, timeout: float = 60.0) -> list[_Recor
     return out
 
 
+def _default_topics(args: argparse.Namespace) -> list[str]:
+    if not args.per_shard:
+        return [f"{args.prefix}.{args.keyspace}.{args.table}"]
+    import grpc
+
+    from cdcworker.events.topics import TopicNaming, TopicStrategy
+    from cdcworker.source.shards import serving_shards
+
+    with grpc.insecure_channel(args.vtgate) as channel:
+        shards = serving_shards(channel, args.keyspace)
+    naming = TopicNaming(args.prefix, strategy=TopicStrategy.DEFAULT)
+    return sorted(naming.data_topics(args.keyspace, args.table, shards))
+
+
 def run(args: argparse.Namespace, console: Console | None = None) -> int:
 
     out = console or Console()
-    topic = args.topic or f"{args.prefix}.{args.keyspace}.{args.table}"
     if not args.topic and not args.prefix:
         out.print("shardcdc verify: give --topic or --prefix")
         return 2
+    try:
+        topics = args.topic or _default_topics(args)
+    except Exception as exc:  # grpc errors while listing the shards
+        out.print(f"shardcdc verify: {exc}", markup=False)
+        return 2
+    topic = ", ".join(topics)
     deadline = time.monotonic() + args.wait
     while True:
         try:
             truth = read_table(args.vtgate, args.keyspace, args.table)
-            records = read_topic(args.bootstrap_servers, topic)
+            # A key lives on one shard, so on one topic: concatenating the topics keeps each key's order.
+            records = [r for t in topics for r in read_topic(args.bootstrap_servers, t)]
         except Exception as exc:  # grpc and Kafka errors: say which side failed
             out.print(f"shardcdc verify: {exc}", markup=False)
             return 2

@@ -105,10 +105,11 @@ class ConnectDistributed(ConnectStandalone):
             time.sleep(0.2)  # the worker is rebalancing: poll until it answers
         return answer
 
-    def configure(self, config: Mapping[str, str]) -> None:
-        """Create or reconfigure a connector (``PUT /connectors/<name>/config``)."""
+    def configure(self, config: Mapping[str, str], timeout: float = 60.0) -> None:
+        """Create or reconfigure a connector (``PUT /connectors/<name>/config``); ``timeout`` bounds
+        the wait while the worker is still joining its group or rebalancing."""
         settings = {k: v for k, v in config.items() if k != "name"}
-        self._call("PUT", f"/connectors/{config['name']}/config", settings)
+        self._call("PUT", f"/connectors/{config['name']}/config", settings, timeout=timeout)
 
     def wait_state(self, name: str, state: str, tasks: int | None = None, timeout: float = 90.0) -> dict[str, Any]:
         """Poll until the connector is ``state`` (RUNNING: with ``tasks`` tasks, all RUNNING;

@@ -132,10 +132,11 @@ class KafkaBroker:
         self.controller_port = free_port()
         self.cluster_id = _kraft_cluster_id()
         self.extra_config = extra_config or {}
-        # Secured listeners (SASL_PLAINTEXT, SASL_SSL) beside the open one, when asked for.
+        # Secured listeners (SASL_PLAINTEXT, SASL_SSL, SSL) beside the open one, when asked for.
         self.security = security
         self.sasl_port = free_port() if security else 0
         self.sasl_ssl_port = free_port() if security else 0
+        self.ssl_port = free_port() if security else 0
         self.tls: TlsFiles | None = make_tls(self.workdir / "tls") if security else None
         self._proc: subprocess.Popen[bytes] | None = None
         self._formatted = False
@@ -153,6 +154,11 @@ class KafkaBroker:
     def sasl_ssl_bootstrap(self) -> str:
         """The SASL_SSL listener (``security`` brokers only); its certificate is signed by ``tls.ca``."""
         return f"127.0.0.1:{self.sasl_ssl_port}"
+
+    @property
+    def ssl_bootstrap(self) -> str:
+        """The SSL listener (TLS without SASL; ``security`` brokers only), certificate as ``sasl_ssl_bootstrap``."""
+        return f"127.0.0.1:{self.ssl_port}"
 
     @property
     def running(self) -> bool:
@@ -204,10 +210,11 @@ class KafkaBroker:
             "shutdown.delay.ms": "0",
         }
         if self.security is not None and self.tls is not None:
-            secured = f"SASL_PLAINTEXT://127.0.0.1:{self.sasl_port},SASL_SSL://127.0.0.1:{self.sasl_ssl_port}"
+            secured = (f"SASL_PLAINTEXT://127.0.0.1:{self.sasl_port},SASL_SSL://127.0.0.1:{self.sasl_ssl_port},"
+                       f"SSL://127.0.0.1:{self.ssl_port}")
             props["listeners"] += f",{secured}"
             props["advertised.listeners"] += f",{secured}"
-            props["listener.security.protocol.map"] += ",SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL"
+            props["listener.security.protocol.map"] += ",SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL,SSL:SSL"
             props.update(listener_config(self.security, self.tls))
         props.update(self.extra_config)
         path = self.workdir / "server.properties"

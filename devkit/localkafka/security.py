@@ -3,6 +3,7 @@
 A secured production cluster is what the worker's Kafka security settings are for, so tests need
 a real broker that checks passwords and serves a certificate: ``KafkaBroker(security=...)`` adds
 ``SASL_PLAINTEXT`` and ``SASL_SSL`` listeners (mechanisms PLAIN and SCRAM-SHA-512, the users given)
+and an ``SSL`` one (TLS, no password)
 next to the open ``PLAINTEXT`` one the test harness itself uses. The TLS material is made here: a
 throw-away CA and a server certificate for ``127.0.0.1`` / ``localhost`` (PEM files; the broker reads
 a PEM key store, as Kafka does since 2.7).
@@ -53,8 +54,9 @@ def listener_config(security: BrokerSecurity, tls: TlsFiles) -> dict[str, str]:
     for listener in ("sasl_plaintext", "sasl_ssl"):
         props[f"listener.name.{listener}.plain.sasl.jaas.config"] = f"{PLAIN_MODULE} required {plain_users};"
         props[f"listener.name.{listener}.scram-sha-512.sasl.jaas.config"] = f"{SCRAM_MODULE} required;"
-    props["listener.name.sasl_ssl.ssl.keystore.type"] = "PEM"
-    props["listener.name.sasl_ssl.ssl.keystore.location"] = str(tls.server)
+    for listener in ("sasl_ssl", "ssl"):  # the SSL listener: TLS only, no client certificate asked for
+        props[f"listener.name.{listener}.ssl.keystore.type"] = "PEM"
+        props[f"listener.name.{listener}.ssl.keystore.location"] = str(tls.server)
     return props
 
 

@@ -43,6 +43,7 @@ from cdcworker.source.reader import END as _END
 from cdcworker.source.reader import IDLE as _IDLE
 from cdcworker.source.reader import ResponseReader as _ResponseReader
 from cdcworker.source.retry import Backoff, classify
+from cdcworker.source.shards import serving_shards
 from cdcworker.streaming import ProtocolError, ReassignmentNeeded, StreamProcessor, raw_responses
 from cdcworker.topiccreator import topic_creator
 from vitessapi import binlogdata_pb2, vtgate_pb2, vtgateservice_pb2_grpc
@@ -149,24 +150,7 @@ def producer_config(config: WorkerConfig) -> dict[str, Any]:
 
 def discover_shards(channel: grpc.Channel, config: WorkerConfig, metadata: tuple[tuple[str, str], ...]) -> list[str]:
     """Serving shards of the keyspace via ``SHOW VITESS_SHARDS`` (as Debezium's VitessMetadata)."""
-    stub = vtgateservice_pb2_grpc.VitessStub(channel)
-    ks = config.source.keyspace
-    request = vtgate_pb2.ExecuteRequest(
-        session=vtgate_pb2.Session(autocommit=True),
-        query={"sql": f"/*vt+ WORKLOAD_NAME=shardcdc */ SHOW VITESS_SHARDS LIKE '{ks}/%'"},
-    )
-    response = stub.Execute(request, metadata=metadata, timeout=30)
-    if response.HasField("error") and response.error.message:
-        raise RuntimeError(f"SHOW VITESS_SHARDS failed: {response.error.message}")
-    shards = []
-    for row in response.result.rows:
-        text = bytes(row.values).decode()
-        keyspace, _, shard = text.partition("/")
-        if keyspace == ks:
-            shards.append(shard)
-    if not shards:
-        raise RuntimeError(f"keyspace {ks!r} has no serving shards (or does not exist)")
-    return shards
+    return serving_shards(channel, config.source.keyspace, metadata)
 
 
 def _on_heartbeat(metrics: Any, probe: IdleProbe | None, ev: Any) -> None:

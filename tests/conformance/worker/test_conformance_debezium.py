@@ -148,8 +148,8 @@ class Pair:
         tx = [f"{self.prefix}.transaction"] if self.transactions else []
         if self.settings.get("topic.naming.strategy") == TABLE_NAMING:  # <prefix>.<table>
             return [f"{self.prefix}.{t}" for t in TABLES] + tx
-        if self.settings.get("topic.naming.strategy") == DEFAULT_NAMING:  # Debezium: <prefix>.<shard>.<table>
-            tx += [f"{self.prefix}.{shard}.{t}" for shard in KEYSPACES[self.keyspace] for t in TABLES]
+        if self.settings.get("topic.naming.strategy") == DEFAULT_NAMING:  # <prefix>.<shard>.<table>
+            return [f"{self.prefix}.{shard}.{t}" for shard in KEYSPACES[self.keyspace] for t in TABLES] + tx
         return [f"{self.prefix}.{self.keyspace}.{t}" for t in TABLES] + tx
 
 
@@ -226,6 +226,7 @@ PAIRS = [
         "key.converter.schemas.enable": "false", "value.converter.schemas.enable": "false",
     }),
     # DefaultTopicNamingStrategy: a known difference (KNOWN_DIFFERENCES), alone so nothing else hides behind it
+    # one topic per shard and table (TableId.databaseParts: the Vitess TableId's catalog is the shard)
     Pair("topicsdef", "commerce", f"tdef{_RUN}", {"snapshot.mode": "never", "topic.naming.strategy": DEFAULT_NAMING}),
     # transaction metadata: the `transaction` block and the <prefix>.transaction topic
     Pair("txmeta", "commerce", f"txmeta{_RUN}", {"snapshot.mode": "never", "provide.transaction.metadata": "true"}),
@@ -271,6 +272,31 @@ def _worker_done(sim: VTGateSim, run: RunningTask, keyspace: str) -> bool:
         return False
     at = {sg.shard: sg.gtid for sg in proc.position.shard_gtids}
     return at == sim.positions(keyspace) and sink.pending == 0
+
+
+def play_workload(sim: VTGateSim, keyspace: str, statements: list[str], tasks: list[RunningTask], streams: int,
+                  state: Callable[[], str], start_timeout: float = 60.0) -> None:
+    """Every VStream started; each statement run alone until every stream queued it; then every
+    shardcdc task processed up to the head and Kafka acknowledged everything."""
+    _wait_for(lambda: _streams_caught_up(sim, streams), start_timeout, "every VStream to start", state)
+    for stmt in statements:
+        sim.execute(stmt, keyspace)
+        _wait_for(lambda: _streams_caught_up(sim, streams), 30, f"the streams to deliver: {stmt}", state)
+    for task in tasks:
+        _wait_for(functools.partial(_worker_done, sim, task, keyspace), 30, "shardcdc to finish", state)
+
+
+def read_both(ours_bootstrap: str, dbz_bootstrap: str, topics: list[str], check: Callable[[], None],
+              read_committed: bool = False, wait: float = 30.0) -> tuple[list[ConsumedRecord], list[ConsumedRecord]]:
+    """(shardcdc's, Debezium's) records of the topics. Debezium may legitimately write a different
+    number of records (the comparison then shows which): wait a bounded time for as many."""
+    ours = consume_all(ours_bootstrap, topics, read_committed=read_committed)
+    deadline = time.monotonic() + wait
+    while (len(dbz := consume_all(dbz_bootstrap, topics, read_committed=read_committed)) < len(ours)
+           and time.monotonic() < deadline):
+        check()
+        time.sleep(0.2)  # polling the topics: Debezium offers no other progress signal
+    return ours, dbz
 
 
 def start_shardcdc_tasks(stack: ExitStack, kafka_broker: KafkaBroker, configs: list[WorkerConfig]) -> list[RunningTask]:
@@ -521,14 +547,8 @@ def _records(run: Run, side: str, pair: str, table: str) -> list[Norm]:
 VALUE_TABLES = [t for t in TABLES if t != "bit_types"]
 
 
-# Differences that are bugs in shardcdc (docs/conformance.md has the bytes and Debezium's source).
-_DEFAULT_NAMING_BUG = (
-    "DefaultTopicNamingStrategy: Debezium 3.5 writes <prefix>.<shard>.<table> (TableId.databaseParts: the "
-    "Vitess TableId's catalog is the shard), shardcdc <prefix>.<keyspace>.<table>; docs/conformance.md"
-)
-KNOWN_DIFFERENCES: dict[tuple[str, str], str] = {
-    ("topicsdef", what): _DEFAULT_NAMING_BUG for what in [*TABLES, "headers"]  # headers: records pair up by index
-}
+# Differences that are bugs in shardcdc (docs/conformance.md has the bytes and Debezium's source): none now.
+KNOWN_DIFFERENCES: dict[tuple[str, str], str] = {}
 
 
 def _marks(pair: str, what: str) -> list[pytest.MarkDecorator]:
@@ -593,6 +613,17 @@ def test_name_adjustment_takes_effect(run: Run) -> None:
     for pair, name in (("names1", f"adj_{_RUN}.num_types.Key"), ("names2", f"uni_u002d{_RUN}.commerce.num_u005ftypes.Key")):
         records = [r for r in run.records[("dbz", pair)] if r.topic.endswith(".num_types") and r.key]
         assert records and {json.loads(r.key)["schema"]["name"] for r in records} == {name}, pair
+
+
+def test_default_naming_writes_a_topic_per_shard(run: Run) -> None:
+    """``topicsdef``: Debezium's records are on ``<prefix>.<shard>.<table>``, each on its own shard's topic
+    (so equal bytes and placement above compare that naming, not an empty topic set)."""
+    prefix = PAIRS_BY_NAME["topicsdef"].prefix
+    for side in ("dbz", "ours"):
+        records = [r for r in run.records[(side, "topicsdef")] if r.value]
+        assert {r.topic.split(".")[1] for r in records} == set(KEYSPACES["commerce"]), side
+        assert all(r.topic == f"{prefix}.{_payload(r.value)['source']['shard']}.{r.topic.split('.')[2]}"
+                   for r in records), side
 
 
 def test_schemaless_pair_has_no_envelope(run: Run) -> None:

@@ -20,9 +20,7 @@ masks docs/conformance.md justifies. Differences that remain are listed in docs/
 
 from __future__ import annotations
 
-import functools
 import re
-import time
 import uuid
 from collections.abc import Iterator
 from contextlib import ExitStack
@@ -36,17 +34,16 @@ from test_conformance_debezium import (
     SEED,
     TABLES,
     Norm,
-    _streams_caught_up,
     _streams_state,
-    _wait_for,
-    _worker_done,
     compare,
     normalise,
+    play_workload,
+    read_both,
     start_shardcdc_tasks,
 )
 from worker_fixtures import worker_config
 
-from localkafka import ConsumedRecord, KafkaBroker, consume_all, create_topics
+from localkafka import ConsumedRecord, KafkaBroker, create_topics
 from vtgatesim import VTGateSim
 
 PARTITIONS = 3
@@ -137,20 +134,10 @@ def run(kafka_broker: KafkaBroker) -> Iterator[Run]:
         def state() -> str:
             return _streams_state(sim) + "\n" + connect.tail()
 
-        streams = 2 * len(PAIRS)
-        _wait_for(lambda: _streams_caught_up(sim, streams), 60, "every VStream to start", state)
-        for stmt in SEED + CHANGES:
-            sim.execute(stmt, KEYSPACE)
-            _wait_for(lambda: _streams_caught_up(sim, streams), 30, f"the streams to deliver: {stmt}", state)
-        for task in tasks:
-            _wait_for(functools.partial(_worker_done, sim, task, KEYSPACE), 30, "shardcdc to finish", state)
+        play_workload(sim, KEYSPACE, SEED + CHANGES, tasks, 2 * len(PAIRS), state)
         records: dict[tuple[str, str], list[ConsumedRecord]] = {}
         for p in PAIRS:
-            ours = consume_all(kafka_broker.bootstrap, p.topics)
-            deadline = time.monotonic() + 30
-            while len(dbz := consume_all(dbz_broker.bootstrap, p.topics)) < len(ours) and time.monotonic() < deadline:
-                connect.check()
-                time.sleep(0.2)  # polling the topics: Debezium offers no other progress signal
+            ours, dbz = read_both(kafka_broker.bootstrap, dbz_broker.bootstrap, p.topics, connect.check)
             records[("ours", p.name)] = ours
             records[("dbz", p.name)] = dbz
         connect.check()

@@ -37,25 +37,36 @@ def test_partitioner_config_is_murmur2_random() -> None:
 
 
 def test_default_topic_name() -> None:
-    assert TopicNaming("fulfillment").data_topic("commerce", "products") == "fulfillment.commerce.products"
+    assert TopicNaming("fulfillment").data_topic("commerce", "products", "-80") == "fulfillment.commerce.products"
 
 
 def test_topic_delimiter() -> None:
-    assert TopicNaming("srv", delimiter="_").data_topic("ks", "t") == "srv_ks_t"
+    assert TopicNaming("srv", delimiter="_").data_topic("ks", "t", "-80") == "srv_ks_t"
 
 
 def test_table_topic_naming_strategy() -> None:
     n = TopicNaming.from_strategy("srv", "io.debezium.connector.vitess.TableTopicNamingStrategy")
-    assert n.data_topic("ks", "orders") == "srv.orders"
+    assert n.data_topic("ks", "orders", "-80") == "srv.orders"
     o = TopicNaming.from_strategy(
         "srv", "io.debezium.connector.vitess.TableTopicNamingStrategy", override_data_change_prefix="cdc"
     )
-    assert o.data_topic("ks", "orders") == "cdc.orders"
+    assert o.data_topic("ks", "orders", "-80") == "cdc.orders"
     # The override only applies to the table strategy.
     d = TopicNaming.from_strategy("srv", override_data_change_prefix="cdc")
-    assert d.data_topic("ks", "orders") == "srv.ks.orders"
+    assert d.data_topic("ks", "orders", "-80") == "srv.ks.orders"
+
+
+def test_default_topic_naming_strategy_names_a_topic_per_shard() -> None:
+    """Debezium 3.5: ``TableId.databaseParts()`` (catalog = shard, table), joined without blank parts."""
+    n = TopicNaming.from_strategy("srv", "io.debezium.schema.DefaultTopicNamingStrategy")
+    assert n.per_shard
+    assert n.data_topic("commerce", "orders", "-80") == "srv.-80.orders"
+    assert n.data_topics("commerce", "orders", ["-80", "80-"]) == {"srv.-80.orders", "srv.80-.orders"}
+    assert TopicNaming.from_strategy("srv", "io.debezium.schema.DefaultTopicNamingStrategy", "_").data_topic(
+        "ks", "t", "0") == "srv_0_t"
+    assert not TopicNaming.from_strategy("srv").per_shard
 
 
 def test_invalid_topic_characters_are_replaced() -> None:
-    assert TopicNaming("srv").data_topic("ks", "we$ird tab") == "srv.ks.we_ird_tab"
-    assert TopicNaming("srv").data_topic("ks", "dash-ed") == "srv.ks.dash-ed"
+    assert TopicNaming("srv").data_topic("ks", "we$ird tab", "-80") == "srv.ks.we_ird_tab"
+    assert TopicNaming("srv").data_topic("ks", "dash-ed", "-80") == "srv.ks.dash-ed"

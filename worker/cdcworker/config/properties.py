@@ -589,7 +589,7 @@ _PROPERTIES: tuple[Property, ...] = (
         "topic.naming.strategy",
         E,
         SCHEMA_TOPIC_NAMING_STRATEGY,
-        "Topic naming: <prefix>.<ks>.<table> or <prefix>.<table>.",
+        "Topic naming: <prefix>.<ks>.<table>, <prefix>.<shard>.<table> (Default: a topic per shard) or <prefix>.<table>.",
         allowed=(SCHEMA_TOPIC_NAMING_STRATEGY, DEFAULT_TOPIC_NAMING_STRATEGY, TABLE_TOPIC_NAMING_STRATEGY),
         group="topics",
     ),

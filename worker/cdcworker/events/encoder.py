@@ -282,7 +282,7 @@ class TablePlan:
                 raise ValueError(f"Illegal prefix '@' for column: {f.name}, from schema: {fe.keyspace}, table: {table}")
         codecs = [plan_column(f, bool(fe.enum_set_string_values), cfg.types) for f in fields]
         keys = select_key_columns([int(f.flags) for f in fields])
-        topic = cfg.topic_naming().data_topic(fe.keyspace, table)
+        topic = cfg.topic_naming().data_topic(fe.keyspace, table, fe.shard)
         if cfg.policy is not None:
             return cfg.policy.plan(fe.keyspace, fe.shard, table, topic, fields, codecs, keys, cfg)
         return cls(fe.keyspace, fe.shard, table, topic, codecs, keys, cfg)

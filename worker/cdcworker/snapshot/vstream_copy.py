@@ -421,7 +421,8 @@ class VStreamCopyEngine:
     def _launch(self, request: SnapshotRequest) -> None:
         tables = request.tables(self.keyspace)
         naming = self.encoder.topic_naming()
-        topics = {naming.data_topic(self.keyspace, t) for t in tables}
+        # DefaultTopicNamingStrategy names one topic per shard: watch those of every shard.
+        topics = {tp for t in tables for tp in naming.data_topics(self.keyspace, t, self._shards())}
         resume = self._resume.pop(request.id, "")
         if resume:
             # Only the shards still copying: a shard that finished never sends COPY_COMPLETED again.
