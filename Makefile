@@ -33,7 +33,7 @@ export SHARDCDC_KUBE_HOME := $(KUBE_HOME)
 all: test
 
 ## Everything the whole suite needs (`make test`).
-setup: venv native proto kafka kube debezium helm prometheus fuzz-tools rdkafka-header vitess docker-tools kind
+setup: venv native proto kafka kube debezium helm prometheus fuzz-tools rdkafka-header vitess spark-crd docker-tools kind
 
 ## Only what `make demo` needs: no kube-apiserver/etcd, Debezium or helm (minutes of builds it never uses).
 demo-setup: venv-demo native proto kafka
@@ -285,6 +285,16 @@ export SHARDCDC_RDKAFKA_H := $(RDKAFKA_H_HOME)/rdkafka.h
 rdkafka-header: $(RDKAFKA_H_HOME)/rdkafka.h
 $(RDKAFKA_H_HOME)/rdkafka.h: scripts/fetch-rdkafka-header.sh
 	$(STEP) rdkafka-header $(LOGS) bash scripts/fetch-rdkafka-header.sh $(RDKAFKA_H_NPM) $(RDKAFKA_H_VERSION) $(RDKAFKA_H_HOME)
+
+## The Kubeflow spark-operator's real SparkApplication CRD (its Go module holds the chart's CRDs): the
+## API-server tests install it, so the operator's SparkApplications meet the schema users install.
+.PHONY: spark-crd
+SPARK_OPERATOR_VERSION := v2.3.0
+SPARK_CRD_HOME := $(CACHE)/spark-operator-$(SPARK_OPERATOR_VERSION)
+export SHARDCDC_SPARK_CRD := $(SPARK_CRD_HOME)/sparkapplications.yaml
+spark-crd: $(SPARK_CRD_HOME)/.complete
+$(SPARK_CRD_HOME)/.complete: scripts/fetch-spark-crd.sh
+	$(STEP) spark-crd $(LOGS) bash scripts/fetch-spark-crd.sh $(SPARK_OPERATOR_VERSION) $(SPARK_CRD_HOME) $(CACHE)/go
 
 ## Real Vitess (v24.0.4, the Go module vitess.io/vitess v0.24.4) over MariaDB 10.11 for the real-Vitess
 ## tier: binaries built with the project's MariaDB patch set over Vitess's config templates, MariaDB

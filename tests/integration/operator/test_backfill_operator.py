@@ -194,20 +194,18 @@ def test_job_status_and_backfill_condition() -> None:
 
 # --- against the real API server ----------------------------------------------------------------------
 
-SPARK_CRD = {
-    "apiVersion": "apiextensions.k8s.io/v1",
-    "kind": "CustomResourceDefinition",
-    # As the spark-operator chart's CRD: *.k8s.io groups need the approval annotation.
-    "metadata": {"name": "sparkapplications.sparkoperator.k8s.io",
-                 "annotations": {"api-approved.kubernetes.io": "https://github.com/kubeflow/spark-operator/pull/1298"}},
-    "spec": {
-        "group": "sparkoperator.k8s.io",
-        "names": {"kind": "SparkApplication", "plural": "sparkapplications", "singular": "sparkapplication"},
-        "scope": "Namespaced",
-        "versions": [{"name": "v1beta2", "served": True, "storage": True,
-                      "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}}],
-    },
-}
+def spark_crd_path() -> str:
+    """The Kubeflow spark-operator's own SparkApplication CRD (`make spark-crd`, exported by make)."""
+    path = os.environ.get("SHARDCDC_SPARK_CRD", "")
+    if not Path(path).is_file():
+        pytest.fail(f"SHARDCDC_SPARK_CRD={path!r} is not a file: run the tests through make (make spark-crd)")
+    return path
+
+
+def install_spark_crd(plane: KubeControlPlane) -> None:
+    """Install the real CRD, so the API server validates SparkApplications by the schema users have.
+    Server-side apply: its ~800 kB would not fit client-side apply's last-applied annotation."""
+    plane.kubectl("apply", "--server-side", "-f", spark_crd_path(), check=True)
 
 
 @pytest.fixture(scope="module")
@@ -215,16 +213,9 @@ def plane() -> Iterator[KubeControlPlane]:
     for p in kube_control_plane_fixture():
         p.kubectl("create", "namespace", NS)
         p.kubectl("apply", "-f", str(CRD_PATH), check=True)
-        p.kubectl("apply", "-f", "-", input=json.dumps(SPARK_CRD), check=True)
-        for crd in ("cdcconnectors.shardcdc.io", "sparkapplications.sparkoperator.k8s.io"):
-            wait_for(lambda crd=crd, p=p: _established(p, crd), 60, f"{crd} established")
+        install_spark_crd(p)
+        p.wait_established("cdcconnectors.shardcdc.io", "sparkapplications.sparkoperator.k8s.io")
         yield p
-
-
-def _established(plane: KubeControlPlane, crd: str) -> bool:
-    out = plane.kubectl("get", "crd", crd, "-o", "json")
-    conds = json.loads(out.stdout).get("status", {}).get("conditions", []) if out.returncode == 0 else []
-    return any(c["type"] == "Established" and c["status"] == "True" for c in conds)
 
 
 def _apply(plane: KubeControlPlane, obj: dict[str, Any]) -> dict[str, Any]:
@@ -249,6 +240,8 @@ def test_objects_are_accepted_owned_tracked_and_cancelled(plane: KubeControlPlan
                 "engine": "sparkSubmit", "spark": {"image": "shardcdc-spark:1"}}},
                 "backfills": [{"id": "b2", "tables": ["items"]}]}}), bf.BackfillRequest("b2", ("items",))):
         got = _apply(plane, obj)  # the real API server validates Jobs, ConfigMaps and the CRs
+        if obj["kind"] == "SparkApplication":  # by the spark-operator's own schema: nothing pruned
+            assert got["spec"] == obj["spec"]
         assert got["metadata"]["ownerReferences"][0]["uid"] == created["metadata"]["uid"]
     # Idempotent submission: the deterministic name exists already.
     again = plane.kubectl("create", "-f", "-", input=json.dumps(bf.build_spark_application(c, req)))
@@ -257,9 +250,9 @@ def test_objects_are_accepted_owned_tracked_and_cancelled(plane: KubeControlPlan
     name = bf.run_name(c.name, req.id)
     assert bf.phase_of_spark_application(_get(plane, "sparkapplication", name)).phase == "Pending"
     for state, phase in (("RUNNING", "Running"), ("FAILED", "Failed"), ("COMPLETED", "Succeeded")):
-        patch = {"status": {"applicationState": {"state": state, "errorMessage": ""},
+        patch = {"status": {"driverInfo": {}, "applicationState": {"state": state, "errorMessage": ""},
                             "terminationTime": NOW}}
-        plane.kubectl("patch", "sparkapplication", name, "-n", NS, "--type=merge", "-p", json.dumps(patch), check=True)
+        plane.kubectl("patch", "sparkapplication", name, "--subresource=status", "-n", NS, "--type=merge", "-p", json.dumps(patch), check=True)
         assert bf.phase_of_spark_application(_get(plane, "sparkapplication", name)).phase == phase
     entry = bf.status_entry(req, bf.phase_of_spark_application(_get(plane, "sparkapplication", name)),
                             bf.engine_of(c), name, None, NOW, {"chunksDone": 4, "chunksTotal": 4, "rows": 1000})
@@ -301,12 +294,12 @@ def test_reconcile_backfills_creates_tracks_and_cancels(plane: KubeControlPlane)
         assert _get(plane, "sparkapplication", name) is not None and _get(plane, "configmap", f"{name}-config")
         assert [(e["id"], e["phase"]) for e in entries] == [("b1", "Pending")] and cond.status is True
         assert step(c, {"backfills": entries})[0] == entries  # idempotent: nothing new, same status
-        plane.kubectl("patch", "sparkapplication", name, "-n", NS, "--type=merge", "-p",
-                      json.dumps({"status": {"applicationState": {"state": "RUNNING"}}}), check=True)
+        plane.kubectl("patch", "sparkapplication", name, "--subresource=status", "-n", NS, "--type=merge", "-p",
+                      json.dumps({"status": {"driverInfo": {}, "applicationState": {"state": "RUNNING"}}}), check=True)
         entries, cond = step(c, {"backfills": entries})
         assert entries[0]["phase"] == "Running" and entries[0]["startTime"] == NOW and cond.reason == "BackfillInProgress"
-        plane.kubectl("patch", "sparkapplication", name, "-n", NS, "--type=merge", "-p",
-                      json.dumps({"status": {"applicationState": {"state": "COMPLETED"}, "terminationTime": NOW}}),
+        plane.kubectl("patch", "sparkapplication", name, "--subresource=status", "-n", NS, "--type=merge", "-p",
+                      json.dumps({"status": {"driverInfo": {}, "applicationState": {"state": "COMPLETED"}, "terminationTime": NOW}}),
                       check=True)
         entries, cond = step(c, {"backfills": entries})
         assert entries[0]["phase"] == "Succeeded" and cond.status is False
@@ -345,12 +338,12 @@ def test_backfills_of_one_connector_run_one_at_a_time(plane: KubeControlPlane) -
         assert _get(plane, "sparkapplication", first) is not None and _get(plane, "sparkapplication", second) is None
         assert [(e["id"], e["phase"]) for e in entries] == [("q1", "Pending"), ("q2", "Pending")]
         assert entries[1]["message"].startswith("queued: starts when backfill q1 has finished")
-        plane.kubectl("patch", "sparkapplication", first, "-n", NS, "--type=merge", "-p",
-                      json.dumps({"status": {"applicationState": {"state": "RUNNING"}}}), check=True)
+        plane.kubectl("patch", "sparkapplication", first, "--subresource=status", "-n", NS, "--type=merge", "-p",
+                      json.dumps({"status": {"driverInfo": {}, "applicationState": {"state": "RUNNING"}}}), check=True)
         entries = step({"backfills": entries})
         assert [e["phase"] for e in entries] == ["Running", "Pending"] and _get(plane, "sparkapplication", second) is None
-        plane.kubectl("patch", "sparkapplication", first, "-n", NS, "--type=merge", "-p",
-                      json.dumps({"status": {"applicationState": {"state": "COMPLETED"}, "terminationTime": NOW}}),
+        plane.kubectl("patch", "sparkapplication", first, "--subresource=status", "-n", NS, "--type=merge", "-p",
+                      json.dumps({"status": {"driverInfo": {}, "applicationState": {"state": "COMPLETED"}, "terminationTime": NOW}}),
                       check=True)
         entries = step({"backfills": entries})
         assert [e["phase"] for e in entries] == ["Succeeded", "Pending"]

@@ -1,8 +1,8 @@
 """Backfills through the running operator (kopf, ``cdcoperator.handlers`` -> ``reconcile``) against a
 real kube-apiserver, under the chart's least-privilege identity (``operator/rbac.yaml``).
 
-A CdcConnector with ``spec.backfills[]`` gets its SparkApplication (engine ``sparkOperator``; a
-minimal SparkApplication CRD stands in for the spark-operator's) or its spark-submit Job (engine
+A CdcConnector with ``spec.backfills[]`` gets its SparkApplication (engine ``sparkOperator``;
+validated by the spark-operator v2.3.0 release's own CRD, `make spark-crd`) or its spark-submit Job (engine
 ``sparkSubmit``); the state set on those objects (as the spark-operator / the Job controller would)
 moves ``status.backfills[]`` and the ``BackfillRunning`` condition; removing an entry deletes its
 objects. Connectors without backfills get no ``BackfillRunning`` condition (the other operator tests
@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 from operator_kube_fixtures import FakeNodes, env_var, operator_runner, wait_for
-from test_backfill_operator import SPARK_CRD
+from test_backfill_operator import install_spark_crd
 
 from cdcoperator.apply import KubeApi
 from kubetest import KubeControlPlane, kube_control_plane_fixture
@@ -89,7 +89,7 @@ def env(tmp_path_factory: pytest.TempPathFactory, kafka_broker: KafkaBroker) -> 
             plane.ensure_namespace(IDENTITY_NS)
             plane.ensure_namespace(NS)
             plane.kubectl("apply", "-f", str(CRD_PATH), check=True)
-            plane.kubectl("apply", "-f", "-", input=json.dumps(SPARK_CRD), check=True)
+            install_spark_crd(plane)
             plane.kubectl("apply", "-f", "-", input=rbac, check=True)
             plane.wait_established("cdcconnectors.shardcdc.io", "sparkapplications.sparkoperator.k8s.io")
             token = plane.service_account_token(IDENTITY_NS, IDENTITY)
@@ -127,8 +127,8 @@ def test_spark_application_created_tracked_and_cancelled(env: Env) -> None:
 
     # The spark-operator moves the application along; the status follows at the next resync.
     def set_state(name: str, state: str) -> None:
-        env.kubectl("patch", "sparkapplication", name, "--type=merge", "-p", json.dumps(
-            {"status": {"applicationState": {"state": state}, "terminationTime": "2026-01-02T03:04:05Z"}}))
+        env.kubectl("patch", "sparkapplication", name, "--subresource=status", "--type=merge", "-p", json.dumps(
+            {"status": {"driverInfo": {}, "applicationState": {"state": state}, "terminationTime": "2026-01-02T03:04:05Z"}}))
 
     set_state("so-bf-b1", "RUNNING")
     wait_for(lambda: env.backfills("so")[0] == ("b1", "Running"), 30, "b1 Running")

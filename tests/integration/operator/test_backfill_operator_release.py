@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 from operator_kube_fixtures import wait_for
-from test_backfill_operator import CRD_PATH, SPARK_CRD
+from test_backfill_operator import CRD_PATH, install_spark_crd
 
 from cdcoperator import backfill as bf
 from cdcoperator import backfillfeed
@@ -34,7 +34,7 @@ def plane() -> Iterator[KubeControlPlane]:
     for p in kube_control_plane_fixture():
         p.ensure_namespace(NS)
         p.kubectl("apply", "-f", str(CRD_PATH), check=True)
-        p.kubectl("apply", "-f", "-", input=json.dumps(SPARK_CRD), check=True)
+        install_spark_crd(p)
         p.wait_established("cdcconnectors.shardcdc.io", "sparkapplications.sparkoperator.k8s.io")
         yield p
 
@@ -110,8 +110,8 @@ def test_cancelled_and_failed_runs_are_released_once_their_pods_are_gone(plane: 
             wait_for(lambda: (step(cr2), _abandons(kafka_broker, topic))[1] == [
                 (run1, None, "cancelled: no longer requested", "operator")], 30, "b1 released")
             # b2's application fails for good (after its retries): released with the reason.
-            plane.kubectl("patch", "sparkapplication", f"{prefix}-bf-b2", "-n", NS, "--type=merge", "-p", json.dumps(
-                {"status": {"applicationState": {"state": "FAILED", "errorMessage": "driver lost"},
+            plane.kubectl("patch", "sparkapplication", f"{prefix}-bf-b2", "--subresource=status", "-n", NS, "--type=merge", "-p", json.dumps(
+                {"status": {"driverInfo": {}, "applicationState": {"state": "FAILED", "errorMessage": "driver lost"},
                             "terminationTime": NOW}}), check=True)
             wait_for(lambda: (step(cr2), _abandons(kafka_broker, topic))[1][1:] == [
                 (run2, None, "failed: driver lost", "operator")], 30, "b2 released")

@@ -20,7 +20,7 @@ import orjson
 import pytest
 from confluent_kafka import Producer
 from operator_kube_fixtures import wait_for
-from test_backfill_operator import SPARK_CRD
+from test_backfill_operator import install_spark_crd
 from worker_fixtures import commerce_sim, running_task, wait_positioned, worker_config
 from worker_fixtures import wait_for as _wait_for
 
@@ -180,7 +180,7 @@ def plane() -> Iterator[KubeControlPlane]:
     for p in kube_control_plane_fixture():
         p.ensure_namespace(NS)
         p.kubectl("apply", "-f", str(bf_crd()), check=True)
-        p.kubectl("apply", "-f", "-", input=json.dumps(SPARK_CRD), check=True)
+        install_spark_crd(p)
         p.wait_established("cdcconnectors.shardcdc.io", "sparkapplications.sparkoperator.k8s.io")
         yield p
 
@@ -250,8 +250,8 @@ def test_operator_launches_tracks_and_cancels_signal_runs(plane: KubeControlPlan
             done = [ChunkDone(Chunk(run1, "commerce", "-80", "customer", i, ("id",), None, None), 100 + i, "l", "h",
                               0, 1767323045000 + i) for i in range(2)]
             _write(kafka_broker, topic, [RunStatus(run1, "running", 1767323040000), plan, *done])
-            plane.kubectl("patch", "sparkapplication", name1, "-n", NS, "--type=merge", "-p",
-                          json.dumps({"status": {"applicationState": {"state": "RUNNING"}}}), check=True)
+            plane.kubectl("patch", "sparkapplication", name1, "--subresource=status", "-n", NS, "--type=merge", "-p",
+                          json.dumps({"status": {"driverInfo": {}, "applicationState": {"state": "RUNNING"}}}), check=True)
             e1 = wait_for(lambda: (e := step()["sig-adhoc-1"]).get("chunksDone") == 2 and e, 30, "progress counts")
             assert (e1["phase"], e1["chunksTotal"], e1["rows"], e1["startTime"]) == (
                 "Running", 3, 201, "2026-01-02T03:04:00Z")
@@ -262,8 +262,8 @@ def test_operator_launches_tracks_and_cancels_signal_runs(plane: KubeControlPlan
             assert step()["sig-adhoc-1"]["message"] == "stopped by signal stop-1"
             # adhoc-2 (orders) starts now, then fails in Spark: closed in the topic with its phase.
             wait_for(lambda: (step(), get("sparkapplication", name2))[1], 30, "adhoc-2 started after adhoc-1")
-            plane.kubectl("patch", "sparkapplication", name2, "-n", NS, "--type=merge", "-p", json.dumps(
-                {"status": {"applicationState": {"state": "FAILED", "errorMessage": "driver lost"},
+            plane.kubectl("patch", "sparkapplication", name2, "--subresource=status", "-n", NS, "--type=merge", "-p", json.dumps(
+                {"status": {"driverInfo": {}, "applicationState": {"state": "FAILED", "errorMessage": "driver lost"},
                             "terminationTime": NOW}}), check=True)
             _write(kafka_broker, topic, [RunStatus(f"sig-adhoc-2-{uid8}", "failed", 1767323040000, 1767323046000,
                                                    "VTGate unavailable")])

@@ -45,8 +45,8 @@ def _steps(target: str, tmp_path: Path) -> list[str]:
 def test_make_demo_sets_up_only_what_the_demo_uses_and_make_test_everything(tmp_path: Path) -> None:
     assert sorted(_steps("demo-setup", tmp_path)) == ["kafka", "native", "proto", "venv"]
     assert sorted(_steps("setup", tmp_path)) == ["debezium", "docker-tools", "fuzz-tools", "helm", "kafka", "kind",
-                                                 "kube", "native", "prometheus", "proto", "rdkafka-header", "venv",
-                                                 "venv-dev", "vitess", "vitess-system"]
+                                                 "kube", "native", "prometheus", "proto", "rdkafka-header", "spark-crd",
+                                                 "venv", "venv-dev", "vitess", "vitess-system"]
     demo = subprocess.run(["make", "-n", "--no-print-directory", "demo", f"CACHE={tmp_path}/cache"], cwd=ROOT,
                           capture_output=True, text=True, timeout=60, check=True).stdout
     assert "demo-setup" in demo and "shardcdc_cli.cli demo" in demo

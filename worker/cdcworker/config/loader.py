@@ -246,6 +246,7 @@ RESERVED_ENV_TOOLING = frozenset(
         "SHARDCDC_VITESS_HOME",  # Makefile: the real Vitess binaries and config templates (make vitess)
         "SHARDCDC_VITESS_USER",  # Makefile: the unprivileged user the real-Vitess fixtures run as
         "SHARDCDC_RDKAFKA_H",  # Makefile: librdkafka's rdkafka.h for the native producer's ABI check
+        "SHARDCDC_SPARK_CRD",  # Makefile: the spark-operator's SparkApplication CRD (make spark-crd)
         "SHARDCDC_KIND",  # Makefile: the kind binary (make kind, e2e-kind)
         "SHARDCDC_NATIVE",  # 0: pure-Python encoder and producer path; encoder: C encoder, confluent-kafka producer
         "SHARDCDC_MALLOC_TUNING",  # 0: glibc's malloc thresholds left as they are (cdcworker.allocator)
