@@ -68,9 +68,9 @@ def main() -> int:
     args = parser.parse_args()
 
     from cdcoperator.apply import KubeApi
+    from cdcoperator.local.children import start_bound, stop_group
     from kubetest.fixtures import shared_control_plane
     from localkafka import KafkaBroker
-    from localkafka.children import start_bound, stop_group
     from vtgatesim import VTGateSim
 
     plane = shared_control_plane()
