@@ -195,7 +195,9 @@ class _Tail:
             return FeedView.of(self.state, self.ready, self.error)
 
     def _run(self) -> None:
-        from confluent_kafka import Consumer, KafkaError, TopicPartition
+        from confluent_kafka import Consumer, TopicPartition
+
+        from cdcworker.kafkaerrors import PARTITION_EOF
 
         consumer = Consumer({**self.config, "group.id": f"shardcdc-operator-{uuid.uuid4()}",
                              "enable.auto.commit": False, "enable.partition.eof": True,
@@ -233,7 +235,7 @@ class _Tail:
                     continue
                 err = msg.error()
                 if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
+                    if err.code() == PARTITION_EOF:
                         with self.lock:
                             self.ready, self.error = True, ""
                     else:

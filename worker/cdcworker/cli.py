@@ -36,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     for name, (module, help_text) in SUBCOMMANDS.items():
         # add_help=False: `shardcdc <cmd> --help` reaches the subcommand's own parser.
         sub = subparsers.add_parser(name, help=help_text, description=help_text, add_help=False)
-        sub.set_defaults(_module=module)
+        sub.set_defaults(command_module=module)
     return parser
 
 
@@ -53,7 +53,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not known.command:
         parser.print_help()
         return 2
-    module = importlib.import_module(known._module)
+    module = importlib.import_module(known.command_module)
     sub = argparse.ArgumentParser(prog=f"shardcdc {known.command}", description=SUBCOMMANDS[known.command][1])
     run: Callable[[argparse.Namespace], int] = module.register(sub)
     sub_args = sub.parse_args(args_list[args_list.index(known.command) + 1 :])

@@ -78,7 +78,7 @@ COPY_COMPLETED, ROLLBACK = _T.COPY_COMPLETED, _T.ROLLBACK
 
 
 # The native VStreamResponse scanner (rowenc.c); absent: raw responses are parsed by upb.
-_scan: Any = getattr(native._rowenc, "scan", None)
+_scan: Any = getattr(native.rowenc, "scan", None)
 
 _RowChange = binlogdata_pb2.RowChange.FromString
 

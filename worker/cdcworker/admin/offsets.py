@@ -275,7 +275,7 @@ def _clear_generation(args: argparse.Namespace, target: Target, out: Console, er
     try:
         api, _ = kube_api(args.kubeconfig, args.context)
         try:
-            api._call("PATCH", CONNECTORS_PATH.format(namespace=target.namespace) + f"/{target.name}/status",
+            api.request("PATCH", CONNECTORS_PATH.format(namespace=target.namespace) + f"/{target.name}/status",
                       {"status": RESET_STATUS}, content_type="application/merge-patch+json")
         finally:
             api.api.close()

@@ -236,7 +236,7 @@ def apply_changes(store: OffsetStore, changes: Sequence[Change], timeout: float 
     """Write the changes and wait until Kafka acknowledged every one (at-least-once, like Connect)."""
     from cdcworker.offsets.store import OffsetStoreError
 
-    producer = store._own_producer()
+    producer = store.own_producer()
     errors: list[str] = []
 
     def delivered(err: Any, _msg: Any) -> None:

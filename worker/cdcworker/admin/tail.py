@@ -84,9 +84,10 @@ def format_event(partition: int, offset: int, key: bytes | None, value: bytes | 
 
 
 def run(args: argparse.Namespace, console: Console | None = None) -> int:
-    from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, TopicPartition
+    from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, TopicPartition
 
     from cdcworker.admin.target import _client_settings
+    from cdcworker.kafkaerrors import PARTITION_EOF
 
     out = console or Console()
     err = Console(stderr=True)
@@ -115,7 +116,7 @@ def run(args: argparse.Namespace, console: Console | None = None) -> int:
             for msg in msgs:
                 error = msg.error()
                 if error is not None:
-                    if error.code() == KafkaError._PARTITION_EOF:
+                    if error.code() == PARTITION_EOF:
                         continue
                     err.print(f"shardcdc tail: {error}", markup=False)
                     return 1

@@ -70,7 +70,9 @@ def read_table(vtgate: str, keyspace: str, table: str, timeout: float = 60.0) ->
 
 def read_topic(bootstrap: str, topic: str, timeout: float = 60.0) -> list[_Record]:
     """Every committed record from the beginning to the current end, partition by partition."""
-    from confluent_kafka import Consumer, KafkaError, TopicPartition
+    from confluent_kafka import Consumer, TopicPartition
+
+    from cdcworker.kafkaerrors import PARTITION_EOF
 
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"shardcdc-verify-{uuid.uuid4()}",
                          "enable.auto.commit": False, "enable.partition.eof": True,
@@ -91,7 +93,7 @@ def read_topic(bootstrap: str, topic: str, timeout: float = 60.0) -> list[_Recor
                     continue
                 err = msg.error()
                 if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
+                    if err.code() == PARTITION_EOF:
                         break
                     raise RuntimeError(f"reading {topic}: {err}")
                 out.append(_Record(msg.key(), msg.value()))

@@ -86,7 +86,7 @@ def _run_recorder(store: Any, config: Any) -> Callable[[Any], None]:
     failure to write one is logged, never fatal (the chunks' records are what matters)."""
     from confluent_kafka import KafkaException, Producer
 
-    from cdcworker.task import producer_config
+    from cdcworker.config.clients import producer_config
 
     producer = Producer(producer_config(config))
 

@@ -11,7 +11,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from cdcworker.backfill.progress import ChunkDone, PlanRecord, RunState, parse_record
-from cdcworker.kafkaerrors import broker_count, creation_refusal
+from cdcworker.kafkaerrors import PARTITION_EOF, TIMED_OUT, broker_count, creation_refusal
 from cdcworker.offsets.store import offsets_sizing
 
 TOPIC_CONFIG = {"cleanup.policy": "compact"}
@@ -85,7 +85,7 @@ class ProgressStore:
                     continue
                 err = msg.error()
                 if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
+                    if err.code() == PARTITION_EOF:
                         return
                     raise KafkaException(err)
                 yield msg.key(), msg.value()
@@ -130,7 +130,7 @@ class ProgressStore:
         for rec in records:
             producer.produce(self.topic, rec.value(), rec.key(), on_delivery=on_delivery)
         if producer.flush(timeout) or errors:
-            raise KafkaException(errors[0] if errors else KafkaError(KafkaError._TIMED_OUT))
+            raise KafkaException(errors[0] if errors else KafkaError(TIMED_OUT))
 
     def follow(self, on_record: Callable[[PlanRecord | ChunkDone], None], stop: Callable[[], bool]) -> None:
         """Tail the topic from the beginning, calling ``on_record`` until ``stop()`` (for progress views)."""

@@ -42,7 +42,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from cdcworker.backfill.gtid import covers, is_position
 from cdcworker.backfill.handoff import (
@@ -67,6 +67,7 @@ from cdcworker.backfill.progress import (
     parse_record,
 )
 from cdcworker.backfill.store import ProgressStore
+from cdcworker.kafkaerrors import PARTITION_EOF
 from cdcworker.offsets import ShardGtid, Vgtid
 
 log = logging.getLogger(__name__)
@@ -155,7 +156,7 @@ class ProgressFeed:
                 continue
             err = msg.error()
             if err is not None:
-                if err.code() == KafkaError._PARTITION_EOF:
+                if err.code() == PARTITION_EOF:
                     continue
                 raise RuntimeError(f"reading {self.topic}: {err}")
             self._next = msg.offset() + 1

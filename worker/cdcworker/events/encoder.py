@@ -298,6 +298,10 @@ class TablePlan:
             )
         return self._decode(lengths, row.values)
 
+    def key(self, data: dict[str, Any]) -> tuple[dict[str, Any] | None, bytes | None]:
+        """A decoded row's key: (its payload, the record key's bytes); (None, None) without a key."""
+        return self._key(data)
+
     def _key(self, data: dict[str, Any]) -> tuple[dict[str, Any] | None, bytes | None]:
         if not self._key_names:
             return None, None

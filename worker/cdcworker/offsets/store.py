@@ -25,6 +25,8 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from cdcworker.kafkaerrors import (
+    PARTITION_EOF,
+    UNKNOWN_PARTITION,
     KafkaAccessError,
     OffsetStoreError,
     TopicSizing,
@@ -49,7 +51,7 @@ def offsets_sizing(partitions: int, replication_factor: int) -> TopicSizing:
 
 
 # Errors a consumer reports while a just-created topic propagates; the read retries until its deadline.
-_TRANSIENT_READ_ERRORS = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION, KafkaError.LEADER_NOT_AVAILABLE})
+_TRANSIENT_READ_ERRORS = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, UNKNOWN_PARTITION, KafkaError.LEADER_NOT_AVAILABLE})
 
 
 class OffsetStore:
@@ -196,7 +198,7 @@ class OffsetStore:
                 for msg in consumer.consume(num_messages=1000, timeout=0.5):
                     err = msg.error()
                     if err is not None:
-                        if err.code() == KafkaError._PARTITION_EOF:
+                        if err.code() == PARTITION_EOF:
                             pending.discard(msg.partition())
                             continue
                         if err.code() in _TRANSIENT_READ_ERRORS:
@@ -231,7 +233,13 @@ class OffsetStore:
 
     # -- writing -------------------------------------------------------------------------------
 
-    def _own_producer(self) -> Producer:
+    @property
+    def timeout(self) -> float:
+        """Seconds a read to the topic's end or a synchronous write may take."""
+        return self._timeout
+
+    def own_producer(self) -> Producer:
+        """The store's idempotent producer (``write`` uses it; queued writes share its order)."""
         if self._producer is None:
             self._producer = Producer(
                 {**self._config, **client_hooks("offsets producer"), "acks": "all", "enable.idempotence": True,
@@ -268,7 +276,7 @@ class OffsetStore:
         timeout: float | None = None,
     ) -> None:
         """Write one offset (None = tombstone) and wait until Kafka acknowledged it (at-least-once)."""
-        producer = self._own_producer()
+        producer = self.own_producer()
         errors: list[KafkaError] = []
 
         def on_delivery(err: KafkaError | None, _msg: object) -> None:
