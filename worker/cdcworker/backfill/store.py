@@ -11,8 +11,9 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from cdcworker.backfill.progress import ChunkDone, PlanRecord, RunState, parse_record
-from cdcworker.kafkaerrors import PARTITION_EOF, TIMED_OUT, broker_count, creation_refusal
+from cdcworker.kafkaerrors import TIMED_OUT, broker_count, creation_refusal
 from cdcworker.offsets.store import offsets_sizing
+from cdcworker.topicread import TopicEndTimeout, TopicReader, TopicReadError
 
 TOPIC_CONFIG = {"cleanup.policy": "compact"}
 
@@ -75,22 +76,16 @@ class ProgressStore:
             low, high = _watermarks(consumer, TopicPartition(self.topic, 0), timeout)
             if high <= low:
                 return
-            consumer.assign([TopicPartition(self.topic, 0, 0)])
-            deadline = time.monotonic() + timeout
-            while True:
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"reading {self.topic}: no end after {timeout}s")
-                msg = consumer.poll(1.0)
-                if msg is None:
-                    continue
-                err = msg.error()
-                if err is not None:
-                    if err.code() == PARTITION_EOF:
-                        return
-                    raise KafkaException(err)
+            reader = TopicReader(consumer, self.topic)
+            reader.assign([0])
+            for msg in reader.read_to_end(timeout):
                 yield msg.key(), msg.value()
                 if msg.offset() >= high - 1:  # type: ignore[operator]
                     return
+        except TopicReadError as exc:
+            raise KafkaException(exc.error) from None
+        except TopicEndTimeout:
+            raise TimeoutError(f"reading {self.topic}: no end after {timeout}s") from None
         finally:
             consumer.close()
 
