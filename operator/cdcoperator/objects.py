@@ -22,6 +22,7 @@ from cdcoperator.model import API_VERSION, KIND, ConnectorResource, worker_metri
 from cdcoperator.planner import TaskPlan
 from cdcworker import exitcodes
 from cdcworker.backfill.taskhandoff import INITIAL_RUN_PROPERTY
+from cdcworker.config.model import TaskIdentity
 
 __all__ = [
     "CONFIG_DIR",
@@ -85,31 +86,22 @@ def worker_properties(cr: ConnectorResource, task: TaskPlan) -> dict[str, str]:
     """The worker's configuration for one task, in write order (operator-owned keys first)."""
     spec = cr.spec
     vt = spec.source
-    # Generation 0 has no previous generation (previous_tasks -1 in status), but the worker, like
+    # Generation 0 has no previous generation (prev_task_count -1 in status), but the worker, like
     # Debezium, insists on at least 1 once per-task offsets are on; it never reads generation -1.
-    prev = str(max(task.previous_tasks, 1))
+    identity = TaskIdentity(per_task=True, task_id=task.task_id, task_count=task.task_count,
+                            tasks_max=task.task_count, generation=task.generation,
+                            prev_task_count=max(task.prev_task_count, 1), shards=task.shards, history=task.history)
     props: dict[str, str] = {
-        # identity and generation bookkeeping (Debezium's names, then shardcdc's task identity)
+        # identity and generation bookkeeping: the worker's own type writes it (TaskIdentity.properties)
         "name": cr.name,
         "topic.prefix": spec.kafka.topic_prefix,
-        "tasks.max": str(task.task_count),
-        "vitess.offset.storage.per.task": "true",
-        "vitess.offset.storage.task.key.gen": str(task.generation),
-        "vitess.prev.num.tasks": prev,
-        "shardcdc.task.id": str(task.task_id),
-        "shardcdc.task.count": str(task.task_count),
-        "shardcdc.task.generation": str(task.generation),
-        "shardcdc.task.prev.count": prev,
-        "shardcdc.task.shards": ",".join(task.shards),
+        **identity.properties(),
         # source
         "database.hostname": vt.vtgate_host,
         "database.port": str(vt.vtgate_port),
         "vitess.keyspace": vt.keyspace,
         "vitess.tablet.type": vt.tablet_type,
     }
-    if task.history:
-        # Lets a task resume shards whose previous-generation task never stored an offset.
-        props["shardcdc.task.history"] = ",".join(f"{gen}:{tasks}" for gen, tasks in task.history)
     if vt.credentials is not None:
         props["database.user"] = _file_ref("vitess-credentials", vt.credentials.username_key)
         props["database.password"] = _file_ref("vitess-credentials", vt.credentials.password_key)

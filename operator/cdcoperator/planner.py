@@ -170,8 +170,8 @@ class Generation:
     """The generation record persisted in ``status.assignment``."""
 
     generation: int
-    tasks: int  # actual task count = min(spec.tasks, shards)
-    previous_tasks: int  # -1 for generation 0
+    task_count: int  # actual task count = min(spec.tasks, shards)
+    prev_task_count: int  # -1 for generation 0
     assignment: tuple[tuple[str, ...], ...]  # task id -> shards (Java-sorted)
     phase: GenPhase = GenPhase.RUNNING
     pending: PendingChange | None = None
@@ -200,7 +200,7 @@ class TaskPlan:
     generation: int
     task_id: int
     task_count: int
-    previous_tasks: int
+    prev_task_count: int
     shards: tuple[str, ...]
     run: bool
     history: tuple[tuple[int, int], ...] = ()
@@ -294,7 +294,7 @@ def _new_generation(
 
 def _workers(g: Generation, run: bool) -> tuple[TaskPlan, ...]:
     return tuple(
-        TaskPlan(g.generation, tid, g.tasks, g.previous_tasks, shards, run, g.history)
+        TaskPlan(g.generation, tid, g.task_count, g.prev_task_count, shards, run, g.history)
         for tid, shards in enumerate(g.assignment)
     )
 
@@ -435,11 +435,11 @@ def _plan(
         next_shards = current.pending.shards
         reason = current.pending.reason
     next_tasks = min(spec.tasks, len(next_shards))
-    if not reason and next_tasks != current.tasks and not awaiting_journal and not refusals:
+    if not reason and next_tasks != current.task_count and not awaiting_journal and not refusals:
         reason = "Scale"
     change = (
         PendingChange(next_shards, next_tasks, reason, journals)
-        if reason and (set(next_shards) != set(old_shards) or next_tasks != current.tasks)
+        if reason and (set(next_shards) != set(old_shards) or next_tasks != current.task_count)
         else None
     )
 
@@ -485,13 +485,13 @@ def _plan(
                 current.generation + 1,
                 change.shards,
                 spec.tasks,
-                current.tasks,
+                current.task_count,
                 journal_positions=tuple(sorted(p for j in change.journals for p in j.positions)),
-                history=((current.generation, current.tasks), *current.history),
+                history=((current.generation, current.task_count), *current.history),
             )
             events.append(Event("Normal", "GenerationStarted",
-                                f"generation {record.generation} started: {record.tasks} tasks over "
-                                f"{len(record.shards)} shards (previous tasks {record.previous_tasks}; {change.reason})"))
+                                f"generation {record.generation} started: {record.task_count} tasks over "
+                                f"{len(record.shards)} shards (previous tasks {record.prev_task_count}; {change.reason})"))
             action = Action.START
             workers = _workers(record, run=True)
             stop = ()
@@ -535,10 +535,10 @@ def _plan(
 
 
 def _describe_change(current: Generation, change: PendingChange) -> str:
-    parts = [f"stopping the {current.tasks} workers of generation {current.generation} to start generation "
+    parts = [f"stopping the {current.task_count} workers of generation {current.generation} to start generation "
              f"{current.generation + 1}"]
-    if change.tasks != current.tasks:
-        parts.append(f"tasks {current.tasks} -> {change.tasks}")
+    if change.tasks != current.task_count:
+        parts.append(f"tasks {current.task_count} -> {change.tasks}")
     old, new = set(current.shards), set(change.shards)
     if old != new:
         gone, added = java_sorted(old - new), java_sorted(new - old)
@@ -608,9 +608,9 @@ def _plan_first(
     if adopted is not None and (adopted.found or adopted.skipped):
         events.append(Event("Warning" if adopted.skipped or not adopted.complete else "Normal", "AdoptedOffsets",
                             adopted.describe(spec.kafka.topic_prefix)))
-    started = f"generation {record.generation} started: {record.tasks} tasks over {len(record.shards)} shards"
+    started = f"generation {record.generation} started: {record.task_count} tasks over {len(record.shards)} shards"
     if adoption.per_task:
-        started += f" (previous tasks {record.previous_tasks}; AdoptedOffsets)"
+        started += f" (previous tasks {record.prev_task_count}; AdoptedOffsets)"
     events.append(Event("Normal", "GenerationStarted", started))
     conditions = _conditions(spec, action=Action.START, record=record, reports=[], refusals=[], source_error="",
                              reshard_reason="", awaiting_journal=[], change=None)
@@ -631,7 +631,7 @@ def _conditions(
     change: PendingChange | None,
 ) -> tuple[ConditionSpec, ...]:
     by_id = {r.task_id: r for r in reports} if action is not Action.START else {}
-    phases = [by_id[t].phase if t in by_id else TaskPhase.PENDING for t in range(record.tasks)]
+    phases = [by_id[t].phase if t in by_id else TaskPhase.PENDING for t in range(record.task_count)]
     not_streaming = [(t, p) for t, p in enumerate(phases) if p not in (TaskPhase.STREAMING, TaskPhase.COMPLETED)]
     completed = phases.count(TaskPhase.COMPLETED)
     failed = [t for t, p in enumerate(phases) if p is TaskPhase.FAILED]
@@ -648,11 +648,11 @@ def _conditions(
                               "; ".join(f"task {t}: {p.value}" for t, p in not_streaming))
     elif completed == len(phases):
         ready = ConditionSpec(cond.READY, True, "SnapshotCompleted",
-                              f"snapshot.mode initial_only: {record.tasks} tasks copied {len(record.shards)} shards "
+                              f"snapshot.mode initial_only: {record.task_count} tasks copied {len(record.shards)} shards "
                               f"in generation {record.generation}; nothing streams")
     else:
         ready = ConditionSpec(cond.READY, True, "AllTasksStreaming",
-                              f"{record.tasks} tasks streaming {len(record.shards)} shards in generation "
+                              f"{record.task_count} tasks streaming {len(record.shards)} shards in generation "
                               f"{record.generation}")
 
     # Progressing: the operator or the workers are moving toward the desired state.
@@ -661,7 +661,7 @@ def _conditions(
                                     if change else "draining")
     elif action is Action.START:
         progressing = ConditionSpec(cond.PROGRESSING, True, "GenerationStarted",
-                                    f"starting {record.tasks} workers of generation {record.generation}")
+                                    f"starting {record.task_count} workers of generation {record.generation}")
     elif action is Action.STOP:
         alive = _alive(reports)
         progressing = (
@@ -733,8 +733,8 @@ def generation_to_status(g: Generation) -> dict[str, object]:
     """``status.assignment`` without the per-task runtime fields (the operator adds ``taskStates``)."""
     out: dict[str, object] = {
         "generation": g.generation,
-        "tasks": g.tasks,
-        "previousTasks": g.previous_tasks,
+        "tasks": g.task_count,
+        "previousTasks": g.prev_task_count,
         "phase": g.phase.value,
         "shards": list(g.shards),
         "stoppedCleanly": g.stopped_cleanly,
@@ -778,8 +778,8 @@ def generation_from_status(assignment: Mapping[str, object] | None) -> Generatio
         )
     return Generation(
         generation=int(str(assignment["generation"])),
-        tasks=int(str(assignment.get("tasks", len(by_id)))),
-        previous_tasks=int(str(assignment.get("previousTasks", -1))),
+        task_count=int(str(assignment.get("tasks", len(by_id)))),
+        prev_task_count=int(str(assignment.get("previousTasks", -1))),
         assignment=tuple(by_id[t] for t in sorted(by_id)),
         phase=GenPhase(str(assignment.get("phase") or GenPhase.RUNNING.value)),
         pending=pending,
@@ -794,4 +794,4 @@ def recorded_generation(body: Mapping[str, Any] | None) -> ShardcdcGeneration | 
     from cdcworker.offsets.handback import ShardcdcGeneration
 
     g = generation_from_status(((body or {}).get("status") or {}).get("assignment"))
-    return None if g is None else ShardcdcGeneration(g.generation, g.tasks, g.previous_tasks, g.assignment, g.history)
+    return None if g is None else ShardcdcGeneration(g.generation, g.task_count, g.prev_task_count, g.assignment, g.history)

@@ -506,10 +506,10 @@ async def _restart(ctx: ReconcileContext, body: Mapping[str, Any], cr: Connector
                  f"{naming.RESTART_ANNOTATION}={value!r} ignored: the connector is not running a stable generation "
                  f"({p.action.value})")
     else:
-        tasks = parse_restart(value, g.tasks)
+        tasks = parse_restart(value, g.task_count)
         if tasks is None:
             ctx.emit(body, "Warning", "RestartIgnored",
-                     f"{naming.RESTART_ANNOTATION}={value!r} is not 'all' or 'task=<id>' with id < {g.tasks}")
+                     f"{naming.RESTART_ANNOTATION}={value!r} is not 'all' or 'task=<id>' with id < {g.task_count}")
         else:
             stamp = restart_stamp(ctx.clock())
             for tid in tasks:

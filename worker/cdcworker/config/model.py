@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from cdcworker.config.errors import HIDDEN
 from cdcworker.config.properties import ORDERED_TX_METADATA_FACTORY, TABLE_TOPIC_NAMING_STRATEGY
+from cdcworker.offsets.keys import task_key_name
 
 Patterns = tuple[re.Pattern[str], ...]
 
@@ -98,7 +99,7 @@ class TaskIdentity:
     task_count: int
     tasks_max: int
     generation: int
-    prev_count: int
+    prev_task_count: int
     shards: tuple[str, ...] | None  # None: vitess.shard, or every shard of the keyspace
     # The generations before this one, newest first from the previous: (generation, task count).
     # Empty: not given (Debezium's rule, the previous generation must be complete).
@@ -109,7 +110,28 @@ class TaskIdentity:
         """``task<i>_<n>_<gen>`` in per-task mode, else None (offsets use the plain server partition)."""
         if not self.per_task:
             return None
-        return f"task{self.task_id}_{self.task_count}_{self.generation}"
+        return task_key_name(self.task_id, self.task_count, self.generation)
+
+    def properties(self) -> dict[str, str]:
+        """The worker properties that carry this identity, in write order: what the operator writes
+        for each task (Debezium's names, then shardcdc's), which ``load_config`` reads back into an
+        equal ``TaskIdentity``. One contract between operator and worker."""
+        props = {
+            "tasks.max": str(self.tasks_max),
+            "vitess.offset.storage.per.task": "true" if self.per_task else "false",
+            "vitess.offset.storage.task.key.gen": str(self.generation),
+            "vitess.prev.num.tasks": str(self.prev_task_count),
+            "shardcdc.task.id": str(self.task_id),
+            "shardcdc.task.count": str(self.task_count),
+            "shardcdc.task.generation": str(self.generation),
+            "shardcdc.task.prev.count": str(self.prev_task_count),
+        }
+        if self.shards is not None:
+            props["shardcdc.task.shards"] = ",".join(self.shards)
+        if self.history:
+            # Lets a task resume shards whose previous-generation task never stored an offset.
+            props["shardcdc.task.history"] = ",".join(f"{gen}:{count}" for gen, count in self.history)
+        return props
 
     @property
     def context_task_id(self) -> str:
@@ -118,9 +140,9 @@ class TaskIdentity:
 
     def previous_task_keys(self) -> tuple[str, ...]:
         """Keys of the previous generation, every one required for a migration (none before generation 1)."""
-        if not self.per_task or self.generation < 1 or self.prev_count < 1:
+        if not self.per_task or self.generation < 1 or self.prev_task_count < 1:
             return ()
-        return tuple(f"task{i}_{self.prev_count}_{self.generation - 1}" for i in range(self.prev_count))
+        return tuple(task_key_name(i, self.prev_task_count, self.generation - 1) for i in range(self.prev_task_count))
 
 
 @dataclass(frozen=True, slots=True)

@@ -614,7 +614,7 @@ class _Validator:
             task_count=_int(g("shardcdc.task.count")),
             tasks_max=_int(g("tasks.max")),
             generation=_int(_first(g("shardcdc.task.generation"), g("vitess.offset.storage.task.key.gen"))),
-            prev_count=_int(_first(g("shardcdc.task.prev.count"), g("vitess.prev.num.tasks"))),
+            prev_task_count=_int(_first(g("shardcdc.task.prev.count"), g("vitess.prev.num.tasks"))),
             shards=_opt_tuple(_first(g("shardcdc.task.shards"), g("vitess.shard"))),
             history=parse_history(_opt_tuple(g("shardcdc.task.history")) or ()),
         )

@@ -31,9 +31,9 @@ def resolve_start(task: WorkerTask, conn: Connection) -> Vgtid:
         keyspace=cfg.source.keyspace,
         shards=shards,
         task_id=t.task_id if t.per_task else None,
-        num_tasks=t.task_count,
+        task_count=t.task_count,
         gen=t.generation,
-        prev_num_tasks=t.prev_count,
+        prev_task_count=t.prev_task_count,
         vgtid_setting=cfg.source.start_gtid,
         chain=t.history or None,  # unset: Debezium's rule
     )
