@@ -91,7 +91,7 @@ def desired_requests(cr: ConnectorResource) -> list[BackfillRequest]:
     """``spec.backfills[]`` plus, for ``snapshot.mode: initial`` with an engine, the initial snapshot
     of every table (the first generation's workers start with them held back)."""
     out: list[BackfillRequest] = []
-    if cr.spec.snapshot.backfill is not None and cr.spec.snapshot.mode in ("initial", "initial_only"):
+    if cr.spec.snapshot.backfill is not None and cr.spec.snapshot.mode.copies:
         out.append(BackfillRequest(INITIAL_ID, (".*",)))
     seen = {r.id for r in out}
     out.extend(r for r in cr.spec.backfills if r.id not in seen)

@@ -22,7 +22,7 @@ from cdcoperator.model import API_VERSION, KIND, ConnectorResource, worker_metri
 from cdcoperator.planner import TaskPlan
 from cdcworker import exitcodes
 from cdcworker.backfill.taskhandoff import INITIAL_RUN_PROPERTY
-from cdcworker.config.model import TaskIdentity
+from cdcworker.config.model import SnapshotMode, TaskIdentity
 
 __all__ = [
     "CONFIG_DIR",
@@ -125,7 +125,7 @@ def worker_properties(cr: ConnectorResource, task: TaskPlan) -> dict[str, str]:
         props[f"producer.{key}"] = value
     # With a backfill engine the initial snapshot is the backfill's job: the workers stream only
     # (a VStream copy as well would read every table twice).
-    initial_by_backfill = spec.snapshot.mode == "initial" and spec.snapshot.backfill is not None
+    initial_by_backfill = spec.snapshot.mode is SnapshotMode.INITIAL and spec.snapshot.backfill is not None
     props["snapshot.mode"] = "never" if initial_by_backfill else spec.snapshot.mode
     if initial_by_backfill:
         # A first start holds every table back for that run (no live change before the snapshot).

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -34,6 +35,19 @@ class Secret:
 
     def __hash__(self) -> int:
         return hash(self._value)
+
+
+class SnapshotMode(enum.StrEnum):
+    """``snapshot.mode`` (the values the catalogue allows; the operator's ``spec.snapshot.mode``)."""
+
+    INITIAL = "initial"  # copy, then stream
+    NEVER = "never"  # stream only
+    INITIAL_ONLY = "initial_only"  # copy, store the position, stop before streaming
+
+    @property
+    def copies(self) -> bool:
+        """The mode copies the tables before (or instead of) streaming."""
+        return self is not SnapshotMode.NEVER
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +83,7 @@ class SourceConfig:
     inherit_epoch: bool
     connector_generation: int
     tls: TlsConfig
-    snapshot_mode: str  # initial, never, initial_only
+    snapshot_mode: SnapshotMode
     snapshot_include_collection_list: Patterns
     heartbeat_interval_ms: int
 
@@ -80,7 +94,7 @@ class SourceConfig:
     @property
     def start_gtid(self) -> str:
         """The configured start when no offset exists: '' (copy) for initial snapshots, as Debezium's getVgtid."""
-        if self.snapshot_mode in ("initial", "initial_only"):
+        if self.snapshot_mode.copies:
             return ""
         return self.vgtid
 

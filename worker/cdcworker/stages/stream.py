@@ -13,6 +13,7 @@ import grpc
 
 from cdcworker import exitcodes
 from cdcworker.config.clients import channel_settings, encoder_config
+from cdcworker.config.model import SnapshotMode
 from cdcworker.events import EncoderConfig
 from cdcworker.features import build_features
 from cdcworker.filters import AnonymisedColumns
@@ -96,7 +97,7 @@ def prepare(task: WorkerTask, conn: Connection, position: Vgtid, stored_start: b
         position, features, extras.encoder,
         Backoff(initial_ms=max(50, min(b.retriable_restart_wait_ms, 1000)), max_ms=b.retry_backoff_max_ms,
                 max_retries=b.errors_max_retries),
-        probe, cfg.source.snapshot_mode == "initial_only", cfg.task.per_task, next_flush=next_flush_at(task))
+        probe, cfg.source.snapshot_mode is SnapshotMode.INITIAL_ONLY, cfg.task.per_task, next_flush=next_flush_at(task))
     if session.copy_only and not position.copying:
         session.result = TaskResult(exitcodes.OK, SNAPSHOT_DONE + " earlier (stored offset)", position, done=True)
     return session
