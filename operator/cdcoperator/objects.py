@@ -234,14 +234,9 @@ def _pod_security_context(cr: ConnectorResource) -> dict[str, Any]:
     return ctx
 
 
-def build_deployment(cr: ConnectorResource, task: TaskPlan, config_map: Mapping[str, Any]) -> dict[str, Any]:
-    """The task's Deployment: one replica (zero when not running), ``Recreate``, non-root, read-only root FS."""
+def _worker_container(cr: ConnectorResource) -> dict[str, Any]:
+    """The worker container: its command, environment, probes and a non-root, read-only root FS."""
     worker = cr.spec.worker
-    tpl = worker.pod_template
-    labels = naming.task_labels(cr.name, task.generation, task.task_id)
-    checksum = config_map["metadata"]["annotations"][naming.CONFIG_CHECKSUM_ANNOTATION]
-    pod_labels = {**tpl.labels, **labels}  # ours win: the selector depends on them
-    pod_annotations = {**tpl.annotations, naming.CONFIG_CHECKSUM_ANNOTATION: checksum}
     port = worker.metrics_port
 
     def probe(path: str, period: int, failures: int) -> dict[str, Any]:
@@ -283,6 +278,19 @@ def build_deployment(cr: ConnectorResource, task: TaskPlan, config_map: Mapping[
             {"name": "tmp", "mountPath": "/tmp"},
         ],
     }
+    return container
+
+
+def build_deployment(cr: ConnectorResource, task: TaskPlan, config_map: Mapping[str, Any]) -> dict[str, Any]:
+    """The task's Deployment: one replica (zero when not running), ``Recreate``, non-root, read-only root FS."""
+    worker = cr.spec.worker
+    tpl = worker.pod_template
+    labels = naming.task_labels(cr.name, task.generation, task.task_id)
+    checksum = config_map["metadata"]["annotations"][naming.CONFIG_CHECKSUM_ANNOTATION]
+    pod_labels = {**tpl.labels, **labels}  # ours win: the selector depends on them
+    pod_annotations = {**tpl.annotations, naming.CONFIG_CHECKSUM_ANNOTATION: checksum}
+
+    container = _worker_container(cr)
     pod_spec: dict[str, Any] = {
         "automountServiceAccountToken": False,  # workers never talk to the API server
         "enableServiceLinks": False,

@@ -297,6 +297,38 @@ async def _observe_tasks(
     return [r for r in reports if r is not None]
 
 
+async def _refused_by_policy(ctx: ReconcileContext, body: Mapping[str, Any], existing_status: Mapping[str, Any],
+                             now: _dt.datetime) -> bool:
+    """The operator's policy refuses the spec: nothing is created, patched or started for it;
+    workers of an earlier accepted spec are left as they were."""
+    refused = ctx.policy.violations(body.get("spec") or {}) if ctx.policy is not None else []
+    if not refused:
+        return False
+    message = "refused by the operator's policy: " + "; ".join(refused)
+    key = f"{POLICY_REFUSED}:{message}"  # once per refused spec, not on every resync
+    if key not in ctx.warned:
+        ctx.emit(body, "Warning", POLICY_REFUSED, message)
+    ctx.warned.clear()
+    ctx.warned.add(key)
+    await _refuse(ctx, body, existing_status, now, POLICY_REFUSED, message)
+    return True
+
+
+def _emit_events(ctx: ReconcileContext, body: Mapping[str, Any], events: Iterable[Event]) -> None:
+    """Emit the plan's events; a warning once per standing reason (strays once per set of pods:
+    another set is news), not on every resync."""
+    standing: set[str] = set()
+    for ev in events:
+        if ev.type == "Warning":
+            key = f"{ev.reason}:{ev.message}" if ev.reason == STRAY_REASON else ev.reason
+            standing.add(key)
+            if key in ctx.warned:
+                continue
+        ctx.emit(body, ev.type, ev.reason, ev.message)
+    ctx.warned.clear()
+    ctx.warned.update(standing)
+
+
 async def reconcile(ctx: ReconcileContext, namespace: str, name: str) -> Plan | None:
     """Reconcile one connector; returns the plan carried out (None if the connector is gone or invalid)."""
     kube = ctx.kube
@@ -311,17 +343,7 @@ async def reconcile(ctx: ReconcileContext, namespace: str, name: str) -> Plan | 
         # The CRD rejects most mistakes; this is for what a schema cannot express.
         await _refuse(ctx, body, existing_status, now, "InvalidSpec", str(exc))
         return None
-    refused = ctx.policy.violations(body.get("spec") or {}) if ctx.policy is not None else []
-    if refused:
-        # Nothing is created, patched or started for this spec; workers of an earlier accepted
-        # spec are left as they were.
-        message = "refused by the operator's policy: " + "; ".join(refused)
-        key = f"{POLICY_REFUSED}:{message}"  # once per refused spec, not on every resync
-        if key not in ctx.warned:
-            ctx.emit(body, "Warning", POLICY_REFUSED, message)
-        ctx.warned.clear()
-        ctx.warned.add(key)
-        await _refuse(ctx, body, existing_status, now, POLICY_REFUSED, message)
+    if await _refused_by_policy(ctx, body, existing_status, now):
         return None
 
     discovery: Discovery | None = None
@@ -351,17 +373,7 @@ async def reconcile(ctx: ReconcileContext, namespace: str, name: str) -> Plan | 
 
     strays = stray_pods(ctx.pods(namespace, name), filter(None, (_gen_task(d) for d in deployments)))
     stray_events = (Event("Warning", STRAY_REASON, _stray_message(strays)),) if strays else ()
-    standing: set[str] = set()
-    for ev in (*p.events, *reshard_events(existing_status.get("conditions"), p), *stray_events):
-        if ev.type == "Warning":
-            # Once per standing reason; strays once per set of pods (another set is news).
-            key = f"{ev.reason}:{ev.message}" if ev.reason == STRAY_REASON else ev.reason
-            standing.add(key)
-            if key in ctx.warned:
-                continue
-        ctx.emit(body, ev.type, ev.reason, ev.message)
-    ctx.warned.clear()
-    ctx.warned.update(standing)
+    _emit_events(ctx, body, (*p.events, *reshard_events(existing_status.get("conditions"), p), *stray_events))
     recorded = await _record_ahead(ctx, body, existing_status, p, adopted)
     await _apply(ctx, body, cr, p, deployments, config_maps)
     await _restart(ctx, body, cr, p)
