@@ -677,22 +677,37 @@ def _conditions(
         progressing = ConditionSpec(cond.PROGRESSING, False, "Stable",
                                     f"generation {record.generation} is running as planned")
 
-    # Degraded: something needs a human (or will not fix itself soon).
+    degraded = _degraded(refusals, source_error, failed if action is Action.KEEP else [], by_id)
+    resharding = _resharding(action, record, reshard_reason, awaiting_journal, change)
+    paused = (
+        ConditionSpec(cond.PAUSED, True, state_word, f"spec.state is {spec.state.value}")
+        if spec.state is not State.RUNNING
+        else ConditionSpec(cond.PAUSED, False, "Running", "")
+    )
+    return (ready, progressing, degraded, resharding, paused)
+
+
+def _degraded(refusals: Sequence[Refusal], source_error: str, failed: Sequence[int],
+              by_id: Mapping[int, TaskReport]) -> ConditionSpec:
+    """Degraded: something needs a human (or will not fix itself soon)."""
     problems: list[tuple[str, str]] = [(r.reason, r.message) for r in refusals]
     if source_error:
         problems.append(("SourceUnreachable", f"cannot list shards: {source_error}"))
-    if failed and action is Action.KEEP:
+    if failed:
         details = "; ".join(
             f"task {t}: {by_id[t].message}" if t in by_id and by_id[t].message else f"task {t} failed" for t in failed
         )
         problems.append(("TasksFailed", details))
-    degraded = (
+    return (
         ConditionSpec(cond.DEGRADED, True, problems[0][0], "; ".join(m for _, m in problems))
         if problems
         else ConditionSpec(cond.DEGRADED, False, "AsExpected", "")
     )
 
-    # Resharding: following (or waiting for) a reshard of the source keyspace.
+
+def _resharding(action: Action, record: Generation, reshard_reason: str, awaiting_journal: Sequence[str],
+                change: PendingChange | None) -> ConditionSpec:
+    """Resharding: following (or waiting for) a reshard of the source keyspace."""
     if reshard_reason == "FollowingJournal":
         targets = java_sorted({s for j in (change.journals if change else ()) for s in j.targets})
         resharding = ConditionSpec(cond.RESHARDING, True, "FollowingJournal",
@@ -709,13 +724,7 @@ def _conditions(
         resharding = ConditionSpec(cond.RESHARDING, True, "Pending", "a reshard is pending until the connector runs")
     else:
         resharding = ConditionSpec(cond.RESHARDING, False, "NoReshard", "")
-
-    paused = (
-        ConditionSpec(cond.PAUSED, True, state_word, f"spec.state is {spec.state.value}")
-        if spec.state is not State.RUNNING
-        else ConditionSpec(cond.PAUSED, False, "Running", "")
-    )
-    return (ready, progressing, degraded, resharding, paused)
+    return resharding
 
 
 # --- status.assignment (de)serialization ---------------------------------------------------------------
