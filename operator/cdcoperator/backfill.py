@@ -659,8 +659,7 @@ async def reconcile_backfills(kube: ClusterApi, cr: ConnectorResource, existing_
     spark-operator CRD) or not granted (the chart's ``rbac.backfills.*`` switched off) lists as
     empty. ``kube.runs_local_jobs`` (local mode) makes the ``local`` engine a Job too.
     """
-    engine = engine_of(cr)
-    kinds = _kinds()
+    engine, kinds = engine_of(cr), _kinds()
     feeds = feeds if feeds is not None else backfillfeed.FEEDS
     local_jobs = bool(getattr(kube, "runs_local_jobs", False))
     previous = {str(e.get("id")): e for e in existing_status.get("backfills") or ()}
