@@ -373,41 +373,13 @@ def _without_strangers(p: Plan, current: Generation | None, reports: Sequence[Ta
                 events=(Event("Warning", "StoppingUnrecordedWorkers", message),))
 
 
-def _plan(
-    spec: ConnectorSpec,
-    serving: Sequence[str] | None,
-    current: Generation | None,
-    reports: Sequence[TaskReport] = (),
-    *,
-    source_error: str = "",
-    adopted: Adoption | None = None,
-    offsets_error: str = "",
-) -> Plan:
-    """``plan`` for the recorded generation and older ones (newer workers: ``_without_strangers``)."""
-    wanted = None if serving is None else desired_shards(spec, serving)
-    running = spec.state is State.RUNNING
-    # Reports of generations older than the current one: leftovers of a finished drain.
-    cur_gen = current.generation if current is not None else -1
-    leftovers = tuple(
-        sorted({TaskRef(r.generation, r.task_id) for r in reports if r.generation < cur_gen},
-               key=lambda t: (t.generation, t.task_id))
-    )
-    mine = sorted((r for r in reports if r.generation == cur_gen), key=lambda r: r.task_id)
-
-    if current is None:
-        return _plan_first(spec, wanted, running, leftovers, source_error, adopted, offsets_error)
-
-    alive = _alive(mine)
-    journals = _merge_journals(
-        current.pending.journals if current.pending else (),
-        (r.journal for r in mine if r.phase is TaskPhase.REASSIGNMENT_NEEDED and r.journal is not None),
-    )
+def _next_change(spec: ConnectorSpec, wanted: Sequence[str] | None, current: Generation,
+                 journals: tuple[Journal, ...]) -> tuple[PendingChange | None, list[Refusal], list[str], str]:
+    """The shard set and task count the next generation should have, if they change: (the change,
+    refusals, shards awaiting their journal, the Resharding reason)."""
     refusals: list[Refusal] = []
-    events: list[Event] = []
     awaiting_journal: list[str] = []
     reshard_reason = ""
-
-    # 1. The shard set the next generation should stream.
     old_shards = current.shards
     next_shards = old_shards
     reason = ""
@@ -442,6 +414,41 @@ def _plan(
         if reason and (set(next_shards) != set(old_shards) or next_tasks != current.task_count)
         else None
     )
+    return change, refusals, awaiting_journal, reshard_reason
+
+
+def _plan(
+    spec: ConnectorSpec,
+    serving: Sequence[str] | None,
+    current: Generation | None,
+    reports: Sequence[TaskReport] = (),
+    *,
+    source_error: str = "",
+    adopted: Adoption | None = None,
+    offsets_error: str = "",
+) -> Plan:
+    """``plan`` for the recorded generation and older ones (newer workers: ``_without_strangers``)."""
+    wanted = None if serving is None else desired_shards(spec, serving)
+    running = spec.state is State.RUNNING
+    # Reports of generations older than the current one: leftovers of a finished drain.
+    cur_gen = current.generation if current is not None else -1
+    leftovers = tuple(
+        sorted({TaskRef(r.generation, r.task_id) for r in reports if r.generation < cur_gen},
+               key=lambda t: (t.generation, t.task_id))
+    )
+    mine = sorted((r for r in reports if r.generation == cur_gen), key=lambda r: r.task_id)
+
+    if current is None:
+        return _plan_first(spec, wanted, running, leftovers, source_error, adopted, offsets_error)
+
+    alive = _alive(mine)
+    journals = _merge_journals(
+        current.pending.journals if current.pending else (),
+        (r.journal for r in mine if r.phase is TaskPhase.REASSIGNMENT_NEEDED and r.journal is not None),
+    )
+    events: list[Event] = []
+    # 1. The shard set the next generation should stream.
+    change, refusals, awaiting_journal, reshard_reason = _next_change(spec, wanted, current, journals)
 
     # 2. What happens to the workers.
     if not running:
