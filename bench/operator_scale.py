@@ -81,11 +81,11 @@ class Probe:
         self.kube, self.timeout = kube, timeout
 
     def connector(self, name: str) -> dict[str, Any]:
-        return self.kube._call("GET", f"{GROUP_PATH}/{name}", allow=(404,)) or {}
+        return self.kube.request("GET", f"{GROUP_PATH}/{name}", allow=(404,)) or {}
 
     def _items(self, kind: str, name: str, gen: int) -> list[dict[str, Any]]:
         prefix = "/apis/apps/v1" if kind == "deployments" else "/api/v1"
-        out = self.kube._call("GET", f"{prefix}/namespaces/{NS}/{kind}",
+        out = self.kube.request("GET", f"{prefix}/namespaces/{NS}/{kind}",
                               query={"labelSelector": f"shardcdc.io/connector={name},shardcdc.io/generation={gen}"})
         return list((out or {}).get("items") or [])
 

@@ -331,7 +331,10 @@ def _log_acks(task: Any, acks: list[tuple[Any, ...]]) -> None:
     import collections
 
     from cdcworker import sink as sinkmod
-    from cdcworker import task as taskmod
+    try:  # where the task's stream stage reads responses (cdcworker.task before issue 26)
+        from cdcworker.stages import stream as taskmod
+    except ImportError:
+        from cdcworker import task as taskmod  # type: ignore[no-redef]
 
     base = sinkmod.Segment
     current = [0]  # recv time of the response being processed
@@ -362,7 +365,8 @@ def _log_acks(task: Any, acks: list[tuple[Any, ...]]) -> None:
         if seg.produced and seg.acked == seg.produced:  # acked before it was sealed
             note(seg)
 
-    base_reader = taskmod._ResponseReader
+    reader_name = "ResponseReader" if hasattr(taskmod, "ResponseReader") else "_ResponseReader"
+    base_reader = getattr(taskmod, reader_name)
 
     class StampedReader(base_reader):  # type: ignore[misc, valid-type]
         """Stamps each response when the reader thread pulls it; the stamp follows it to `next`."""
@@ -410,7 +414,7 @@ def _log_acks(task: Any, acks: list[tuple[Any, ...]]) -> None:
 
     nativesink.NativeKafkaSink.commit_point = native_commit_point  # type: ignore[method-assign]
     nativesink.NativeKafkaSink._advance = native_advance  # type: ignore[method-assign]
-    taskmod._ResponseReader = StampedReader  # type: ignore[misc]
+    setattr(taskmod, reader_name, StampedReader)
 
 
 # --- the driver -----------------------------------------------------------------------------
@@ -500,14 +504,13 @@ def _worker_request(sim: SimProcess, extra: dict[str, str]) -> bytes:
     from cdcworker.filters import FilterPolicy
     from cdcworker.filters.tables import vstream_rules
     from cdcworker.offsets import Vgtid
-    from cdcworker.task import WorkerTask
+    from cdcworker.stages.connect import vstream_request
 
     props = {**worker_props(sim.address, sim.info["start"], "rec", "127.0.0.1:9"), **extra}
     cfg = load_config([], env={}, overrides=props)
-    task = WorkerTask(cfg)
     tables = FilterPolicy.from_config(cfg.filters, cfg.behaviour).tables
-    task._rules = vstream_rules(cfg.source.keyspace, tables.include, tables.exclude)  # as TaskExtras.rules
-    return task._request(Vgtid.from_json(start_vgtid(sim.info["start"])), False).SerializeToString()
+    rules = vstream_rules(cfg.source.keyspace, tables.include, tables.exclude)  # as TaskExtras.rules
+    return vstream_request(cfg, Vgtid.from_json(start_vgtid(sim.info["start"])), False, rules).SerializeToString()
 
 
 def worker_props(address: str, start: dict[str, str], prefix: str, bootstrap: str) -> dict[str, str]:

@@ -48,7 +48,7 @@ class ApiKubelet:
 
     def _resolve(self, kind: str, namespace: str, name: str) -> dict[str, bytes] | None:
         plural = "configmaps" if kind == "ConfigMap" else "secrets"
-        obj = self.kube._call("GET", f"/api/v1/namespaces/{namespace}/{plural}/{name}", allow=(404,))
+        obj = self.kube.request("GET", f"/api/v1/namespaces/{namespace}/{plural}/{name}", allow=(404,))
         if obj is None:
             return None
         if kind == "Secret":
@@ -61,7 +61,7 @@ class ApiKubelet:
             self._mirror(self.kubelet.pods())
         except Exception as exc:  # retried at the next pass; the test sees the errors
             self.errors.append(repr(exc))
-        out = self.kube._call("GET", self._path("deployments"), query={"labelSelector": LABEL_CONNECTOR})
+        out = self.kube.request("GET", self._path("deployments"), query={"labelSelector": LABEL_CONNECTOR})
         return list((out or {}).get("items") or [])
 
     def _mirror(self, bodies: list[dict[str, Any]]) -> None:
@@ -79,14 +79,14 @@ class ApiKubelet:
             if name not in self._written:
                 meta = {k: v for k, v in body["metadata"].items() if k not in ("deletionTimestamp", "creationTimestamp")}
                 pod = {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": body["spec"]}
-                self.kube._call("POST", self._path("pods"), pod, allow=(409,))
+                self.kube.request("POST", self._path("pods"), pod, allow=(409,))
                 self._written[name] = None
             if self._written[name] != body["status"]:
-                self.kube._call("PATCH", self._path("pods", name, "status"), {"status": body["status"]},
+                self.kube.request("PATCH", self._path("pods", name, "status"), {"status": body["status"]},
                                 content_type="application/merge-patch+json")
                 self._written[name] = json.loads(json.dumps(body["status"]))
         for name in set(self._written) - names:
-            self.kube._call("DELETE", self._path("pods", name), {"gracePeriodSeconds": 0}, allow=(404,))
+            self.kube.request("DELETE", self._path("pods", name), {"gracePeriodSeconds": 0}, allow=(404,))
             del self._written[name]
 
     def pods(self) -> list[dict[str, Any]]:

@@ -69,7 +69,7 @@ def build_parser(describe_plugins: bool = False) -> argparse.ArgumentParser:
     for name, (module, help_text) in {**SUBCOMMANDS, **plugin_commands(describe_plugins)}.items():
         # add_help=False: `shardcdc <cmd> --help` reaches the subcommand's own parser.
         sub = subparsers.add_parser(name, help=help_text, description=help_text, add_help=False)
-        sub.set_defaults(_module=module)
+        sub.set_defaults(command_module=module)
     return parser
 
 
@@ -87,7 +87,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not known.command:
         parser.print_help()
         return 2
-    module = importlib.import_module(known._module)
+    module = importlib.import_module(known.command_module)
     help_text = SUBCOMMANDS[known.command][1] if known.command in SUBCOMMANDS else getattr(module, "HELP", None)
     sub = argparse.ArgumentParser(prog=f"shardcdc {known.command}", description=help_text)
     run: Callable[[argparse.Namespace], int] = module.register(sub)

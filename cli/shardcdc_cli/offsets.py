@@ -151,7 +151,7 @@ def _plan_handback(args: argparse.Namespace, target: Target, records: Any) -> tu
     recorded = _recorded(args, target)
     if args.no_per_task and args.tasks_max not in (None, 1):
         raise OffsetsError("--no-per-task: Debezium without per-task offsets runs one task; drop --tasks-max")
-    tasks_max = 1 if args.no_per_task else args.tasks_max or (recorded.tasks if recorded else None)
+    tasks_max = 1 if args.no_per_task else args.tasks_max or (recorded.task_count if recorded else None)
     if tasks_max is None:
         raise OffsetsError("shardcdc's task count is unknown (no status): give --tasks-max N")
     return plan_handback(records, target.name, server, recorded, per_task=not args.no_per_task, tasks_max=tasks_max)
@@ -259,7 +259,7 @@ def _clear_generation(args: argparse.Namespace, target: Target, out: Console, er
     try:
         api, _ = kube_api(args.kubeconfig, args.context)
         try:
-            api._call("PATCH", CONNECTORS_PATH.format(namespace=target.namespace) + f"/{target.name}/status",
+            api.request("PATCH", CONNECTORS_PATH.format(namespace=target.namespace) + f"/{target.name}/status",
                       {"status": RESET_STATUS}, content_type="application/merge-patch+json")
         finally:
             api.api.close()

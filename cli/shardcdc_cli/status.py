@@ -204,10 +204,10 @@ def _run_cluster(args: argparse.Namespace, out: Console) -> int:
         else:
             path = CONNECTORS_PATH.format(namespace=args.namespace or default_ns)
         if args.name and not args.all_namespaces:
-            one = api._call("GET", f"{path}/{args.name}", allow=(404,))
+            one = api.request("GET", f"{path}/{args.name}", allow=(404,))
             items = [one] if one is not None else []
         else:
-            items = list((api._call("GET", path) or {}).get("items") or [])
+            items = list((api.request("GET", path) or {}).get("items") or [])
             if args.name:
                 items = [i for i in items if i["metadata"]["name"] == args.name]
     except Exception as exc:  # the API client raises many types; show it, don't trace

@@ -85,7 +85,9 @@ def format_event(partition: int, offset: int, key: bytes | None, value: bytes | 
 
 
 def run(args: argparse.Namespace, console: Console | None = None) -> int:
-    from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, KafkaError, TopicPartition
+    from confluent_kafka import OFFSET_BEGINNING, OFFSET_END
+
+    from cdcworker.topicread import TopicReader, TopicReadError
 
     out = console or Console()
     err = Console(stderr=True)
@@ -106,18 +108,17 @@ def run(args: argparse.Namespace, console: Console | None = None) -> int:
                       + (f": {meta.error}" if meta is not None and meta.error else ""), markup=False)
             return 1
         start = OFFSET_BEGINNING if args.from_beginning else OFFSET_END
-        consumer.assign([TopicPartition(args.topic, p, start) for p in sorted(meta.partitions)])
+        reader = TopicReader(consumer, args.topic)
+        reader.assign(meta.partitions, start)
         seen = 0
         last = time.monotonic()
         while True:
-            msgs = consumer.consume(num_messages=500, timeout=0.2)
+            try:
+                msgs = reader.fetch(0.2, max_records=500)
+            except TopicReadError as exc:
+                err.print(f"shardcdc tail: {exc.error}", markup=False)
+                return 1
             for msg in msgs:
-                error = msg.error()
-                if error is not None:
-                    if error.code() == KafkaError._PARTITION_EOF:
-                        continue
-                    err.print(f"shardcdc tail: {error}", markup=False)
-                    return 1
                 part, offset = int(msg.partition() or 0), int(msg.offset() or 0)
                 if args.json:
                     out.print_json(data={"partition": part, "offset": offset,

@@ -150,7 +150,7 @@ def resolve(args: argparse.Namespace, name: str | None, *, local: bool) -> Targe
         api, default_ns = kube_api(args.kubeconfig, args.context)
         namespace = args.namespace or default_ns
         try:
-            body = api._call("GET", CONNECTORS_PATH.format(namespace=namespace) + f"/{name}", allow=(404,))
+            body = api.request("GET", CONNECTORS_PATH.format(namespace=namespace) + f"/{name}", allow=(404,))
         finally:
             api.api.close()
         if body is None:

@@ -78,7 +78,7 @@ def read_table(vtgate: str, keyspace: str, table: str, timeout: float = 60.0) ->
 
 def read_topic(bootstrap: str, topic: str, timeout: float = 60.0) -> list[_Record]:
     """Every committed record from the beginning to the current end, partition by partition."""
-    from confluent_kafka import KafkaError, TopicPartition
+    from cdcworker.topicread import TopicEndTimeout, TopicReader, TopicReadError
 
     consumer = kafkaclients.consumer({"bootstrap.servers": bootstrap, "group.id": f"shardcdc-verify-{uuid.uuid4()}",
                          "enable.auto.commit": False, "enable.partition.eof": True,
@@ -88,21 +88,15 @@ def read_topic(bootstrap: str, topic: str, timeout: float = 60.0) -> list[_Recor
         meta = consumer.list_topics(timeout=timeout).topics.get(topic)
         if meta is None:
             raise RuntimeError(f"topic {topic!r} not found")
-        for p in sorted(meta.partitions):
-            consumer.assign([TopicPartition(topic, p, 0)])
-            deadline = time.monotonic() + timeout
-            while True:
-                msg = consumer.poll(0.5)
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"reading {topic}[{p}] did not reach its end within {timeout}s")
-                if msg is None:
-                    continue
-                err = msg.error()
-                if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
-                        break
-                    raise RuntimeError(f"reading {topic}: {err}")
-                out.append(_Record(msg.key(), msg.value()))
+        reader = TopicReader(consumer, topic)
+        for p in sorted(meta.partitions):  # partition by partition: each in its own order
+            reader.assign([p])
+            try:
+                out.extend(_Record(msg.key(), msg.value()) for msg in reader.read_to_end(timeout))
+            except TopicEndTimeout:
+                raise RuntimeError(f"reading {topic}[{p}] did not reach its end within {timeout}s") from None
+            except TopicReadError as exc:
+                raise RuntimeError(str(exc)) from None
     finally:
         consumer.close()
     return out

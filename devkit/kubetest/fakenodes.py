@@ -147,11 +147,11 @@ class FakeNodes:
         return out + (f"/{name}" if name else "") + (f"/{sub}" if sub else "")
 
     def _list(self, kind: str) -> list[dict[str, Any]]:
-        out = self.kube._call("GET", self._path(kind), query={"labelSelector": LABEL_CONNECTOR})
+        out = self.kube.request("GET", self._path(kind), query={"labelSelector": LABEL_CONNECTOR})
         return list((out or {}).get("items") or [])
 
     def _delete_pod(self, name: str) -> None:
-        self.kube._call("DELETE", self._path("pods", name), {"gracePeriodSeconds": 0}, allow=(404,))
+        self.kube.request("DELETE", self._path("pods", name), {"gracePeriodSeconds": 0}, allow=(404,))
 
     def sync(self) -> None:
         deployments = {d["metadata"]["name"]: d for d in self._list("deployments")}
@@ -209,7 +209,7 @@ class FakeNodes:
                                      "ports": [{"name": "metrics", "containerPort": port}]}]},
         }
         try:
-            self.kube._call("POST", self._path("pods"), pod)
+            self.kube.request("POST", self._path("pods"), pod)
         except ApiError as exc:
             if exc.status == 409:
                 return
@@ -234,7 +234,7 @@ class FakeNodes:
             ready = "False"
         status = {"phase": "Running", "podIP": "127.0.0.1", "podIPs": [{"ip": "127.0.0.1"}],
                   "conditions": [{"type": "Ready", "status": ready}], "containerStatuses": [cs]}
-        self.kube._call("PATCH", self._path("pods", pod, "status"), {"status": status},
+        self.kube.request("PATCH", self._path("pods", pod, "status"), {"status": status},
                         content_type="application/merge-patch+json", allow=(404,))
 
     def _update_exit(self, deployment: str, pod: Mapping[str, Any]) -> None:

@@ -106,8 +106,8 @@ def analyze(records: Mapping[bytes, bytes], connector: str, server: str, keyspac
     by_gen: dict[int, dict[int, list[OffsetEntry]]] = {}
     for e in mine:
         tk = e.task_key
-        if tk is not None and tk.gen >= 0 and 0 <= tk.task_id < tk.num_tasks:
-            by_gen.setdefault(tk.gen, {}).setdefault(tk.num_tasks, []).append(e)
+        if tk is not None and tk.gen >= 0 and 0 <= tk.task_id < tk.task_count:
+            by_gen.setdefault(tk.gen, {}).setdefault(tk.task_count, []).append(e)
     if not by_gen:
         return Adoption(server_key=bool(plain), shards=_shards(plain, keyspace))
     # One task count per generation in practice; if a generation was started twice with different

@@ -234,7 +234,7 @@ class KubeApi:
 
     # --- transport ------------------------------------------------------------------------------------
 
-    def _call(
+    def request(
         self,
         method: str,
         path: str,
@@ -260,7 +260,7 @@ class KubeApi:
         return json.loads(text) if text else {}
 
     async def call(self, method: str, path: str, body: Any = None, **kwargs: Any) -> dict[str, Any] | None:
-        call = functools.partial(self._call, method, path, body, **kwargs)
+        call = functools.partial(self.request, method, path, body, **kwargs)
         return await asyncio.get_running_loop().run_in_executor(self.pool, call)
 
     # --- the connector ----------------------------------------------------------------------------------

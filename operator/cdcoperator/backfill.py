@@ -91,7 +91,7 @@ def desired_requests(cr: ConnectorResource) -> list[BackfillRequest]:
     """``spec.backfills[]`` plus, for ``snapshot.mode: initial`` with an engine, the initial snapshot
     of every table (the first generation's workers start with them held back)."""
     out: list[BackfillRequest] = []
-    if cr.spec.snapshot.backfill is not None and cr.spec.snapshot.mode in ("initial", "initial_only"):
+    if cr.spec.snapshot.backfill is not None and cr.spec.snapshot.mode.copies:
         out.append(BackfillRequest(INITIAL_ID, (".*",)))
     seen = {r.id for r in out}
     out.extend(r for r in cr.spec.backfills if r.id not in seen)
@@ -618,6 +618,39 @@ def selector(cr: ConnectorResource) -> str:
     return f"{LABEL_BACKFILL_OF}={cr.name}"
 
 
+async def _launched_phase(kube: ClusterApi, kinds: Mapping[str, Kind], objects: Sequence[Mapping[str, Any]],
+                          live: dict[tuple[str, str], Any], name: str, finished: bool,
+                          prev: Mapping[str, Any] | None, progress: Mapping[str, Any] | None,
+                          engine: BackfillEngine) -> Phase:
+    """A run the operator launches: create its missing objects (unless finished), then its phase
+    from the main object and the progress topic."""
+    main_kind = objects[-1]["kind"]
+    refused = ""
+    if not finished:
+        for obj in objects:
+            key = (obj["kind"], obj["metadata"]["name"])
+            if key not in live:
+                try:
+                    made = await kube.create(kinds[obj["kind"]], obj)
+                except ApiError as exc:
+                    if exc.status not in (403, 404):
+                        raise
+                    refused = _refusal(obj["kind"], exc.status, engine)
+                    break
+                if made is not None:
+                    live[key] = made
+    app = live.get((main_kind, name))
+    if refused:
+        return Phase(PENDING, refused)
+    if app is None and finished and prev is not None:
+        # Its objects are gone (released after the failure): the job's own error may still
+        # arrive through the progress topic after Spark's generic one was recorded.
+        return refine(Phase(str(prev["phase"]), str(prev.get("message") or "")), progress)
+    if main_kind == "SparkApplication":
+        return refine(phase_of_spark_application(app), progress)
+    return refine(phase_of_job(app), progress)
+
+
 async def reconcile_backfills(kube: ClusterApi, cr: ConnectorResource, existing_status: Mapping[str, Any],
                               now: str, feeds: backfillfeed.ProgressFeeds | None = None,
                               access: KafkaAccess | None = None) -> tuple[list[dict[str, Any]], ConditionSpec]:
@@ -632,8 +665,7 @@ async def reconcile_backfills(kube: ClusterApi, cr: ConnectorResource, existing_
     spark-operator CRD) or not granted (the chart's ``rbac.backfills.*`` switched off) lists as
     empty. ``kube.runs_local_jobs`` (local mode) makes the ``local`` engine a Job too.
     """
-    engine = engine_of(cr)
-    kinds = _kinds()
+    engine, kinds = engine_of(cr), _kinds()
     feeds = feeds if feeds is not None else backfillfeed.FEEDS
     local_jobs = bool(getattr(kube, "runs_local_jobs", False))
     previous = {str(e.get("id")): e for e in existing_status.get("backfills") or ()}
@@ -672,32 +704,8 @@ async def reconcile_backfills(kube: ClusterApi, cr: ConnectorResource, existing_
             phase = Phase(PENDING, f"queued: starts when backfill {running} has finished (one run at a time "
                                    "per connector, as the workers hold one run per shard)")
         elif objects:
-            main_kind = objects[-1]["kind"]
-            refused = ""
-            if not finished:
-                for obj in objects:
-                    key = (obj["kind"], obj["metadata"]["name"])
-                    if key not in live:
-                        try:
-                            made = await kube.create(kinds[obj["kind"]], obj)
-                        except ApiError as exc:
-                            if exc.status not in (403, 404):
-                                raise
-                            refused = _refusal(obj["kind"], exc.status, engine or BackfillEngine.LOCAL)
-                            break
-                        if made is not None:
-                            live[key] = made
-            app = live.get((main_kind, name))
-            if refused:
-                phase = Phase(PENDING, refused)
-            elif app is None and finished and prev is not None:
-                # Its objects are gone (released after the failure): the job's own error may still
-                # arrive through the progress topic after Spark's generic one was recorded.
-                phase = refine(Phase(str(prev["phase"]), str(prev.get("message") or "")), progress)
-            elif main_kind == "SparkApplication":
-                phase = refine(phase_of_spark_application(app), progress)
-            else:
-                phase = refine(phase_of_job(app), progress)
+            phase = await _launched_phase(kube, kinds, objects, live, name, finished, prev, progress,
+                                          engine or BackfillEngine.LOCAL)
         else:
             phase = phase_from_progress(progress, prev, f"local engine: run `shardcdc backfill --run-id "
                                                         f"{run_id(cr, req.id)}` next to the workers")

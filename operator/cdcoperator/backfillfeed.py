@@ -196,11 +196,12 @@ class _Tail:
             return FeedView.of(self.state, self.ready, self.error)
 
     def _run(self) -> None:
-        from confluent_kafka import KafkaError, TopicPartition
+        from cdcworker.topicread import TopicReader, TopicReadError
 
         consumer = kafkaclients.consumer({**self.config, "group.id": f"shardcdc-operator-{uuid.uuid4()}",
                              "enable.auto.commit": False, "enable.partition.eof": True,
                              "auto.offset.reset": "earliest"}, "operator's backfill feed consumer")
+        reader = TopicReader(consumer, self.topic)
         producer: Any = None
         assigned = False
         try:
@@ -218,7 +219,7 @@ class _Tail:
                             self.ready, self.error = True, ""
                         self.stop.wait(LOOKUP_INTERVAL)
                         continue
-                    consumer.assign([TopicPartition(self.topic, 0, 0)])
+                    reader.assign([0])
                     assigned = True
                 while not self.outbox.empty():
                     if producer is None:
@@ -227,24 +228,22 @@ class _Tail:
                     producer.produce(self.topic, rec.value(), rec.key())
                 if producer is not None:
                     producer.poll(0)
-                msg = consumer.poll(0.5)
-                if msg is None:
+                try:
+                    msgs = reader.fetch(0.5, max_records=100)
+                except TopicReadError as exc:
+                    self.error = str(exc)
                     continue
-                err = msg.error()
-                if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
+                for msg in msgs:
+                    value = msg.value()
+                    if value is not None:
                         with self.lock:
-                            self.ready, self.error = True, ""
-                    else:
-                        self.error = f"reading {self.topic}: {err}"
-                    continue
-                value = msg.value()
-                if value is not None:
+                            try:
+                                self.state.apply(value)
+                            except (ValueError, KeyError, TypeError) as exc:
+                                log.warning("%s offset %d: unreadable record ignored (%s)", self.topic, msg.offset(), exc)
+                if reader.reached:  # caught up: what the topic held is applied
                     with self.lock:
-                        try:
-                            self.state.apply(value)
-                        except (ValueError, KeyError, TypeError) as exc:
-                            log.warning("%s offset %d: unreadable record ignored (%s)", self.topic, msg.offset(), exc)
+                        self.ready, self.error = True, ""
         except Exception:
             log.exception("backfill progress tail of %s failed", self.topic)
         finally:

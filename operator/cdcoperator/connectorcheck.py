@@ -63,7 +63,7 @@ def validate_connector(body: Mapping[str, Any]) -> list[str]:
     shards = cr.spec.source.shards or ("-",)
     # Generation bookkeeping is the operator's, not the user's: judge the user's settings in a
     # steady-state generation (1, after one task), whatever generation the connector will be in.
-    task = TaskPlan(generation=1, task_id=0, task_count=1, previous_tasks=1, shards=tuple(shards), run=True)
+    task = TaskPlan(generation=1, task_id=0, task_count=1, prev_task_count=1, shards=tuple(shards), run=True)
     props = _placeholders(worker_properties(cr, task))
     try:
         validate(load_raw([], env={}, overrides=props))

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from cdcworker.config.model import SnapshotMode
 from cdcworker.keyrange import parse_shard
 
 __all__ = [
@@ -186,7 +187,7 @@ class BackfillSpec:
 
 @dataclass(frozen=True, slots=True)
 class SnapshotSpec:
-    mode: str = "initial"
+    mode: SnapshotMode = SnapshotMode.INITIAL
     backfill: BackfillSpec | None = None
 
 
@@ -411,7 +412,8 @@ def _parse_snapshot(spec: Mapping[str, Any]) -> SnapshotSpec:
         if bf
         else None
     )
-    return SnapshotSpec(mode=str(snap.get("mode") or "initial"), backfill=backfill)
+    return SnapshotSpec(mode=_enum(SnapshotMode, snap.get("mode"), "spec.snapshot.mode", SnapshotMode.INITIAL),
+                        backfill=backfill)
 
 
 def _parse_spec(spec: Mapping[str, Any]) -> ConnectorSpec:

@@ -23,6 +23,7 @@ from cdcoperator.offsetslost import expected_env_var
 from cdcoperator.planner import TaskPlan
 from cdcworker import exitcodes
 from cdcworker.backfill.taskhandoff import INITIAL_RUN_PROPERTY
+from cdcworker.config.model import SnapshotMode, TaskIdentity
 
 __all__ = [
     "CONFIG_DIR",
@@ -86,31 +87,22 @@ def worker_properties(cr: ConnectorResource, task: TaskPlan) -> dict[str, str]:
     """The worker's configuration for one task, in write order (operator-owned keys first)."""
     spec = cr.spec
     vt = spec.source
-    # Generation 0 has no previous generation (previous_tasks -1 in status), but the worker, like
+    # Generation 0 has no previous generation (prev_task_count -1 in status), but the worker, like
     # Debezium, insists on at least 1 once per-task offsets are on; it never reads generation -1.
-    prev = str(max(task.previous_tasks, 1))
+    identity = TaskIdentity(per_task=True, task_id=task.task_id, task_count=task.task_count,
+                            tasks_max=task.task_count, generation=task.generation,
+                            prev_task_count=max(task.prev_task_count, 1), shards=task.shards, history=task.history)
     props: dict[str, str] = {
-        # identity and generation bookkeeping (Debezium's names, then shardcdc's task identity)
+        # identity and generation bookkeeping: the worker's own type writes it (TaskIdentity.properties)
         "name": cr.name,
         "topic.prefix": spec.kafka.topic_prefix,
-        "tasks.max": str(task.task_count),
-        "vitess.offset.storage.per.task": "true",
-        "vitess.offset.storage.task.key.gen": str(task.generation),
-        "vitess.prev.num.tasks": prev,
-        "shardcdc.task.id": str(task.task_id),
-        "shardcdc.task.count": str(task.task_count),
-        "shardcdc.task.generation": str(task.generation),
-        "shardcdc.task.prev.count": prev,
-        "shardcdc.task.shards": ",".join(task.shards),
+        **identity.properties(),
         # source
         "database.hostname": vt.vtgate_host,
         "database.port": str(vt.vtgate_port),
         "vitess.keyspace": vt.keyspace,
         "vitess.tablet.type": vt.tablet_type,
     }
-    if task.history:
-        # Lets a task resume shards whose previous-generation task never stored an offset.
-        props["shardcdc.task.history"] = ",".join(f"{gen}:{tasks}" for gen, tasks in task.history)
     if vt.credentials is not None:
         props["database.user"] = _file_ref("vitess-credentials", vt.credentials.username_key)
         props["database.password"] = _file_ref("vitess-credentials", vt.credentials.password_key)
@@ -134,7 +126,7 @@ def worker_properties(cr: ConnectorResource, task: TaskPlan) -> dict[str, str]:
         props[f"producer.{key}"] = value
     # With a backfill engine the initial snapshot is the backfill's job: the workers stream only
     # (a VStream copy as well would read every table twice).
-    initial_by_backfill = spec.snapshot.mode == "initial" and spec.snapshot.backfill is not None
+    initial_by_backfill = spec.snapshot.mode is SnapshotMode.INITIAL and spec.snapshot.backfill is not None
     props["snapshot.mode"] = "never" if initial_by_backfill else spec.snapshot.mode
     if initial_by_backfill:
         # A first start holds every table back for that run (no live change before the snapshot).
@@ -243,14 +235,9 @@ def _pod_security_context(cr: ConnectorResource) -> dict[str, Any]:
     return ctx
 
 
-def build_deployment(cr: ConnectorResource, task: TaskPlan, config_map: Mapping[str, Any]) -> dict[str, Any]:
-    """The task's Deployment: one replica (zero when not running), ``Recreate``, non-root, read-only root FS."""
+def _worker_container(cr: ConnectorResource, task: TaskPlan) -> dict[str, Any]:
+    """The worker container: its command, environment, probes and a non-root, read-only root FS."""
     worker = cr.spec.worker
-    tpl = worker.pod_template
-    labels = naming.task_labels(cr.name, task.generation, task.task_id)
-    checksum = config_map["metadata"]["annotations"][naming.CONFIG_CHECKSUM_ANNOTATION]
-    pod_labels = {**tpl.labels, **labels}  # ours win: the selector depends on them
-    pod_annotations = {**tpl.annotations, naming.CONFIG_CHECKSUM_ANNOTATION: checksum}
     port = worker.metrics_port
 
     def probe(path: str, period: int, failures: int) -> dict[str, Any]:
@@ -294,6 +281,19 @@ def build_deployment(cr: ConnectorResource, task: TaskPlan, config_map: Mapping[
             {"name": "tmp", "mountPath": "/tmp"},
         ],
     }
+    return container
+
+
+def build_deployment(cr: ConnectorResource, task: TaskPlan, config_map: Mapping[str, Any]) -> dict[str, Any]:
+    """The task's Deployment: one replica (zero when not running), ``Recreate``, non-root, read-only root FS."""
+    worker = cr.spec.worker
+    tpl = worker.pod_template
+    labels = naming.task_labels(cr.name, task.generation, task.task_id)
+    checksum = config_map["metadata"]["annotations"][naming.CONFIG_CHECKSUM_ANNOTATION]
+    pod_labels = {**tpl.labels, **labels}  # ours win: the selector depends on them
+    pod_annotations = {**tpl.annotations, naming.CONFIG_CHECKSUM_ANNOTATION: checksum}
+
+    container = _worker_container(cr, task)
     pod_spec: dict[str, Any] = {
         "automountServiceAccountToken": False,  # workers never talk to the API server
         "enableServiceLinks": False,

@@ -35,6 +35,7 @@ from cdcoperator.planner import Event, Generation
 from cdcoperator.taskstatus import PodSummary
 from cdcworker.config.loader import property_to_env
 from cdcworker.offsets import OffsetPartition, Vgtid
+from cdcworker.offsets.keys import task_key_name
 from cdcworker.offsets.lost import LOST_ANNOTATION, REASON
 from cdcworker.offsets.value import OffsetValue
 
@@ -106,7 +107,7 @@ def restore_records(cr: ConnectorResource, g: Generation, positions: Mapping[int
                     ) -> list[tuple[OffsetPartition, OffsetValue]]:
     """The offsets records that put each task of ``positions`` back where it was (pure)."""
     server, keyspace = cr.spec.kafka.topic_prefix, cr.spec.source.keyspace
-    return [(OffsetPartition.for_task(server, tid, g.tasks, g.generation),
+    return [(OffsetPartition.for_task(server, tid, g.task_count, g.generation),
              OffsetValue.build(Vgtid.of(keyspace, parse_positions(text))))
             for tid, text in sorted(positions.items())]
 
@@ -120,7 +121,7 @@ class LostTasks:
 
 
 def _message(cr: ConnectorResource, g: Generation, lost: Sequence[int], known: Mapping[int, str]) -> str:
-    where = "; ".join(f"task {t} (key task{t}_{g.tasks}_{g.generation}): {known.get(t) or 'none known'}" for t in lost)
+    where = "; ".join(f"task {t} (key {task_key_name(t, g.task_count, g.generation)}): {known.get(t) or 'none known'}" for t in lost)
     return (f"the stored offsets of generation {g.generation} are gone from topic {cr.spec.kafka.offsets_topic!r} "
             f"(tombstoned or deleted) although the tasks had stored positions; the tasks wait instead of copying "
             f"everything again. Last known positions: {where}. Fix: `kubectl annotate cdc/{cr.name} "

@@ -171,8 +171,8 @@ class Generation:
     """The generation record persisted in ``status.assignment``."""
 
     generation: int
-    tasks: int  # actual task count = min(spec.tasks, shards)
-    previous_tasks: int  # -1 for generation 0
+    task_count: int  # actual task count = min(spec.tasks, shards)
+    prev_task_count: int  # -1 for generation 0
     assignment: tuple[tuple[str, ...], ...]  # task id -> shards (Java-sorted)
     phase: GenPhase = GenPhase.RUNNING
     pending: PendingChange | None = None
@@ -201,7 +201,7 @@ class TaskPlan:
     generation: int
     task_id: int
     task_count: int
-    previous_tasks: int
+    prev_task_count: int
     shards: tuple[str, ...]
     run: bool
     history: tuple[tuple[int, int], ...] = ()
@@ -295,7 +295,7 @@ def _new_generation(
 
 def _workers(g: Generation, run: bool) -> tuple[TaskPlan, ...]:
     return tuple(
-        TaskPlan(g.generation, tid, g.tasks, g.previous_tasks, shards, run, g.history)
+        TaskPlan(g.generation, tid, g.task_count, g.prev_task_count, shards, run, g.history)
         for tid, shards in enumerate(g.assignment)
     )
 
@@ -374,6 +374,50 @@ def _without_strangers(p: Plan, current: Generation | None, reports: Sequence[Ta
                 events=(Event("Warning", "StoppingUnrecordedWorkers", message),))
 
 
+def _next_change(spec: ConnectorSpec, wanted: Sequence[str] | None, current: Generation,
+                 journals: tuple[Journal, ...]) -> tuple[PendingChange | None, list[Refusal], list[str], str]:
+    """The shard set and task count the next generation should have, if they change: (the change,
+    refusals, shards awaiting their journal, the Resharding reason)."""
+    refusals: list[Refusal] = []
+    awaiting_journal: list[str] = []
+    reshard_reason = ""
+    old_shards = current.shards
+    next_shards = old_shards
+    reason = ""
+    if journals:
+        next_shards = _apply_journals(old_shards, journals)
+        reason, reshard_reason = "Reshard", "FollowingJournal"
+    elif wanted is not None and set(wanted) != set(old_shards):
+        removed = [s for s in old_shards if s not in wanted]
+        lost = _lost(removed, wanted)
+        if lost:
+            refusals.append(
+                Refusal(
+                    "ShardsLost",
+                    f"shards {', '.join(lost)} of generation {current.generation} are no longer selected and "
+                    f"no selected serving shard covers their key ranges (selected: {', '.join(wanted) or 'none'}); "
+                    "starting a new generation would lose their positions, so the current generation is kept",
+                )
+            )
+        elif removed:
+            awaiting_journal = removed
+            reshard_reason = "AwaitingJournal"
+        else:
+            next_shards, reason = tuple(wanted), "ShardsAdded"
+    elif current.pending is not None and not journals:
+        next_shards = current.pending.shards
+        reason = current.pending.reason
+    next_tasks = min(spec.tasks, len(next_shards))
+    if not reason and next_tasks != current.task_count and not awaiting_journal and not refusals:
+        reason = "Scale"
+    change = (
+        PendingChange(next_shards, next_tasks, reason, journals)
+        if reason and (set(next_shards) != set(old_shards) or next_tasks != current.task_count)
+        else None
+    )
+    return change, refusals, awaiting_journal, reshard_reason
+
+
 def _plan(
     spec: ConnectorSpec,
     serving: Sequence[str] | None,
@@ -403,46 +447,9 @@ def _plan(
         current.pending.journals if current.pending else (),
         (r.journal for r in mine if r.phase is TaskPhase.REASSIGNMENT_NEEDED and r.journal is not None),
     )
-    refusals: list[Refusal] = []
     events: list[Event] = []
-    awaiting_journal: list[str] = []
-    reshard_reason = ""
-
     # 1. The shard set the next generation should stream.
-    old_shards = current.shards
-    next_shards = old_shards
-    reason = ""
-    if journals:
-        next_shards = _apply_journals(old_shards, journals)
-        reason, reshard_reason = "Reshard", "FollowingJournal"
-    elif wanted is not None and set(wanted) != set(old_shards):
-        removed = [s for s in old_shards if s not in wanted]
-        lost = _lost(removed, wanted)
-        if lost:
-            refusals.append(
-                Refusal(
-                    "ShardsLost",
-                    f"shards {', '.join(lost)} of generation {current.generation} are no longer selected and "
-                    f"no selected serving shard covers their key ranges (selected: {', '.join(wanted) or 'none'}); "
-                    "starting a new generation would lose their positions, so the current generation is kept",
-                )
-            )
-        elif removed:
-            awaiting_journal = removed
-            reshard_reason = "AwaitingJournal"
-        else:
-            next_shards, reason = tuple(wanted), "ShardsAdded"
-    elif current.pending is not None and not journals:
-        next_shards = current.pending.shards
-        reason = current.pending.reason
-    next_tasks = min(spec.tasks, len(next_shards))
-    if not reason and next_tasks != current.tasks and not awaiting_journal and not refusals:
-        reason = "Scale"
-    change = (
-        PendingChange(next_shards, next_tasks, reason, journals)
-        if reason and (set(next_shards) != set(old_shards) or next_tasks != current.tasks)
-        else None
-    )
+    change, refusals, awaiting_journal, reshard_reason = _next_change(spec, wanted, current, journals)
 
     # 2. What happens to the workers.
     if not running:
@@ -486,13 +493,13 @@ def _plan(
                 current.generation + 1,
                 change.shards,
                 spec.tasks,
-                current.tasks,
+                current.task_count,
                 journal_positions=tuple(sorted(p for j in change.journals for p in j.positions)),
-                history=((current.generation, current.tasks), *current.history),
+                history=((current.generation, current.task_count), *current.history),
             )
             events.append(Event("Normal", "GenerationStarted",
-                                f"generation {record.generation} started: {record.tasks} tasks over "
-                                f"{len(record.shards)} shards (previous tasks {record.previous_tasks}; {change.reason})"))
+                                f"generation {record.generation} started: {record.task_count} tasks over "
+                                f"{len(record.shards)} shards (previous tasks {record.prev_task_count}; {change.reason})"))
             action = Action.START
             workers = _workers(record, run=True)
             stop = ()
@@ -536,10 +543,10 @@ def _plan(
 
 
 def _describe_change(current: Generation, change: PendingChange) -> str:
-    parts = [f"stopping the {current.tasks} workers of generation {current.generation} to start generation "
+    parts = [f"stopping the {current.task_count} workers of generation {current.generation} to start generation "
              f"{current.generation + 1}"]
-    if change.tasks != current.tasks:
-        parts.append(f"tasks {current.tasks} -> {change.tasks}")
+    if change.tasks != current.task_count:
+        parts.append(f"tasks {current.task_count} -> {change.tasks}")
     old, new = set(current.shards), set(change.shards)
     if old != new:
         gone, added = java_sorted(old - new), java_sorted(new - old)
@@ -609,9 +616,9 @@ def _plan_first(
     if adopted is not None and (adopted.found or adopted.skipped):
         events.append(Event("Warning" if adopted.skipped or not adopted.complete else "Normal", "AdoptedOffsets",
                             adopted.describe(spec.kafka.topic_prefix)))
-    started = f"generation {record.generation} started: {record.tasks} tasks over {len(record.shards)} shards"
+    started = f"generation {record.generation} started: {record.task_count} tasks over {len(record.shards)} shards"
     if adoption.per_task:
-        started += f" (previous tasks {record.previous_tasks}; AdoptedOffsets)"
+        started += f" (previous tasks {record.prev_task_count}; AdoptedOffsets)"
     events.append(Event("Normal", "GenerationStarted", started))
     conditions = _conditions(spec, action=Action.START, record=record, reports=[], refusals=[], source_error="",
                              reshard_reason="", awaiting_journal=[], change=None)
@@ -632,7 +639,7 @@ def _conditions(
     change: PendingChange | None,
 ) -> tuple[ConditionSpec, ...]:
     by_id = {r.task_id: r for r in reports} if action is not Action.START else {}
-    phases = [by_id[t].phase if t in by_id else TaskPhase.PENDING for t in range(record.tasks)]
+    phases = [by_id[t].phase if t in by_id else TaskPhase.PENDING for t in range(record.task_count)]
     not_streaming = [(t, p) for t, p in enumerate(phases) if p not in (TaskPhase.STREAMING, TaskPhase.COMPLETED)]
     completed = phases.count(TaskPhase.COMPLETED)
     failed = [t for t, p in enumerate(phases) if p is TaskPhase.FAILED]
@@ -649,11 +656,11 @@ def _conditions(
                               "; ".join(f"task {t}: {p.value}" for t, p in not_streaming))
     elif completed == len(phases):
         ready = ConditionSpec(cond.READY, True, "SnapshotCompleted",
-                              f"snapshot.mode initial_only: {record.tasks} tasks copied {len(record.shards)} shards "
+                              f"snapshot.mode initial_only: {record.task_count} tasks copied {len(record.shards)} shards "
                               f"in generation {record.generation}; nothing streams")
     else:
         ready = ConditionSpec(cond.READY, True, "AllTasksStreaming",
-                              f"{record.tasks} tasks streaming {len(record.shards)} shards in generation "
+                              f"{record.task_count} tasks streaming {len(record.shards)} shards in generation "
                               f"{record.generation}")
 
     # Progressing: the operator or the workers are moving toward the desired state.
@@ -662,7 +669,7 @@ def _conditions(
                                     if change else "draining")
     elif action is Action.START:
         progressing = ConditionSpec(cond.PROGRESSING, True, "GenerationStarted",
-                                    f"starting {record.tasks} workers of generation {record.generation}")
+                                    f"starting {record.task_count} workers of generation {record.generation}")
     elif action is Action.STOP:
         alive = _alive(reports)
         progressing = (
@@ -678,22 +685,37 @@ def _conditions(
         progressing = ConditionSpec(cond.PROGRESSING, False, "Stable",
                                     f"generation {record.generation} is running as planned")
 
-    # Degraded: something needs a human (or will not fix itself soon).
+    degraded = _degraded(refusals, source_error, failed if action is Action.KEEP else [], by_id)
+    resharding = _resharding(action, record, reshard_reason, awaiting_journal, change)
+    paused = (
+        ConditionSpec(cond.PAUSED, True, state_word, f"spec.state is {spec.state.value}")
+        if spec.state is not State.RUNNING
+        else ConditionSpec(cond.PAUSED, False, "Running", "")
+    )
+    return (ready, progressing, degraded, resharding, paused)
+
+
+def _degraded(refusals: Sequence[Refusal], source_error: str, failed: Sequence[int],
+              by_id: Mapping[int, TaskReport]) -> ConditionSpec:
+    """Degraded: something needs a human (or will not fix itself soon)."""
     problems: list[tuple[str, str]] = [(r.reason, r.message) for r in refusals]
     if source_error:
         problems.append(("SourceUnreachable", f"cannot list shards: {source_error}"))
-    if failed and action is Action.KEEP:
+    if failed:
         details = "; ".join(
             f"task {t}: {by_id[t].message}" if t in by_id and by_id[t].message else f"task {t} failed" for t in failed
         )
         problems.append(("TasksFailed", details))
-    degraded = (
+    return (
         ConditionSpec(cond.DEGRADED, True, problems[0][0], "; ".join(m for _, m in problems))
         if problems
         else ConditionSpec(cond.DEGRADED, False, "AsExpected", "")
     )
 
-    # Resharding: following (or waiting for) a reshard of the source keyspace.
+
+def _resharding(action: Action, record: Generation, reshard_reason: str, awaiting_journal: Sequence[str],
+                change: PendingChange | None) -> ConditionSpec:
+    """Resharding: following (or waiting for) a reshard of the source keyspace."""
     if reshard_reason == "FollowingJournal":
         targets = java_sorted({s for j in (change.journals if change else ()) for s in j.targets})
         resharding = ConditionSpec(cond.RESHARDING, True, "FollowingJournal",
@@ -710,13 +732,7 @@ def _conditions(
         resharding = ConditionSpec(cond.RESHARDING, True, "Pending", "a reshard is pending until the connector runs")
     else:
         resharding = ConditionSpec(cond.RESHARDING, False, "NoReshard", "")
-
-    paused = (
-        ConditionSpec(cond.PAUSED, True, state_word, f"spec.state is {spec.state.value}")
-        if spec.state is not State.RUNNING
-        else ConditionSpec(cond.PAUSED, False, "Running", "")
-    )
-    return (ready, progressing, degraded, resharding, paused)
+    return resharding
 
 
 # --- status.assignment (de)serialization ---------------------------------------------------------------
@@ -734,8 +750,8 @@ def generation_to_status(g: Generation) -> dict[str, object]:
     """``status.assignment`` without the per-task runtime fields (the operator adds ``taskStates``)."""
     out: dict[str, object] = {
         "generation": g.generation,
-        "tasks": g.tasks,
-        "previousTasks": g.previous_tasks,
+        "tasks": g.task_count,
+        "previousTasks": g.prev_task_count,
         "phase": g.phase.value,
         "shards": list(g.shards),
         "stoppedCleanly": g.stopped_cleanly,
@@ -779,8 +795,8 @@ def generation_from_status(assignment: Mapping[str, object] | None) -> Generatio
         )
     return Generation(
         generation=int(str(assignment["generation"])),
-        tasks=int(str(assignment.get("tasks", len(by_id)))),
-        previous_tasks=int(str(assignment.get("previousTasks", -1))),
+        task_count=int(str(assignment.get("tasks", len(by_id)))),
+        prev_task_count=int(str(assignment.get("previousTasks", -1))),
         assignment=tuple(by_id[t] for t in sorted(by_id)),
         phase=GenPhase(str(assignment.get("phase") or GenPhase.RUNNING.value)),
         pending=pending,
@@ -794,4 +810,4 @@ def recorded_generation(body: Mapping[str, Any] | None) -> ShardcdcGeneration | 
     """shardcdc's last generation as the hand-back to Debezium reads it (``status.assignment``)."""
 
     g = generation_from_status(((body or {}).get("status") or {}).get("assignment"))
-    return None if g is None else ShardcdcGeneration(g.generation, g.tasks, g.previous_tasks, g.assignment, g.history)
+    return None if g is None else ShardcdcGeneration(g.generation, g.task_count, g.prev_task_count, g.assignment, g.history)

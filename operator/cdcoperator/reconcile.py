@@ -303,6 +303,38 @@ async def _observe_tasks(
     return [r for r in reports if r is not None]
 
 
+async def _refused_by_policy(ctx: ReconcileContext, body: Mapping[str, Any], existing_status: Mapping[str, Any],
+                             now: _dt.datetime) -> bool:
+    """The operator's policy refuses the spec: nothing is created, patched or started for it;
+    workers of an earlier accepted spec are left as they were."""
+    refused = ctx.policy.violations(body.get("spec") or {}) if ctx.policy is not None else []
+    if not refused:
+        return False
+    message = "refused by the operator's policy: " + "; ".join(refused)
+    key = f"{POLICY_REFUSED}:{message}"  # once per refused spec, not on every resync
+    if key not in ctx.warned:
+        ctx.emit(body, "Warning", POLICY_REFUSED, message)
+    ctx.warned.clear()
+    ctx.warned.add(key)
+    await _refuse(ctx, body, existing_status, now, POLICY_REFUSED, message)
+    return True
+
+
+def _emit_events(ctx: ReconcileContext, body: Mapping[str, Any], events: Iterable[Event]) -> None:
+    """Emit the plan's events; a warning once per standing reason (strays once per set of pods:
+    another set is news), not on every resync."""
+    standing: set[str] = set()
+    for ev in events:
+        if ev.type == "Warning":
+            key = f"{ev.reason}:{ev.message}" if ev.reason == STRAY_REASON else ev.reason
+            standing.add(key)
+            if key in ctx.warned:
+                continue
+        ctx.emit(body, ev.type, ev.reason, ev.message)
+    ctx.warned.clear()
+    ctx.warned.update(standing)
+
+
 async def reconcile(ctx: ReconcileContext, namespace: str, name: str) -> Plan | None:
     """Reconcile one connector; returns the plan carried out (None if the connector is gone or invalid)."""
     kube = ctx.kube
@@ -317,17 +349,7 @@ async def reconcile(ctx: ReconcileContext, namespace: str, name: str) -> Plan | 
         # The CRD rejects most mistakes; this is for what a schema cannot express.
         await _refuse(ctx, body, existing_status, now, "InvalidSpec", str(exc))
         return None
-    refused = ctx.policy.violations(body.get("spec") or {}) if ctx.policy is not None else []
-    if refused:
-        # Nothing is created, patched or started for this spec; workers of an earlier accepted
-        # spec are left as they were.
-        message = "refused by the operator's policy: " + "; ".join(refused)
-        key = f"{POLICY_REFUSED}:{message}"  # once per refused spec, not on every resync
-        if key not in ctx.warned:
-            ctx.emit(body, "Warning", POLICY_REFUSED, message)
-        ctx.warned.clear()
-        ctx.warned.add(key)
-        await _refuse(ctx, body, existing_status, now, POLICY_REFUSED, message)
+    if await _refused_by_policy(ctx, body, existing_status, now):
         return None
 
     discovery: Discovery | None = None
@@ -358,18 +380,8 @@ async def reconcile(ctx: ReconcileContext, namespace: str, name: str) -> Plan | 
     strays = stray_pods(ctx.pods(namespace, name), filter(None, (_gen_task(d) for d in deployments)))
     stray_events = (Event("Warning", STRAY_REASON, _stray_message(strays)),) if strays else ()
     lost = await _offsets_lost(ctx, body, cr, p, reports)
-    standing: set[str] = set()
-    for ev in (*p.events, *reshard_events(existing_status.get("conditions"), p), *stray_events,
-               *filter(None, (lost.event,))):
-        if ev.type == "Warning":
-            # Once per standing reason; strays once per set of pods (another set is news).
-            key = f"{ev.reason}:{ev.message}" if ev.reason == STRAY_REASON else ev.reason
-            standing.add(key)
-            if key in ctx.warned:
-                continue
-        ctx.emit(body, ev.type, ev.reason, ev.message)
-    ctx.warned.clear()
-    ctx.warned.update(standing)
+    _emit_events(ctx, body, (*p.events, *reshard_events(existing_status.get("conditions"), p), *stray_events,
+                             *filter(None, (lost.event,))))
     recorded = await _record_ahead(ctx, body, existing_status, p, adopted)
     await _apply(ctx, body, cr, p, deployments, config_maps)
     if ctx.network_policy is not None and p.workers:
@@ -533,10 +545,10 @@ async def _restart(ctx: ReconcileContext, body: Mapping[str, Any], cr: Connector
                  f"{naming.RESTART_ANNOTATION}={value!r} ignored: the connector is not running a stable generation "
                  f"({p.action.value})")
     else:
-        tasks = parse_restart(value, g.tasks)
+        tasks = parse_restart(value, g.task_count)
         if tasks is None:
             ctx.emit(body, "Warning", "RestartIgnored",
-                     f"{naming.RESTART_ANNOTATION}={value!r} is not 'all' or 'task=<id>' with id < {g.tasks}")
+                     f"{naming.RESTART_ANNOTATION}={value!r} is not 'all' or 'task=<id>' with id < {g.task_count}")
         else:
             stamp = restart_stamp(ctx.clock())
             for tid in tasks:

@@ -15,7 +15,6 @@ keeps in ``lastState`` across restarts.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +24,7 @@ import aiohttp
 from cdcoperator import naming
 from cdcoperator.planner import Journal, TaskPhase, TaskReport
 from cdcworker import exitcodes
+from cdcworker.offsets.keys import TaskKey
 
 __all__ = [
     "STATUS_PATH",
@@ -261,17 +261,17 @@ async def fetch_status(
     return doc if isinstance(doc, Mapping) and belongs_to(pod, doc) else None
 
 
-_TASK_KEY = re.compile(r"task(\d+)_(\d+)_(\d+)")
-
-
 def belongs_to(pod: PodSummary, doc: Mapping[str, Any]) -> bool:
     """Whether a status document is this pod's worker's: another process answering on its address
     (a port taken over in local mode, an IP reused) must not pass its shards off as this task's."""
     generation = doc.get("generation")
     if isinstance(generation, int) and generation != pod.generation:
         return False
-    key = _TASK_KEY.fullmatch(str(doc.get("task") or ""))
-    return key is None or (int(key.group(1)), int(key.group(3))) == (pod.task, pod.generation)
+    try:
+        key = TaskKey.parse(str(doc.get("task") or ""))
+    except ValueError:  # no task key (a single-task worker): nothing to tell apart
+        return True
+    return (key.task_id, key.gen) == (pod.task, pod.generation)
 
 
 def pods_of(index_values: Iterable[PodSummary], generation: int, task_id: int) -> list[PodSummary]:

@@ -25,6 +25,18 @@ __all__ = [
 ]
 
 
+# librdkafka's local (client-side) error codes. confluent-kafka names them with a leading underscore
+# (``KafkaError._PARTITION_EOF``) as part of its public API; they are named once here so that the
+# rest of the product reads no underscore name of another module (ruff SLF001).
+PARTITION_EOF: int = KafkaError._PARTITION_EOF  # noqa: SLF001 - confluent-kafka's public name
+TIMED_OUT: int = KafkaError._TIMED_OUT  # noqa: SLF001 - confluent-kafka's public name
+FATAL: int = KafkaError._FATAL  # noqa: SLF001 - confluent-kafka's public name
+FENCED: int = KafkaError._FENCED  # noqa: SLF001 - confluent-kafka's public name
+UNKNOWN_PARTITION: int = KafkaError._UNKNOWN_PARTITION  # noqa: SLF001 - confluent-kafka's public name
+AUTHENTICATION: int = KafkaError._AUTHENTICATION  # noqa: SLF001 - confluent-kafka's public name
+SSL: int = KafkaError._SSL  # noqa: SLF001 - confluent-kafka's public name
+
+
 class SinkError(RuntimeError):
     """Kafka refused records permanently; the worker must stop without advancing offsets."""
 
@@ -47,14 +59,14 @@ class KafkaAccessError(KafkaSettingError):
 # these, the records waiting until message.timeout.ms (5 minutes); the worker stops at once with
 # the reason instead, as Kafka Connect's Java producer fails the task on an AuthenticationException.
 ACCESS_HINTS = {
-    KafkaError._AUTHENTICATION: "check sasl.mechanism and the credentials in sasl.jaas.config (the Secret named by "
+    AUTHENTICATION: "check sasl.mechanism and the credentials in sasl.jaas.config (the Secret named by "
     "spec.kafka.securitySecretRef)",
-    KafkaError._SSL: "check the trust store (ssl.truststore.location / ssl.truststore.certificates) and the "
+    SSL: "check the trust store (ssl.truststore.location / ssl.truststore.certificates) and the "
     "broker's certificate",
 }
 
 
-_REFUSED = {KafkaError._AUTHENTICATION: "authentication", KafkaError._SSL: "the TLS handshake"}
+_REFUSED = {AUTHENTICATION: "authentication", SSL: "the TLS handshake"}
 
 
 def access_refusal(code: int, reason: str, client: str = "producer") -> KafkaAccessError | None:
@@ -111,8 +123,8 @@ class ClientLog:
 
 
 # librdkafka's log wording of a refusal (its error_cb reports it as _AUTHENTICATION or _SSL).
-_REFUSAL_TEXTS = ((KafkaError._AUTHENTICATION, ("SASL authentication error", "Authentication failed")),
-                  (KafkaError._SSL, ("SSL handshake failed", "certificate verify failed")))
+_REFUSAL_TEXTS = ((AUTHENTICATION, ("SASL authentication error", "Authentication failed")),
+                  (SSL, ("SSL handshake failed", "certificate verify failed")))
 
 
 def refusal_in_log(text: str, client: str) -> str | None:

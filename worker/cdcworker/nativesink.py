@@ -56,7 +56,7 @@ def _kafka_error(code: int, reason: str, fatal: int, retriable: int, abortable: 
 def native_sinks() -> bool:
     """The worker's sinks run on the native producer."""
     return (native.enabled() and os.environ.get(native.ENV) != "encoder"
-            and hasattr(native._rowenc, "Producer") and librdkafka_path() is not None)
+            and hasattr(native.rowenc, "Producer") and librdkafka_path() is not None)
 
 
 class _Refused:
@@ -106,7 +106,7 @@ class _NativeSends:
         plain = {k: v for k, v in config.items() if not callable(v)}
         hook = config.get("error_cb")
         self._on_fatal = hook if callable(hook) else None
-        return native._rowenc.Producer(librdkafka_path(), plain, _kafka_error)
+        return native.rowenc.Producer(librdkafka_path(), plain, _kafka_error)
 
     def send(self, topic: str, key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes]] | None) -> None:
         if self._begin_needed:

@@ -23,7 +23,8 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 
 from cdcworker import kafkaclients
 from cdcworker.allocator import tune_for_producing
-from cdcworker.kafkaerrors import KafkaAccessError, SinkError, access_refusal
+from cdcworker.kafkaerrors import FATAL, TIMED_OUT, KafkaAccessError, SinkError, access_refusal
+from cdcworker.kafkaerrors import FENCED as LOCAL_FENCED
 
 if TYPE_CHECKING:
     from cdcworker.topiccreator import TopicCreator
@@ -208,7 +209,7 @@ class KafkaSink:
         idempotent sequence): the task stops with the cause instead of a stack trace."""
         err: KafkaError = exc.args[0]
         # produce() in the fatal state raises _FATAL without the fatal flag (that is on the cause).
-        if err.fatal() or err.code() == KafkaError._FATAL:
+        if err.fatal() or err.code() == FATAL:
             raise SinkError(self._fatal_reason(err)) from exc
 
     def _fatal_reason(self, err: KafkaError) -> str:
@@ -247,6 +248,11 @@ class KafkaSink:
     def durable(self) -> Any:
         """Read-only view of the last known durable position, safe from other threads."""
         return self._durable
+
+    def set_durable(self, position: Any) -> None:
+        """Declare ``position`` durable without a record: the task's start (its stored offset), a
+        restored state that is durable already, or a shard rewound to its catch-up start."""
+        self._durable = position
 
     def durable_position(self) -> Any:
         """The newest commit-point position whose records (and all before) Kafka acknowledged."""
@@ -293,7 +299,7 @@ __all__ = ["KafkaAccessError", "KafkaException", "KafkaSink", "Segment", "SinkEr
 
 
 # A newer producer with this transactional.id took over (librdkafka's local code, the broker's two).
-_FENCED = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH})
+_FENCED = frozenset({LOCAL_FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH})
 
 
 OffsetWriter = Callable[[Producer, Any], None]
@@ -396,7 +402,7 @@ class TransactionalSink(KafkaSink):
                     self._check_interrupt()  # a stop: handled below (abort, the flush fails)
                     self._check_access()  # a refused login: the queue never drains
                     if self._clock() > deadline:  # a broker away: the commit fails, the task stops
-                        raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "no room for the offset record")) from None
+                        raise KafkaException(KafkaError(TIMED_OUT, "no room for the offset record")) from None
                     self.producer.poll(0.05)
             t0 = self._clock()
             self.producer.commit_transaction(self._timeout)
@@ -501,7 +507,7 @@ class TransactionalSink(KafkaSink):
         self.aborts += 1
 
     def _fatal_reason(self, err: KafkaError) -> str:
-        if err.code() == KafkaError._FATAL:
+        if err.code() == FATAL:
             # produce() only says "Fatal error"; in the fatal state the transactional API returns
             # the cause at once, without a request.
             try:

@@ -39,7 +39,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from confluent_kafka import KafkaException
 
@@ -67,6 +67,9 @@ from cdcworker.records import (
 from cdcworker.sink import KafkaSink, TransactionalSink
 from cdcworker.txmeta import TransactionMonitor
 from cdcworker.txmeta.transforms import local_vgtid_json
+
+if TYPE_CHECKING:
+    from cdcworker.filters.columns import FilterPolicy
 from vitessapi import binlogdata_pb2
 
 log = logging.getLogger(__name__)
@@ -78,7 +81,7 @@ COPY_COMPLETED, ROLLBACK = _T.COPY_COMPLETED, _T.ROLLBACK
 
 
 # The native VStreamResponse scanner (rowenc.c); absent: raw responses are parsed by upb.
-_scan: Any = getattr(native._rowenc, "scan", None)
+_scan: Any = getattr(native.rowenc, "scan", None)
 
 _RowChange = binlogdata_pb2.RowChange.FromString
 
@@ -124,6 +127,27 @@ class ReassignmentNeeded(Exception):
         self.journal = journal
 
 
+class SignalChannel(Protocol):
+    """The signal table read out of the change stream (``cdcworker.signals.SignalTap``)."""
+
+    tables: frozenset[str]
+
+    def field(self, key: tuple[str, str], fe: Any) -> None: ...  # Any: a FieldEvent (upb)
+
+    def row(self, key: tuple[str, str], re: Any) -> None: ...  # Any: a RowEvent (upb)
+
+    def commit(self, vgtid_json: str = "", vgtid: Any = None, shard: str = "", before: Any = None) -> None: ...
+
+    def rollback(self) -> None: ...
+
+
+class FailurePolicy(Protocol):
+    """What an event that cannot be converted does (``filters.FailureHandler``: event.processing.failure.handling.mode)."""
+
+    def handle(self, what: str, where: EventLocation, exc: BaseException,
+               error: type[EventConversionError] = EventConversionError) -> None: ...
+
+
 @dataclass(slots=True)
 class Features:
     """What a stream emits besides row changes; the defaults are the core stream.
@@ -140,9 +164,9 @@ class Features:
     low_watermark: Callable[[], float | None] | None = None  # seconds; on heartbeat records when set
     # Table filter + NumberOfEventsFiltered (cdcworker.filters.FilterPolicy), failure handling
     # mode (filters.FailureHandler; None = fail), the signal table tap (signals.SignalTap).
-    policy: Any = None
-    failures: Any = None
-    signals: Any = None
+    policy: FilterPolicy | None = None
+    failures: FailurePolicy | None = None
+    signals: SignalChannel | None = None
     # Offset fields of state kept beside the position (ad-hoc snapshots, the Kafka signal
     # channel's read position: signals.runtime.TaskExtras.decorate), added to every commit point.
     decorate: Callable[[Vgtid], Vgtid] | None = None

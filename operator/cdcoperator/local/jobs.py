@@ -201,7 +201,7 @@ class ProcessJobs:
         workdir = self.workdir / run.namespace / f"{run.name}-{run.attempts}"
         pod = _Pod(run.pod_name, run.namespace, run.name, template, "", workdir, KILL_GRACE)
         try:
-            argv, env, cwd = self.kubelet._prepare(pod)
+            argv, env, cwd = self.kubelet.prepare(pod)
         except Exception as exc:  # the spec cannot run here: the Job fails with the reason
             run.done = True
             self.cluster.set_status(JOBS, run.namespace, run.name, {"conditions": [

@@ -323,7 +323,7 @@ class ProcessKubelet:
             for port_name in pod.ports:
                 pod.ports[port_name] = _free_port()
         try:
-            argv, env, cwd = self._prepare(pod)
+            argv, env, cwd = self.prepare(pod)
         except (PodSpecError, LookupError, OSError) as exc:
             pod.config_error = str(exc)
             pod.next_start = time.monotonic() + min(self.restart_backoff, 2.0)
@@ -409,7 +409,7 @@ class ProcessKubelet:
 
     # --- from the pod spec to a process -----------------------------------------------------------
 
-    def _prepare(self, pod: _Pod) -> tuple[list[str], dict[str, str], str]:
+    def prepare(self, pod: _Pod) -> tuple[list[str], dict[str, str], str]:
         spec = pod.template.get("spec") or {}
         if len(spec.get("containers") or ()) != 1:
             raise PodSpecError(f"exactly one container is supported, the template has "

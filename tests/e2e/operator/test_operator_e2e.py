@@ -48,7 +48,7 @@ class Cluster:
         return r.stdout
 
     def get(self, name: str) -> dict[str, Any] | None:
-        return self.kube._call("GET", f"/apis/shardcdc.io/v1alpha1/namespaces/{NS}/cdcconnectors/{name}",
+        return self.kube.request("GET", f"/apis/shardcdc.io/v1alpha1/namespaces/{NS}/cdcconnectors/{name}",
                                allow=(404,))
 
     def status(self, name: str) -> dict[str, Any]:
@@ -72,13 +72,13 @@ class Cluster:
         return out
 
     def events(self, name: str) -> list[tuple[str, str, str]]:
-        out = self.kube._call("GET", f"/api/v1/namespaces/{NS}/events",
+        out = self.kube.request("GET", f"/api/v1/namespaces/{NS}/events",
                               query={"fieldSelector": f"involvedObject.name={name}"})
         items = sorted((out or {}).get("items") or [], key=lambda e: int(e["metadata"]["resourceVersion"]))
         return [(e["type"], e["reason"], e.get("message") or "") for e in items]
 
     def pods(self) -> list[dict[str, Any]]:
-        out = self.kube._call("GET", f"/api/v1/namespaces/{NS}/pods")
+        out = self.kube.request("GET", f"/api/v1/namespaces/{NS}/pods")
         return list((out or {}).get("items") or [])
 
 

@@ -137,8 +137,8 @@ def topic(kafka_broker: KafkaBroker) -> str:
     with OffsetStore({"bootstrap.servers": kafka_broker.bootstrap}, name, partitions=5, replication_factor=1) as s:
         s.ensure_topic()
         for key, val in seed_records().items():
-            s._own_producer().produce(name, key=key, value=val, partition=s.partition_for(key))
-        assert s._own_producer().flush(30) == 0
+            s.own_producer().produce(name, key=key, value=val, partition=s.partition_for(key))
+        assert s.own_producer().flush(30) == 0
     return name
 
 

@@ -53,7 +53,7 @@ class Env:
     def get(self, plural: str, name: str) -> dict[str, Any] | None:
         prefix = {"cdcconnectors": "/apis/shardcdc.io/v1alpha1", "sparkapplications": "/apis/sparkoperator.k8s.io/v1beta2",
                   "jobs": "/apis/batch/v1", "configmaps": "/api/v1"}[plural]
-        return self.kube._call("GET", f"{prefix}/namespaces/{NS}/{plural}/{name}", allow=(404,))
+        return self.kube.request("GET", f"{prefix}/namespaces/{NS}/{plural}/{name}", allow=(404,))
 
     def status(self, name: str) -> dict[str, Any]:
         return dict((self.get("cdcconnectors", name) or {}).get("status") or {})

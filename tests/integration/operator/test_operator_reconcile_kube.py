@@ -50,11 +50,11 @@ class Env:
         self.kubectl("apply", "-f", "-", input=json.dumps(obj))
 
     def get(self, name: str) -> dict[str, Any] | None:
-        return self.kube._call("GET", f"/apis/shardcdc.io/v1alpha1/namespaces/{NS}/cdcconnectors/{name}", allow=(404,))
+        return self.kube.request("GET", f"/apis/shardcdc.io/v1alpha1/namespaces/{NS}/cdcconnectors/{name}", allow=(404,))
 
     def children(self, kind: str, name: str) -> dict[str, dict[str, Any]]:
         prefix = "/apis/apps/v1" if kind == "deployments" else "/api/v1"
-        out = self.kube._call("GET", f"{prefix}/namespaces/{NS}/{kind}",
+        out = self.kube.request("GET", f"{prefix}/namespaces/{NS}/{kind}",
                               query={"labelSelector": f"shardcdc.io/connector={name}"})
         return {o["metadata"]["name"]: o for o in (out or {}).get("items") or []}
 
@@ -82,7 +82,7 @@ class Env:
                         f"{name}: generation {generation}")
 
     def events(self, name: str) -> list[tuple[str, str, str]]:
-        out = self.kube._call("GET", f"/api/v1/namespaces/{NS}/events",
+        out = self.kube.request("GET", f"/api/v1/namespaces/{NS}/events",
                               query={"fieldSelector": f"involvedObject.name={name}"})
         items = sorted((out or {}).get("items") or [], key=lambda e: int(e["metadata"]["resourceVersion"]))
         return [(e["type"], e["reason"], e.get("message") or "") for e in items]

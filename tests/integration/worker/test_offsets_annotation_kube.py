@@ -74,7 +74,7 @@ class Env:
         return r.stdout
 
     def get(self, kind_path: str) -> dict[str, Any] | None:
-        return self.kube._call("GET", kind_path, allow=(404,))
+        return self.kube.request("GET", kind_path, allow=(404,))
 
     def connector(self, name: str) -> dict[str, Any]:
         obj = self.get(f"/apis/shardcdc.io/v1alpha1/namespaces/{NS}/cdcconnectors/{name}")
@@ -85,7 +85,7 @@ class Env:
         return dict(self.connector(name)["metadata"].get("annotations") or {})
 
     def events(self, name: str) -> list[tuple[str, str, str]]:
-        out = self.kube._call("GET", f"/api/v1/namespaces/{NS}/events",
+        out = self.kube.request("GET", f"/api/v1/namespaces/{NS}/events",
                               query={"fieldSelector": f"involvedObject.name={name}"})
         items = sorted((out or {}).get("items") or [], key=lambda e: int(e["metadata"]["resourceVersion"]))
         return [(e["type"], e["reason"], e.get("message") or "") for e in items]

@@ -77,7 +77,7 @@ def test_write_read_latest_per_key_and_tombstones(kafka_broker: KafkaBroker) -> 
     }
     assert fresh.get(NAME, plain) is None
     start = resolve_task_start(
-        fresh.lookup(NAME), server="prefix", keyspace="ks", shards=["-80"], task_id=0, num_tasks=2, gen=1
+        fresh.lookup(NAME), server="prefix", keyspace="ks", shards=["-80"], task_id=0, task_count=2, gen=1
     )
     assert start.vgtid == Vgtid((ShardGtid("ks", "-80", "g2"),))
     # The raw topic: each record on the Java partitioner's partition, tombstone included.

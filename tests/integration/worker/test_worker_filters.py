@@ -89,7 +89,7 @@ def test_filters_and_column_options_give_exact_records(sim: VTGateSim, kafka_bro
     prefix = cfg.topic_prefix
     with running_task(cfg) as run:
         wait_positioned(sim, run)
-        assert run.task._rules == (("/(?i)^(?:(?:customer)|(?:orders_.*))$", ""),)
+        assert run.task.rules == (("/(?i)^(?:(?:customer)|(?:orders_.*))$", ""),)
         sim.execute("INSERT INTO audit (id, what) VALUES (1, 'ignored')", "commerce")
         sim.execute("INSERT INTO customer (id, email, name, secret) VALUES (1, 'alice@x.io', 'Alice', 's1')", "commerce")
         sim.execute("UPDATE customer SET email = 'bob@y.io' WHERE id = 1", "commerce")  # skipped: u
@@ -149,7 +149,7 @@ def test_exclude_list_key_columns_and_message_key_columns(sim: VTGateSim, kafka_
     prefix = cfg.topic_prefix
     with running_task(cfg) as run:
         wait_positioned(sim, run)
-        assert run.task._rules[0][0].startswith("/(?is)^(?:")
+        assert run.task.rules[0][0].startswith("/(?is)^(?:")
         sim.execute("INSERT INTO audit (id, what) VALUES (1, 'ignored')", "commerce")
         sim.execute("INSERT INTO customer (id, email, name, secret) VALUES (3, 'c@z.io', 'Carol', 's3')", "commerce")
         _wait_for(lambda: run.task.sink is not None and run.task.sink.records_sent >= 1, what="1 record")

@@ -129,7 +129,7 @@ def test_a_snapshot_whose_last_records_fail_is_not_done(
     """The copy ended, but the final flush found records Kafka refused: the snapshot is not
     complete, so the task fails (and is restarted from its durable position) instead of reporting
     done and never running again."""
-    import cdcworker.task as task_module
+    import cdcworker.stages.connect as task_module
     from cdcworker.sink import SinkError
 
     alo, eos = task_module.sink_classes()

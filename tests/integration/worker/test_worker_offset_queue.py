@@ -4,21 +4,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from worker_fixtures import worker_config
-
-from cdcworker.offsets import ShardGtid, Vgtid
-from cdcworker.task import WorkerTask
+from cdcworker.offsets import OffsetPartition, ShardGtid, Vgtid
+from cdcworker.offsets.writes import TaskOffsets
 
 
 class _Store:
-    """Just what ``_OffsetWrites`` uses of an ``OffsetStore``; the first produce finds the queue full."""
+    """Just what ``OffsetWrites`` uses of an ``OffsetStore``; the first produce finds the queue full."""
 
     def __init__(self) -> None:
         self.produced: list[Any] = []
         self.refuse = 1
-        self._timeout = 1.0
+        self.timeout = 1.0
 
-    def _own_producer(self) -> Any:
+    def own_producer(self) -> Any:
         class Producer:
             def poll(self, _t: float) -> int:
                 return 0
@@ -36,13 +34,14 @@ class _Store:
         return b"k", b"v"
 
 
-def test_a_write_the_full_queue_refused_is_not_taken_as_written(kafka_broker: Any) -> None:
+def test_a_write_the_full_queue_refused_is_not_taken_as_written() -> None:
     # Before: the refused write still became "last written", so the same durable position was
     # never queued again and the stop skipped it too (a longer replay after a restart).
-    task = WorkerTask(worker_config(kafka_broker, "127.0.0.1:1", "commerce"))
+    offsets = TaskOffsets("conn", OffsetPartition("commerce"), lambda: ())
     store = _Store()
     position = Vgtid((ShardGtid("commerce", "0", "MySQL56/u:1-5"),))
-    task._write_offset(store, position, wait=False)  # type: ignore[arg-type]
-    assert store.produced == [] and task._last_written is None
-    task._write_offset(store, position, wait=False)  # type: ignore[arg-type]
-    assert len(store.produced) == 1 and task._last_written is position
+    offsets.write(store, position, wait=False)  # type: ignore[arg-type]
+    assert store.produced == [] and offsets.last_written is None
+    offsets.write(store, position, wait=False)  # type: ignore[arg-type]
+    assert len(store.produced) == 1 and offsets.last_written is position
+    assert store.produced[0].to_bytes() == offsets.value(position).to_bytes()

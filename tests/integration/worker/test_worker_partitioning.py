@@ -11,11 +11,11 @@ import uuid
 
 from worker_fixtures import worker_config
 
+from cdcworker.config.clients import encoder_config, producer_config
 from cdcworker.events import SourceContext, TablePlan
 from cdcworker.offsets import Vgtid
 from cdcworker.offsets.javacompat import java_murmur2_partition
 from cdcworker.sink import KafkaSink, TransactionalSink
-from cdcworker.task import encoder_config, producer_config
 from localkafka import KafkaBroker, consume_all, create_topics
 from vitessapi import binlogdata_pb2, query_pb2
 

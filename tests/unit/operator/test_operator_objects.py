@@ -49,7 +49,7 @@ BODY: dict[str, Any] = {
         },
     },
 }
-TASK = TaskPlan(generation=4, task_id=1, task_count=2, previous_tasks=3, shards=("40-80", "c0-"), run=True)
+TASK = TaskPlan(generation=4, task_id=1, task_count=2, prev_task_count=3, shards=("40-80", "c0-"), run=True)
 SELF_LABELS = {
     "app.kubernetes.io/name": "shardcdc-worker",
     "app.kubernetes.io/instance": "orders",
@@ -373,3 +373,20 @@ def test_workers_listen_on_the_installers_address(monkeypatch: pytest.MonkeyPatc
         server.stop()
     with pytest.raises(ConnectionRefusedError), socket.create_connection(("127.0.0.1", port), timeout=5):
         pass  # not on every interface
+
+
+def test_the_worker_reads_back_the_task_identity_the_operator_writes() -> None:
+    """One contract (issue 26): the operator writes a task's identity with the worker's own type
+    (TaskIdentity.properties); the worker's configuration loader reads it back unchanged."""
+    from cdcworker.config import TaskIdentity, load_config
+
+    body = {"metadata": {"name": "c", "namespace": "ns", "uid": "u"},
+            "spec": {"source": {"vitess": {"vtgate": "vtgate:15991", "keyspace": "ks"}},
+                     "kafka": {"bootstrapServers": "k:9092", "topicPrefix": "p"}}}
+    cr = ConnectorResource.from_body(body)
+    plan = TaskPlan(3, 1, 2, 4, ("40-80", "c0-"), True, history=((2, 4), (0, 1)))
+    task = load_config([], env={}, overrides=worker_properties(cr, plan)).task
+    assert task == TaskIdentity(per_task=True, task_id=1, task_count=2, tasks_max=2, generation=3,
+                                prev_task_count=4, shards=("40-80", "c0-"), history=((2, 4), (0, 1)))
+    assert task.task_key == "task1_2_3"
+    assert task.previous_task_keys() == ("task0_4_2", "task1_4_2", "task2_4_2", "task3_4_2")

@@ -50,7 +50,7 @@ def spec(tasks: int = 2, state: str = "running", shards: Sequence[str] | None = 
 
 
 def streaming(g: Generation) -> list[TaskReport]:
-    return [TaskReport(g.generation, t, TaskPhase.STREAMING, pod=f"p{t}") for t in range(g.tasks)]
+    return [TaskReport(g.generation, t, TaskPhase.STREAMING, pod=f"p{t}") for t in range(g.task_count)]
 
 
 def persist(p: Plan) -> Generation:
@@ -76,10 +76,10 @@ def migrate(g: Generation, s: ConnectorSpec, serving: Sequence[str]) -> tuple[Pl
     """Drive one generation change: drain (workers streaming), then start once they have exited."""
     drain = plan(s, serving, g, streaming(g))
     assert drain.action is Action.DRAIN
-    assert drain.stop == tuple(TaskRef(g.generation, t) for t in range(g.tasks))
+    assert drain.stop == tuple(TaskRef(g.generation, t) for t in range(g.task_count))
     assert all(not w.run for w in drain.workers)
     drained = persist(drain)
-    exited = [TaskReport(g.generation, t, TaskPhase.EXITED) for t in range(g.tasks)]
+    exited = [TaskReport(g.generation, t, TaskPhase.EXITED) for t in range(g.task_count)]
     started = plan(s, serving, drained, exited)
     assert started.action is Action.START
     return drain, started
@@ -142,7 +142,7 @@ def test_initial_only_tasks_that_completed_are_ready_not_failed() -> None:
     """snapshot.mode initial_only under the operator: the workers finished the copy and idle
     (state completed); the connector is Ready and stable, not Degraded nor re-planned."""
     g = start(2, FOUR)
-    done = [TaskReport(g.generation, t, TaskPhase.COMPLETED, pod=f"p{t}") for t in range(g.tasks)]
+    done = [TaskReport(g.generation, t, TaskPhase.COMPLETED, pod=f"p{t}") for t in range(g.task_count)]
     p = plan(spec(2), FOUR, g, done)
     assert p.action is Action.KEEP and p.generation == g and p.stop == () and p.remove == ()
     assert all(w.run for w in p.workers)  # kept running: an exit would be restarted by the Deployment
@@ -231,7 +231,7 @@ def test_generations_carry_the_chain_of_earlier_generations() -> None:
     assert drain.stop == (TaskRef(1, 0), TaskRef(1, 1), TaskRef(1, 2))
     down = plan(spec(2), FOUR, persist(drain), [TaskReport(1, t, TaskPhase.EXITED) for t in range(3)])
     g2 = persist(down)
-    assert (g2.generation, g2.previous_tasks, g2.history) == (2, 3, ((1, 3), (0, 2)))
+    assert (g2.generation, g2.prev_task_count, g2.history) == (2, 3, ((1, 3), (0, 2)))
     assert generation_to_status(g2)["history"] == [{"generation": 1, "tasks": 3}, {"generation": 0, "tasks": 2}]
     # The record keeps the newest HISTORY_LIMIT generations.
     g = g2
@@ -239,7 +239,7 @@ def test_generations_carry_the_chain_of_earlier_generations() -> None:
         _, nxt = migrate(g, spec(1 if n % 2 == 0 else 2), FOUR)
         g = persist(nxt)
     assert len(g.history) == HISTORY_LIMIT
-    assert g.history[0] == (g.generation - 1, g.previous_tasks)
+    assert g.history[0] == (g.generation - 1, g.prev_task_count)
     assert [gen for gen, _ in g.history] == list(range(g.generation - 1, g.generation - 1 - HISTORY_LIMIT, -1))
     # A record edited by hand into something unreadable counts as no chain (Debezium's rule).
     assert generation_from_status({**generation_to_status(g), "history": [{"generation": 1}]}).history == ()
@@ -249,16 +249,16 @@ def test_adopted_first_generation_carries_the_offsets_topic_chain() -> None:
     adopted = Adoption(generation=3, tasks=2, keys=("task0_2_3",), shards=tuple(FOUR), chain=((3, 2), (1, 4)))
     p = plan(spec(2), FOUR, None, [], adopted=adopted)
     assert p.generation is not None
-    assert (p.generation.generation, p.generation.previous_tasks, p.generation.history) == (4, 2, ((3, 2), (1, 4)))
+    assert (p.generation.generation, p.generation.prev_task_count, p.generation.history) == (4, 2, ((3, 2), (1, 4)))
     assert adoption_from_status(adoption_to_status(adopted)) == adopted
 
 def test_previous_tasks_is_the_actual_count_not_spec() -> None:
     # spec.tasks 8 over 2 shards ran 2 tasks; the next generation's previous count is 2.
     g = start(8, ["-80", "80-"])
-    assert g.tasks == 2
+    assert g.task_count == 2
     _, started = migrate(g, spec(1), ["-80", "80-"])
     assert started.generation is not None
-    assert started.generation.previous_tasks == 2
+    assert started.generation.prev_task_count == 2
 
 
 def test_spec_tasks_change_above_shard_count_changes_nothing() -> None:
@@ -602,9 +602,9 @@ def test_first_generation_after_adopted_per_task_offsets() -> None:
     p = plan(spec(4), FOUR, None, adopted=adopted)
     assert p.action is Action.START
     g = persist(p)
-    assert (g.generation, g.tasks, g.previous_tasks, g.assignment) == (4, 4, 2, (("-40",), ("40-80",), ("80-c0",),
+    assert (g.generation, g.task_count, g.prev_task_count, g.assignment) == (4, 4, 2, (("-40",), ("40-80",), ("80-c0",),
                                                                                  ("c0-",)))
-    assert [w.previous_tasks for w in p.workers] == [2] * 4
+    assert [w.prev_task_count for w in p.workers] == [2] * 4
     assert [(e.type, e.reason, e.message) for e in p.events] == [
         ("Normal", "AdoptedOffsets", "found per-task offsets of generation 3 with 2 tasks (task0_2_3, task1_2_3) "
          "for shards -40, 40-80, 80-c0, c0-; starting at generation 4 with previous tasks 2, so every shard "
@@ -619,7 +619,7 @@ def test_first_generation_after_adopted_per_task_offsets() -> None:
 def test_plain_server_offset_is_generation_zero() -> None:
     p = plan(spec(2), ["-80", "80-"], None, adopted=Adoption(server_key=True, shards=("-80", "80-")))
     g = persist(p)
-    assert (g.generation, g.tasks, g.previous_tasks) == (0, 2, -1)
+    assert (g.generation, g.task_count, g.prev_task_count) == (0, 2, -1)
     assert [(e.reason, e.message) for e in p.events] == [
         ("AdoptedOffsets", 'found the offset {"server": "shop"} for shards -80, 80-; generation 0 resumes from it'),
         ("GenerationStarted", "generation 0 started: 2 tasks over 2 shards")]
@@ -656,7 +656,7 @@ def test_adopted_shards_resharded_while_stopped_are_resumed_then_followed() -> N
     # shards so the workers reach the journal, instead of starting the new shards from nowhere.
     adopted = Adoption(generation=0, tasks=1, keys=("task0_1_0",), shards=("-80", "80-"))
     g = persist(plan(spec(2), FOUR, None, adopted=adopted))
-    assert (g.generation, g.previous_tasks, g.shards) == (1, 1, ("-80", "80-"))
+    assert (g.generation, g.prev_task_count, g.shards) == (1, 1, ("-80", "80-"))
     after = plan(spec(2), FOUR, g, streaming(g))
     assert condition(after, cond.RESHARDING).reason == "AwaitingJournal"
     # Shards added since (nothing stored for them) are just streamed from the start.
@@ -710,7 +710,7 @@ def test_first_generation_whose_record_was_lost_is_stopped_before_the_next_start
     exited = [TaskReport(0, 0, TaskPhase.EXITED), TaskReport(0, 1, TaskPhase.EXITED)]
     p = plan(spec(2), FOUR, None, exited, adopted=adopted)
     assert p.action is Action.START and p.generation is not None
-    assert (p.generation.generation, p.generation.previous_tasks) == (1, 2)
+    assert (p.generation.generation, p.generation.prev_task_count) == (1, 2)
     assert p.remove == (TaskRef(0, 0), TaskRef(0, 1))
 
 
@@ -727,7 +727,7 @@ def test_unrecorded_generation_of_a_scale_is_stopped_and_its_extra_task_removed(
     assert all(not w.run for w in p.workers)
     gone = [TaskReport(1, t, TaskPhase.EXITED) for t in range(4)]
     p = plan(spec(3), FOUR, drained, exited0 + gone)
-    assert p.action is Action.START and p.generation is not None and p.generation.tasks == 3
+    assert p.action is Action.START and p.generation is not None and p.generation.task_count == 3
     assert TaskRef(1, 3) in p.remove  # the extra task's objects go
     assert not {TaskRef(1, t) for t in range(3)} & set(p.remove)  # the new generation's names are kept
 

@@ -65,11 +65,11 @@ def debezium_starts(records: dict[bytes, bytes], settings: dict[str, str], shard
     lookup = lookup_in(records, NAME)
     gen, prev = int(settings["vitess.offset.storage.task.key.gen"]), int(settings["vitess.prev.num.tasks"])
     plan = plan_tasks(lookup, server=SERVER, keyspace=KS, tasks_max=int(settings["tasks.max"]), gen=gen,
-                      prev_num_tasks=prev, current_shards=shards)
+                      prev_task_count=prev, current_shards=shards)
     out: dict[str, ShardGtid] = {}
     for task in plan:
         start = resolve_task_start(lookup, server=SERVER, keyspace=KS, shards=task.shards, task_id=task.task_id,
-                                   num_tasks=task.num_tasks, gen=gen, prev_num_tasks=prev)
+                                   task_count=task.task_count, gen=gen, prev_task_count=prev)
         out.update({p.shard: p for p in start.vgtid})
     return out
 

@@ -101,7 +101,7 @@ def test_a_delivery_report_is_read_where_the_bundled_library_writes_it() -> None
     """A record that expires (no broker on 127.0.0.1:9) comes back through the delivery callback,
     which reads err, rkt, partition, payload, len, key, key_len and _private from rd_kafka_message_t."""
     assert native.available(), "the native extension is not built: run `make native`"
-    producer = native._rowenc.Producer(nativesink.librdkafka_path(), {
+    producer = native.rowenc.Producer(nativesink.librdkafka_path(), {
         "bootstrap.servers": "127.0.0.1:9", "message.timeout.ms": 10, "log_level": 0}, nativesink._kafka_error)
     producer.send("abi.topic", b"the-key", b"the value bytes", [("h", b"v")], 3)
     seq = producer.seal()

@@ -171,7 +171,7 @@ def test_a_commit_vgtid_json_and_id_equal_the_general_writers(gtid: str) -> None
 
 
 def test_an_epoch_beyond_64_bits_is_left_to_python() -> None:
-    from cdcworker.events.native import _rowenc
+    from cdcworker.events.native import rowenc as _rowenc
 
     prev = (ShardGtid(KS, "-80", f"MySQL56/{U1}:1-5"),)
     cur = (ShardGtid(KS, "-80", f"MySQL56/{U1}:1-6"),)
@@ -185,7 +185,7 @@ def test_what_python_reads_differently_comes_back_none_without_side_effects() ->
     64 bits or not an int, other argument shapes: None, and None's reference count intact."""
     import sys
 
-    from cdcworker.events.native import _rowenc
+    from cdcworker.events.native import rowenc as _rowenc
 
     prev = (ShardGtid(KS, "-80", f"MySQL56/{U1}:1-5"),)
     cur = (ShardGtid(KS, "-80", f"MySQL56/{U1}:1-6"),)

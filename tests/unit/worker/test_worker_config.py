@@ -504,7 +504,7 @@ def test_exactly_once_conflicts() -> None:
 
 
 def test_producer_buffer_is_bounded_and_the_user_setting_wins() -> None:
-    from cdcworker.task import producer_config
+    from cdcworker.config.clients import producer_config
 
     # librdkafka's record buffer bounds the worker's memory (BENCHMARKS.md, "Memory"); a
     # producer.* property is passed through over shardcdc's defaults.

@@ -223,8 +223,8 @@ def scan_finals(vstream: Callable[[vtgate_pb2.VStreamRequest], Iterable[Any]], k
 
 def finals_scanner(config: WorkerConfig) -> Callable[[ShardHandoff], WindowScan]:
     """``scan_finals`` over a channel of its own (the worker task's catch-up hook)."""
+    from cdcworker.config.clients import channel_settings
     from cdcworker.source.channel import open_channel
-    from cdcworker.task import channel_settings
 
     def scan(h: ShardHandoff) -> WindowScan:
         settings = channel_settings(config)
@@ -252,8 +252,8 @@ def run_catchup(
 ) -> HandoffProcessor:
     """Stream from ``start`` until every shard's position covers ``until``; flush; return stats.
     States without finals get them scanned first."""
+    from cdcworker.config.clients import channel_settings, encoder_config, producer_config
     from cdcworker.source.channel import open_channel
-    from cdcworker.task import channel_settings, encoder_config, producer_config
 
     scan = finals_scanner(config)
     handoffs = {s: h if h.finals is not None else h.with_scan(scan(h)) for s, h in handoffs.items()}

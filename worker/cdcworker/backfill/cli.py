@@ -88,7 +88,7 @@ def _run_recorder(store: Any, config: Any) -> Callable[[Any], None]:
     failure to write one is logged, never fatal (the chunks' records are what matters)."""
     from confluent_kafka import KafkaException
 
-    from cdcworker.task import producer_config
+    from cdcworker.config.clients import producer_config
 
     producer = kafkaclients.producer(producer_config(config), "backfill producer")
 

@@ -78,7 +78,7 @@ BACKFILL_TABLET_TYPE = "PRIMARY"
 
 
 def client_for(config: WorkerConfig) -> VTGateClient:
-    from cdcworker.task import channel_settings
+    from cdcworker.config.clients import channel_settings
 
     return VTGateClient(channel_settings(config), config.source.keyspace, BACKFILL_TABLET_TYPE)
 
@@ -236,7 +236,7 @@ class LaneContext:
     @classmethod
     def open(cls, spec: BackfillSpec, lanes_per_shard: int) -> LaneContext:
         from cdcworker.allocator import tune_for_producing
-        from cdcworker.task import encoder_config, producer_config
+        from cdcworker.config.clients import encoder_config, producer_config
 
         tune_for_producing()  # the lane's own Producer, not a KafkaSink (which tunes itself)
         config = worker_config(spec)
@@ -551,7 +551,7 @@ def run_backfill(
     ``spec.await_holds``, run the chunks not yet done, return the totals. ``on_planned`` is called
     once the plan is recorded (and the holds acknowledged, when awaited), before any chunk is read."""
     from cdcworker.backfill.lanes import make_lanes
-    from cdcworker.task import producer_config
+    from cdcworker.config.clients import producer_config
 
     if spark is not None:
         check_spark_conf(spark.sparkContext.getConf().get)
@@ -636,7 +636,7 @@ def abandon(spec: BackfillSpec, reason: str) -> RunAbandoned:
     """Mark the run's current attempt abandoned, so the workers release its holds (the job's side:
     call it only once no lane of this process can emit a chunk any more). A later attempt of the
     same run opens the next epoch."""
-    from cdcworker.task import producer_config
+    from cdcworker.config.clients import producer_config
 
     config = worker_config(spec)
     store = progress_store(spec, config)

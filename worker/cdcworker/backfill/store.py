@@ -12,8 +12,9 @@ from confluent_kafka.admin import NewTopic
 
 from cdcworker import kafkaclients
 from cdcworker.backfill.progress import ChunkDone, PlanRecord, RunState, parse_record
-from cdcworker.kafkaerrors import broker_count, creation_refusal
+from cdcworker.kafkaerrors import TIMED_OUT, broker_count, creation_refusal
 from cdcworker.offsets.store import offsets_sizing
+from cdcworker.topicread import TopicEndTimeout, TopicReader, TopicReadError
 
 TOPIC_CONFIG = {"cleanup.policy": "compact"}
 
@@ -76,22 +77,16 @@ class ProgressStore:
             low, high = _watermarks(consumer, TopicPartition(self.topic, 0), timeout)
             if high <= low:
                 return
-            consumer.assign([TopicPartition(self.topic, 0, 0)])
-            deadline = time.monotonic() + timeout
-            while True:
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"reading {self.topic}: no end after {timeout}s")
-                msg = consumer.poll(1.0)
-                if msg is None:
-                    continue
-                err = msg.error()
-                if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
-                        return
-                    raise KafkaException(err)
+            reader = TopicReader(consumer, self.topic)
+            reader.assign([0])
+            for msg in reader.read_to_end(timeout):
                 yield msg.key(), msg.value()
                 if msg.offset() >= high - 1:  # type: ignore[operator]
                     return
+        except TopicReadError as exc:
+            raise KafkaException(exc.error) from None
+        except TopicEndTimeout:
+            raise TimeoutError(f"reading {self.topic}: no end after {timeout}s") from None
         finally:
             consumer.close()
 
@@ -131,7 +126,7 @@ class ProgressStore:
         for rec in records:
             producer.produce(self.topic, rec.value(), rec.key(), on_delivery=on_delivery)
         if producer.flush(timeout) or errors:
-            raise KafkaException(errors[0] if errors else KafkaError(KafkaError._TIMED_OUT))
+            raise KafkaException(errors[0] if errors else KafkaError(TIMED_OUT))
 
     def follow(self, on_record: Callable[[PlanRecord | ChunkDone], None], stop: Callable[[], bool]) -> None:
         """Tail the topic from the beginning, calling ``on_record`` until ``stop()`` (for progress views)."""

@@ -42,7 +42,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import KafkaException, Producer, TopicPartition
 
 from cdcworker import kafkaclients
 from cdcworker.backfill.gtid import covers, is_position
@@ -69,6 +69,7 @@ from cdcworker.backfill.progress import (
 )
 from cdcworker.backfill.store import ProgressStore
 from cdcworker.offsets import ShardGtid, Vgtid
+from cdcworker.topicread import TopicReader, TopicReadError
 
 log = logging.getLogger(__name__)
 
@@ -145,24 +146,22 @@ class ProgressFeed:
         if c is None:
             return
         end = c.get_watermark_offsets(TopicPartition(self.topic, 0), timeout=timeout)[1] if to_end else 0
+        reader = TopicReader(c, self.topic)
         deadline = time.monotonic() + timeout
         while not to_end or self._next < end:
-            msg = c.poll(0.5 if to_end else 0)
-            if msg is None:
-                if not to_end:
-                    return
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"reading {self.topic}: offset {end} not reached after {timeout}s")
-                continue
-            err = msg.error()
-            if err is not None:
-                if err.code() == KafkaError._PARTITION_EOF:
-                    continue
-                raise RuntimeError(f"reading {self.topic}: {err}")
-            self._next = msg.offset() + 1
-            value = msg.value()
-            if value is not None:
-                self._apply(value)
+            try:
+                msgs = reader.fetch(0.5 if to_end else 0, max_records=500)
+            except TopicReadError as exc:
+                raise RuntimeError(str(exc)) from None
+            for msg in msgs:
+                self._next = (msg.offset() or 0) + 1
+                value = msg.value()
+                if value is not None:
+                    self._apply(value)
+            if not to_end and not msgs:
+                return
+            if to_end and not msgs and time.monotonic() > deadline:
+                raise TimeoutError(f"reading {self.topic}: offset {end} not reached after {timeout}s")
 
     def _apply(self, value: bytes) -> None:
         marker = parse_handoff(value)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import enum
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from cdcworker.config.errors import HIDDEN
 from cdcworker.config.properties import ORDERED_TX_METADATA_FACTORY, TABLE_TOPIC_NAMING_STRATEGY
+from cdcworker.offsets.keys import task_key_name
 
 Patterns = tuple[re.Pattern[str], ...]
 
@@ -33,6 +35,19 @@ class Secret:
 
     def __hash__(self) -> int:
         return hash(self._value)
+
+
+class SnapshotMode(enum.StrEnum):
+    """``snapshot.mode`` (the values the catalogue allows; the operator's ``spec.snapshot.mode``)."""
+
+    INITIAL = "initial"  # copy, then stream
+    NEVER = "never"  # stream only
+    INITIAL_ONLY = "initial_only"  # copy, store the position, stop before streaming
+
+    @property
+    def copies(self) -> bool:
+        """The mode copies the tables before (or instead of) streaming."""
+        return self is not SnapshotMode.NEVER
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +83,7 @@ class SourceConfig:
     inherit_epoch: bool
     connector_generation: int
     tls: TlsConfig
-    snapshot_mode: str  # initial, never, initial_only
+    snapshot_mode: SnapshotMode
     snapshot_include_collection_list: Patterns
     heartbeat_interval_ms: int
 
@@ -79,7 +94,7 @@ class SourceConfig:
     @property
     def start_gtid(self) -> str:
         """The configured start when no offset exists: '' (copy) for initial snapshots, as Debezium's getVgtid."""
-        if self.snapshot_mode in ("initial", "initial_only"):
+        if self.snapshot_mode.copies:
             return ""
         return self.vgtid
 
@@ -98,7 +113,7 @@ class TaskIdentity:
     task_count: int
     tasks_max: int
     generation: int
-    prev_count: int
+    prev_task_count: int
     shards: tuple[str, ...] | None  # None: vitess.shard, or every shard of the keyspace
     # The generations before this one, newest first from the previous: (generation, task count).
     # Empty: not given (Debezium's rule, the previous generation must be complete).
@@ -112,7 +127,28 @@ class TaskIdentity:
         """``task<i>_<n>_<gen>`` in per-task mode, else None (offsets use the plain server partition)."""
         if not self.per_task:
             return None
-        return f"task{self.task_id}_{self.task_count}_{self.generation}"
+        return task_key_name(self.task_id, self.task_count, self.generation)
+
+    def properties(self) -> dict[str, str]:
+        """The worker properties that carry this identity, in write order: what the operator writes
+        for each task (Debezium's names, then shardcdc's), which ``load_config`` reads back into an
+        equal ``TaskIdentity``. One contract between operator and worker."""
+        props = {
+            "tasks.max": str(self.tasks_max),
+            "vitess.offset.storage.per.task": "true" if self.per_task else "false",
+            "vitess.offset.storage.task.key.gen": str(self.generation),
+            "vitess.prev.num.tasks": str(self.prev_task_count),
+            "shardcdc.task.id": str(self.task_id),
+            "shardcdc.task.count": str(self.task_count),
+            "shardcdc.task.generation": str(self.generation),
+            "shardcdc.task.prev.count": str(self.prev_task_count),
+        }
+        if self.shards is not None:
+            props["shardcdc.task.shards"] = ",".join(self.shards)
+        if self.history:
+            # Lets a task resume shards whose previous-generation task never stored an offset.
+            props["shardcdc.task.history"] = ",".join(f"{gen}:{count}" for gen, count in self.history)
+        return props
 
     @property
     def context_task_id(self) -> str:
@@ -121,9 +157,9 @@ class TaskIdentity:
 
     def previous_task_keys(self) -> tuple[str, ...]:
         """Keys of the previous generation, every one required for a migration (none before generation 1)."""
-        if not self.per_task or self.generation < 1 or self.prev_count < 1:
+        if not self.per_task or self.generation < 1 or self.prev_task_count < 1:
             return ()
-        return tuple(f"task{i}_{self.prev_count}_{self.generation - 1}" for i in range(self.prev_count))
+        return tuple(task_key_name(i, self.prev_task_count, self.generation - 1) for i in range(self.prev_task_count))
 
 
 @dataclass(frozen=True, slots=True)

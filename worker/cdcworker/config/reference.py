@@ -82,7 +82,7 @@ def _fmt_default(prop: Property) -> str:
 def _fmt_type(prop: Property) -> str:
     if prop.type is PropType.ENUM:
         return " \\| ".join(f"`{a}`" for a in prop.allowed)
-    text = prop.type.value
+    text = str(prop.type.value)
     if prop.minimum is not None or prop.maximum is not None:
         lo = "" if prop.minimum is None else str(prop.minimum)
         hi = "" if prop.maximum is None else str(prop.maximum)

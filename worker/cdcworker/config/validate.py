@@ -26,6 +26,7 @@ from cdcworker.config.model import (
     Patterns,
     Secret,
     SignalConfig,
+    SnapshotMode,
     SourceConfig,
     TaskIdentity,
     TlsConfig,
@@ -607,20 +608,55 @@ class _Validator:
     def build(self) -> WorkerConfig:
         g = self.get
         name, prefix = str(g("name")), str(g("topic.prefix"))
-        delim = str(g("topic.delimiter"))
-        task = TaskIdentity(
+        task = self._task()
+        source = self._source()
+        kafka = self._kafka(name, task)
+        converters = self._converters()
+        topics = self._topics(prefix, str(g("topic.delimiter")))
+        filters = self._filters()
+        transforms = self._transforms()
+        signals = self._signals(prefix)
+        behaviour = self._behaviour()
+        secret_keys = frozenset(k for k in self.raw.values if k in self.raw.secret_keys or is_secret_key(k))
+        return WorkerConfig(
+            name=name,
+            topic_prefix=prefix,
+            source=source,
+            task=task,
+            kafka=kafka,
+            converters=converters,
+            topics=topics,
+            filters=filters,
+            transactions=TransactionConfig(
+                bool(g("provide.transaction.metadata")), str(g("transaction.metadata.factory"))
+            ),
+            transforms=transforms,
+            signals=signals,
+            behaviour=behaviour,
+            properties=MappingProxyType(dict(self.values)),
+            raw=MappingProxyType(dict(self.raw.values)),
+            secret_keys=secret_keys,
+            warnings=tuple(self.warnings),
+        )
+
+    def _task(self) -> TaskIdentity:
+        g = self.get
+        return TaskIdentity(
             per_task=bool(g("vitess.offset.storage.per.task")),
             task_id=_int(g("shardcdc.task.id")),
             task_count=_int(g("shardcdc.task.count")),
             tasks_max=_int(g("tasks.max")),
             generation=_int(_first(g("shardcdc.task.generation"), g("vitess.offset.storage.task.key.gen"))),
-            prev_count=_int(_first(g("shardcdc.task.prev.count"), g("vitess.prev.num.tasks"))),
+            prev_task_count=_int(_first(g("shardcdc.task.prev.count"), g("vitess.prev.num.tasks"))),
             shards=_opt_tuple(_first(g("shardcdc.task.shards"), g("vitess.shard"))),
             history=parse_history(_opt_tuple(g("shardcdc.task.history")) or ()),
             offsets_expected=bool(g("shardcdc.task.offsets.expected")),
         )
+
+    def _source(self) -> SourceConfig:
+        g = self.get
         keepalive = _int(g("vitess.keepalive.interval.ms"))
-        source = SourceConfig(
+        return SourceConfig(
             hostname=str(g("database.hostname")),
             port=_int(g("database.port")),
             user=_opt_str(g("database.user")),
@@ -647,15 +683,18 @@ class _Validator:
                 key_file=_opt_str(g("shardcdc.vitess.tls.key.file")),
                 server_name=_opt_str(g("shardcdc.vitess.tls.server.name")),
             ),
-            snapshot_mode=str(g("snapshot.mode")),
+            snapshot_mode=SnapshotMode(str(g("snapshot.mode"))),
             snapshot_include_collection_list=_patterns(g("snapshot.include.collection.list")),
             heartbeat_interval_ms=_int(g("heartbeat.interval.ms")),
         )
+
+    def _kafka(self, name: str, task: TaskIdentity) -> KafkaConfig:
+        g = self.get
         fam = self.families
         common = {k: v.strip() for k, v in self.raw.values.items() if k.startswith(("sasl.", "ssl."))}
         common["security.protocol"] = str(g("security.protocol"))
         transactional = self.transactional()
-        kafka = KafkaConfig(
+        return KafkaConfig(
             bootstrap_servers=self.strs("bootstrap.servers"),
             offsets_topic=str(g("offset.storage.topic")),
             offsets_partitions=_int(g("offset.storage.partitions")),
@@ -673,7 +712,10 @@ class _Validator:
             consumer=_frozen(fam.get("consumer.", {})),
             admin=_frozen(fam.get("admin.", {})),
         )
-        converters = ConverterConfig(
+
+    def _converters(self) -> ConverterConfig:
+        g = self.get
+        return ConverterConfig(
             key_schemas_enable=bool(g("key.converter.schemas.enable")),
             value_schemas_enable=bool(g("value.converter.schemas.enable")),
             key_decimal_format=str(g("key.converter.decimal.format")),
@@ -681,13 +723,16 @@ class _Validator:
             key_replace_null_with_default=bool(g("key.converter.replace.null.with.default")),
             value_replace_null_with_default=bool(g("value.converter.replace.null.with.default")),
         )
+
+    def _topics(self, prefix: str, delim: str) -> TopicConfig:
+        g = self.get
         table_naming = g("topic.naming.strategy") == TABLE_TOPIC_NAMING_STRATEGY
         heartbeat_prefix = str(
             g("topic.heartbeat.prefix")
             if "topic.heartbeat.prefix" in self.explicit
             else g("heartbeat.topics.prefix")
         )
-        topics = TopicConfig(
+        return TopicConfig(
             naming_strategy=str(g("topic.naming.strategy")),
             delimiter=delim,
             cache_size=_int(g("topic.cache.size")),
@@ -698,8 +743,11 @@ class _Validator:
             if table_naming
             else prefix,
         )
+
+    def _filters(self) -> FilterConfig:
+        g = self.get
         ops = self.strs("skipped.operations")
-        filters = FilterConfig(
+        return FilterConfig(
             table_include=_patterns(g("table.include.list")),
             table_exclude=_patterns(g("table.exclude.list")),
             column_include=_patterns(g("column.include.list")),
@@ -711,6 +759,9 @@ class _Validator:
             datatype_propagate_source_type=_patterns(g("datatype.propagate.source.type")),
             skipped_operations=frozenset(o for o in ops if o in _SKIPPABLE_OPS),
         )
+
+    def _transforms(self) -> TransformConfig:
+        fam = self.families
         chain = tuple(
             Transform(
                 alias,
@@ -725,7 +776,7 @@ class _Validator:
             )
             for alias in self.strs("transforms")
         )
-        transforms = TransformConfig(
+        return TransformConfig(
             chain=chain,
             filter_transaction_topic_records=any(
                 t.type == SMT_FILTER_TRANSACTION_TOPIC_RECORDS for t in chain
@@ -739,15 +790,22 @@ class _Validator:
             ),
             use_local_vgtid=any(t.type == SMT_USE_LOCAL_VGTID for t in chain),
         )
-        signals = SignalConfig(
+
+    def _signals(self, prefix: str) -> SignalConfig:
+        g = self.get
+        fam = self.families
+        return SignalConfig(
             data_collection=_opt_str(g("signal.data.collection")),
             channels=self.strs("signal.enabled.channels"),
             kafka_topic=str(g("signal.kafka.topic") or f"{prefix}-signal"),
             kafka_group_id=str(g("signal.kafka.groupId")),
             consumer=_frozen(fam.get("signal.consumer.", {})),
         )
+
+    def _behaviour(self) -> BehaviourConfig:
+        g = self.get
         failure = str(g("event.processing.failure.handling.mode"))
-        behaviour = BehaviourConfig(
+        return BehaviourConfig(
             decimal_handling_mode=str(g("decimal.handling.mode")),
             time_precision_mode=str(g("time.precision.mode")),
             bigint_unsigned_handling_mode=str(g("bigint.unsigned.handling.mode")),
@@ -773,27 +831,6 @@ class _Validator:
             metrics_port=_int(g("shardcdc.metrics.port")),
             metrics_address=str(g("shardcdc.metrics.address")),
             shutdown_grace_ms=_int(g("shardcdc.shutdown.grace.ms")),
-        )
-        secret_keys = frozenset(k for k in self.raw.values if k in self.raw.secret_keys or is_secret_key(k))
-        return WorkerConfig(
-            name=name,
-            topic_prefix=prefix,
-            source=source,
-            task=task,
-            kafka=kafka,
-            converters=converters,
-            topics=topics,
-            filters=filters,
-            transactions=TransactionConfig(
-                bool(g("provide.transaction.metadata")), str(g("transaction.metadata.factory"))
-            ),
-            transforms=transforms,
-            signals=signals,
-            behaviour=behaviour,
-            properties=MappingProxyType(dict(self.values)),
-            raw=MappingProxyType(dict(self.raw.values)),
-            secret_keys=secret_keys,
-            warnings=tuple(self.warnings),
         )
 
     def _pattern_family(self, prefix: str) -> tuple[tuple[int, Patterns], ...]:

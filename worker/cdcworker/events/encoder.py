@@ -48,6 +48,14 @@ class RowLike(Protocol):
     values: bytes
 
 
+class TablePlanner(Protocol):
+    """Plans a table instead of ``TablePlan.from_field`` (``cdcworker.filters.FilterPolicy``:
+    column options, skipped operations, name adjustment)."""
+
+    def plan(self, keyspace: str, shard: str, table: str, topic: str, fields: Sequence[FieldLike],
+             codecs: Sequence[ColumnCodec | None], key_indexes: Sequence[int], cfg: EncoderConfig) -> TablePlan: ...
+
+
 class RowChangeLike(Protocol):
     def HasField(self, name: str) -> bool: ...
 
@@ -124,7 +132,7 @@ class EncoderConfig:
     tx_block_schema: dict[str, Any] | None = None
     # cdcworker.filters.FilterPolicy when column options / skipped operations / name adjustment
     # are configured: it plans the table instead (once per FIELD; None = no per-row cost at all).
-    policy: Any = None
+    policy: TablePlanner | None = None
 
     def topic_naming(self) -> TopicNaming:
         return self.naming or TopicNaming(self.logical_name)
@@ -170,7 +178,8 @@ def _compile_decoder(names: Sequence[str | None], convs: Sequence[Converter | No
     src = "\n".join(lines)
     namespace: dict[str, Any] = {f"c{i}": c for i, c in enumerate(convs) if c is not None}
     exec(compile(src, "<cdcworker.events decoder>", "exec"), namespace)
-    return namespace["decode"]
+    decode: Callable[[Sequence[int], bytes], dict[str, Any]] = namespace["decode"]  # what src defines
+    return decode
 
 
 def _compile_key(names: Sequence[str]) -> Callable[[dict[str, Any]], dict[str, Any]]:
@@ -298,6 +307,10 @@ class TablePlan:
             )
         return self._decode(lengths, row.values)
 
+    def key(self, data: dict[str, Any]) -> tuple[dict[str, Any] | None, bytes | None]:
+        """A decoded row's key: (its payload, the record key's bytes); (None, None) without a key."""
+        return self._key(data)
+
     def _key(self, data: dict[str, Any]) -> tuple[dict[str, Any] | None, bytes | None]:
         if not self._key_names:
             return None, None
@@ -362,7 +375,7 @@ class TablePlan:
 
     def encode_change(
         self,
-        rc: RowChangeLike,
+        rc: RowChangeLike | bytes,  # bytes: a serialized RowChange from the native scanner
         ctx: SourceContext,
         now_ns: int | None = None,
         insert_op: str = "c",
@@ -379,28 +392,26 @@ class TablePlan:
         if now_ns is None:
             now_ns = time.time_ns()
         source = ctx.fragment(self.version, self.logical_name, self.table, self.unset_snapshot)
-        raw = type(rc) is bytes
         if self._native is not None:
             # One C call per row change: the serialized RowChange in, JSON images and keys out.
-            images = self._native.encode(rc if raw else rc.SerializeToString())  # type: ignore[attr-defined]
+            images = self._native.encode(rc if isinstance(rc, bytes) else rc.SerializeToString())  # type: ignore[attr-defined]
             if images is not None:
                 return self._native_records(images, source, now_ns, insert_op, tx)
-        if raw:
-            # Raw bytes from the VStream scanner (streaming.py): the Python path wants the message.
-            rc = _row_change(rc)  # type: ignore[arg-type]
-        has_before = rc.HasField("before")
-        has_after = rc.HasField("after")
+        # Raw bytes from the VStream scanner (streaming.py): the Python path wants the message.
+        change: RowChangeLike = _row_change(rc) if isinstance(rc, bytes) else rc
+        has_before = change.HasField("before")
+        has_after = change.HasField("after")
         topic = self.topic
         headers = self._headers
         block = None
         if has_after and not has_before:
-            after = self.decode(rc.after)
+            after = self.decode(change.after)
             _, key = self._key(after)
             if tx is not None and (block := tx(self.data_collection)) is None:
                 return []
             return [OutRecord(topic, key, self._value(None, after, insert_op, source, now_ns, block), headers)]
         if has_before and not has_after:
-            before = self.decode(rc.before)
+            before = self.decode(change.before)
             _, key = self._key(before)
             if tx is not None and (block := tx(self.data_collection)) is None:
                 return []
@@ -410,8 +421,8 @@ class TablePlan:
             return out
         if not has_before:
             return []
-        before = self.decode(rc.before)
-        after = self.decode(rc.after)
+        before = self.decode(change.before)
+        after = self.decode(change.after)
         old_kp, old_key = self._key(before)
         new_kp, new_key = self._key(after)
         # Compared as serialized keys: Java's Struct.equals semantics (Double.equals: -0.0 is

@@ -30,23 +30,23 @@ import orjson
 from cdcworker.events import types as T
 from cdcworker.events.jsonfmt import dumps, fix_escapes
 
-_rowenc: Any
+rowenc: Any  # Any: the C extension module (cdcworker._rowenc), None when not built
 try:  # imported by name: type-checks the same whether or not the extension is built
-    _rowenc = importlib.import_module("cdcworker._rowenc")
+    rowenc = importlib.import_module("cdcworker._rowenc")
 except ImportError:  # not built (pure-Python install): the Python path is complete on its own
-    _rowenc = None
+    rowenc = None
 
 ENV = "SHARDCDC_NATIVE"
 
 
 def available() -> bool:
     """The extension is importable (whatever the environment says)."""
-    return _rowenc is not None
+    return rowenc is not None
 
 
 def enabled() -> bool:
     """Plans compiled now use the native encoder."""
-    return _rowenc is not None and os.environ.get(ENV, "1") != "0"
+    return rowenc is not None and os.environ.get(ENV, "1") != "0"
 
 
 @dataclass
@@ -104,7 +104,7 @@ def _samples() -> dict[Any, str]:
     return out
 
 
-_OPS: dict[Any, str] = _samples() if _rowenc is not None else {}
+_OPS: dict[Any, str] = _samples() if rowenc is not None else {}
 
 
 def _cells(conv: Any) -> dict[str, Any]:
@@ -123,8 +123,7 @@ def _filter_codes() -> tuple[Any, Any, Any]:
     # filters.columns imports this module: look its column-option converters up lazily.
     from cdcworker.filters import columns
 
-    then = columns._then(columns._const_conv(None), columns._java_truncate(1))
-    return columns._const_conv(None).__code__, then.__code__, columns._java_truncate(1).__code__
+    return columns.converter_codes()
 
 
 def _filter_op(conv: Any) -> tuple[str, int, tuple[bytes, ...]] | None:
@@ -180,7 +179,7 @@ def program(
     key_indexes: Sequence[int],
     key_prefix: bytes,
 ) -> Any:
-    """A compiled ``_rowenc.Program`` for one table, or None (extension absent or disabled).
+    """A compiled ``rowenc.Program`` for one table, or None (extension absent or disabled).
 
     ``names``/``convs`` per FIELD column (None: dropped column); ``key_indexes`` as
     ``select_key_columns`` returned them. The program's ``encode(RowChange bytes)`` returns
@@ -192,13 +191,13 @@ def program(
     kept = [n for n in names if n is not None]
     if len(set(kept)) != len(kept):
         return None  # a dict would merge duplicate names; leave that to the Python path
-    assert _rowenc is not None
+    assert rowenc is not None
     cols = []
     for name, conv in zip(names, convs, strict=True):
         op, div, labels = column_op(conv)
-        cols.append((getattr(_rowenc, op), dumps(name) + b":" if name is not None else b"", conv, div, labels))
+        cols.append((getattr(rowenc, op), dumps(name) + b":" if name is not None else b"", conv, div, labels))
     keys = [i for i in key_indexes if convs[i] is not None]
-    return _rowenc.Program(cols, keys, key_prefix, orjson.dumps, fix_escapes)
+    return rowenc.Program(cols, keys, key_prefix, orjson.dumps, fix_escapes)
 
 
 def column_ops(convs: Sequence[Callable[[bytes], Any] | None]) -> list[str]:

@@ -322,6 +322,40 @@ def _enum_or_set(kind: str, column_type: str, string_values: bool, optional: boo
     return schema, set_conv
 
 
+def _temporal(t: int, field: FieldLike, optional: bool, tp: str) -> tuple[Schema, Converter]:
+    """TIMESTAMP, DATE, TIME and DATETIME columns, by time.precision.mode (``tp``)."""
+    schema: Schema
+    conv: Converter
+    if t == TIMESTAMP:
+        # The text passes through ZonedTimestamp.toIsoString unchanged (String input).
+        schema, conv = connect_schema("string", optional, "io.debezium.time.ZonedTimestamp", 1), _text
+    elif t in (DATE, TIME, DATETIME) and tp == "isostring":
+        schema, conv = _string(optional)
+    elif t == DATE:
+        name = "io.debezium.time.Date" if tp != "connect" else "org.apache.kafka.connect.data.Date"
+        schema, conv = connect_schema("int32", optional, name, 1), _zero_aware(_parse_date, optional)
+    elif t == TIME:
+        if tp == "connect":
+            schema = connect_schema("int32", optional, "org.apache.kafka.connect.data.Time", 1)
+            conv = _time_as_connect_millis(field.name, optional)
+        else:
+            schema, conv = connect_schema("int64", optional, "io.debezium.time.MicroTime", 1), _parse_time_micros
+    elif t == DATETIME:
+        if tp == "connect":
+            name, div = "org.apache.kafka.connect.data.Timestamp", 1000
+        elif int(field.decimals) <= 3:
+            name, div = "io.debezium.time.Timestamp", 1000
+        else:
+            name, div = "io.debezium.time.MicroTimestamp", 1
+
+        def dt_conv(raw: bytes, _div: int = div) -> int | None:
+            us = _parse_datetime_micros(raw)
+            return None if us is None else us // _div
+
+        schema, conv = connect_schema("int64", optional, name, 1), _zero_aware(dt_conv, optional)
+    return schema, conv
+
+
 def plan_column(field: FieldLike, enum_set_string_values: bool, opts: TypeOptions) -> ColumnCodec | None:
     """Schema and converter for one FIELD column; None when Debezium would drop the column."""
     t = int(field.type)
@@ -378,33 +412,8 @@ def plan_column(field: FieldLike, enum_set_string_values: bool, opts: TypeOption
             schema, conv = connect_schema("boolean", optional), lambda raw: any(raw)
         else:
             schema, conv = connect_schema("bytes", optional), _b64
-    elif t == TIMESTAMP:
-        # The text passes through ZonedTimestamp.toIsoString unchanged (String input).
-        schema, conv = connect_schema("string", optional, "io.debezium.time.ZonedTimestamp", 1), _text
-    elif t in (DATE, TIME, DATETIME) and tp == "isostring":
-        schema, conv = _string(optional)
-    elif t == DATE:
-        name = "io.debezium.time.Date" if tp != "connect" else "org.apache.kafka.connect.data.Date"
-        schema, conv = connect_schema("int32", optional, name, 1), _zero_aware(_parse_date, optional)
-    elif t == TIME:
-        if tp == "connect":
-            schema = connect_schema("int32", optional, "org.apache.kafka.connect.data.Time", 1)
-            conv = _time_as_connect_millis(field.name, optional)
-        else:
-            schema, conv = connect_schema("int64", optional, "io.debezium.time.MicroTime", 1), _parse_time_micros
-    elif t == DATETIME:
-        if tp == "connect":
-            name, div = "org.apache.kafka.connect.data.Timestamp", 1000
-        elif int(field.decimals) <= 3:
-            name, div = "io.debezium.time.Timestamp", 1000
-        else:
-            name, div = "io.debezium.time.MicroTimestamp", 1
-
-        def dt_conv(raw: bytes, _div: int = div) -> int | None:
-            us = _parse_datetime_micros(raw)
-            return None if us is None else us // _div
-
-        schema, conv = connect_schema("int64", optional, name, 1), _zero_aware(dt_conv, optional)
+    elif t in (TIMESTAMP, DATE, TIME, DATETIME):
+        schema, conv = _temporal(t, field, optional, tp)
     else:
         if not opts.include_unknown_datatypes:
             return None

@@ -317,6 +317,13 @@ def _const_conv(value: Any) -> Callable[[bytes], Any]:
     return conv
 
 
+def converter_codes() -> tuple[Any, Any, Any]:  # Any: code objects (types.CodeType), compared by identity
+    """The code of the column-option converters (a constant, a chain, a truncation), by which the
+    native encoder recognises them (``events.native``)."""
+    then = _then(_const_conv(None), _java_truncate(1))
+    return _const_conv(None).__code__, then.__code__, _java_truncate(1).__code__
+
+
 def _then(first: Callable[[bytes], Any], then: Callable[[Any], Any]) -> Callable[[bytes], Any]:
     def conv(raw: bytes) -> Any:
         return then(first(raw))

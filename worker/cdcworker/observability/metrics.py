@@ -539,77 +539,82 @@ class _Collector:
         self.tm = tm
 
     def collect(self) -> Iterator[Metric]:
+        now = self.tm.clock()
+        yield from self._streaming(now)
+        yield from self._shards()
+        yield from self._watermark(now)
+        yield from self._latency()
+        yield from self._counters(now)
+
+    def _gauge(self, name: str, doc: str, value: float | None) -> GaugeMetricFamily:
+        g = GaugeMetricFamily(name, doc, labels=list(self.tm.label_names))
+        if value is not None:
+            g.add_metric(self.tm.labels, value)
+        return g
+
+    def _counter(self, name: str, doc: str, value: float) -> CounterMetricFamily:
+        c = CounterMetricFamily(name, doc, labels=list(self.tm.label_names))
+        c.add_metric(self.tm.labels, value)
+        return c
+
+    def _streaming(self, now: float) -> Iterator[Metric]:
         tm = self.tm
-        now = tm.clock()
-        ln, lv = list(tm.label_names), tm.labels
-        sln = list(tm.shard_label_names)
-        shards = tm.shards
-
-        def gauge(name: str, doc: str, value: float | None) -> GaugeMetricFamily:
-            g = GaugeMetricFamily(name, doc, labels=ln)
-            if value is not None:
-                g.add_metric(lv, value)
-            return g
-
-        def counter(name: str, doc: str, value: float) -> CounterMetricFamily:
-            c = CounterMetricFamily(name, doc, labels=ln)
-            c.add_metric(lv, value)
-            return c
-
         # Debezium streaming metrics (task level).
         since = None if tm.last_event_ts is None else max(0.0, now - tm.last_event_ts) * 1000.0
-        yield gauge(
+        yield self._gauge(
             "shardcdc_milliseconds_since_last_event",
             "Milliseconds since the connector read and processed the most recent event (absent before the first).",
             since,
         )
-        yield gauge(
+        yield self._gauge(
             "shardcdc_total_number_of_events_seen",
             "Change events seen since the worker started.",
             tm.events_seen,
         )
-        yield gauge(
+        yield self._gauge(
             "shardcdc_total_number_of_create_events_seen", "Create events seen since start.", tm.creates
         )
-        yield gauge(
+        yield self._gauge(
             "shardcdc_total_number_of_update_events_seen", "Update events seen since start.", tm.updates
         )
-        yield gauge(
+        yield self._gauge(
             "shardcdc_total_number_of_delete_events_seen", "Delete events seen since start.", tm.deletes
         )
-        yield gauge(
+        yield self._gauge(
             "shardcdc_number_of_events_filtered",
             "Events dropped by include/exclude filter rules.",
             tm.events_filtered,
         )
-        yield gauge(
+        yield self._gauge(
             "shardcdc_number_of_erroneous_events",
             "Events that could not be converted (warn/skip).",
             tm.erroneous,
         )
-        yield counter(
+        yield self._counter(
             "shardcdc_signals_refused",
             "Signals refused because their document has the wrong shape (the log and /status say why).",
             tm.signals_refused,
         )
-        yield gauge(
+        yield self._gauge(
             "shardcdc_queue_total_capacity",
             "Capacity of the queue between stream and producer.",
             tm.queue_capacity,
         )
-        yield gauge(
+        yield self._gauge(
             "shardcdc_queue_remaining_capacity", "Remaining capacity of that queue.", tm.queue_remaining
         )
-        yield gauge(
+        yield self._gauge(
             "shardcdc_max_queue_size_in_bytes", "Maximum buffer of that queue in bytes.", tm.queue_max_bytes
         )
-        yield gauge(
+        yield self._gauge(
             "shardcdc_current_queue_size_in_bytes", "Current buffer of that queue in bytes.", tm.queue_bytes
         )
-        yield gauge(
+        yield self._gauge(
             "shardcdc_connected", "1 while the worker is connected to VTGate.", 1.0 if tm.connected else 0.0
         )
 
+    def _shards(self) -> Iterator[Metric]:
+        sln = list(self.tm.shard_label_names)
         # Debezium streaming metrics (shard level).
         behind = GaugeMetricFamily(
             "shardcdc_milliseconds_behind_source",
@@ -624,7 +629,7 @@ class _Collector:
             "Per shard: commit time before which every change is in Kafka (unix seconds).",
             labels=sln,
         )
-        for sm in shards:
+        for sm in self.tm.shards:
             if sm.behind_source_ms is not None:
                 behind.add_metric(sm.labels, sm.behind_source_ms)
             txns.add_metric(sm.labels, sm.transactions)
@@ -635,19 +640,23 @@ class _Collector:
         yield txns
         yield shard_wm
 
+    def _watermark(self, now: float) -> Iterator[Metric]:
         # Low watermark (the Spanner connector's MilliSecondsLowWatermark / ...Lag, in seconds).
-        lw = tm.low_watermark()
-        yield gauge(
+        lw = self.tm.low_watermark()
+        yield self._gauge(
             "shardcdc_low_watermark_seconds",
             "Commit time T (unix seconds) such that every change committed before T on the task's shards is in Kafka.",
             lw,
         )
-        yield gauge(
+        yield self._gauge(
             "shardcdc_low_watermark_lag_seconds",
             "Seconds between now and the low watermark.",
             None if lw is None else max(0.0, now - lw),
         )
 
+    def _latency(self) -> Iterator[Metric]:
+        tm = self.tm
+        ln, lv = list(tm.label_names), tm.labels
         # Latency histograms (commit → read / emit / Kafka ack).
         for name, doc, hist in (
             (
@@ -670,19 +679,22 @@ class _Collector:
             h.add_metric(lv, hist.buckets(), hist.sum)
             yield h
 
+    def _counters(self, now: float) -> Iterator[Metric]:
+        tm = self.tm
+        ln, lv = list(tm.label_names), tm.labels
         # Our counters.
-        yield counter("shardcdc_vstream_responses", "VStream responses received.", tm.responses)
-        yield counter("shardcdc_vstream_events", "VEvents received (all types).", tm.vevents)
-        yield counter("shardcdc_records_sent", "Records handed to the Kafka producer.", tm.records_sent)
-        yield counter(
+        yield self._counter("shardcdc_vstream_responses", "VStream responses received.", tm.responses)
+        yield self._counter("shardcdc_vstream_events", "VEvents received (all types).", tm.vevents)
+        yield self._counter("shardcdc_records_sent", "Records handed to the Kafka producer.", tm.records_sent)
+        yield self._counter(
             "shardcdc_records_acked",
             "Records acknowledged by Kafka (exactly-once: in committed transactions); updated at each offset flush.",
             tm.records_acked,
         )
-        yield counter(
+        yield self._counter(
             "shardcdc_offsets_flushed", "Offset records written to the offsets topic.", tm.offsets_flushed
         )
-        yield gauge(
+        yield self._gauge(
             "shardcdc_last_offset_flush_timestamp_seconds",
             "When offsets were last written.",
             tm.last_offset_flush_ts,
@@ -699,14 +711,14 @@ class _Collector:
             for code, n in sorted(dict(by_code).items()):
                 c.add_metric([*lv, code], n)
             yield c
-        yield gauge("shardcdc_generation", "Task generation (bumped by every reassignment).", tm.generation)
+        yield self._gauge("shardcdc_generation", "Task generation (bumped by every reassignment).", tm.generation)
         state = GaugeMetricFamily("shardcdc_state", "1 for the task's current state.", labels=[*ln, "state"])
         current = tm.state
         for s in STATES:
             state.add_metric([*lv, s], 1.0 if s == current else 0.0)
         yield state
-        yield gauge("shardcdc_ready", "1 while the readiness probe passes.", 1.0 if tm.ready() else 0.0)
-        yield gauge(
+        yield self._gauge("shardcdc_ready", "1 while the readiness probe passes.", 1.0 if tm.ready() else 0.0)
+        yield self._gauge(
             "shardcdc_loop_heartbeat_age_seconds",
             "Seconds since the streaming loop last reported itself alive.",
             max(0.0, now - tm.last_beat),

@@ -26,10 +26,10 @@ Values (``value``)
     same bytes), ``vgtid``, ``with_vgtid(v)``, ``transaction_id``, ``collection_counts``.
 
 Migration (``migration``, pure)
-    ``plan_tasks(lookup, server=, keyspace=, tasks_max=, gen=, prev_num_tasks=, current_shards=,
-    vgtid_setting=)`` -> ``[TaskAssignment(task_id, num_tasks, gen, shards, start, sources)]``
+    ``plan_tasks(lookup, server=, keyspace=, tasks_max=, gen=, prev_task_count=, current_shards=,
+    vgtid_setting=)`` -> ``[TaskAssignment(task_id, task_count, gen, shards, start, sources)]``
     for the operator; ``resolve_task_start(lookup, server=, keyspace=, shards=, task_id=,
-    num_tasks=, gen=, prev_num_tasks=, vgtid_setting=)`` -> ``TaskStart(vgtid, sources, stored)``
+    task_count=, gen=, prev_task_count=, vgtid_setting=)`` -> ``TaskStart(vgtid, sources, stored)``
     for a worker (``task_id=None``: per-task mode off). ``assign_shards(shards, tasks_max)``
     (round-robin over Java-sorted shards), ``java_sorted``, ``read_generation``,
     ``configured_start``, ``lookup_in(records, connector_name)``. Errors: ``MigrationError`` and

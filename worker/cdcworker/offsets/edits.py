@@ -218,7 +218,7 @@ def plan_handback(records: Mapping[bytes, bytes], connector: str, server: str, r
     task_keys = [tk for e in entries(records, connector) if e.partition.server == server and (tk := e.task_key)]
     gens: dict[int, set[int]] = {}
     for tk in task_keys:
-        gens.setdefault(tk.gen, set()).add(tk.num_tasks)
+        gens.setdefault(tk.gen, set()).add(tk.task_count)
     try:
         positions, values = shardcdc_positions(lookup_in(records, connector), server, recorded, gens)
         handback = plan(positions, values, server=server, task_keys=task_keys, per_task=per_task, tasks_max=tasks_max,
@@ -236,7 +236,7 @@ def plan_handback(records: Mapping[bytes, bytes], connector: str, server: str, r
 def apply_changes(store: OffsetStore, changes: Sequence[Change], timeout: float = 30.0) -> None:
     """Write the changes and wait until Kafka acknowledged every one (at-least-once, like Connect)."""
 
-    producer = store._own_producer()
+    producer = store.own_producer()
     errors: list[str] = []
 
     def delivered(err: Any, _msg: Any) -> None:

@@ -60,8 +60,8 @@ class ShardcdcGeneration:
     """shardcdc's last generation as its status records it (``status.assignment``)."""
 
     generation: int
-    tasks: int
-    previous_tasks: int
+    task_count: int
+    prev_task_count: int
     assignment: tuple[tuple[str, ...], ...]  # shards per task id
     history: tuple[tuple[int, int], ...] = ()  # the generations before it, newest first
 
@@ -103,8 +103,8 @@ def shardcdc_positions(lookup: OffsetLookup, server: str, recorded: ShardcdcGene
     if recorded is not None:
         starts = [
             resolve_task_start(lookup, server=server, keyspace="", shards=shards, task_id=tid,
-                               num_tasks=recorded.tasks, gen=recorded.generation,
-                               prev_num_tasks=recorded.previous_tasks, chain=recorded.history or None)
+                               task_count=recorded.task_count, gen=recorded.generation,
+                               prev_task_count=recorded.prev_task_count, chain=recorded.history or None)
             for tid, shards in enumerate(recorded.assignment)
         ]
         return _positions_of(starts)

@@ -35,9 +35,9 @@ TASK_KEY = "task_key"
 _TASK_KEY_RE = re.compile(r"task(-?\d+)_(-?\d+)_(-?\d+)")
 
 
-def task_key_name(task_id: int, num_tasks: int, gen: int) -> str:
+def task_key_name(task_id: int, task_count: int, gen: int) -> str:
     """Debezium's ``String.format("task%d_%d_%d", tid, numTasks, gen)``."""
-    return f"task{task_id}_{num_tasks}_{gen}"
+    return f"task{task_id}_{task_count}_{gen}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,11 +45,11 @@ class TaskKey:
     """A per-task key ``task<i>_<n>_<gen>`` split into its parts."""
 
     task_id: int
-    num_tasks: int
+    task_count: int
     gen: int
 
     def __str__(self) -> str:
-        return task_key_name(self.task_id, self.num_tasks, self.gen)
+        return task_key_name(self.task_id, self.task_count, self.gen)
 
     @classmethod
     def parse(cls, text: str) -> TaskKey:
@@ -67,8 +67,8 @@ class OffsetPartition:
     task_key: str | None = None
 
     @classmethod
-    def for_task(cls, server: str, task_id: int, num_tasks: int, gen: int) -> OffsetPartition:
-        return cls(server, task_key_name(task_id, num_tasks, gen))
+    def for_task(cls, server: str, task_id: int, task_count: int, gen: int) -> OffsetPartition:
+        return cls(server, task_key_name(task_id, task_count, gen))
 
     def as_map(self) -> dict[str, Any]:
         """The source partition map, in Java ``HashMap`` iteration order."""

@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from cdcworker.offsets.javacompat import java_string_sort_key
-from cdcworker.offsets.keys import OffsetPartition, offset_record_key
+from cdcworker.offsets.keys import OffsetPartition, offset_record_key, task_key_name
 from cdcworker.offsets.value import OffsetValue
 from cdcworker.offsets.vgtid import CURRENT_GTID, EMPTY_GTID, ShardGtid, Vgtid
 
@@ -175,12 +175,12 @@ class GenerationOffsets:
 def read_generation(
     lookup: OffsetLookup,
     server: str,
-    num_tasks: int,
+    task_count: int,
     gen: int,
     *,
     require_all: bool,
 ) -> GenerationOffsets | None:
-    """Union of the positions under keys ``task<i>_<num_tasks>_<gen>`` (Debezium's ``VitessOffsetRetriever``).
+    """Union of the positions under keys ``task<i>_<task_count>_<gen>`` (Debezium's ``VitessOffsetRetriever``).
 
     Returns None for ``gen < 0`` (no generation). For ``gen == 0`` a key without an offset falls
     back to the plain server partition. With ``require_all`` every key must exist, else
@@ -193,8 +193,8 @@ def read_generation(
     values: dict[str, OffsetValue] = {}
     missing: list[OffsetPartition] = []
     server_only = OffsetPartition(server)
-    for i in range(num_tasks):
-        partition = OffsetPartition.for_task(server, i, num_tasks, gen)
+    for i in range(task_count):
+        partition = OffsetPartition.for_task(server, i, task_count, gen)
         offset = lookup(partition)
         if offset is None and gen == 0:
             offset = lookup(server_only)
@@ -212,8 +212,8 @@ def read_generation(
         fallback = f" (nor for {server_only})" if gen == 0 else ""
         names = ", ".join(str(p) + fallback for p in missing)
         raise MissingOffsetsError(
-            f"No offset found for {names}. Generation {gen} with {num_tasks} task(s) must have stored an "
-            f"offset under every key task<i>_{num_tasks}_{gen}; check vitess.prev.num.tasks (the number of "
+            f"No offset found for {names}. Generation {gen} with {task_count} task(s) must have stored an "
+            f"offset under every key task<i>_{task_count}_{gen}; check vitess.prev.num.tasks (the number of "
             f"tasks that actually ran, at most the shard count) and vitess.offset.storage.task.key.gen.",
             missing,
         )
@@ -270,7 +270,7 @@ class TaskAssignment:
     """One task of a generation: its key, shards (sorted) and starting VGTID."""
 
     task_id: int
-    num_tasks: int
+    task_count: int
     gen: int
     shards: list[str]
     start: Vgtid
@@ -278,7 +278,7 @@ class TaskAssignment:
 
     @property
     def task_key(self) -> str:
-        return f"task{self.task_id}_{self.num_tasks}_{self.gen}"
+        return task_key_name(self.task_id, self.task_count, self.gen)
 
 
 def _start_for(
@@ -301,7 +301,7 @@ def plan_tasks(
     keyspace: str,
     tasks_max: int,
     gen: int,
-    prev_num_tasks: int,
+    prev_task_count: int,
     current_shards: Sequence[str],
     vgtid_setting: str = CURRENT_GTID,
 ) -> list[TaskAssignment]:
@@ -316,8 +316,8 @@ def plan_tasks(
         raise MigrationError(f"vitess.offset.storage.task.key.gen must be >= 0 in per-task mode, got {gen}")
     if not current_shards:
         raise MigrationError(f"keyspace {keyspace!r} has no shards to stream")
-    if gen > 0 and prev_num_tasks < 1:
-        raise MigrationError(f"vitess.prev.num.tasks must be > 0 for generation {gen}, got {prev_num_tasks}")
+    if gen > 0 and prev_task_count < 1:
+        raise MigrationError(f"vitess.prev.num.tasks must be > 0 for generation {gen}, got {prev_task_count}")
     current_set = set(current_shards)
     tasks = min(tasks_max, len(current_set))
     current = read_generation(lookup, server, tasks, gen, require_all=False)
@@ -325,13 +325,13 @@ def plan_tasks(
     previous: GenerationOffsets | None = None
     if gen > 0:
         # Needed (and then required whole) only while the current generation is incomplete.
-        previous = read_generation(lookup, server, prev_num_tasks, gen - 1, require_all=bool(current.missing))
+        previous = read_generation(lookup, server, prev_task_count, gen - 1, require_all=bool(current.missing))
         if previous is not None and previous.missing:
             previous = None
     prev_shards = set(previous.positions) if previous is not None else None
-    if gen > 0 and tasks == prev_num_tasks and _same(prev_shards, current_set):
+    if gen > 0 and tasks == prev_task_count and _same(prev_shards, current_set):
         raise SameGenerationError(
-            f"Previous num.tasks: {prev_num_tasks} and current num.tasks: {tasks} are the same, and previous "
+            f"Previous num.tasks: {prev_task_count} and current num.tasks: {tasks} are the same, and previous "
             f"shards {java_sorted(prev_shards or ())} and current shards {java_sorted(current_set)} are the same. "
             "Choose a different tasks.max (or wait for the shard set to change) to change the task parallelism; "
             "otherwise reset vitess.offset.storage.task.key.gen to its previous value."
@@ -363,7 +363,7 @@ def plan_tasks(
         plan.append(
             TaskAssignment(
                 task_id=tid,
-                num_tasks=tasks,
+                task_count=tasks,
                 gen=gen,
                 shards=task_shards,
                 start=Vgtid(tuple(sg for sg, _ in starts)),
@@ -392,9 +392,9 @@ def resolve_task_start(
     keyspace: str,
     shards: Sequence[str],
     task_id: int | None = None,
-    num_tasks: int = 1,
+    task_count: int = 1,
     gen: int = -1,
-    prev_num_tasks: int = -1,
+    prev_task_count: int = -1,
     vgtid_setting: str = CURRENT_GTID,
     chain: Sequence[tuple[int, int]] | None = None,
 ) -> TaskStart:
@@ -414,7 +414,7 @@ def resolve_task_start(
     own = (
         OffsetPartition(server)
         if task_id is None
-        else OffsetPartition.for_task(server, task_id, num_tasks, gen)
+        else OffsetPartition.for_task(server, task_id, task_count, gen)
     )
     stored = lookup(own)
     if stored is not None:
@@ -424,13 +424,13 @@ def resolve_task_start(
     config = configured_start(keyspace, ordered, vgtid_setting)
     if task_id is None:
         return TaskStart(Vgtid(tuple(config[s] for s in ordered)), dict.fromkeys(ordered, "config"), None)
-    current = read_generation(lookup, server, num_tasks, gen, require_all=False)
+    current = read_generation(lookup, server, task_count, gen, require_all=False)
     assert current is not None  # per-task mode: gen >= 0
     previous: GenerationOffsets | None = None
     sources: dict[str, str] = {}
     uncovered = set(ordered) - set(current.positions)
     if uncovered and chain is None:
-        previous = read_generation(lookup, server, prev_num_tasks, gen - 1, require_all=True)
+        previous = read_generation(lookup, server, prev_task_count, gen - 1, require_all=True)
     elif uncovered and chain is not None:
         previous, generation_of = _read_chain(lookup, server, chain, uncovered)
         sources = {s: "previous-generation" if g == gen - 1 else f"generation-{g}" for s, g in generation_of.items()}

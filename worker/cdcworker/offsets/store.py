@@ -21,11 +21,12 @@ from collections.abc import Mapping
 from types import TracebackType
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from cdcworker import kafkaclients
 from cdcworker.kafkaerrors import (
+    UNKNOWN_PARTITION,
     KafkaAccessError,
     OffsetStoreError,
     TopicSizing,
@@ -37,6 +38,7 @@ from cdcworker.offsets.javacompat import java_murmur2_partition
 from cdcworker.offsets.keys import OffsetPartition, offset_record_key
 from cdcworker.offsets.migration import OffsetLookup, lookup_in
 from cdcworker.offsets.value import OffsetValue
+from cdcworker.topicread import TopicEndTimeout, TopicReader, TopicReadError
 
 __all__ = ["CONNECT_DEFAULT_PARTITIONS", "KafkaAccessError", "OffsetStore", "OffsetStoreError"]
 
@@ -49,7 +51,7 @@ def offsets_sizing(partitions: int, replication_factor: int) -> TopicSizing:
 
 
 # Errors a consumer reports while a just-created topic propagates; the read retries until its deadline.
-_TRANSIENT_READ_ERRORS = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION, KafkaError.LEADER_NOT_AVAILABLE})
+_TRANSIENT_READ_ERRORS = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, UNKNOWN_PARTITION, KafkaError.LEADER_NOT_AVAILABLE})
 
 
 class OffsetStore:
@@ -179,37 +181,29 @@ class OffsetStore:
             "offsets consumer", errors,
         )
         records: dict[bytes, bytes] = {}
+
+        def check() -> None:
+            refused = first_refusal(errors, "offsets consumer")
+            if refused is not None:
+                raise refused
+
         try:
-            count = self.num_partitions()
-            consumer.assign([TopicPartition(self.topic, p, 0) for p in range(count)])
-            pending = set(range(count))
-            deadline = time.monotonic() + self._timeout
-            while pending:
-                refused = first_refusal(errors, "offsets consumer")
-                if refused is not None:
-                    raise refused
-                if time.monotonic() > deadline:
-                    raise OffsetStoreError(
-                        f"reading offsets topic {self.topic!r}: partitions {sorted(pending)} did not reach "
-                        f"their end within {self._timeout}s"
-                    )
-                for msg in consumer.consume(num_messages=1000, timeout=0.5):
-                    err = msg.error()
-                    if err is not None:
-                        if err.code() == KafkaError._PARTITION_EOF:
-                            pending.discard(msg.partition())
-                            continue
-                        if err.code() in _TRANSIENT_READ_ERRORS:
-                            continue  # a topic created a moment ago is not in the consumer's metadata yet
-                        raise OffsetStoreError(f"reading offsets topic {self.topic!r}: {err}")
-                    key = msg.key()
-                    if key is None:
-                        continue  # Connect ignores (and logs) records without a key
-                    value = msg.value()
-                    if value is None:
-                        records.pop(key, None)
-                    else:
-                        records[key] = value
+            reader = TopicReader(consumer, self.topic, skip=_TRANSIENT_READ_ERRORS)
+            reader.assign(range(self.num_partitions()))
+            for msg in reader.read_to_end(self._timeout, check):
+                key = msg.key()
+                if key is None:
+                    continue  # Connect ignores (and logs) records without a key
+                value = msg.value()
+                if value is None:
+                    records.pop(key, None)
+                else:
+                    records[key] = value
+        except TopicEndTimeout as exc:
+            raise OffsetStoreError(f"reading offsets topic {self.topic!r}: partitions {exc.pending} did not reach "
+                                   f"their end within {self._timeout}s") from None
+        except TopicReadError as exc:
+            raise OffsetStoreError(f"reading offsets topic {self.topic!r}: {exc.error}") from None
         finally:
             consumer.close()
         with self._lock:
@@ -231,7 +225,13 @@ class OffsetStore:
 
     # -- writing -------------------------------------------------------------------------------
 
-    def _own_producer(self) -> Producer:
+    @property
+    def timeout(self) -> float:
+        """Seconds a read to the topic's end or a synchronous write may take."""
+        return self._timeout
+
+    def own_producer(self) -> Producer:
+        """The store's idempotent producer (``write`` uses it; queued writes share its order)."""
         if self._producer is None:
             self._producer = kafkaclients.producer(
                 {**self._config, "acks": "all", "enable.idempotence": True, "linger.ms": 0}, "offsets producer")
@@ -266,7 +266,7 @@ class OffsetStore:
         timeout: float | None = None,
     ) -> None:
         """Write one offset (None = tombstone) and wait until Kafka acknowledged it (at-least-once)."""
-        producer = self._own_producer()
+        producer = self.own_producer()
         errors: list[KafkaError] = []
 
         def on_delivery(err: KafkaError | None, _msg: object) -> None:

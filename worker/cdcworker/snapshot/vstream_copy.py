@@ -90,11 +90,11 @@ class _WatchingSink:
     def __init__(self, inner: Any, topics: set[str], seen: set[tuple[str, bytes]]) -> None:
         self.inner = inner
         self._topics = topics
-        self._seen = seen
+        self.seen = seen
 
     def send(self, topic: str, key: bytes | None, value: bytes | None, headers: Any) -> None:
         if key is not None and topic in self._topics:
-            self._seen.add((topic, key))
+            self.seen.add((topic, key))
         self.inner.send(topic, key, value, headers)
 
     def __getattr__(self, name: str) -> Any:
@@ -372,7 +372,7 @@ class VStreamCopyEngine:
         run = self._run
         assert run is not None
         live = processor.sink
-        if not isinstance(live, _WatchingSink) or live._seen is not run.seen:
+        if not isinstance(live, _WatchingSink) or live.seen is not run.seen:
             base = live.inner if isinstance(live, _WatchingSink) else live
             processor.sink = _WatchingSink(base, run.topics, run.seen)
         sink = processor.sink.inner
@@ -545,7 +545,7 @@ class VStreamCopyEngine:
         if not run.seen:
             return False
         try:
-            _, key = plan._key(plan.decode(rc.after))
+            _, key = plan.key(plan.decode(rc.after))
         except Exception:  # the failure mode is applied when the row is encoded
             return False
         if key is not None and (plan.topic, key) in run.seen:

@@ -61,6 +61,11 @@ class ShardEpochMap(Mapping[str, int]):
     def __getitem__(self, shard: str) -> int:
         return self._epochs[shard]
 
+    @property
+    def by_shard(self) -> dict[str, int]:
+        """The map's own dict (do not mutate): a plain lookup per shard on the per-transaction path."""
+        return self._epochs
+
     def __iter__(self) -> Iterator[str]:
         return iter(self._epochs)
 
@@ -234,7 +239,7 @@ class EpochProvider:
             self.epochs = next_epoch_map(self.epochs, self._previous, current, self.inherit)
         self._previous = current
         try:
-            return self.epochs._epochs[shard]
+            return self.epochs.by_shard[shard]
         except KeyError:
             raise EpochError(f"shard {shard!r} is not in the transaction VGTID {current}") from None
 
@@ -247,7 +252,7 @@ class EpochProvider:
         previous = self._previous
         if previous is None:
             return None
-        out = tx_begin(shape, id_json, ts_ms, previous.shard_gtids, current.shard_gtids, shard, self.epochs._epochs)
+        out = tx_begin(shape, id_json, ts_ms, previous.shard_gtids, current.shard_gtids, shard, self.epochs.by_shard)
         if out is not None:
             self._previous = current
         return out
@@ -257,7 +262,7 @@ class EpochProvider:
         VGTID, each GTID unchanged or moved on the same hosts (nearly every transaction). Checked
         on the GTID texts with the sequence numbers taken out, so the map is recomputed only when
         the shard set or a host set changes; ``next_epoch_map`` would return the same map."""
-        shards = self.epochs._epochs  # the map's own dict: a plain lookup per shard
+        shards = self.epochs.by_shard  # the map's own dict: a plain lookup per shard
         old_sgs, new_sgs = previous.shard_gtids, current.shard_gtids
         if len(old_sgs) != len(new_sgs) or len(shards) != len(new_sgs):
             return False

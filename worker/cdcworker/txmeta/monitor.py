@@ -259,7 +259,7 @@ class TransactionMonitor:
         # The native BEGIN (``_rowenc.tx_begin``) covers Debezium's full block shape: the id, both
         # counters (total_order first), and with the ordered factory the epoch and the rank.
         full_block = self._with_id and self._slots == (1, 2) and (not opts.ordered or (self._with_epoch and self._with_rank))
-        self._native_begin = native._rowenc.tx_begin if native.enabled() and full_block and not self._top_exclude else None
+        self._native_begin = native.rowenc.tx_begin if native.enabled() and full_block and not self._top_exclude else None
         self._begin_shape = (
             self._key_head, self._key_tail, self._begin_head, b"}" + close, b"," + self._first_label,
             opts.decimal_numeric, opts.emit_boundaries,
