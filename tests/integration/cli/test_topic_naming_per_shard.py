@@ -18,8 +18,8 @@ from confluent_kafka.admin import AdminClient
 from worker_fixtures import commerce_sim, running_task, worker_config
 from worker_fixtures import wait_for as _wait_for
 
-from cdcworker import cli
 from localkafka import KafkaBroker, consume_all
+from shardcdc_cli import cli
 
 DDL = [
     "CREATE TABLE customer (id BIGINT NOT NULL, email VARCHAR(128), PRIMARY KEY (id))",
