@@ -497,7 +497,7 @@ def test_offsets_lost_condition_and_restore_on_the_api_server(env: Env) -> None:
     env.nodes.set_doc("lostoffs-g0-t0", {**streaming_doc(), "shards": shards})
 
     def flags() -> dict[str, str] | None:
-        cm = env.kube._call("GET", f"/api/v1/namespaces/{NS}/configmaps/lostoffs-positions", allow=(404,))
+        cm = env.kube.request("GET", f"/api/v1/namespaces/{NS}/configmaps/lostoffs-positions", allow=(404,))
         return (cm or {}).get("data")
 
     wait_for(lambda: flags() == {"task-0-0": "true"}, 20, "the task flagged as having stored positions")

@@ -32,8 +32,8 @@ def _constructions(path: Path) -> list[str]:
             func = node.func
             name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
             owner = func.value.id if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) else ""
-            if name in CLIENT_CLASSES and owner != "_rowenc" and not (isinstance(func, ast.Attribute)
-                                                                       and getattr(func.value, "attr", "") == "_rowenc"):
+            if name in CLIENT_CLASSES and owner != "rowenc" and not (isinstance(func, ast.Attribute)
+                                                                       and getattr(func.value, "attr", "") == "rowenc"):
                 out.append(f"{path.relative_to(ROOT)}:{node.lineno}: {ast.unparse(func)}(...)")
     return out
 
@@ -81,7 +81,7 @@ def _run_clients(bootstrap: str, settings: dict[str, str]) -> subprocess.Complet
 def _native_available() -> bool:
     from cdcworker.events import native
 
-    return native._rowenc is not None and hasattr(native._rowenc, "Producer")
+    return native.rowenc is not None and hasattr(native.rowenc, "Producer")
 
 
 def test_an_unreachable_broker_prints_no_raw_librdkafka_lines() -> None:

@@ -103,7 +103,7 @@ def test_last_positions_are_kept_and_restored_under_the_task_keys() -> None:
             "metadata": {"name": "orders", "namespace": "shop", "uid": "u"},
             "spec": {"source": {"vitess": {"vtgate": "h:1", "keyspace": "commerce"}},
                      "kafka": {"bootstrapServers": "b:1", "topicPrefix": "shop", "offsetsTopic": "o"}}}
-    g = Generation(generation=1, tasks=3, previous_tasks=1, assignment=(("-80",), ("80-", "c0-"), ()),
+    g = Generation(generation=1, task_count=3, prev_task_count=1, assignment=(("-80",), ("80-", "c0-"), ()),
                    phase=GenPhase.RUNNING)
     records = restore_records(ConnectorResource.from_body(body), g, {1: kept_positions(status, 1)[1]})
     assert [(p, v.vgtid) for p, v in records] == [
@@ -114,7 +114,7 @@ def test_last_positions_are_kept_and_restored_under_the_task_keys() -> None:
 def test_flags_are_kept_for_the_current_generation_and_cleared_without_a_record() -> None:
     from cdcoperator.offsetslost import _wanted_flags
 
-    g = Generation(generation=2, tasks=2, previous_tasks=1, assignment=(("-80",), ("80-",)), phase=GenPhase.RUNNING)
+    g = Generation(generation=2, task_count=2, prev_task_count=1, assignment=(("-80",), ("80-",)), phase=GenPhase.RUNNING)
     old = {"task-1-0": "true", "task-2-0": "true"}
     assert _wanted_flags(old, g, reporting=[1], drop=[]) == {"task-2-0": "true", "task-2-1": "true"}
     assert _wanted_flags(old, g, reporting=[], drop=[0]) == {}  # resnapshot
