@@ -4,7 +4,7 @@ conftest), its tables, a workload through VTGate, and "the topic equals the sour
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -20,7 +20,7 @@ from realvitess.single import hash_vschema
 KEYSPACE = "commerce"
 SHARDS = 2
 # One table per test (tests share the session's cluster): created at start, ``hash`` vindex on id.
-TABLES = ("items_alo", "items_eos", "items_kill", "items_bf", "fid")
+TABLES = ("items_alo", "items_eos", "items_kill", "items_bf", "fid", "big_alo", "big_eos")
 COLUMNS = ("id", "name", "qty", "price")
 TABLE_DDL = ("create table {t} (id bigint not null, name varchar(64), qty int, price decimal(10,2), "
              "primary key (id))")
@@ -115,11 +115,11 @@ def records(broker: KafkaBroker, prefix: str, table: str, read_committed: bool =
 
 
 def topic_equals_source(broker: KafkaBroker, client: VTGateClient, prefix: str, table: str,
-                        read_committed: bool = False, timeout: float = 180.0, keyspace: str = KEYSPACE
-                        ) -> Materialised:
+                        read_committed: bool = False, timeout: float = 180.0, keyspace: str = KEYSPACE,
+                        columns: Sequence[str] = COLUMNS) -> Materialised:
     """Poll until the topic, materialised (latest record per key, tombstones delete), equals the
     table's rows read through VTGate (after the writes stopped); the materialised state."""
-    truth = client.source_truth(keyspace, table, COLUMNS)
+    truth = client.source_truth(keyspace, table, columns)
     assert truth, f"{table} is empty: nothing would be compared"
 
     def same() -> Materialised:
