@@ -7,25 +7,26 @@ delivered twice."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
-import subprocess
-import sys
-import urllib.request
 import uuid
 from pathlib import Path
-from typing import Any
 
 import grpc
 import pytest
 from polling import wait_for
-from realvitess_fixtures import COLUMNS, KEYSPACE, Writer, topic_equals_source, worker_props
+from realvitess_fixtures import (
+    COLUMNS,
+    KEYSPACE,
+    Worker,
+    Writer,
+    topic_equals_source,
+    worker_props,
+    write_properties,
+)
 
-from cdcworker.config import property_to_env
 from localkafka import KafkaBroker
-from localkafka.broker import free_port
-from localkafka.children import start_bound, stop_group
+from localkafka.children import stop_group
 from realvitess import VTGateClient, VTTestServer
 from realvitess.client import VTGateError
 
@@ -34,36 +35,6 @@ pytestmark = pytest.mark.realvitess
 EXACTLY_ONCE = {"exactly.once.support": "required", "poll.interval.ms": "100"}
 BIG_ROWS, PER_STATEMENT = 20_000, 500
 FIRST_BIG_ID = 1_000_000
-
-
-class Worker:
-    """``shardcdc worker`` as a process with its /status endpoint on a port of its own."""
-
-    def __init__(self, config: Path, log: Path) -> None:
-        self.port = free_port()
-        env = {**os.environ, "SHARDCDC_LOG_LEVEL": "WARNING",
-               property_to_env("shardcdc.metrics.port"): str(self.port)}
-        with log.open("ab") as out:
-            self.proc = start_bound([sys.executable, "-m", "cdcworker.cli", "worker", "-c", str(config)],
-                                    stdout=out, stderr=subprocess.STDOUT, env=env)
-        self.log = log
-
-    def status(self) -> dict[str, Any]:
-        if self.proc.poll() is not None:  # not an AssertionError: wait_for must not wait this out
-            raise RuntimeError(f"worker exited with {self.proc.returncode}:\n{self.log.read_text()[-3000:]}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/status", timeout=2) as resp:
-                doc: dict[str, Any] = json.loads(resp.read())
-                return doc
-        except OSError:
-            return {}
-
-    def sent(self) -> int:
-        return int(self.status().get("records_sent", -1))
-
-    def streaming(self) -> bool:
-        doc = self.status()
-        return bool(doc.get("connected") and doc.get("state") == "streaming")
 
 
 def _big_transaction(client: VTGateClient, table: str) -> None:
@@ -96,8 +67,7 @@ def test_killed_mid_transaction_then_a_column_added_mid_stream(
 ) -> None:
     prefix, committed = f"rf{uuid.uuid4().hex[:8]}", bool(extra)
     config, log = tmp_path / "worker.properties", tmp_path / "worker.log"
-    props = worker_props(kafka_broker, real_vitess, prefix, table, **extra)
-    config.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+    write_properties(config, worker_props(kafka_broker, real_vitess, prefix, table, **extra))
     with real_vitess.client() as client:
         writer = Writer(client, table, seed=5 + len(extra))
         writer.insert(50)  # the copy phase's rows
