@@ -3,24 +3,35 @@ conftest), its tables, a workload through VTGate, and "the topic equals the sour
 
 from __future__ import annotations
 
+import json
+import os
 import random
-from collections.abc import Iterator
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import KafkaException
 from polling import wait_for
 
+from cdcoperator.local.children import start_bound
+from cdcworker.config import property_to_env
 from localkafka import ConsumedRecord, KafkaBroker, consume_all
+from localkafka.broker import free_port
 from realvitess import VTGateClient, VTTestServer
+from realvitess.cluster import VitessCluster
 from realvitess.single import hash_vschema
 from shardcdc_cli.materialise import Materialised, compare, materialise
 
 KEYSPACE = "commerce"
 SHARDS = 2
 # One table per test (tests share the session's cluster): created at start, ``hash`` vindex on id.
-TABLES = ("items_alo", "items_eos", "items_kill", "items_bf", "fid")
+TABLES = ("items_alo", "items_eos", "items_kill", "items_bf", "fid", "big_alo", "big_eos", "bf_two", "bf_three")
 COLUMNS = ("id", "name", "qty", "price")
 TABLE_DDL = ("create table {t} (id bigint not null, name varchar(64), qty int, price decimal(10,2), "
              "primary key (id))")
@@ -89,14 +100,72 @@ class Writer:
             self.step()
 
 
-def worker_props(broker: KafkaBroker, vt: VTTestServer, prefix: str, table: str, **extra: str) -> dict[str, str]:
+class Worker:
+    """``shardcdc worker -c CONFIG`` as a process with its /status endpoint on a port of its own."""
+
+    def __init__(self, config: Path, log: Path) -> None:
+        self.port = free_port()
+        env = {**os.environ, "SHARDCDC_LOG_LEVEL": "WARNING",
+               property_to_env("shardcdc.metrics.port"): str(self.port)}
+        with log.open("ab") as out:
+            self.proc = start_bound([sys.executable, "-m", "shardcdc_cli.cli", "worker", "-c", str(config)],
+                                    stdout=out, stderr=subprocess.STDOUT, env=env)
+        self.log = log
+
+    def status(self) -> dict[str, Any]:
+        if self.proc.poll() is not None:  # not an AssertionError: wait_for must not wait this out
+            raise RuntimeError(f"worker exited with {self.proc.returncode}:\n{self.log.read_text()[-3000:]}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/status", timeout=2) as resp:
+                doc: dict[str, Any] = json.loads(resp.read())
+                return doc
+        except OSError:
+            return {}
+
+    def sent(self) -> int:
+        return int(self.status().get("records_sent", -1))
+
+    def streaming(self) -> bool:
+        doc = self.status()
+        return bool(doc.get("connected") and doc.get("state") == "streaming")
+
+
+def write_properties(path: Path, props: dict[str, str]) -> Path:
+    path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+    return path
+
+
+def per_key_order_kept(recs: Sequence[ConsumedRecord]) -> int:
+    """Every key's changes arrive in the order they were made: ``Writer`` updates add 1 to ``qty``,
+    so a key's ``qty`` grows strictly from record to record, and a delete is its last change. The
+    number of keys checked."""
+    last: dict[bytes, int | None] = {}  # key -> qty of its latest change (None: deleted)
+    for rec in recs:
+        if rec.key is None or rec.value is None:
+            continue
+        doc = json.loads(rec.value)
+        payload = doc.get("payload", doc)
+        before = last.get(rec.key, -1)
+        assert before is not None, f"a change after the delete of key {rec.key!r}: {payload}"
+        if payload["op"] == "d":
+            last[rec.key] = None
+            continue
+        qty = payload["after"]["qty"]
+        if payload["op"] == "u":
+            assert qty > before, f"key {rec.key!r} out of order: qty {qty} after {before}"
+        last[rec.key] = qty
+    return len(last)
+
+
+def worker_props(broker: KafkaBroker, vt: VTTestServer | VitessCluster, prefix: str, table: str,
+                 keyspace: str = KEYSPACE, **extra: str) -> dict[str, str]:
     host, port = vt.vtgate.rsplit(":", 1)
     return {
         "name": f"conn-{prefix}", "topic.prefix": prefix, "database.hostname": host, "database.port": port,
-        "vitess.keyspace": KEYSPACE, "vitess.tablet.type": "PRIMARY", "bootstrap.servers": broker.bootstrap,
+        "vitess.keyspace": keyspace, "vitess.tablet.type": "PRIMARY", "bootstrap.servers": broker.bootstrap,
         "offset.storage.topic": f"offsets-{prefix}", "offset.storage.replication.factor": "1",
         "offset.storage.partitions": "1", "offset.flush.interval.ms": "100", "snapshot.mode": "initial",
-        "table.include.list": f"{KEYSPACE}.{table}", "shardcdc.metrics.port": "0", **extra,
+        "table.include.list": f"{keyspace}.{table}", "shardcdc.metrics.port": "0", **extra,
     }
 
 
@@ -110,16 +179,16 @@ def records(broker: KafkaBroker, prefix: str, table: str, read_committed: bool =
     try:
         return consume_all(broker.bootstrap, topic_of(prefix, table, keyspace), read_committed=read_committed,
                            timeout=10)
-    except KafkaException:
+    except (KafkaException, TimeoutError):  # not created yet, or just created (no EOF yet)
         return []
 
 
 def topic_equals_source(broker: KafkaBroker, client: VTGateClient, prefix: str, table: str,
-                        read_committed: bool = False, timeout: float = 180.0, keyspace: str = KEYSPACE
-                        ) -> Materialised:
+                        read_committed: bool = False, timeout: float = 180.0, keyspace: str = KEYSPACE,
+                        columns: Sequence[str] = COLUMNS) -> Materialised:
     """Poll until the topic, materialised (latest record per key, tombstones delete), equals the
     table's rows read through VTGate (after the writes stopped); the materialised state."""
-    truth = client.source_truth(keyspace, table, COLUMNS)
+    truth = client.source_truth(keyspace, table, columns)
     assert truth, f"{table} is empty: nothing would be compared"
 
     def same() -> Materialised:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 import tempfile
 import time
 import urllib.request
@@ -21,7 +22,7 @@ from types import TracebackType
 import grpc
 
 from .client import VTGateClient, VTGateError
-from .env import Processes, VitessEnv, kill_strays, vitess_env
+from .env import MARIADB_ROOT, Processes, VitessEnv, kill_strays, vitess_env
 from .single import free_port_block
 
 CELL = "zone1"
@@ -50,6 +51,7 @@ class VitessCluster:
         self.procs = Processes(self.env, self.root)
         self.initial = list(shards)
         self.tablets: dict[str, int] = {}  # shard -> tablet uid
+        self._ports: dict[int, int] = {}  # tablet uid -> its base port (http, +1 grpc, +2 mariadbd)
         self._uids = 0
         self.base = 0
 
@@ -100,11 +102,7 @@ class VitessCluster:
             self.add_shards(self.initial)
             self.vtctldclient("ApplySchema", *[a for s in self.ddl for a in ("--sql", s)], self.keyspace)
             self.vtctldclient("ApplyVSchema", "--vschema", json.dumps(self.vschema), self.keyspace)
-            self.procs.start("vtgate", ["vtgate", *self._topo(), "--cell", CELL, "--cells-to-watch", CELL,
-                                        "--port", str(self.base + 4), "--grpc-port", str(self.base + 5),
-                                        "--mysql-server-port", str(self.base + 6), "--mysql-server-bind-address",
-                                        "127.0.0.1", "--tablet-types-to-wait", "PRIMARY",
-                                        "--service-map", "grpc-vtgateservice", "--mysql-auth-server-impl", "none"])
+            self._start_vtgate()
             self.wait_serving(self.initial)
         except BaseException:
             self.stop()
@@ -117,22 +115,64 @@ class VitessCluster:
             self._uids += 1
             uid = 100 * self._uids  # never reused: a stopped tablet's data stays until the end
             self.tablets[shard] = uid
-            port = free_port_block(3)
+            self._ports[uid] = port = free_port_block(3)
             self.procs.run(["mysqlctl", "--tablet-uid", str(uid), "--mysql-port", str(port + 2), "init"], timeout=180)
-            alias = f"{CELL}-{uid:010d}"
-            self.procs.start(f"vttablet-{uid}", [
-                "vttablet", *self._topo(), "--tablet-path", alias, "--tablet-hostname", "127.0.0.1",
-                "--init-keyspace", self.keyspace, "--init-shard", shard, "--init-tablet-type", "replica",
-                "--port", str(port), "--grpc-port", str(port + 1), "--service-map",
-                "grpc-queryservice,grpc-tabletmanager,grpc-updatestream", "--db-charset", "utf8mb4",
-                "--mycnf-file", str(self.procs.data / f"vt_{uid:010d}" / "my.cnf"),
-                "--backup-storage-implementation", "file", "--file-backup-storage-root", str(self.root / "backups"),
-                "--enable-replication-reporter=false", "--health-check-interval", "1s",
-            ])
-            self._until(lambda p=port: self._http(f"http://127.0.0.1:{p}/debug/status"), f"vttablet {alias}")
+            self._start_tablet(shard)
         for shard in shards:
             self.vtctldclient("PlannedReparentShard", f"{self.keyspace}/{shard}", "--new-primary",
                               f"{CELL}-{self.tablets[shard]:010d}")
+
+    def _start_tablet(self, shard: str) -> None:
+        uid = self.tablets[shard]
+        port, alias = self._ports[uid], f"{CELL}-{uid:010d}"
+        self.procs.start(f"vttablet-{uid}", [
+            "vttablet", *self._topo(), "--tablet-path", alias, "--tablet-hostname", "127.0.0.1",
+            "--init-keyspace", self.keyspace, "--init-shard", shard, "--init-tablet-type", "replica",
+            "--port", str(port), "--grpc-port", str(port + 1), "--service-map",
+            "grpc-queryservice,grpc-tabletmanager,grpc-updatestream", "--db-charset", "utf8mb4",
+            "--mycnf-file", str(self.procs.data / f"vt_{uid:010d}" / "my.cnf"),
+            "--backup-storage-implementation", "file", "--file-backup-storage-root", str(self.root / "backups"),
+            "--enable-replication-reporter=false", "--health-check-interval", "1s",
+        ])
+        self._until(lambda p=port: self._http(f"http://127.0.0.1:{p}/debug/status"), f"vttablet {alias}")
+
+    def _start_vtgate(self) -> None:
+        self.procs.start("vtgate", ["vtgate", *self._topo(), "--cell", CELL, "--cells-to-watch", CELL,
+                                    "--port", str(self.base + 4), "--grpc-port", str(self.base + 5),
+                                    "--mysql-server-port", str(self.base + 6), "--mysql-server-bind-address",
+                                    "127.0.0.1", "--tablet-types-to-wait", "PRIMARY",
+                                    "--service-map", "grpc-vtgateservice", "--mysql-auth-server-impl", "none"])
+
+    def kill_tablet(self, shard: str) -> None:
+        """SIGKILL a shard's vttablet and its mariadbd (a crash: InnoDB recovers on the next start)."""
+        uid = self.tablets[shard]
+        self.procs.stop(f"vttablet-{uid}", kill=True)
+        kill_strays(self.procs.data / f"vt_{uid:010d}")
+        # A stale pid file makes mysqld_safe refuse to start ("A mysqld process already exists")
+        # while the killed mariadbd lingers as a zombie of a parent that does not reap it.
+        (self.procs.data / f"vt_{uid:010d}" / "mysql.pid").unlink(missing_ok=True)
+
+    def start_tablet(self, shard: str) -> None:
+        """Start a killed tablet again: ``mysqlctl start`` (same data, same port), then its vttablet,
+        which finds itself the shard's primary in the topology and serves as one."""
+        uid = self.tablets[shard]
+        self.procs.run(["mysqlctl", "--tablet-uid", str(uid), "--mysql-port", str(self._ports[uid] + 2), "start"],
+                       timeout=180)
+        # Vitess's mariadb10.cnf starts every server read-only, and on MariaDB 10.11 the tablet's
+        # users may not write then (READ_ONLY ADMIN left SUPER in 10.11): a restarted primary's
+        # vttablet retries `create database if not exists _vt` forever ("running with the
+        # --read-only option", docs/fidelity.md). Its primary role is in the topology: clear it.
+        sock = self.procs.data / f"vt_{uid:010d}" / "mysql.sock"
+        subprocess.run([str(MARIADB_ROOT / "bin" / "mariadb"), "--no-defaults", "-S", str(sock), "-u", "root",
+                        "-e", "SET GLOBAL read_only = 0"], check=True, capture_output=True, timeout=60)
+        self._start_tablet(shard)
+        self.wait_serving([shard])
+
+    def restart_vtgate(self, kill: bool = True) -> None:
+        """Stop VTGate (SIGKILL by default) and start it again on the same ports."""
+        self.procs.stop("vtgate", kill=kill)
+        self._start_vtgate()
+        self.wait_serving(list(self.tablets))
 
     def wait_serving(self, shards: Sequence[str]) -> None:
         """Until VTGate answers a query on each shard's primary."""
