@@ -14,7 +14,7 @@
 # When no Docker engine answers, Debian's dockerd is started (scripts/dockerd.sh, as root) and
 # `down` stops it again (`all` runs `down` even on failure). KIND_NODE_IMAGE (set by `make e2e-kind`)
 # names a node image assembled here from Debian's packages (scripts/kind-node-image.sh builds it when
-# missing) and the cluster uses tests/e2e/kind-cluster.yaml; without it kind's default node image is
+# missing) and the cluster uses examples/kind/kind-cluster.yaml; without it kind's default node image is
 # used. Images: `make images` (IMAGE_BASE=debian builds on a local debootstrap base) and the Kafka
 # broker image from the Maven-assembled jars (scripts/kafka-image.sh), loaded with `kind load`.
 # Nothing gets permissions beyond the chart's own RBAC; the test pods are non-root, read-only.
@@ -83,7 +83,7 @@ up() {
   if [ -n "${KIND_NODE_IMAGE:-}" ]; then
     bash "$ROOT/scripts/kind-node-image.sh" "${KUBE_VERSION:?KUBE_VERSION (the Kubernetes of the node image)}" \
       "$("$KIND" version | awk '{print $2}')" "$KIND_NODE_IMAGE"
-    create+=(--image "$KIND_NODE_IMAGE" --config "$ROOT/tests/e2e/kind-cluster.yaml")
+    create+=(--image "$KIND_NODE_IMAGE" --config "$ROOT/examples/kind/kind-cluster.yaml")
   fi
   "$KIND" get clusters 2>/dev/null | grep -qx "$CLUSTER" || "$KIND" create cluster "${create[@]}"
 
@@ -95,7 +95,7 @@ up() {
     "$REGISTRY/shardcdc-spark:$VERSION" "$KAFKA_IMAGE"
 
   step "chart (CRD, RBAC, webhook, NetworkPolicy, operator)"
-  kc apply -f "$ROOT/tests/e2e/00-namespace.yaml"
+  kc apply -f "$ROOT/examples/kind/00-namespace.yaml"
   "$HELM" --kube-context "kind-$CLUSTER" upgrade --install shardcdc "$ROOT/charts/shardcdc" \
     --namespace shardcdc-system --create-namespace --wait --timeout "$TIMEOUT" \
     --set "image.repository=$REGISTRY/shardcdc-operator" --set "image.tag=$VERSION" \
@@ -103,7 +103,7 @@ up() {
     --set "policy.imageRepositories={$REGISTRY/shardcdc-spark}" --set "policy.serviceAccounts={spark}"
 
   step "Kafka and the VTGate test server"
-  kc apply -f "$ROOT/tests/e2e/10-kafka.yaml" -f "$ROOT/tests/e2e/20-vtgate-sim.yaml"
+  kc apply -f "$ROOT/examples/kind/10-kafka.yaml" -f "$ROOT/examples/kind/20-vtgate-sim.yaml"
   kc -n "$NS" rollout status deploy/kafka --timeout="$TIMEOUT"
   kc -n "$NS" rollout status deploy/vtgate --timeout="$TIMEOUT"
 }
@@ -118,17 +118,17 @@ kill_one() {  # kill_one <namespace> <selector> <what>: delete one pod now (no g
 
 workload() {  # workload <table> <transactions>: a workload Job (40-workload-job.yaml) on another table
   sed -e "s/name: workload\$/name: workload-$1/" -e "s/\"--table\", \"items\"/\"--table\", \"$1\"/" \
-      -e "s/\"--transactions\", \"[0-9]*\"/\"--transactions\", \"$2\"/" "$ROOT/tests/e2e/40-workload-job.yaml" | kc apply -f -
+      -e "s/\"--transactions\", \"[0-9]*\"/\"--transactions\", \"$2\"/" "$ROOT/examples/kind/40-workload-job.yaml" | kc apply -f -
 }
 
 stream() {
   step "CdcConnector e2e (2 tasks over 2 shards)"
-  kc apply -f "$ROOT/tests/e2e/30-connector.yaml"
+  kc apply -f "$ROOT/examples/kind/30-connector.yaml"
   wait_ready 0
 
   step "workload on items; reshard commerce 2 -> 4 shards while it runs"
   workload items 6000
-  kc apply -f "$ROOT/tests/e2e/50-reshard-job.yaml"
+  kc apply -f "$ROOT/examples/kind/50-reshard-job.yaml"
   wait_job reshard
   wait_ready 1
 
@@ -147,7 +147,7 @@ stream() {
   wait_ready 2
 
   step "verify: each topic, materialised, equals its source table"
-  kc apply -f "$ROOT/tests/e2e/60-verify-job.yaml"
+  kc apply -f "$ROOT/examples/kind/60-verify-job.yaml"
   wait_job verify
   kc -n "$NS" logs job/verify --all-containers --prefix
   kc -n "$NS" get cdc e2e
@@ -159,8 +159,8 @@ backfill_phase() {  # the phase of backfill $1 in the connector's status
 
 spark() {
   step "backfill items through the sparkSubmit engine: spark-submit --master k8s://, driver and executors as pods"
-  kc apply -f "$ROOT/tests/e2e/70-spark-rbac.yaml"
-  kc -n "$NS" patch cdc e2e --type merge --patch-file "$ROOT/tests/e2e/75-spark-backfill.patch.yaml"
+  kc apply -f "$ROOT/examples/kind/70-spark-rbac.yaml"
+  kc -n "$NS" patch cdc e2e --type merge --patch-file "$ROOT/examples/kind/75-spark-backfill.patch.yaml"
   local deadline=$((SECONDS + ${TIMEOUT%s})) phase executors=""
   while phase=$(backfill_phase initial); [ "$phase" != Succeeded ]; do
     [ "$phase" != Failed ] || die "backfill initial failed: $(kc -n "$NS" get cdc e2e -o jsonpath='{.status.backfills}')"
@@ -178,7 +178,7 @@ spark() {
 
   step "verify again: the topics, with the backfill's reads, equal the source tables"
   kc -n "$NS" delete job verify --ignore-not-found --wait=true
-  kc apply -f "$ROOT/tests/e2e/60-verify-job.yaml"
+  kc apply -f "$ROOT/examples/kind/60-verify-job.yaml"
   wait_job verify
   local out rows source
   out=$(kc -n "$NS" logs job/verify --all-containers --prefix)

@@ -55,7 +55,7 @@ mapfile -t wanted < <("$kubeadm" config images list --kubernetes-version "$k8s")
 ref() { printf '%s\n' "${wanted[@]}" | grep "/$1:" || die "kubeadm lists no $1 image"; }
 coredns_ref=$(ref coredns); pause_ref=$(ref pause); etcd_ref=$(ref etcd)
 # The etcd image is tagged with the etcd that build-kube.sh built (the pair envtest uses), which may
-# be older than kubeadm's default: the cluster config names it (tests/e2e/kind-cluster.yaml).
+# be older than kubeadm's default: the cluster config names it (examples/kind/kind-cluster.yaml).
 etcd_ref="${etcd_ref%:*}:$("$node/kube/bin/etcd" --version | sed -n 's/^etcd Version: //p')-0"
 [[ -x $node/tools/crictl ]] || { step "crictl $crictl_version"; go_install "$node/tools" "sigs.k8s.io/cri-tools/cmd/crictl@$crictl_version" \
   "-X sigs.k8s.io/cri-tools/pkg/version.Version=$crictl_version"; }

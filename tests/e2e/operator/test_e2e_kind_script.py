@@ -63,7 +63,7 @@ def test_starts_dockerd_when_no_engine_answers_and_says_why_it_could_not(tmp_pat
 
 
 def test_manifests_are_well_formed() -> None:
-    files = sorted(p for p in (ROOT / "tests" / "e2e").glob("*.yaml")
+    files = sorted(p for p in (ROOT / "examples" / "kind").glob("*.yaml")
                    if p.name != "kind-cluster.yaml" and not p.name.endswith(".patch.yaml"))
     docs = {p.name: list(yaml.safe_load_all(p.read_text())) for p in files}
     assert list(docs) == ["00-namespace.yaml", "10-kafka.yaml", "20-vtgate-sim.yaml", "30-connector.yaml",
@@ -80,23 +80,23 @@ def test_manifests_are_well_formed() -> None:
     (connector,) = docs["30-connector.yaml"]
     assert validate_connector(connector) == []
     # The spark phase's merge patch (only dicts, no deletions) makes a valid sparkSubmit connector.
-    patch = yaml.safe_load((ROOT / "tests" / "e2e" / "75-spark-backfill.patch.yaml").read_text())
+    patch = yaml.safe_load((ROOT / "examples" / "kind" / "75-spark-backfill.patch.yaml").read_text())
     assert list(patch["spec"]) == ["snapshot"]
     patched = {**connector, "spec": {**connector["spec"],
                                      "snapshot": {**connector["spec"]["snapshot"], **patch["spec"]["snapshot"]}}}
     assert patched["spec"]["snapshot"]["backfill"]["engine"] == "sparkSubmit"
     assert validate_connector(patched) == []
-    assert "tests/e2e/75-spark-backfill.patch.yaml" in SCRIPT.read_text()
+    assert "examples/kind/75-spark-backfill.patch.yaml" in SCRIPT.read_text()
     script = SCRIPT.read_text()
     for name in docs:
-        assert f"tests/e2e/{name}" in script, name
+        assert f"examples/kind/{name}" in script, name
     assert "e2e-kind:" in (ROOT / "Makefile").read_text()
 
 
 def test_kind_cluster_config_fits_the_local_node_image() -> None:
     """The node image of scripts/kind-node-image.sh has no kindnetd (a bridge CNI config instead)."""
-    config = yaml.safe_load((ROOT / "tests" / "e2e" / "kind-cluster.yaml").read_text())
+    config = yaml.safe_load((ROOT / "examples" / "kind" / "kind-cluster.yaml").read_text())
     assert config["kind"] == "Cluster" and config["apiVersion"] == "kind.x-k8s.io/v1alpha4"
     assert config["networking"] == {"apiServerAddress": "127.0.0.1", "disableDefaultCNI": True}
     assert [n["role"] for n in config["nodes"]] == ["control-plane"]  # bridge CNI: pods on one node only
-    assert '--config "$ROOT/tests/e2e/kind-cluster.yaml"' in SCRIPT.read_text()
+    assert '--config "$ROOT/examples/kind/kind-cluster.yaml"' in SCRIPT.read_text()

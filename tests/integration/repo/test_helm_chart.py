@@ -558,7 +558,7 @@ EXTERNAL_KINDS = {
 
 def _manifest_files() -> list[Path]:
     files: list[Path] = []
-    for top in ("examples", "tests/e2e"):
+    for top in ("examples",):
         base = ROOT / top
         if base.is_dir():
             files += sorted(p for p in base.rglob("*") if p.suffix in (".yaml", ".yml"))
