@@ -64,6 +64,17 @@ def test_a_record_after_an_end_makes_the_partition_pending_again() -> None:
     assert [m.value() for m in reader.read_to_end(5.0)] == [b"late"]
 
 
+def test_an_end_once_reached_counts_on_a_topic_written_meanwhile() -> None:
+    """An offsets topic a running task flushes to: every fetch holds records after the end event;
+    the read stops after the batch that reached the end instead of waiting for a quiet moment."""
+    consumer = _Consumer([[_Msg(0, 0, b"a"), _Msg(0, error=PARTITION_EOF), _Msg(0, 1, b"b")]]
+                         + [[_Msg(0, i, b"later"), _Msg(0, error=PARTITION_EOF), _Msg(0, i + 1, b"later")]
+                            for i in range(2, 100, 2)])
+    reader = TopicReader(consumer, "t")  # type: ignore[arg-type]
+    reader.assign([0])
+    assert [m.value() for m in reader.read_to_end(5.0)] == [b"a", b"b"]
+
+
 def test_other_errors_raise_with_the_kafka_error_unless_skipped() -> None:
     reader = TopicReader(_Consumer([[_Msg(0, error=KafkaError.TOPIC_AUTHORIZATION_FAILED)]]), "t")  # type: ignore[arg-type]
     reader.assign([0])
