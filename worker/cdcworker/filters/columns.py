@@ -16,7 +16,7 @@ import base64
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Protocol
 
 from cdcworker.events import native
 from cdcworker.events.encoder import PK_UPDATE_NEWKEY, PK_UPDATE_OLDKEY, EncoderConfig, TablePlan
@@ -132,6 +132,15 @@ class _Mapping:
     schema: dict[str, Any]
     value: Callable[[Any], Any] | None = None  # applied to the converted value (None: unchanged)
     nulls: bool = False  # ``value`` also replaces NULL (masking)
+
+
+class CaptureFilter(Protocol):
+    """What the stream processor asks of the table filter (``FilterPolicy`` is the implementation):
+    is a table captured, and where dropped events are counted (NumberOfEventsFiltered)."""
+
+    stats: FilterStats
+
+    def captures(self, keyspace: str, table: str) -> bool: ...
 
 
 @dataclass

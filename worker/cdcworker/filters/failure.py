@@ -15,9 +15,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cdcworker import kafkaclients
+
+if TYPE_CHECKING:
+    from cdcworker.observability.metrics import ErroneousCounter
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +97,7 @@ class FailureHandler:
     """Applies the mode; counts what was skipped (``metrics.on_erroneous``)."""
 
     mode: str = "fail"
-    metrics: Any = None
+    metrics: ErroneousCounter | None = None
     skipped: int = 0
     # The broker's record limit of a topic (max.message.bytes), looked up on the first refusal.
     # Kafka refuses whole produce batches: only a record that alone exceeds it is the bad event;
