@@ -17,7 +17,7 @@ from cdcworker.backfill.taskhandoff import progress_topic_of
 from cdcworker.config import WorkerConfig
 from cdcworker.events import EncoderConfig
 from cdcworker.filters import FailureHandler, FilterPolicy, vstream_rules
-from cdcworker.filters.failure import topic_limits
+from cdcworker.filters.failure import FailureMode, topic_limits
 from cdcworker.offsets.value import Checkpoint, with_offset_fields
 from cdcworker.signals import (
     SIGNAL_OFFSETS_KEY,
@@ -238,6 +238,6 @@ def _refusals(metrics: SignalMetrics | None) -> Callable[[str], None] | None:
 def _copy_failures(stream: FailureHandler, metrics: ErroneousCounter | None) -> FailureHandler:
     """An ad-hoc snapshot never fails the task: its bad events are skipped (or warned about), and
     oversized records are judged against the same topic limits as the stream's."""
-    copy = FailureHandler("skip" if stream.mode == "skip" else "warn", metrics)
+    copy = FailureHandler(FailureMode.SKIP if stream.mode is FailureMode.SKIP else FailureMode.WARN, metrics)
     copy.topic_limit = stream.topic_limit
     return copy
