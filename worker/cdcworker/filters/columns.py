@@ -38,7 +38,7 @@ from cdcworker.events.types import (
     ColumnCodec,
     FieldLike,
 )
-from cdcworker.filters.names import adjuster
+from cdcworker.filters.names import NameAdjustment, adjuster
 from cdcworker.filters.tables import TableFilter
 
 Patterns = tuple[re.Pattern[str], ...]
@@ -189,8 +189,8 @@ class FilterPolicy:
             or self.propagate_columns
             or self.propagate_types
             or self.skipped_operations
-            or self.schema_name_mode != "none"
-            or self.field_name_mode != "none"
+            or self.schema_name_mode != NameAdjustment.NONE
+            or self.field_name_mode != NameAdjustment.NONE
         )
 
     def captures(self, keyspace: str, table: str) -> bool:
