@@ -36,7 +36,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from cdcoperator.apply import PLURAL
-from cdcoperator.model import GROUP, VERSION
+from cdcoperator.model import GROUP, VERSION, State
 from cdcoperator.planner import TaskPhase
 
 __all__ = ["METRIC_NAMES", "REGISTRY", "STORE", "ConnectorMetrics", "start_metrics_server"]
@@ -114,7 +114,7 @@ class ConnectorMetrics:
             ready.add_metric(lv, 1.0 if is_ready else 0.0)
             for type_, c in sorted(conds.items()):
                 condition.add_metric([*lv, type_], 1.0 if c.get("status") == "True" else 0.0)
-            running.add_metric(lv, 1.0 if (spec.get("state") or "running") == "running" else 0.0)
+            running.add_metric(lv, 1.0 if (spec.get("state") or State.RUNNING) == State.RUNNING else 0.0)
             desired.add_metric(lv, float(spec.get("tasks") or 1))
             a = status.get("assignment") or {}
             if "generation" in a:

@@ -40,7 +40,7 @@ import kopf
 from cdcoperator import naming
 from cdcoperator.apply import CONFIG_MAPS, PLURAL, KubeApi
 from cdcoperator.kafkaaccess import KafkaAccess, SecretReader, kafka_access, plain_access
-from cdcoperator.model import GROUP, VERSION, ConnectorResource, SpecError
+from cdcoperator.model import GROUP, VERSION, ConnectorResource, SpecError, State
 from cdcoperator.objects import owner_reference
 from cdcoperator.planner import recorded_generation
 from cdcworker.offsets.edits import (
@@ -135,8 +135,8 @@ LOCAL_STOP = ("set it to 'stopped' first (in the manifest: the running `shardcdc
 def stopped_problem(body: Any, how_to_stop: str = KUBECTL_STOP) -> str | None:
     """Why a CdcConnector is not safe to change offsets of (None: it is stopped, every worker exited)."""
     spec = body.get("spec") or {}
-    state = spec.get("state") or "running"
-    if state != "stopped":
+    state = spec.get("state") or State.RUNNING.value  # the plain word: the message shows its repr
+    if state != State.STOPPED:
         return f"spec.state is {state!r}; {how_to_stop}"
     meta = body.get("metadata") or {}
     status = body.get("status") or {}
@@ -252,7 +252,7 @@ async def handle_offsets_annotation(kube: KubeApi, body: Mapping[str, Any], live
     value = str((meta.get("annotations") or {}).get(OFFSETS_ANNOTATION, ""))
     request = value.strip().lower()  # handback carries its argument: handback:<N>
     action = request.partition(":")[0]
-    stopping = (body.get("spec") or {}).get("state") == "stopped"  # asked for: what is left passes by itself
+    stopping = (body.get("spec") or {}).get("state") == State.STOPPED  # asked for: what is left passes by itself
     if action in ("reset", "alter", "handback") and stopping and offsets_stopped_problem(body, live_pods) is not None:
         return "waiting"
     namespace, name = str(meta.get("namespace") or "default"), str(meta["name"])

@@ -418,6 +418,21 @@ def _next_change(spec: ConnectorSpec, wanted: Sequence[str] | None, current: Gen
     return change, refusals, awaiting_journal, reshard_reason
 
 
+@dataclass(frozen=True, slots=True)
+class _Step:
+    """What one branch of ``_plan`` decided for the workers of the recorded generation.
+
+    A named value (rather than six loose locals assigned in every branch) lets each branch be its
+    own short function, and makes it visible that every branch decides all of them."""
+
+    action: Action
+    record: Generation
+    workers: tuple[TaskPlan, ...]
+    stop: tuple[TaskRef, ...]
+    remove: tuple[TaskRef, ...]
+    events: tuple[Event, ...] = ()
+
+
 def _plan(
     spec: ConnectorSpec,
     serving: Sequence[str] | None,
@@ -447,81 +462,25 @@ def _plan(
         current.pending.journals if current.pending else (),
         (r.journal for r in mine if r.phase is TaskPhase.REASSIGNMENT_NEEDED and r.journal is not None),
     )
-    events: list[Event] = []
     # 1. The shard set the next generation should stream.
     change, refusals, awaiting_journal, reshard_reason = _next_change(spec, wanted, current, journals)
 
     # 2. What happens to the workers.
     if not running:
-        phase = GenPhase.PAUSED if spec.state is State.PAUSED else GenPhase.STOPPED
-        record = replace(
-            current,
-            phase=phase,
-            pending=change,
-            stopped_cleanly=spec.state is State.STOPPED and not alive,
-        )
-        if current.phase is not phase:
-            events.append(Event("Normal", phase.value, f"{spec.state.value}: stopping every worker of "
-                                f"generation {current.generation}; offsets are kept"))
-        if record.stopped_cleanly and not current.stopped_cleanly:
-            events.append(Event("Normal", "StoppedCleanly", f"every worker of generation {current.generation} "
-                                "has exited; offsets are final"))
-        action = Action.STOP
-        workers = _workers(record, run=False)
-        stop = tuple(TaskRef(r.generation, r.task_id) for r in alive)
-        remove = leftovers
+        step = _stopping(spec, current, change, alive, leftovers)
+    elif change is not None and alive:
+        step = _draining(current, change, alive, journals, leftovers)
     elif change is not None:
-        if alive:
-            # A merge's participants can be spread over tasks: one reached the journal, the others
-            # must stream their shards up to it too, or their changes before the cut-over are lost.
-            # Those keep running; the others are stopped (one that reported the journal, restarted,
-            # would stream the target shards from its offset, beside the next generation's workers).
-            behind = _behind_the_journal(current, alive, journals)
-            record = replace(current, phase=GenPhase.DRAINING, pending=change, stopped_cleanly=False)
-            if behind and current.pending != change:
-                events.append(Event("Normal", "AwaitingJournal", f"tasks {', '.join(map(str, behind))} of generation "
-                                    f"{cur_gen} stream shards of the reshard and have not reached its journal yet; "
-                                    "they keep streaming until they do"))
-            elif not behind and (current.phase is not GenPhase.DRAINING or current.pending != change):
-                events.append(Event("Normal", "Draining", _describe_change(current, change)))
-            action = Action.DRAIN
-            workers = tuple(replace(w, run=w.task_id in behind) for w in _workers(record, run=True))
-            stop = tuple(TaskRef(cur_gen, r.task_id) for r in alive if r.task_id not in behind)
-            remove = leftovers
-        else:
-            record = _new_generation(
-                current.generation + 1,
-                change.shards,
-                spec.tasks,
-                current.task_count,
-                journal_positions=tuple(sorted(p for j in change.journals for p in j.positions)),
-                history=((current.generation, current.task_count), *current.history),
-            )
-            events.append(Event("Normal", "GenerationStarted",
-                                f"generation {record.generation} started: {record.task_count} tasks over "
-                                f"{len(record.shards)} shards (previous tasks {record.prev_task_count}; {change.reason})"))
-            action = Action.START
-            workers = _workers(record, run=True)
-            stop = ()
-            remove = tuple(sorted(set(leftovers) | {TaskRef(cur_gen, r.task_id) for r in mine},
-                                  key=lambda t: (t.generation, t.task_id)))
-            mine, alive = [], []
+        step = _starting(spec, current, change, mine, leftovers)
+        mine = []  # the new generation has no reports yet; the old one's are being removed
     else:
-        record = replace(current, phase=GenPhase.RUNNING, pending=None, stopped_cleanly=False)
-        if current.phase in (GenPhase.PAUSED, GenPhase.STOPPED):
-            events.append(Event("Normal", "Resumed", f"generation {current.generation} resumed"))
-        action = Action.KEEP
-        workers = _workers(record, run=True)
-        stop = ()
-        remove = leftovers
+        step = _keeping(current, leftovers)
 
-    for r in refusals:
-        events.append(Event("Warning", r.reason, r.message))
-
+    events = [*step.events, *(Event("Warning", r.reason, r.message) for r in refusals)]
     conditions = _conditions(
         spec,
-        action=action,
-        record=record,
+        action=step.action,
+        record=step.record,
         reports=mine,
         refusals=refusals,
         source_error=source_error if serving is None else "",
@@ -530,16 +489,92 @@ def _plan(
         change=change,
     )
     return Plan(
-        action=action,
-        generation=record,
-        workers=workers,
-        stop=stop,
-        remove=remove,
+        action=step.action,
+        generation=step.record,
+        workers=step.workers,
+        stop=step.stop,
+        remove=step.remove,
         conditions=conditions,
         refusals=tuple(refusals),
         events=tuple(events),
         desired_shards=wanted,
     )
+
+
+def _stopping(spec: ConnectorSpec, current: Generation, change: PendingChange | None,
+              alive: Sequence[TaskReport], leftovers: tuple[TaskRef, ...]) -> _Step:
+    """Paused or stopped: stop every worker but keep the generation, recording any change as pending
+    so it is applied when the connector runs again (and, once all have exited, that offsets are final)."""
+    phase = GenPhase.PAUSED if spec.state is State.PAUSED else GenPhase.STOPPED
+    record = replace(
+        current,
+        phase=phase,
+        pending=change,
+        stopped_cleanly=spec.state is State.STOPPED and not alive,
+    )
+    events: list[Event] = []
+    if current.phase is not phase:
+        events.append(Event("Normal", phase.value, f"{spec.state.value}: stopping every worker of "
+                            f"generation {current.generation}; offsets are kept"))
+    if record.stopped_cleanly and not current.stopped_cleanly:
+        events.append(Event("Normal", "StoppedCleanly", f"every worker of generation {current.generation} "
+                            "has exited; offsets are final"))
+    return _Step(Action.STOP, record, _workers(record, run=False),
+                 stop=tuple(TaskRef(r.generation, r.task_id) for r in alive), remove=leftovers,
+                 events=tuple(events))
+
+
+def _draining(current: Generation, change: PendingChange, alive: Sequence[TaskReport],
+              journals: Sequence[Journal], leftovers: tuple[TaskRef, ...]) -> _Step:
+    """A change is due but workers of the current generation still run: drain them first, so two
+    generations never run at once and the old one's offsets are durable before the next starts."""
+    cur_gen = current.generation
+    # A merge's participants can be spread over tasks: one reached the journal, the others
+    # must stream their shards up to it too, or their changes before the cut-over are lost.
+    # Those keep running; the others are stopped (one that reported the journal, restarted,
+    # would stream the target shards from its offset, beside the next generation's workers).
+    behind = _behind_the_journal(current, alive, journals)
+    record = replace(current, phase=GenPhase.DRAINING, pending=change, stopped_cleanly=False)
+    events: tuple[Event, ...] = ()
+    if behind and current.pending != change:
+        events = (Event("Normal", "AwaitingJournal", f"tasks {', '.join(map(str, behind))} of generation "
+                        f"{cur_gen} stream shards of the reshard and have not reached its journal yet; "
+                        "they keep streaming until they do"),)
+    elif not behind and (current.phase is not GenPhase.DRAINING or current.pending != change):
+        events = (Event("Normal", "Draining", _describe_change(current, change)),)
+    workers = tuple(replace(w, run=w.task_id in behind) for w in _workers(record, run=True))
+    stop = tuple(TaskRef(cur_gen, r.task_id) for r in alive if r.task_id not in behind)
+    return _Step(Action.DRAIN, record, workers, stop=stop, remove=leftovers, events=events)
+
+
+def _starting(spec: ConnectorSpec, current: Generation, change: PendingChange,
+              mine: Sequence[TaskReport], leftovers: tuple[TaskRef, ...]) -> _Step:
+    """A change is due and every worker of the current generation has exited: start generation
+    ``gen+1`` (previous task count = the old one's) and remove the old generation's objects."""
+    cur_gen = current.generation
+    record = _new_generation(
+        cur_gen + 1,
+        change.shards,
+        spec.tasks,
+        current.task_count,
+        journal_positions=tuple(sorted(p for j in change.journals for p in j.positions)),
+        history=((cur_gen, current.task_count), *current.history),
+    )
+    event = Event("Normal", "GenerationStarted",
+                  f"generation {record.generation} started: {record.task_count} tasks over "
+                  f"{len(record.shards)} shards (previous tasks {record.prev_task_count}; {change.reason})")
+    remove = tuple(sorted(set(leftovers) | {TaskRef(cur_gen, r.task_id) for r in mine},
+                          key=lambda t: (t.generation, t.task_id)))
+    return _Step(Action.START, record, _workers(record, run=True), stop=(), remove=remove, events=(event,))
+
+
+def _keeping(current: Generation, leftovers: tuple[TaskRef, ...]) -> _Step:
+    """Nothing to change: run the current generation (resuming it if it was paused or stopped)."""
+    record = replace(current, phase=GenPhase.RUNNING, pending=None, stopped_cleanly=False)
+    events: tuple[Event, ...] = ()
+    if current.phase in (GenPhase.PAUSED, GenPhase.STOPPED):
+        events = (Event("Normal", "Resumed", f"generation {current.generation} resumed"),)
+    return _Step(Action.KEEP, record, _workers(record, run=True), stop=(), remove=leftovers, events=events)
 
 
 def _describe_change(current: Generation, change: PendingChange) -> str:

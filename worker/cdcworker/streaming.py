@@ -69,7 +69,8 @@ from cdcworker.txmeta import TransactionMonitor
 from cdcworker.txmeta.transforms import local_vgtid_json
 
 if TYPE_CHECKING:
-    from cdcworker.filters.columns import FilterPolicy
+    from cdcworker.filters.columns import CaptureFilter
+    from cdcworker.observability.metrics import StreamMetrics
 from vitessapi import binlogdata_pb2
 
 log = logging.getLogger(__name__)
@@ -164,7 +165,7 @@ class Features:
     low_watermark: Callable[[], float | None] | None = None  # seconds; on heartbeat records when set
     # Table filter + NumberOfEventsFiltered (cdcworker.filters.FilterPolicy), failure handling
     # mode (filters.FailureHandler; None = fail), the signal table tap (signals.SignalTap).
-    policy: FilterPolicy | None = None
+    policy: CaptureFilter | None = None
     failures: FailurePolicy | None = None
     signals: SignalChannel | None = None
     # Offset fields of state kept beside the position (ad-hoc snapshots, the Kafka signal
@@ -195,7 +196,7 @@ class StreamProcessor:
         lookahead_rows: int = 8192,
         journal_stops: bool = False,
         on_heartbeat: Callable[[binlogdata_pb2.VEvent], None] | None = None,
-        metrics: Any = None,
+        metrics: StreamMetrics | None = None,
         features: Features | None = None,
         max_queue_bytes: int = 0,
     ) -> None:
@@ -228,7 +229,7 @@ class StreamProcessor:
         self._begin_ts = 0
         self._pending_shard = ""
         self._txn_records_before = 0
-        self.metrics = metrics  # observability.TaskMetrics or None
+        self.metrics = metrics
         self._rows_reported = 0
         f = self.features = features or Features()
         self._txmeta = f.txmeta

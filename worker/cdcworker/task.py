@@ -14,7 +14,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Protocol
 
 from cdcworker import exitcodes
 from cdcworker.config import WorkerConfig
@@ -24,7 +24,7 @@ from cdcworker.kafkaerrors import KafkaAccessError
 from cdcworker.offsets import OffsetPartition, OffsetValue, Vgtid
 from cdcworker.offsets.lost import lost_reason
 from cdcworker.offsets.writes import OffsetExtra, TaskOffsets
-from cdcworker.signals.runtime import TaskExtras
+from cdcworker.signals.runtime import Extras
 from cdcworker.sink import KafkaSink
 from cdcworker.stages import connect, handoff, resume, stop, stream
 from cdcworker.stages.outcomes import SETUP_FAILURES, Outcome, TaskResult, outcome_of
@@ -32,11 +32,11 @@ from cdcworker.stages.stop import write_termination_message
 from cdcworker.streaming import StreamProcessor
 
 if TYPE_CHECKING:
-    from cdcworker.backfill.taskhandoff import TaskHandoff
+    from cdcworker.backfill.taskhandoff import Handoff
     from cdcworker.backfill.vtgate import VTGateClient
     from cdcworker.observability import TaskMetrics
 
-__all__ = ["TaskResult", "WorkerTask"]
+__all__ = ["Cancellable", "TaskResult", "WorkerTask"]
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +51,13 @@ HANDLERS: dict[Outcome, Handler] = {
 }
 
 
+class Cancellable(Protocol):
+    """What ``WorkerTask.stop`` cancels: the VStream gRPC call, then the ``ResponseReader`` over it
+    (the call's ``cancel()`` returns a bool, the reader's None: neither is used)."""
+
+    def cancel(self) -> object: ...
+
+
 class WorkerTask:
     """Runs one task until stopped, failed, or a reshard needs a new assignment."""
 
@@ -58,7 +65,7 @@ class WorkerTask:
         self.config = config
         self._stop = threading.Event()
         self._stop_reason = ""
-        self._call: Any = None  # the VStream call, then its ResponseReader: what stop() cancels
+        self._call: Cancellable | None = None  # the VStream call, then its ResponseReader: what stop() cancels
         self.checkpoints = AckCheckpoints()  # low watermark notes across the task's streams
         self.processor: StreamProcessor | None = None
         self.sink: KafkaSink | None = None
@@ -68,11 +75,11 @@ class WorkerTask:
         self.metrics: TaskMetrics | None = None
         self.run_id = new_run_id()  # __debezium.context.runId: one per task run, kept across reconnects
         self.rules: tuple[tuple[str, str], ...] = (("/.*", ""),)  # VStream filter rules (filters.vstream_rules)
-        self.handoff: TaskHandoff | None = None  # shards held back / catching up for a backfill
+        self.handoff: Handoff | None = None  # shards held back / catching up for a backfill
         self.probe_client: VTGateClient | None = None  # idleprobe's VTGate client, opened on the first probe
         self.idle_probe: IdleProbe | None = None
         self.decorate: Callable[[Vgtid], Vgtid] | None = None  # Features.decorate: offset fields stored with every position
-        self.extras: TaskExtras | None = None  # filters, failure mode, signals, snapshots
+        self.extras: Extras | None = None  # filters, failure mode, signals, snapshots
 
     # --- control ----------------------------------------------------------------------------
 
@@ -99,7 +106,7 @@ class WorkerTask:
         """Sleep ``seconds`` or until stopped (a reconnect's backoff)."""
         self._stop.wait(seconds)
 
-    def set_call(self, call: Any) -> None:  # Any: a gRPC call or a ResponseReader (both cancel())
+    def set_call(self, call: Cancellable) -> None:
         self._call = call
 
     def cancel_call(self) -> None:

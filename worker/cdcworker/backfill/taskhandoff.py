@@ -40,7 +40,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import replace
-from typing import Any
+from typing import Any, Protocol
 
 from confluent_kafka import KafkaException, Producer, TopicPartition
 
@@ -77,7 +77,7 @@ LOOKUP_INTERVAL = 2.0  # seconds between looks for a progress topic that does no
 # Set by the operator on the workers of a connector whose initial snapshot is a backfill: that run's id.
 INITIAL_RUN_PROPERTY = "shardcdc.backfill.initial.run"
 
-__all__ = ["INITIAL_RUN_PROPERTY", "OFFSET_FIELD", "HoldStarted", "ProgressFeed", "TaskHandoff", "inherited_states", "parse_hold",
+__all__ = ["INITIAL_RUN_PROPERTY", "OFFSET_FIELD", "Handoff", "HoldStarted", "ProgressFeed", "TaskHandoff", "inherited_states", "parse_hold",
            "progress_topic_of"]
 
 FAULT_DIR_ENV = "CDC_HANDOFF_FAULT_DIR"  # test hook (fault_point); not SHARDCDC_*: those are connector properties
@@ -199,6 +199,31 @@ class ProgressFeed:
         if self._producer is not None:
             self._producer.flush(10)
             self._producer = None
+
+
+class Handoff(Protocol):
+    """What a running task uses of its backfill hand-off (``TaskHandoff`` is the implementation):
+    ``WorkerTask.handoff`` is typed with this so the task loop and its stages depend on these
+    members, not on the progress topic and catch-up machinery behind them."""
+
+    states: dict[str, ShardHandoff]
+
+    @property
+    def active(self) -> bool: ...
+
+    def offset_extra(self) -> tuple[tuple[str, Any], ...]: ...
+
+    def keep_watermark_caps(self, caps: Mapping[str, float | None]) -> None: ...
+
+    def fault_point(self) -> None: ...
+
+    def pending(self, position: Vgtid | None) -> bool: ...
+
+    def announce(self) -> None: ...
+
+    def advance(self, position: Vgtid) -> tuple[Vgtid, bool]: ...
+
+    def close(self) -> None: ...
 
 
 class TaskHandoff:

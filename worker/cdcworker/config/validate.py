@@ -360,7 +360,7 @@ class _Validator:
                 self.problem(
                     key, f"shards {', '.join(vgtid_shards)} do not match vitess.shard ({', '.join(shards)})"
                 )
-            if key == "vitess.vgtid" and self.get("snapshot.mode") == "initial":
+            if key == "vitess.vgtid" and self.get("snapshot.mode") == SnapshotMode.INITIAL:
                 self.warnings.append(
                     "vitess.vgtid is ignored while snapshot.mode=initial (Debezium copies from the "
                     "start); set snapshot.mode=never to start at this VGTID"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import binascii
 import datetime as _dt
+import enum
 import operator
 import struct
 from collections.abc import Callable
@@ -34,10 +35,47 @@ NOT_NULL_FLAG = 1
 PRI_KEY_FLAG = 2
 UNIQUE_KEY_FLAG = 4
 
-DECIMAL_MODES = ("precise", "double", "string")
-TIME_PRECISION_MODES = ("adaptive_time_microseconds", "connect", "isostring")
-BIGINT_UNSIGNED_MODES = ("string", "long", "precise")
-BINARY_MODES = ("bytes", "base64", "base64-url-safe", "hex")
+
+
+# The values of Debezium's type-mapping modes. StrEnums, so a TypeOptions field (the string the
+# configuration holds) compares equal to its member; the planner compares members, never literals.
+class DecimalMode(enum.StrEnum):
+    """``decimal.handling.mode`` (accepted only: Vitess sends DECIMAL as a string)."""
+
+    PRECISE = "precise"
+    DOUBLE = "double"
+    STRING = "string"
+
+
+class TimePrecision(enum.StrEnum):
+    """``time.precision.mode`` (Debezium's Vitess connector rejects ``adaptive``)."""
+
+    ADAPTIVE_TIME_MICROSECONDS = "adaptive_time_microseconds"
+    CONNECT = "connect"
+    ISOSTRING = "isostring"
+
+
+class BigintUnsignedMode(enum.StrEnum):
+    """``bigint.unsigned.handling.mode``."""
+
+    STRING = "string"
+    LONG = "long"
+    PRECISE = "precise"
+
+
+class BinaryMode(enum.StrEnum):
+    """``binary.handling.mode``."""
+
+    BYTES = "bytes"
+    BASE64 = "base64"
+    BASE64_URL_SAFE = "base64-url-safe"
+    HEX = "hex"
+
+
+DECIMAL_MODES = tuple(m.value for m in DecimalMode)
+TIME_PRECISION_MODES = tuple(m.value for m in TimePrecision)
+BIGINT_UNSIGNED_MODES = tuple(m.value for m in BigintUnsignedMode)
+BINARY_MODES = tuple(m.value for m in BinaryMode)
 
 Converter = Callable[[bytes], Any]
 Schema = dict[str, Any]
@@ -283,10 +321,10 @@ def _matches(upper_type: str, prefix: str) -> bool:
 
 def _binary(opts: TypeOptions, optional: bool) -> tuple[Schema, Converter]:
     mode = opts.binary_handling_mode
-    if mode == "bytes":
+    if mode == BinaryMode.BYTES:
         # JsonConverter writes BYTES as standard base64 with padding.
         return connect_schema("bytes", optional), _b64
-    conv = {"base64": _b64, "base64-url-safe": _b64url, "hex": _hex}[mode]
+    conv = {BinaryMode.BASE64: _b64, BinaryMode.BASE64_URL_SAFE: _b64url, BinaryMode.HEX: _hex}[BinaryMode(mode)]
     return connect_schema("string", optional), conv
 
 
@@ -329,19 +367,19 @@ def _temporal(t: int, field: FieldLike, optional: bool, tp: str) -> tuple[Schema
     if t == TIMESTAMP:
         # The text passes through ZonedTimestamp.toIsoString unchanged (String input).
         schema, conv = connect_schema("string", optional, "io.debezium.time.ZonedTimestamp", 1), _text
-    elif t in (DATE, TIME, DATETIME) and tp == "isostring":
+    elif t in (DATE, TIME, DATETIME) and tp == TimePrecision.ISOSTRING:
         schema, conv = _string(optional)
     elif t == DATE:
-        name = "io.debezium.time.Date" if tp != "connect" else "org.apache.kafka.connect.data.Date"
+        name = "io.debezium.time.Date" if tp != TimePrecision.CONNECT else "org.apache.kafka.connect.data.Date"
         schema, conv = connect_schema("int32", optional, name, 1), _zero_aware(_parse_date, optional)
     elif t == TIME:
-        if tp == "connect":
+        if tp == TimePrecision.CONNECT:
             schema = connect_schema("int32", optional, "org.apache.kafka.connect.data.Time", 1)
             conv = _time_as_connect_millis(field.name, optional)
         else:
             schema, conv = connect_schema("int64", optional, "io.debezium.time.MicroTime", 1), _parse_time_micros
     elif t == DATETIME:
-        if tp == "connect":
+        if tp == TimePrecision.CONNECT:
             name, div = "org.apache.kafka.connect.data.Timestamp", 1000
         elif int(field.decimals) <= 3:
             name, div = "io.debezium.time.Timestamp", 1000
@@ -375,9 +413,9 @@ def plan_column(field: FieldLike, enum_set_string_values: bool, opts: TypeOption
         schema, conv = connect_schema("int64", optional), int
     elif t == UINT64:
         mode = opts.bigint_unsigned_handling_mode
-        if mode == "string":
+        if mode == BigintUnsignedMode.STRING:
             schema, conv = _string(optional)
-        elif mode == "long":
+        elif mode == BigintUnsignedMode.LONG:
             schema, conv = connect_schema("int64", optional), _uint64_as_long(field.name, optional)
         else:
             schema = connect_schema(

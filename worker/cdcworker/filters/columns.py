@@ -16,7 +16,7 @@ import base64
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Protocol
 
 from cdcworker.events import native
 from cdcworker.events.encoder import PK_UPDATE_NEWKEY, PK_UPDATE_OLDKEY, EncoderConfig, TablePlan
@@ -38,7 +38,7 @@ from cdcworker.events.types import (
     ColumnCodec,
     FieldLike,
 )
-from cdcworker.filters.names import adjuster
+from cdcworker.filters.names import NameAdjustment, adjuster
 from cdcworker.filters.tables import TableFilter
 
 Patterns = tuple[re.Pattern[str], ...]
@@ -134,6 +134,15 @@ class _Mapping:
     nulls: bool = False  # ``value`` also replaces NULL (masking)
 
 
+class CaptureFilter(Protocol):
+    """What the stream processor asks of the table filter (``FilterPolicy`` is the implementation):
+    is a table captured, and where dropped events are counted (NumberOfEventsFiltered)."""
+
+    stats: FilterStats
+
+    def captures(self, keyspace: str, table: str) -> bool: ...
+
+
 @dataclass
 class FilterPolicy:
     """Table, column and operation options of one connector, ready to be applied per FIELD."""
@@ -180,8 +189,8 @@ class FilterPolicy:
             or self.propagate_columns
             or self.propagate_types
             or self.skipped_operations
-            or self.schema_name_mode != "none"
-            or self.field_name_mode != "none"
+            or self.schema_name_mode != NameAdjustment.NONE
+            or self.field_name_mode != NameAdjustment.NONE
         )
 
     def captures(self, keyspace: str, table: str) -> bool:

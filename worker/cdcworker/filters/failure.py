@@ -12,19 +12,33 @@ the FIELD event, and a record larger than the producer's ``max.request.size`` (K
 
 from __future__ import annotations
 
+import enum
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cdcworker import kafkaclients
+
+if TYPE_CHECKING:
+    from cdcworker.observability.metrics import ErroneousCounter
 
 log = logging.getLogger(__name__)
 
 # Bytes a record batch adds around one record (v2 batch header 61 + record framing, headers).
 _RECORD_OVERHEAD = 128
 
-MODES = ("fail", "warn", "skip")
+
+
+class FailureMode(enum.StrEnum):
+    """The values of ``event.processing.failure.handling.mode`` (a StrEnum: equal to its string)."""
+
+    FAIL = "fail"
+    WARN = "warn"
+    SKIP = "skip"
+
+
+MODES = tuple(m.value for m in FailureMode)
 
 
 class EventConversionError(RuntimeError):
@@ -93,8 +107,8 @@ def is_oversized_delivery(err: Any) -> bool:
 class FailureHandler:
     """Applies the mode; counts what was skipped (``metrics.on_erroneous``)."""
 
-    mode: str = "fail"
-    metrics: Any = None
+    mode: FailureMode | str = FailureMode.FAIL  # a str is parsed in __post_init__ (a config value)
+    metrics: ErroneousCounter | None = None
     skipped: int = 0
     # The broker's record limit of a topic (max.message.bytes), looked up on the first refusal.
     # Kafka refuses whole produce batches: only a record that alone exceeds it is the bad event;
@@ -103,18 +117,19 @@ class FailureHandler:
 
     def __post_init__(self) -> None:
         if self.mode == "ignore":
-            self.mode = "skip"  # Debezium's deprecated spelling
+            self.mode = FailureMode.SKIP  # Debezium's deprecated spelling
         if self.mode not in MODES:
             raise ValueError(f"unknown event.processing.failure.handling.mode {self.mode!r}")
+        self.mode = FailureMode(self.mode)
 
     def handle(self, what: str, where: EventLocation, exc: BaseException, error: type[EventConversionError] = EventConversionError) -> None:
         """Raise (``fail``) or record and return (``warn``/``skip``): the caller then drops the event."""
-        if self.mode == "fail":
+        if self.mode is FailureMode.FAIL:
             raise error(f"Error while processing event at offset {{{where}}}: {what}: {exc}") from exc
         self.skipped += 1
         if self.metrics is not None:
             self.metrics.on_erroneous(1)
-        if self.mode == "warn":
+        if self.mode is FailureMode.WARN:
             log.warning("Error while processing event at offset {%s}: %s: %s; the event is skipped", where, what, exc)
         else:
             log.debug("skipped event at offset {%s}: %s: %s", where, what, exc)
@@ -125,7 +140,7 @@ class FailureHandler:
         In ``fail`` mode (or for any other error) the record stays an error: the sink stops the
         task naming the offset its transaction ends at.
         """
-        if self.mode == "fail" or not is_oversized_delivery(err):
+        if self.mode is FailureMode.FAIL or not is_oversized_delivery(err):
             return False
         size = len(msg.value() or b"") + len(msg.key() or b"")
         limit = self.topic_limit(msg.topic()) if self.topic_limit is not None else None
@@ -149,7 +164,7 @@ class FailureHandler:
         if self.metrics is not None:
             self.metrics.on_erroneous(1)
         what = f"record of {size} bytes for {msg.topic()}[{msg.partition()}] refused by the broker: {err.str()}"
-        if self.mode == "warn":
+        if self.mode is FailureMode.WARN:
             log.warning("%s; the record is skipped", what)
         else:
             log.debug("skipped %s", what)

@@ -7,9 +7,20 @@ Debezium's ``SchemaNameAdjuster``: the first character must be ``[A-Za-z_]``, th
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable
 
-MODES = ("none", "avro", "avro_unicode")
+
+class NameAdjustment(enum.StrEnum):
+    """The values of ``schema.name.adjustment.mode`` / ``field.name.adjustment.mode`` (a StrEnum:
+    equal to its string, so the configuration's value compares as is)."""
+
+    NONE = "none"
+    AVRO = "avro"
+    AVRO_UNICODE = "avro_unicode"
+
+
+MODES = tuple(m.value for m in NameAdjustment)
 
 
 def _first_ok(c: str) -> bool:
@@ -42,10 +53,10 @@ def adjust_avro_unicode(name: str) -> str:
 
 def adjuster(mode: str) -> Callable[[str], str] | None:
     """The name function for a mode; None for ``none`` (names are used unchanged)."""
-    if mode == "avro":
+    if mode == NameAdjustment.AVRO:
         return adjust_avro
-    if mode == "avro_unicode":
+    if mode == NameAdjustment.AVRO_UNICODE:
         return adjust_avro_unicode
-    if mode == "none":
+    if mode == NameAdjustment.NONE:
         return None
     raise ValueError(f"unknown name adjustment mode {mode!r} (expected one of {', '.join(MODES)})")

@@ -88,6 +88,35 @@ class PositionEntry(Protocol):
 PositionSource = Callable[[], "Iterable[PositionEntry] | None"]
 
 
+class ErroneousCounter(Protocol):
+    """Where failure handling counts the events it skipped (``TaskMetrics.on_erroneous``): the
+    filters and snapshot code see only this, so they run (and are tested) without a task's metrics."""
+
+    def on_erroneous(self, n: int = 1) -> None: ...
+
+
+class SignalMetrics(ErroneousCounter, Protocol):
+    """What a task's signal and snapshot extras report (``signals.runtime.TaskExtras``)."""
+
+    def on_signal_refused(self, message: str) -> None: ...
+
+
+class StreamMetrics(ErroneousCounter, Protocol):
+    """What a ``streaming.StreamProcessor`` reports per response and commit (``TaskMetrics`` is the
+    implementation); the processor is handed this narrow seam, not the task's whole metrics."""
+
+    queue_remaining: int
+    queue_bytes: int
+    records_sent: int
+
+    def queue(self, capacity: int, remaining: int, size_bytes: int = 0, max_bytes: int = 0) -> None: ...
+
+    def on_response(self, events: int, rows: int = 0, filtered: int = 0, now: float | None = None) -> None: ...
+
+    def on_commit(self, shard: str, commit_ts_s: float, read_ts: float | None = None,
+                  emit_ts: float | None = None, records: int = 0) -> None: ...
+
+
 def grpc_code_name(code: object) -> str:
     """``grpc.StatusCode.UNAVAILABLE`` / ``"unavailable"`` / None → ``"UNAVAILABLE"`` (a bounded label)."""
     if code is None:

@@ -11,13 +11,13 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from cdcworker.backfill.taskhandoff import progress_topic_of
 from cdcworker.config import WorkerConfig
 from cdcworker.events import EncoderConfig
 from cdcworker.filters import FailureHandler, FilterPolicy, vstream_rules
-from cdcworker.filters.failure import topic_limits
+from cdcworker.filters.failure import FailureMode, topic_limits
 from cdcworker.offsets.value import Checkpoint, with_offset_fields
 from cdcworker.signals import (
     SIGNAL_OFFSETS_KEY,
@@ -36,9 +36,32 @@ from cdcworker.signals.forward import (
 )
 from cdcworker.snapshot.vstream_copy import STATE_KEYS, VStreamCopyEngine
 
+if TYPE_CHECKING:
+    from cdcworker.observability.metrics import ErroneousCounter, SignalMetrics
+    from cdcworker.offsets import Vgtid
+    from cdcworker.streaming import StreamProcessor
+
 log = logging.getLogger(__name__)
 
 _OWNED_KEYS = STATE_KEYS | {SIGNAL_OFFSETS_KEY}  # the offset fields decorate() writes
+
+
+class Extras(Protocol):
+    """What a running task uses of its extras once they are set up (``TaskExtras`` is the
+    implementation): poll them between responses, undo what an aborted Kafka transaction took
+    with it, interrupt a signal write on stop, close. ``WorkerTask.extras`` is typed with this so
+    the task loop depends on these five members, not on how signals and snapshots are built."""
+
+    @property
+    def busy(self) -> bool: ...
+
+    def poll(self, processor: StreamProcessor) -> None: ...
+
+    def on_abort(self, durable: Vgtid | None) -> None: ...
+
+    def interrupt(self) -> None: ...
+
+    def close(self) -> None: ...
 
 
 @dataclasses.dataclass
@@ -61,7 +84,7 @@ class TaskExtras:
         encoder: EncoderConfig,
         open_stream: Callable[[Any], Any],
         shards: Callable[[], Sequence[str]],
-        metrics: Any = None,
+        metrics: SignalMetrics | None = None,
     ) -> TaskExtras:
         policy = FilterPolicy.from_config(cfg.filters, cfg.behaviour)
         if policy.touches_columns:
@@ -207,14 +230,14 @@ class TaskExtras:
             self.engine.close()
 
 
-def _refusals(metrics: Any) -> Callable[[str], None] | None:
+def _refusals(metrics: SignalMetrics | None) -> Callable[[str], None] | None:
     """Where the dispatcher counts refused signals (the task's metrics and /status)."""
     return getattr(metrics, "on_signal_refused", None)
 
 
-def _copy_failures(stream: FailureHandler, metrics: Any) -> FailureHandler:
+def _copy_failures(stream: FailureHandler, metrics: ErroneousCounter | None) -> FailureHandler:
     """An ad-hoc snapshot never fails the task: its bad events are skipped (or warned about), and
     oversized records are judged against the same topic limits as the stream's."""
-    copy = FailureHandler("skip" if stream.mode == "skip" else "warn", metrics)
+    copy = FailureHandler(FailureMode.SKIP if stream.mode is FailureMode.SKIP else FailureMode.WARN, metrics)
     copy.topic_limit = stream.topic_limit
     return copy

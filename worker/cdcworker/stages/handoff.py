@@ -34,13 +34,13 @@ def start_handoff(task: WorkerTask, position: Vgtid) -> Vgtid:
     cfg = task.config
     feed = ProgressFeed(cfg.kafka.client_config("consumer"), progress_topic_of(cfg.topic_prefix), cfg.source.keyspace)
     stored = task.restored.fields if task.restored is not None else inherited_states(task.inherited)
-    task.handoff = TaskHandoff(feed, stored, scan=finals_scanner(cfg))
+    task.handoff = handoff = TaskHandoff(feed, stored, scan=finals_scanner(cfg))
     raw = cfg.properties.get(INITIAL_RUN_PROPERTY)
     initial = str(raw) if raw else None
     fresh = initial is not None and all(sg.gtid == "current" for sg in position)
     if fresh:
         position = current_positions(cfg, position)  # a hold begins at a real position
-    return task.handoff.start(position, initial_run=initial, fresh=fresh)
+    return handoff.start(position, initial_run=initial, fresh=fresh)
 
 
 def current_positions(cfg: WorkerConfig, position: Vgtid) -> Vgtid:

@@ -162,6 +162,37 @@ def _positions(v: Vgtid) -> set[tuple[str, str, str]]:
     return {(sg.keyspace, sg.shard, sg.gtid) for sg in v}
 
 
+def _resume_point(restored: Mapping[str, Any]) -> tuple[str | None, dict[str, int], str | None]:
+    """The transaction a restored offset was stored inside (its id, the data records of each
+    collection already delivered, and its shard if one shard holds them all), or nothing when the
+    offset names no transaction or was stored at its END (``_ended_at``)."""
+    tx = restored.get(TRANSACTION_ID_KEY)
+    if not isinstance(tx, str) or _ended_at(tx, restored.get(VGTID_KEY)):
+        return None, {}, None
+    n = len(TRANSACTION_COUNT_PREFIX)
+    counts = {k[n:]: int(v) for k, v in restored.items() if k.startswith(TRANSACTION_COUNT_PREFIX)}
+    # Data collection ids are <shard>.<keyspace>.<table> (shard names have no dot).
+    shards = {k.split(".", 1)[0] for k in counts}
+    return tx, counts, shards.pop() if len(shards) == 1 else None
+
+
+def _epoch_provider(opts: TxMetaOptions, restored: Mapping[str, Any] | None,
+                    start_vgtid: Vgtid | str | None) -> EpochProvider | None:
+    """The ordered factory's epochs (None without it), restored from the offset; the first epoch is
+    computed against where the stream starts, so that is required."""
+    if not opts.ordered:
+        return None
+    if start_vgtid is None:
+        raise ValueError("ordered transaction metadata needs the start VGTID")
+    return EpochProvider.restore(
+        restored,
+        start_vgtid,
+        connector_generation=opts.connector_generation,
+        initial_epochs=opts.initial_epochs,
+        inherit=opts.inherit_epoch,
+    )
+
+
 class TransactionMonitor:
     """Transaction bookkeeping of one task (not thread-safe; owned by the streaming loop)."""
 
@@ -202,8 +233,22 @@ class TransactionMonitor:
         # block_bytes only, as a %-template for (total_order, data_collection_order).
         self._template: bytes | None = None
         self._native_parts: tuple[tuple[bytes, ...], int, int] = ((b"",), 0, 0)  # native_blocks
-        # The block's shape is fixed by RemoveField: which counters it holds (how many, and which
-        # goes in each cut), whether it names the transaction and its epoch and rank.
+        self._shape_block()
+        # The epoch fields of the offset, per epoch map (the map object changes only on a reshard
+        # or a host change; it is stored with every commit point).
+        self._epoch_items: tuple[object, tuple[tuple[str, Any], ...]] = (None, ())
+        if restored:
+            self._resume_id, self._restored_counts, self._resume_shard = _resume_point(restored)
+        self.epochs: EpochProvider | None = _epoch_provider(opts, restored, start_vgtid)
+        self._build_wire_parts()
+        # END after the records of one data collection (nearly every transaction): its tail as a
+        # %-template for (event_count, the collection's event_count, ts_ms), per collection.
+        self._end_tails: dict[str, bytes] = {}
+
+    def _shape_block(self) -> None:
+        """The per-event block's shape, fixed by RemoveField for the task's life: which counters it
+        holds (how many, and which goes in each cut), whether it names the transaction and its
+        epoch and rank. Computed once here so the per-event code only concatenates."""
         ex = self._exclude
         counters = [n for n in ("total_order", "data_collection_order") if n not in ex]
         self._numbers = len(counters)
@@ -213,31 +258,12 @@ class TransactionMonitor:
         self._first_label = b'"' + counters[0].encode() + b'":' if counters else b""
         self._later_cuts: tuple[bytes, ...] = (b',"data_collection_order":',) if len(counters) == 2 else ()
         self._slots = (1 if counters[0] == "total_order" else 2, 2 if len(counters) == 2 else 0) if counters else (0, 0)
-        # The epoch fields of the offset, per epoch map (the map object changes only on a reshard
-        # or a host change; it is stored with every commit point).
-        self._epoch_items: tuple[object, tuple[tuple[str, Any], ...]] = (None, ())
-        if restored:
-            tx = restored.get(TRANSACTION_ID_KEY)
-            if isinstance(tx, str) and not _ended_at(tx, restored.get(VGTID_KEY)):
-                self._resume_id = tx
-                n = len(TRANSACTION_COUNT_PREFIX)
-                self._restored_counts = {
-                    k[n:]: int(v) for k, v in restored.items() if k.startswith(TRANSACTION_COUNT_PREFIX)
-                }
-                # Data collection ids are <shard>.<keyspace>.<table> (shard names have no dot).
-                shards = {k.split(".", 1)[0] for k in self._restored_counts}
-                self._resume_shard = shards.pop() if len(shards) == 1 else None
-        self.epochs: EpochProvider | None = None
-        if opts.ordered:
-            if start_vgtid is None:
-                raise ValueError("ordered transaction metadata needs the start VGTID")
-            self.epochs = EpochProvider.restore(
-                restored,
-                start_vgtid,
-                connector_generation=opts.connector_generation,
-                initial_epochs=opts.initial_epochs,
-                inherit=opts.inherit_epoch,
-            )
+
+    def _build_wire_parts(self) -> None:
+        """The constant bytes of the BEGIN/END keys and values (schema envelopes, heads and tails)
+        and whether the native BEGIN can build them: fixed by the options, so made once per task
+        rather than per transaction. Needs the block shape (``_shape_block``) first."""
+        opts = self.opts
         self._key_schema = transaction_key_schema()
         value_schema = transaction_value_schema()
         if self._top_exclude:
@@ -264,9 +290,6 @@ class TransactionMonitor:
             self._key_head, self._key_tail, self._begin_head, b"}" + close, b"," + self._first_label,
             opts.decimal_numeric, opts.emit_boundaries,
         )
-        # END after the records of one data collection (nearly every transaction): its tail as a
-        # %-template for (event_count, the collection's event_count, ts_ms), per collection.
-        self._end_tails: dict[str, bytes] = {}
 
     # -- state -------------------------------------------------------------------------------
 
