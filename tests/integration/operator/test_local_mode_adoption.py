@@ -126,7 +126,8 @@ def test_first_generation_adopts_debezium_per_task_offsets(tmp_path: Path, kafka
         ("Normal", "GenerationStarted",
          "generation 4 started: 2 tasks over 2 shards (previous tasks 2; AdoptedOffsets)"),
     ]
-    assert sorted(cms) == ["mig-g4-t0", "mig-g4-t1"]
+    # The tasks' configs, and the record of which tasks stored positions (the OffsetsLost guard).
+    assert sorted(cms) == ["mig-g4-t0", "mig-g4-t1", "mig-positions"]
     config = cms["mig-g4-t1"]["data"]["worker.properties"].splitlines()
     assert {"vitess.offset.storage.task.key.gen=4", "vitess.prev.num.tasks=2", "tasks.max=2"} <= set(config)
 
