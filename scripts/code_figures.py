@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PRODUCT = [ROOT / "worker" / "cdcworker", ROOT / "operator" / "cdcoperator"]
+PRODUCT = [ROOT / "cli" / "shardcdc_cli", ROOT / "worker" / "cdcworker", ROOT / "operator" / "cdcoperator"]
 
 
 def product_files() -> list[Path]:
@@ -107,7 +107,7 @@ def duplicates() -> list[str]:
     if not shutil.which("duplicates"):
         return ["(the duplicates tool is not on PATH)"]
     res = subprocess.run(["duplicates", "--most", "200", "--seconds", "120"], capture_output=True, text=True, cwd=ROOT)
-    side = r"(?:worker/cdcworker|operator/cdcoperator)/\S+"
+    side = r"(?:cli/shardcdc_cli|worker/cdcworker|operator/cdcoperator)/\S+"
     return [line.strip() for line in res.stdout.splitlines() if re.match(rf"\s*D\d+ {side} ~ {side}", line)]
 
 
