@@ -17,7 +17,6 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from cdcoperator.local.children import start_bound, stop_group
 
@@ -99,22 +98,19 @@ class Processes:
     def start(self, name: str, args: Sequence[str], extra_env: Mapping[str, str] | None = None) -> subprocess.Popen[bytes]:
         log = (self.root / "logs").joinpath(f"{name}.log")
         log.parent.mkdir(exist_ok=True)
-        ids = self.env.ids()
-        user: dict[str, Any] = {} if ids is None else {"user": ids[0], "group": ids[1], "extra_groups": []}
         with log.open("ab") as out:
-            proc = start_bound([str(self.vtroot / "bin" / args[0]), *args[1:]], stdout=out, stderr=subprocess.STDOUT,
-                               stdin=subprocess.DEVNULL, env=self.environ(extra_env), cwd=str(self.root), **user)
+            proc = start_bound([str(self.vtroot / "bin" / args[0]), *args[1:]], as_ids=self.env.ids(), stdout=out,
+                               stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=self.environ(extra_env),
+                               cwd=str(self.root))
         self.procs[name] = proc
         return proc
 
     def run(self, args: Sequence[str], timeout: float = 120.0) -> str:
         """Run a short command (``mysqlctl init``, ``vtctldclient ...``) to completion; its output, or a
         RuntimeError with the output's tail."""
-        ids = self.env.ids()
-        user: dict[str, Any] = {} if ids is None else {"user": ids[0], "group": ids[1], "extra_groups": []}
-        proc = start_bound([str(self.vtroot / "bin" / args[0]), *args[1:]], stdout=subprocess.PIPE,
-                           stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=self.environ(),
-                           cwd=str(self.root), **user)
+        proc = start_bound([str(self.vtroot / "bin" / args[0]), *args[1:]], as_ids=self.env.ids(),
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                           env=self.environ(), cwd=str(self.root))
         try:
             out, _ = proc.communicate(timeout=timeout)
         finally:

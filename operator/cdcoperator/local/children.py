@@ -21,22 +21,32 @@ from typing import Any
 # PR_SET_PDEATHSIG, then /bin/sh checks that the parent is still the one that forked it (if it
 # died before prctl, no signal would ever come) and execs the real command; setsid is Popen's own,
 # done in C. PR_SET_PDEATHSIG fires when the forking *thread* exits, and survives both execs.
+# Running as another user goes the same way (``as_ids``), never through Popen's user/group/
+# extra_groups: with those CPython forks instead of vforking, and a fork of a process with live
+# gRPC threads ran gRPC's at-fork handlers, whose restarted event-engine thread segfaulted the
+# child before it could exec (CI: ``vtctldclient`` "failed (-11)" with no output). A credential
+# change clears the parent-death signal, so the user is switched first and the signal set after.
 _BIND = 'test "$PPID" = "$0" || exit 1; exec "$@"'
 
 
-def bound_command(args: Sequence[str], parent_pid: int | None = None) -> list[str]:
-    """``args`` prefixed so that the child gets SIGKILL when its parent dies and never outlives it."""
+def bound_command(args: Sequence[str], parent_pid: int | None = None,
+                  as_ids: tuple[int, int] | None = None) -> list[str]:
+    """``args`` prefixed so that the child gets SIGKILL when its parent dies and never outlives it;
+    run as uid/gid ``as_ids`` with no supplementary groups when given."""
     setpriv = shutil.which("setpriv")
     if setpriv is None:
         raise RuntimeError("setpriv (util-linux) is needed to bind child processes: apt-get install util-linux")
-    return [setpriv, "--pdeathsig", "KILL", "--", "/bin/sh", "-c", _BIND,
+    switch = [] if as_ids is None else [
+        setpriv, f"--reuid={as_ids[0]}", f"--regid={as_ids[1]}", "--clear-groups", "--"]
+    return [*switch, setpriv, "--pdeathsig", "KILL", "--", "/bin/sh", "-c", _BIND,
             str(os.getpid() if parent_pid is None else parent_pid), *map(str, args)]
 
 
-def start_bound(args: Sequence[str], **popen: Any) -> subprocess.Popen[Any]:
+def start_bound(args: Sequence[str], as_ids: tuple[int, int] | None = None, **popen: Any) -> subprocess.Popen[Any]:
     """``subprocess.Popen(args, **popen)`` bound to the calling thread (start it from a long-lived
-    one) in a session of its own, so that ``stop_group`` reaches everything it starts."""
-    return subprocess.Popen(bound_command(args), start_new_session=True, **popen)
+    one) in a session of its own, so that ``stop_group`` reaches everything it starts; as uid/gid
+    ``as_ids`` when given (never pass Popen's ``user``/``group``: see the note above)."""
+    return subprocess.Popen(bound_command(args, as_ids=as_ids), start_new_session=True, **popen)
 
 
 def stop_group(proc: subprocess.Popen[Any], timeout: float = 30.0, kill: bool = False) -> None:

@@ -8,11 +8,13 @@ cannot reach the test process.
 from __future__ import annotations
 
 import os
+import pwd
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from polling import wait_for
 
 from cdcoperator.local.children import bound_command
@@ -43,10 +45,44 @@ def test_the_child_runs_no_python_between_fork_and_exec() -> None:
     assert out.split() == ["child", "ran", "0"]
 
 
-SLEEPING_CHILD = """
-import threading
+# A C-level at-fork handler that never returns (libc's pause) stands for gRPC's: with Popen's
+# user/group CPython forks instead of vforking, gRPC's handlers ran in the child, and it segfaulted
+# before exec (CI: `vtctldclient` "failed (-11)" with no output). ``as_ids`` must not fork.
+HANGING_C_FORK_HOOK = """
+import ctypes, sys
 from cdcoperator.local.children import start_bound
-proc = start_bound(["sleep", "600"])
+libc = ctypes.CDLL(None)
+pause = ctypes.cast(libc.pause, ctypes.c_void_p)
+assert libc.__register_atfork(None, None, pause, None) == 0
+proc = start_bound(["id", "-u"], as_ids=(int(sys.argv[1]), int(sys.argv[2])), stdout=sys.stdout)
+print(proc.wait(60), flush=True)
+"""
+
+
+def _nobody() -> tuple[int, int]:
+    pw = pwd.getpwnam("nobody")
+    return pw.pw_uid, pw.pw_gid
+
+
+def _as_root() -> None:
+    if os.geteuid() != 0:
+        pytest.skip("switching to another user needs root (CI and the dev machines run the suite as root)")
+
+
+def test_a_child_run_as_another_user_is_not_forked_and_runs_as_that_user() -> None:
+    _as_root()
+    uid, gid = _nobody()
+    parent = _parent(HANGING_C_FORK_HOOK, str(uid), str(gid))
+    out, _ = parent.communicate(timeout=90)
+    assert parent.returncode == 0, out
+    assert out.split() == [str(uid), "0"]
+
+
+SLEEPING_CHILD = """
+import sys, threading
+from cdcoperator.local.children import start_bound
+ids = (int(sys.argv[1]), int(sys.argv[2])) if len(sys.argv) > 2 else None
+proc = start_bound(["sleep", "600"], as_ids=ids)
 print(proc.pid, flush=True)
 threading.Event().wait()
 """
@@ -61,8 +97,12 @@ def _gone(pid: int) -> bool:
     return state in ("Z", "X")
 
 
-def test_the_child_dies_with_its_parent() -> None:
-    parent = _parent(SLEEPING_CHILD)
+@pytest.mark.parametrize("as_other_user", [False, True], ids=["same-user", "other-user"])
+def test_the_child_dies_with_its_parent(as_other_user: bool) -> None:
+    # A credential change clears the parent-death signal: as another user it must be set after.
+    if as_other_user:
+        _as_root()
+    parent = _parent(SLEEPING_CHILD, *(map(str, _nobody()) if as_other_user else ()))
     assert parent.stdout is not None
     child = int(parent.stdout.readline())
     try:
