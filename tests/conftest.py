@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -17,6 +18,11 @@ from localkafka import KafkaBroker
 for _folder in sorted(Path(__file__).parent.glob("*/*")):
     if _folder.is_dir() and _folder.parent.name in ("unit", "integration", "conformance", "e2e"):
         sys.path.append(str(_folder))
+
+# py4j says "Closing down clientserver connection" at INFO from a gateway's __del__ at interpreter
+# exit, after pytest has closed the stream a test's logging handler wrote to: a "--- Logging error ---"
+# traceback after the summary of every whole run. Its INFO lines say nothing a test needs.
+logging.getLogger("py4j").setLevel(logging.WARNING)
 
 
 @pytest.fixture(scope="session")
