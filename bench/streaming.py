@@ -465,7 +465,10 @@ class ReplaySource:
         self.path = str(Path(tmp) / f"replay-{os.getpid()}-{time.monotonic_ns()}.bin")
         self.recorded = sim.command(op="record", request=request.hex(), path=self.path, final=sim.info["final"])
         pace = [f"-interval={interval_ns}ns"] if interval_ns else []
-        self.proc = start_bound([go_binary("vstreamreplay"), *pace, self.path], stdin=subprocess.PIPE,
+        execute = Path(tmp) / f"execute-{os.getpid()}-{time.monotonic_ns()}.bin"
+        execute.write_bytes(_recorded_execute(sim.address, "SHOW DATABASES"))
+        self.proc = start_bound([go_binary("vstreamreplay"), *pace, f"-execute={execute}", self.path],
+                                stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, text=True)
         assert self.proc.stdout is not None
         self.address: str = json.loads(self.proc.stdout.readline())["address"]
@@ -482,6 +485,20 @@ class ReplaySource:
         if self.proc.stdin is not None:
             self.proc.stdin.close()
         self.proc.wait(30)
+
+
+def _recorded_execute(address: str, sql: str) -> bytes:
+    """The test server's Execute response to ``sql`` as one gRPC frame: what the replay answers the
+    Debezium connector's connection check (its SHOW DATABASES) with."""
+    import grpc
+
+    from vitessapi import query_pb2, vtgate_pb2
+
+    with grpc.insecure_channel(address) as channel:
+        call = channel.unary_unary("/vtgateservice.Vitess/Execute")
+        body: bytes = call(vtgate_pb2.ExecuteRequest(query=query_pb2.BoundQuery(sql=sql)).SerializeToString(),
+                           timeout=30)
+    return b"\x00" + len(body).to_bytes(4, "big") + body
 
 
 def _source(kind: str, sim: SimProcess, replays: dict[str, ReplaySource], tmp: str,
@@ -1003,6 +1020,31 @@ def _topic_window(bootstrap: str, topic: str) -> tuple[int, int, int]:
     return count, first, last
 
 
+def _topic_window_committed(bootstrap: str, topic: str) -> tuple[int, int, int]:
+    """``_topic_window`` of a transactional topic: every committed record read (its last offsets
+    are commit markers, and the watermarks count them), so it costs a full read."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-window", "enable.auto.commit": False,
+                  "isolation.level": "read_committed", "enable.partition.eof": True})
+    count, first, last, ends = 0, 1 << 62, 0, 0
+    try:
+        c.assign([TopicPartition(topic, p, 0) for p in range(TOPIC_PARTITIONS)])
+        deadline = time.monotonic() + 300
+        while ends < TOPIC_PARTITIONS:
+            for m in c.consume(10_000, 1.0):
+                if m.error() is not None:
+                    ends += m.error().code() == -191  # KafkaError._PARTITION_EOF
+                    continue
+                ts = m.timestamp()[1]
+                count, first, last = count + 1, min(first, ts), max(last, ts)
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"cannot read {topic} to its end")
+    finally:
+        c.close()
+    return count, first, last
+
+
 def _pid_of(owner: Any) -> int | None:
     """The process id behind a broker, test server or replay source, if it runs one."""
     proc = getattr(owner, "proc", None) or getattr(owner, "_proc", None)
@@ -1058,7 +1100,27 @@ def _cpu_between(samples: list[tuple[float, float]], t0: float, t1: float) -> fl
     return at(t1) - at(t0)
 
 
-def run_debezium(broker: Any, sim: SimProcess, rows: int, heap: str, test_jvm: bool = False) -> dict[str, Any]:
+# A careful operator's Debezium for throughput (BENCHMARKS.md, "The race with Debezium"): bigger
+# batches and queue in the connector, a short poll, and a producer that batches (linger, 1 MiB
+# batches, lz4 as Kafka's own docs advise for throughput) with room to buffer; Connect's offset flush
+# no more often than shardcdc's. ``--dbz-props`` / ``--connect-props`` try others on top.
+DEBEZIUM_TUNED = {
+    "max.batch.size": "8192", "max.queue.size": "65536", "poll.interval.ms": "50",
+}
+CONNECT_TUNED = {
+    "producer.linger.ms": "20", "producer.batch.size": "1048576", "producer.compression.type": "lz4",
+    "producer.buffer.memory": "134217728", "producer.max.request.size": "4194304",
+    "offset.flush.interval.ms": "1000",
+}
+
+
+def _kv(text: str) -> dict[str, str]:
+    return dict(kv.split("=", 1) for kv in text.split(",") if kv)
+
+
+def run_debezium(broker: Any, source: SimProcess | ReplaySource, rows: int, heap: str, test_jvm: bool = False,
+                 connector_props: dict[str, str] | None = None,
+                 connect_props: dict[str, str] | None = None) -> dict[str, Any]:
     """Debezium Vitess 3.5.0.Final in Kafka Connect standalone from the binlog's start to its end.
 
     Rate = records / (last - first broker LogAppendTime of the data topic); the JVM's CPU in that
@@ -1072,9 +1134,10 @@ def run_debezium(broker: Any, sim: SimProcess, rows: int, heap: str, test_jvm: b
     prefix = f"bd{os.getpid()}{int(time.time() * 1000) % 100000}"
     topic = f"{prefix}.{KEYSPACE}.bench"
     create_topics(broker.bootstrap, [topic], partitions=TOPIC_PARTITIONS, config=LOG_APPEND_TIME)
-    shards = ",".join(sorted(sim.info["start"]))
-    conf = vitess_connector_config(f"conn-{prefix}", prefix, sim.address, KEYSPACE, {
-        "snapshot.mode": "never", "vitess.shard": shards, "vitess.vgtid": start_vgtid(sim.info["start"]),
+    start = source.info["start"]
+    conf = vitess_connector_config(f"conn-{prefix}", prefix, source.address, KEYSPACE, {
+        "snapshot.mode": "never", "vitess.shard": ",".join(sorted(start)), "vitess.vgtid": start_vgtid(start),
+        **(connector_props or {}),
     })
     load0 = os.getloadavg()[0]
 
@@ -1083,7 +1146,8 @@ def run_debezium(broker: Any, sim: SimProcess, rows: int, heap: str, test_jvm: b
             cmd = [a for a in super()._command(files) if a not in TEST_JVM_OPTS]
             return [cmd[0], *KAFKA_JVM_PERFORMANCE_OPTS, *cmd[1:]]
 
-    connect = (ConnectStandalone if test_jvm else ProductionJvm)(broker.bootstrap, [conf], heap=heap)
+    connect = (ConnectStandalone if test_jvm else ProductionJvm)(broker.bootstrap, [conf], heap=heap,
+                                                                 worker_config=connect_props)
     samples: list[tuple[float, float]] = []
     rss: list[float] = []
     try:
@@ -1113,29 +1177,45 @@ def run_debezium(broker: Any, sim: SimProcess, rows: int, heap: str, test_jvm: b
             "max_rss_mb": max(rss, default=0), "load": (load0, os.getloadavg()[0])}
 
 
+def _race_side(args: argparse.Namespace, broker: Any, source: SimProcess | ReplaySource,
+               side: str) -> tuple[dict[str, Any], str]:
+    """One timed run of one side of the race: its result and a note for the run's line."""
+    if side == "debezium":
+        tuned = args.tuned
+        r = run_debezium(broker, source, args.rows, args.heap, args.test_jvm,
+                         {**(DEBEZIUM_TUNED if tuned else {}), **_kv(args.dbz_props)},
+                         {**(CONNECT_TUNED if tuned else {}), **_kv(args.connect_props)})
+        return r, f"JVM RSS max {r['max_rss_mb']:.0f} MB"
+    mode = side.removeprefix("shardcdc-") if side.startswith("shardcdc-") else "at-least-once"
+    r = run_worker(broker, source, source.info["final"], mode, "d", topic_config=LOG_APPEND_TIME)
+    window = _topic_window_committed if mode == "exactly-once" else _topic_window
+    count, first, last = window(broker.bootstrap, r["topic"])
+    r.update(records=count, seconds=(last - first) / 1000)
+    return r, f"worker peak RSS {r['peak_rss_mb']:.0f} MB; its CPU is from the first response to the last durable position"
+
+
 def debezium(args: argparse.Namespace) -> None:
+    """The race: Debezium (defaults, or ``--tuned``) and shardcdc's workers on the same binlog, run by
+    run interleaved; per-run ratios against the Debezium run of the same round, their median and a
+    95 % bootstrap interval."""
     from localkafka.broker import KAFKA_JVM_PERFORMANCE_OPTS, KafkaBroker
 
-    with KafkaBroker(heap="1g", jvm_options=KAFKA_JVM_PERFORMANCE_OPTS) as broker:
+    sides = args.sides.split(",")
+    with KafkaBroker(heap="1g", jvm_options=KAFKA_JVM_PERFORMANCE_OPTS) as broker, \
+            tempfile.TemporaryDirectory() as tmp:
         sim = SimProcess(args.rows, args.per_txn, args.shards)
+        replays: dict[str, ReplaySource] = {}
         try:
-            print(f"# {args.rows} rows, {args.per_txn} rows per shard transaction, shards {args.shards}; "
-                  f"generated in {sim.info['generate_seconds']:.1f}s; rate = records / (last - first broker "
-                  f"LogAppendTime) on the data topic for both", flush=True)
-            got: dict[str, list[float]] = {"debezium": [], "shardcdc": []}
-            cpu: dict[str, list[float]] = {"debezium": [], "shardcdc": []}
+            source = _source(args.source, sim, replays, tmp, {})
+            print(f"# {args.rows} rows, {args.per_txn} rows per shard transaction, shards {args.shards}; source "
+                  f"{args.source}; Debezium {'tuned' if args.tuned else 'defaults'} {_kv(args.dbz_props)} "
+                  f"{_kv(args.connect_props)}; rate = records / (last - first broker LogAppendTime) on the data "
+                  f"topic for all", flush=True)
+            got: dict[str, list[float]] = {side: [] for side in sides}
+            cpu: dict[str, list[float]] = {side: [] for side in sides}
             for run in range(args.runs):
-                for side in args.sides.split(","):
-                    if side == "debezium":
-                        r = run_debezium(broker, sim, args.rows, args.heap, args.test_jvm)
-                        extra = f"JVM RSS max {r['max_rss_mb']:.0f} MB"
-                    else:
-                        r = run_worker(broker, sim, sim.info["final"], "at-least-once", "d",
-                                       topic_config=LOG_APPEND_TIME)
-                        count, first, last = _topic_window(broker.bootstrap, r["topic"])
-                        r.update(records=count, seconds=(last - first) / 1000)
-                        extra = (f"worker peak RSS {r['peak_rss_mb']:.0f} MB; its CPU is from the first response "
-                                 f"to the last durable position")
+                for side in sides:
+                    r, extra = _race_side(args, broker, source, side)
                     if r["records"] != args.rows:
                         raise RuntimeError(f"{side}: {r['records']} records for {args.rows} rows")
                     got[side].append(r["records"] / r["seconds"])
@@ -1143,15 +1223,30 @@ def debezium(args: argparse.Namespace) -> None:
                     print(f"{side} run {run + 1}: {got[side][-1]:,.0f} rows/s ({r['records']} records in "
                           f"{r['seconds']:.2f}s), cpu {r['cpu_seconds']:.2f}s ({cpu[side][-1]:.1f} us/row); "
                           f"{extra}; load {r['load'][0]:.2f}->{r['load'][1]:.2f}", flush=True)
-            for side in args.sides.split(","):
-                print(_median_line(side, got[side], "rows/s") + f"; cpu median {statistics.median(cpu[side]):.1f} us/row",
-                      flush=True)
-            if got["debezium"] and got["shardcdc"]:
-                ratio = statistics.median(got["shardcdc"]) / statistics.median(got["debezium"])
-                cpu_ratio = statistics.median(cpu["debezium"]) / statistics.median(cpu["shardcdc"])
-                print(f"ratio shardcdc / Debezium: {ratio:.2f}x rows/s, {cpu_ratio:.2f}x fewer CPU per row", flush=True)
+            _race_report(args, sides, got, cpu)
         finally:
+            for rep in replays.values():
+                rep.close()
             sim.close()
+
+
+def _race_report(args: argparse.Namespace, sides: list[str], got: dict[str, list[float]],
+                 cpu: dict[str, list[float]]) -> None:
+    summary: dict[str, Any] = {"args": vars(args), "rows_per_s": got, "cpu_us_per_row": cpu, "ratios": {}}
+    for side in sides:
+        print(_median_line(side, got[side], "rows/s") + f"; cpu median {statistics.median(cpu[side]):.1f} us/row",
+              flush=True)
+    for side in (s for s in sides if s != "debezium" and "debezium" in sides):
+        speed = [a / b for a, b in zip(got[side], got["debezium"], strict=True)]
+        thrift = [b / a for a, b in zip(cpu[side], cpu["debezium"], strict=True)]
+        lo, hi = median_ci(speed)
+        clo, chi = median_ci(thrift)
+        summary["ratios"][side] = {"rows_per_s": [statistics.median(speed), lo, hi, speed],
+                                   "cpu_per_row": [statistics.median(thrift), clo, chi, thrift]}
+        print(f"{side} / Debezium, per round: rows/s {statistics.median(speed):.2f}x (95 % {lo:.2f}-{hi:.2f}); "
+              f"{statistics.median(thrift):.2f}x less CPU per row (95 % {clo:.2f}-{chi:.2f})", flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps(summary, indent=1))
 
 
 def main() -> None:
@@ -1212,7 +1307,16 @@ def main() -> None:
     p.add_argument("--per-txn", type=int, default=20)
     p.add_argument("--shards", default="-80,80-")
     p.add_argument("--runs", type=int, default=1)
-    p.add_argument("--sides", default="debezium,shardcdc", help="which connectors to run, interleaved run by run")
+    p.add_argument("--sides", default="debezium,shardcdc", help="which connectors to run, interleaved run by run: "
+                   "debezium, shardcdc (at-least-once), shardcdc-exactly-once")
+    p.add_argument("--source", choices=("sim", "replay"), default="sim",
+                   help="replay: both sides read the Go replay of the test server's responses, so neither is "
+                        "bounded by Python gRPC's per-response cost (vstreamreplay serves any VStream request)")
+    p.add_argument("--tuned", action="store_true", help="Debezium with DEBEZIUM_TUNED and CONNECT_TUNED")
+    p.add_argument("--dbz-props", default="", help="more Debezium connector properties k=v,k=v")
+    p.add_argument("--connect-props", default="", help="more Kafka Connect worker properties k=v,k=v "
+                   "(producer.* for its producer)")
+    p.add_argument("--json", default="", help="write the runs and ratios to this file")
     p.add_argument("--heap", default="1g", help="Kafka Connect JVM heap")
     p.add_argument("--test-jvm", action="store_true", help="ConnectStandalone's test flags (SerialGC, C1 only) "
                    "instead of kafka-run-class.sh's production JVM options")

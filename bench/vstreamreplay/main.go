@@ -6,9 +6,11 @@
 // test server (the request the worker will send) as gRPC length-prefixed messages. This command
 // serves them over cleartext HTTP/2 (prior-knowledge h2c, standard library only) to every
 // vtgateservice.Vitess/VStream call, then keeps the stream open, as VTGate does at the head of the
-// binlog, until the client cancels. Any other method answers UNIMPLEMENTED.
+// binlog, until the client cancels. With -execute, every vtgateservice.Vitess/Execute call is
+// answered with that file's recorded response (the Debezium connector validates its connection
+// with one SHOW DATABASES before it streams); any other method answers UNIMPLEMENTED.
 //
-//	vstreamreplay [-interval DURATION] FILE
+//	vstreamreplay [-interval DURATION] [-execute FILE] FILE
 //
 // prints {"address": "127.0.0.1:PORT"} and serves until its standard input is closed.
 //
@@ -37,15 +39,23 @@ const chunk = 64 << 10
 
 func main() {
 	interval := flag.Duration("interval", 0, "release one message per interval (0: as fast as the client reads)")
+	executeFile := flag.String("execute", "", "a recorded Execute response (gRPC frame) to answer Execute calls with")
 	flag.Parse()
 	if flag.NArg() != 1 {
-		fmt.Fprintln(os.Stderr, "usage: vstreamreplay [-interval DURATION] FILE")
+		fmt.Fprintln(os.Stderr, "usage: vstreamreplay [-interval DURATION] [-execute FILE] FILE")
 		os.Exit(2)
 	}
 	frames, err := os.ReadFile(flag.Arg(0))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
+	}
+	var execute []byte
+	if *executeFile != "" {
+		if execute, err = os.ReadFile(*executeFile); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -54,7 +64,7 @@ func main() {
 	}
 	var protocols http.Protocols
 	protocols.SetUnencryptedHTTP2(true)
-	srv := &http.Server{Handler: replay(frames, *interval), Protocols: &protocols}
+	srv := &http.Server{Handler: replay(frames, execute, *interval), Protocols: &protocols}
 	out, _ := json.Marshal(map[string]string{"address": ln.Addr().String()})
 	fmt.Println(string(out))
 	go func() {
@@ -67,10 +77,19 @@ func main() {
 	}
 }
 
-func replay(frames []byte, interval time.Duration) http.HandlerFunc {
+func replay(frames, execute []byte, interval time.Duration) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		h := w.Header()
 		h.Set("Content-Type", "application/grpc")
+		if r.URL.Path == "/vtgateservice.Vitess/Execute" && execute != nil {
+			if _, err := io.Copy(io.Discard, r.Body); err != nil {
+				return
+			}
+			w.WriteHeader(http.StatusOK)
+			_, _ = w.Write(execute)
+			h.Set(http.TrailerPrefix+"Grpc-Status", "0")
+			return
+		}
 		if r.URL.Path != "/vtgateservice.Vitess/VStream" {
 			// A trailers-only response: the status travels in the headers.
 			h.Set("Grpc-Status", "12")
