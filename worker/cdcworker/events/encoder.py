@@ -506,6 +506,36 @@ class TablePlan:
         self._send_tails = t = tuple(parts)
         return t
 
+    def _native_advance(
+        self, producer: Any, rcs: Iterable[Any], t: tuple[Any, ...], prefix: bytes, with_tx: bool, tx_native: Any,
+    ) -> Callable[[int], int] | None:
+        """Per batch: ``advance(i)``, which sends rows from ``i`` on in C and returns the index of
+        the first row it hands back to ``send_rows``'s Python loop, or None without a native path.
+
+        ``producer``: the native sink's producer (``nativesink``); its ``send_rows`` runs the
+        insert/same-key-update branch in C (the same bytes either way:
+        tests/integration/worker/test_worker_native_sink.py). With transaction metadata it needs
+        ``tx_native``, the ``TransactionMonitor`` whose ``native_blocks`` describe the blocks.
+        """
+        if producer is None or type(rcs) is not list or (with_tx and tx_native is None):
+            return None
+        rows_c, program = producer.send_rows, self._native
+        topic, headers, dc = self.topic, self._headers, self.data_collection
+        tail_i, pre_i, post_i, tail_u, pre_u, post_u = t[3:]
+        if not with_tx:
+            return lambda i: rows_c(program, topic, rcs, i, prefix, tail_i, tail_u, headers)
+
+        def advance(i: int) -> int:
+            blocks = tx_native.native_blocks(dc)
+            if blocks is None:  # a resumed transaction's replay: row by row in Python
+                return i
+            j: int = rows_c(program, topic, rcs, i, prefix, tail_i, tail_u, headers,
+                            (pre_i, post_i, pre_u, post_u, *blocks))
+            tx_native.count_events(dc, j - i)
+            return j
+
+        return advance
+
     def send_rows(
         self,
         rcs: Iterable[Any],
@@ -527,11 +557,7 @@ class TablePlan:
         transaction metadata, the block bytes ``tx_bytes`` returns (``tx`` semantics: None drops
         the record); everything else goes through ``encode_change``'s exact path. Only for plans
         where ``sends_natively`` holds. ``rcs`` are serialized RowChanges or RowChange messages.
-
-        ``producer``: the native sink's producer (``nativesink``); its ``send_rows`` runs this
-        loop's insert/same-key-update branch in C and hands each other row back here (the same
-        bytes either way: tests/integration/worker/test_worker_native_sink.py). With transaction metadata it needs
-        ``tx_native``, the ``TransactionMonitor`` whose ``native_blocks`` describe the blocks.
+        ``producer`` and ``tx_native``: see ``_native_advance``.
         """
         enc = self._native.encode  # type: ignore[union-attr]
         t = self._tails(source, insert_op, now_ns)
@@ -539,23 +565,12 @@ class TablePlan:
         prefix = self._value_prefix + b'{"before":'
         topic, headers, dc = self.topic, self._headers, self.data_collection
         join = b"".join
-        rows_c = None
-        if producer is not None and type(rcs) is list and (tx_bytes is None or tx_native is not None):
-            rows_c = producer.send_rows
-        program = self._native
+        advance = self._native_advance(producer, rcs, t, prefix, tx_bytes is not None, tx_native)
         n = len(rcs)  # type: ignore[arg-type]
         i = 0
         while True:
-            if rows_c is not None:
-                if tx_bytes is None:
-                    i = rows_c(program, topic, rcs, i, prefix, tail_i, tail_u, headers)
-                else:
-                    blocks = tx_native.native_blocks(dc)
-                    if blocks is not None:  # None: a resumed transaction's replay, row by row below
-                        j = rows_c(program, topic, rcs, i, prefix, tail_i, tail_u, headers,
-                                   (pre_i, post_i, pre_u, post_u, *blocks))
-                        tx_native.count_events(dc, j - i)
-                        i = j
+            if advance is not None:  # C sends from row i on; returns the first row it hands back
+                i = advance(i)
             if i >= n:
                 break
             rc = rcs[i]  # type: ignore[index]
