@@ -18,7 +18,7 @@ from cdcworker.stages.outcomes import TaskResult
 from cdcworker.streaming import ReassignmentNeeded, StreamProcessor
 
 if TYPE_CHECKING:
-    from cdcworker.observability import TaskMetrics
+    from cdcworker.observability import StageMetrics
     from cdcworker.stages.connect import Connection
     from cdcworker.stages.stream import Session
     from cdcworker.task import WorkerTask
@@ -96,7 +96,7 @@ def close(task: WorkerTask, conn: Connection, refused: bool) -> None:
     conn.close(1.0 if task.stopping or refused else None)
 
 
-def report_journal(metrics: TaskMetrics, exc: ReassignmentNeeded) -> None:
+def report_journal(metrics: StageMetrics, exc: ReassignmentNeeded) -> None:
     """Tell the operator where the reshard leads: in /status and in the pod's termination message."""
     journal = {
         "participants": sorted(p.shard for p in exc.journal.participants),
