@@ -177,7 +177,7 @@ def _confirm_and_apply(store: OffsetStore, changes: Sequence[Change], args: argp
     return True
 
 
-def _handback(args: argparse.Namespace, target: Target, store: OffsetStore, records: Any, out: Console) -> int:
+def _handback(args: argparse.Namespace, target: Target, store: OffsetStore, records: object, out: Console) -> int:
     changes, handback = _plan_handback(args, target, records)
     if not changes:
         out.print(f"the offsets of {target.name} in {target.offsets_topic} are handed back already")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -20,6 +20,7 @@ from rich.console import Console
 from rich.text import Text
 
 from cdcworker import kafkaclients
+from cdcworker.jsontypes import JsonMapping
 from shardcdc_cli.target import TargetError, _client_settings
 
 __all__ = ["format_event", "register"]
@@ -54,7 +55,7 @@ def _payload(data: bytes | None) -> Any:
     return doc
 
 
-def _changes(before: Mapping[str, Any] | None, after: Mapping[str, Any] | None) -> str:
+def _changes(before: JsonMapping | None, after: JsonMapping | None) -> str:
     if before and after:
         changed = [f"{k}: {before.get(k)!r} -> {v!r}" for k, v in after.items() if before.get(k) != v]
         return "; ".join(changed) or "(no column changed)"

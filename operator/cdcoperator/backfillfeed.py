@@ -46,6 +46,7 @@ from cdcworker.backfill.progress import (
     parse_control,
     parse_record,
 )
+from cdcworker.jsontypes import JsonMapping, JsonObject
 
 log = logging.getLogger(__name__)
 
@@ -73,12 +74,12 @@ class RunProgress:
     status: RunStatus | None = None
     abandoned: str | None = None  # the run is over for good: the reason
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> JsonObject:
         """``chunksDone/chunksTotal/rows``, ``state`` (running, succeeded, failed, complete), times, error,
         ``abandoned`` (the reason, once the run is over for good)."""
         total = sum(self.plans.values())
         done = [v for (s, t, i), v in self.done.items() if i < self.plans.get((s, t), 0)]
-        out: dict[str, Any] = {"chunksTotal": total, "chunksDone": len(done), "rows": sum(r for r, _ in done)}
+        out: JsonObject = {"chunksTotal": total, "chunksDone": len(done), "rows": sum(r for r, _ in done)}
         if self.abandoned is not None:
             out["abandoned"] = self.abandoned
         st = self.status
@@ -153,7 +154,7 @@ class FeedView:
 
     ready: bool = False
     error: str = ""
-    runs: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # run id -> RunProgress.summary()
+    runs: Mapping[str, JsonMapping] = field(default_factory=dict)  # run id -> RunProgress.summary()
     signals: tuple[SignalRecord, ...] = ()
     stopped: Mapping[str, str] = field(default_factory=dict)
     closed: Mapping[str, SignalClosed] = field(default_factory=dict)
@@ -176,7 +177,7 @@ def fold(values: list[bytes], keyspace: str) -> FeedView:
 
 
 class _Tail:
-    def __init__(self, config: Mapping[str, Any], topic: str, keyspace: str, idle_seconds: float) -> None:
+    def __init__(self, config: JsonMapping, topic: str, keyspace: str, idle_seconds: float) -> None:
         self.config = dict(config)
         self.topic = topic
         self.state = FeedState(keyspace)

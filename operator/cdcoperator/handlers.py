@@ -32,6 +32,7 @@ from cdcoperator.networkpolicy import load_network_policy
 from cdcoperator.policy import load_policy
 from cdcoperator.reconcile import ReconcileContext, completes_transition, reconcile
 from cdcoperator.taskstatus import PodSummary, summarize_pod
+from cdcworker.jsontypes import JsonMapping
 
 __all__ = ["RESYNC_SECONDS", "STORAGE_PREFIX", "configure"]
 
@@ -52,7 +53,7 @@ RESOURCE = (GROUP, VERSION, PLURAL)
 
 
 @kopf.on.startup()
-async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: object) -> None:
     settings.persistence.finalizer = naming.FINALIZER
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=STORAGE_PREFIX)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
@@ -93,7 +94,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
 
 
 @kopf.on.cleanup()
-async def close(memo: kopf.Memo, **_: Any) -> None:
+async def close(memo: kopf.Memo, **_: object) -> None:
     http = memo.get("http")
     if http is not None:
         await http.close()
@@ -103,13 +104,13 @@ async def close(memo: kopf.Memo, **_: Any) -> None:
 
 
 @kopf.on.probe(id="reconciles")
-def probe(memo: kopf.Memo, **_: Any) -> int:
+def probe(memo: kopf.Memo, **_: object) -> int:
     """Liveness detail: reconciles completed since start (the endpoint itself is ``--liveness``)."""
     return int(memo.stats["reconciles"])
 
 
 @kopf.index("pods", labels={naming.LABEL_CONNECTOR: kopf.PRESENT})
-def worker_pods(body: kopf.Body, namespace: str | None, labels: Mapping[str, str], **_: Any) -> Any:
+def worker_pods(body: kopf.Body, namespace: str | None, labels: Mapping[str, str], **_: object) -> Any:
     """(namespace, connector) -> PodSummary of each worker pod."""
     summary = summarize_pod(body)
     if summary is None:
@@ -117,7 +118,7 @@ def worker_pods(body: kopf.Body, namespace: str | None, labels: Mapping[str, str
     return {(namespace, labels[naming.LABEL_CONNECTOR]): summary}
 
 
-def _emit(body: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
+def _emit(body: JsonMapping, type_: str, reason: str, message: str) -> None:
     kopf.event(body, type=type_, reason=reason, message=message[:1024])  # type: ignore[arg-type]
 
 
@@ -147,7 +148,7 @@ def _lock(namespace: str, name: str) -> asyncio.Lock:
 
 
 async def _run(memo: kopf.Memo, worker_pods: kopf.Index[Any, Any], namespace: str, name: str,
-               stopped: Any = None) -> None:
+               stopped: object = None) -> None:
     async with _lock(namespace, name):
         if stopped:  # the timer was stopped (deletion, operator exit) while waiting for the lock
             return
@@ -176,7 +177,7 @@ async def resync(memo: Any, namespace: str | None, name: str, **kwargs: Any) -> 
 
 
 @kopf.on.event("pods", labels={naming.LABEL_CONNECTOR: kopf.PRESENT})
-async def worker_pod_event(memo: Any, event: Mapping[str, Any], body: kopf.Body, namespace: str | None,
+async def worker_pod_event(memo: Any, event: JsonMapping, body: kopf.Body, namespace: str | None,
                            labels: Mapping[str, str], **kwargs: Any) -> None:
     """A drain's last worker gone, or a new generation's last worker ready: reconcile the connector
     now rather than at its next resync (``reconcile.completes_transition``)."""

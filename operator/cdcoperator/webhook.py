@@ -58,7 +58,7 @@ def enable(config: WebhookConfig) -> None:
 
 
 @kopf.on.startup()
-async def serve(settings: kopf.OperatorSettings, **_: Any) -> None:
+async def serve(settings: kopf.OperatorSettings, **_: object) -> None:
     assert _config is not None, "cdcoperator.webhook imported without enable()"
     settings.admission.server = kopf.WebhookServer(
         addr=_config.address, port=_config.port,

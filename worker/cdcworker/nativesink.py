@@ -101,7 +101,7 @@ class _NativeSends:
         if dropped:
             log.log(logging.WARNING, "%s [%s] %s", "DROPPED", "native", f"{dropped} more lines in a burst")
 
-    def _make_producer(self, config: dict[str, Any]) -> Any:
+    def _make_producer(self, config: dict[str, object]) -> Any:
         # librdkafka takes strings; Python callbacks (error_cb, logger...) stay on this side.
         plain = {k: v for k, v in config.items() if not callable(v)}
         hook = config.get("error_cb")
@@ -166,12 +166,12 @@ class NativeKafkaSink(_NativeSends, KafkaSink):
 
     _tracks_acks = False  # no Python delivery callbacks: the C side counts
 
-    def __init__(self, producer_config: dict[str, Any], poll_every: int = 512) -> None:
+    def __init__(self, producer_config: dict[str, object], poll_every: int = 512) -> None:
         super().__init__(producer_config, poll_every)
         self._positions: collections.deque[tuple[int, Any]] = collections.deque()
         self._failed: dict[int, list[KafkaError]] = {}
 
-    def commit_point(self, position: Any) -> None:
+    def commit_point(self, position: object) -> None:
         self._positions.append((self.producer.seal(), position))
         self.producer.poll(0)
         # A few C calls per transaction: the durable position (offsets, heartbeats, the low

@@ -60,7 +60,7 @@ class Segment:
 class KafkaSink:
     """Produces records with back-pressure and tracks the durable position."""
 
-    def __init__(self, producer_config: dict[str, Any], poll_every: int = 512) -> None:
+    def __init__(self, producer_config: dict[str, object], poll_every: int = 512) -> None:
         tune_for_producing()  # librdkafka's batch buffers reused, not faulted in per batch
         self._refused: KafkaAccessError | None = None  # the cluster refused the login or TLS (error_cb)
         self.producer = self._make_producer(producer_config)
@@ -75,7 +75,7 @@ class KafkaSink:
         self.records_sent = 0
         self._interrupted = False
 
-    def _make_producer(self, config: dict[str, Any]) -> Any:
+    def _make_producer(self, config: dict[str, object]) -> Any:
         """confluent-kafka's producer; ``nativesink`` swaps in the C one."""
         chained = config.get("error_cb")
 
@@ -113,7 +113,7 @@ class KafkaSink:
     # event.processing.failure.handling.mode=warn/skip); False keeps it an error that stops the task.
     on_error: Callable[[KafkaError, Any], bool] | None = None
 
-    def _delivery_error(self, err: KafkaError, msg: Any) -> bool:
+    def _delivery_error(self, err: KafkaError, msg: object) -> bool:
         hook = self.on_error
         return hook is not None and hook(err, msg)
 
@@ -165,7 +165,7 @@ class KafkaSink:
     def _send_when_room(self, topic: str, key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes]] | None) -> None:
         # librdkafka's queue is full: this is the back-pressure point. Serving callbacks frees
         # room; meanwhile we do not read from VStream, so gRPC flow control holds the source.
-        kwargs: dict[str, Any] = {"headers": headers}
+        kwargs: dict[str, object] = {"headers": headers}
         if self._dr is not None:
             kwargs["on_delivery"] = self._dr
         while True:
@@ -187,7 +187,7 @@ class KafkaSink:
         """``send`` to an explicit partition (Debezium sends heartbeats and schema changes to 0)."""
         self.ensure_topic(topic)  # rare records (a heartbeat, a DDL): a set lookup is nothing here
         seg = self._open
-        kwargs: dict[str, Any] = {"partition": partition, "headers": headers}
+        kwargs: dict[str, object] = {"partition": partition, "headers": headers}
         if self._dr is not None:
             kwargs["on_delivery"] = self._dr
         while True:
@@ -219,7 +219,7 @@ class KafkaSink:
         for topic, key, value, headers in records:
             self.send(topic, key, value, headers)
 
-    def commit_point(self, position: Any) -> None:
+    def commit_point(self, position: object) -> None:
         """Seal the open segment: once all its records are acked, ``position`` is durable."""
         seg = self._open
         seg.position = position
@@ -249,7 +249,7 @@ class KafkaSink:
         """Read-only view of the last known durable position, safe from other threads."""
         return self._durable
 
-    def set_durable(self, position: Any) -> None:
+    def set_durable(self, position: object) -> None:
         """Declare ``position`` durable without a record: the task's start (its stored offset), a
         restored state that is durable already, or a shard rewound to its catch-up start."""
         self._durable = position
@@ -277,7 +277,7 @@ class KafkaSink:
             raise SinkError(f"{remaining} record(s) not acknowledged by Kafka within {timeout}s")
         return self._durable
 
-    def rewind(self, handed_over: Any) -> Any:
+    def rewind(self, handed_over: object) -> Any:
         """Where a reconnect resumes: everything up to ``handed_over`` is already with the producer."""
         return handed_over
 
@@ -322,7 +322,7 @@ class TransactionalSink(KafkaSink):
 
     def __init__(
         self,
-        producer_config: dict[str, Any],
+        producer_config: dict[str, object],
         offset_writer: OffsetWriter,
         max_batch_records: int = 2048,
         max_batch_seconds: float = 0.1,
@@ -375,7 +375,7 @@ class TransactionalSink(KafkaSink):
             self._begin()
         super().send_to_partition(topic, partition, key, value, headers)
 
-    def commit_point(self, position: Any) -> None:
+    def commit_point(self, position: object) -> None:
         self._point = position
         self._records_at_point = self._txn_records
         if self._txn_records >= self._max_records or (
@@ -475,7 +475,7 @@ class TransactionalSink(KafkaSink):
             self.commit()
         return self._durable
 
-    def rewind(self, handed_over: Any) -> Any:
+    def rewind(self, handed_over: object) -> Any:
         """A reconnect resumes from the last commit point in the open transaction, or, if that
         transaction holds part of a Vitess transaction (which the new stream replays), after
         aborting it, from the last committed position. A transaction that ends at its commit point

@@ -92,7 +92,7 @@ def raw_responses() -> bool:
     return _scan is not None and native.enabled()
 
 
-def _row_event(src: Any) -> Any:
+def _row_event(src: object) -> Any:
     if isinstance(src, tuple):
         data, s, e = src
         return binlogdata_pb2.VEvent.FromString(data[s:e]).row_event
@@ -133,11 +133,11 @@ class SignalChannel(Protocol):
 
     tables: frozenset[str]
 
-    def field(self, key: tuple[str, str], fe: Any) -> None: ...  # Any: a FieldEvent (upb)
+    def field(self, key: tuple[str, str], fe: object) -> None: ...  # a FieldEvent (upb or raw): any message
 
-    def row(self, key: tuple[str, str], re: Any) -> None: ...  # Any: a RowEvent (upb)
+    def row(self, key: tuple[str, str], re: object) -> None: ...  # a RowEvent (upb or raw): any message
 
-    def commit(self, vgtid_json: str = "", vgtid: Any = None, shard: str = "", before: Any = None) -> None: ...
+    def commit(self, vgtid_json: str = "", vgtid: object = None, shard: str = "", before: object = None) -> None: ...
 
     def rollback(self) -> None: ...
 

@@ -40,6 +40,7 @@ from cdcworker.backfill.throttle import RowThrottle
 from cdcworker.backfill.vtgate import QueryError, VTGateClient, Window
 from cdcworker.config import WorkerConfig, load_config
 from cdcworker.events import EncoderConfig, SourceContext, TablePlan
+from cdcworker.jsontypes import JsonObject
 from cdcworker.offsets import Vgtid
 from vitessapi import binlogdata_pb2
 
@@ -201,7 +202,7 @@ class ChunkStats:
     seconds: float = 0.0
     throttled_seconds: float = 0.0
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return dict(self.__dict__)
 
 
@@ -462,7 +463,7 @@ class RunResult:
         return self.chunk_seconds / (cores * self.job_seconds) if self.job_seconds > 0 else 0.0
 
 
-def _spark_partition(spec_json: bytes, lanes_per_shard: int, lanes: Iterable[list[bytes]]) -> Iterator[dict[str, Any]]:
+def _spark_partition(spec_json: bytes, lanes_per_shard: int, lanes: Iterable[list[bytes]]) -> Iterator[JsonObject]:
     """A Spark partition holds one lane; yields only small per-chunk stats to the driver."""
     spec = BackfillSpec.from_json(spec_json)
     for lane in lanes:

@@ -35,7 +35,7 @@ class PartialChange:
 
     __slots__ = ("_after", "_before")
 
-    def __init__(self, before: Any = None, after: Any = None) -> None:
+    def __init__(self, before: object = None, after: object = None) -> None:
         self._before, self._after = before, after
 
     def HasField(self, name: str) -> bool:  # protobuf's method name
@@ -58,6 +58,6 @@ class PartialChange:
         return out
 
 
-def read(row: Any) -> PartialChange:
+def read(row: object) -> PartialChange:
     """A snapshot read of ``row`` (a ``query.Row``)."""
     return PartialChange(after=row)

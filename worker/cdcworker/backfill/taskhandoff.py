@@ -68,6 +68,7 @@ from cdcworker.backfill.progress import (
     parse_record,
 )
 from cdcworker.backfill.store import ProgressStore
+from cdcworker.jsontypes import JsonMapping, JsonObject
 from cdcworker.offsets import ShardGtid, Vgtid
 from cdcworker.topicread import TopicReader, TopicReadError
 
@@ -83,7 +84,7 @@ __all__ = ["INITIAL_RUN_PROPERTY", "OFFSET_FIELD", "Handoff", "HoldStarted", "Pr
 FAULT_DIR_ENV = "CDC_HANDOFF_FAULT_DIR"  # test hook (fault_point); not SHARDCDC_*: those are connector properties
 
 
-def inherited_states(values: Mapping[str, Any]) -> dict[str, Any] | None:
+def inherited_states(values: JsonMapping) -> JsonObject | None:
     """The hand-off states a task takes over with shards it did not stream itself (a new
     generation): each shard's entry in the offset value its position came from
     (``TaskStart.inherited``, shard -> ``OffsetValue``). Without them a rescale during a hold
@@ -101,7 +102,7 @@ def progress_topic_of(topic_prefix: str) -> str:
 class ProgressFeed:
     """The progress topic, tailed: every run of the keyspace and the hand-off markers."""
 
-    def __init__(self, client_config: Mapping[str, Any], topic: str, keyspace: str) -> None:
+    def __init__(self, client_config: Mapping[str, object], topic: str, keyspace: str) -> None:
         self.client_config = dict(client_config)
         self.topic = topic
         self.keyspace = keyspace
@@ -229,7 +230,7 @@ class Handoff(Protocol):
 class TaskHandoff:
     """The hand-off state of one task's shards (restored from its offset value)."""
 
-    def __init__(self, feed: ProgressFeed, stored: Mapping[str, Any] | None = None,
+    def __init__(self, feed: ProgressFeed, stored: JsonMapping | None = None,
                  scan: Callable[[ShardHandoff], WindowScan] | None = None) -> None:
         self.feed = feed
         self.scan = scan  # the catch-up's first pass (catchup.finals_scanner); None: no finals

@@ -29,7 +29,7 @@ class QueryError(RuntimeError):
     """VTGate rejected a query (the application-level error of Execute/StreamExecute)."""
 
 
-def bind_variables(binds: Mapping[str, Any]) -> dict[str, query_pb2.BindVariable]:
+def bind_variables(binds: Mapping[str, object]) -> dict[str, query_pb2.BindVariable]:
     out: dict[str, query_pb2.BindVariable] = {}
     for name, v in binds.items():
         if v is None:
@@ -118,7 +118,7 @@ class VTGateClient:
             options=query_pb2.ExecuteOptions(included_fields=query_pb2.ExecuteOptions.ALL),
         )
 
-    def execute(self, sql: str, binds: Mapping[str, Any] | None = None, shard: str | None = None) -> query_pb2.QueryResult:
+    def execute(self, sql: str, binds: Mapping[str, object] | None = None, shard: str | None = None) -> query_pb2.QueryResult:
         req = vtgate_pb2.ExecuteRequest(
             session=self._session(shard),
             query=query_pb2.BoundQuery(sql=sql, bind_variables=bind_variables(binds or {})),
@@ -129,7 +129,7 @@ class VTGateClient:
         return resp.result
 
     def stream_execute(
-        self, sql: str, binds: Mapping[str, Any] | None = None, shard: str | None = None
+        self, sql: str, binds: Mapping[str, object] | None = None, shard: str | None = None
     ) -> tuple[Sequence[Any], list[Any]]:
         """Fields and all rows (``query.Row``) of one streamed statement."""
         req = vtgate_pb2.StreamExecuteRequest(

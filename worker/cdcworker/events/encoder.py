@@ -23,6 +23,7 @@ from cdcworker.events.schema import TableSchemas, build_schemas, select_key_colu
 from cdcworker.events.source import SourceContext
 from cdcworker.events.topics import TopicNaming
 from cdcworker.events.types import ColumnCodec, Converter, FieldLike, TypeOptions, plan_column
+from cdcworker.jsontypes import JsonObject
 
 # source.version: the Debezium release whose records ours are byte-identical to
 # (tests/conformance/worker/test_conformance_debezium.py; docs/conformance.md says why this value).
@@ -129,7 +130,7 @@ class EncoderConfig:
     version: str = DEBEZIUM_VERSION
     # The envelope's ``transaction`` block schema when transaction metadata changes it
     # (ordered factory, RemoveField); None = Debezium's default block.
-    tx_block_schema: dict[str, Any] | None = None
+    tx_block_schema: JsonObject | None = None
     # cdcworker.filters.FilterPolicy when column options / skipped operations / name adjustment
     # are configured: it plans the table instead (once per FIELD; None = no per-row cost at all).
     policy: TablePlanner | None = None
@@ -176,18 +177,18 @@ def _compile_decoder(names: Sequence[str | None], convs: Sequence[Converter | No
         items.append(f"{name!r}: v{i}")
     lines.append("    return {" + ", ".join(items) + "}")
     src = "\n".join(lines)
-    namespace: dict[str, Any] = {f"c{i}": c for i, c in enumerate(convs) if c is not None}
+    namespace: JsonObject = {f"c{i}": c for i, c in enumerate(convs) if c is not None}
     exec(compile(src, "<cdcworker.events decoder>", "exec"), namespace)
-    decode: Callable[[Sequence[int], bytes], dict[str, Any]] = namespace["decode"]  # what src defines
+    decode: Callable[[Sequence[int], bytes], JsonObject] = namespace["decode"]  # what src defines
     return decode
 
 
-def _compile_key(names: Sequence[str]) -> Callable[[dict[str, Any]], dict[str, Any]]:
+def _compile_key(names: Sequence[str]) -> Callable[[JsonObject], JsonObject]:
     """The key payload builder (literal keys: no comprehension frame per row)."""
     if not names:
         return lambda data: {}
     body = ", ".join(f"{n!r}: data[{n!r}]" for n in names)
-    fn: Callable[[dict[str, Any]], dict[str, Any]] = eval(f"lambda data: {{{body}}}", {})
+    fn: Callable[[JsonObject], JsonObject] = eval(f"lambda data: {{{body}}}", {})
     return fn
 
 
@@ -298,7 +299,7 @@ class TablePlan:
 
     # --- hot path --------------------------------------------------------------------------
 
-    def decode(self, row: RowLike) -> dict[str, Any]:
+    def decode(self, row: RowLike) -> JsonObject:
         """Column name → converted value (None for NULL)."""
         lengths = row.lengths
         if len(lengths) != self.ncols:
@@ -307,11 +308,11 @@ class TablePlan:
             )
         return self._decode(lengths, row.values)
 
-    def key(self, data: dict[str, Any]) -> tuple[dict[str, Any] | None, bytes | None]:
+    def key(self, data: JsonObject) -> tuple[JsonObject | None, bytes | None]:
         """A decoded row's key: (its payload, the record key's bytes); (None, None) without a key."""
         return self._key(data)
 
-    def _key(self, data: dict[str, Any]) -> tuple[dict[str, Any] | None, bytes | None]:
+    def _key(self, data: JsonObject) -> tuple[JsonObject | None, bytes | None]:
         if not self._key_names:
             return None, None
         kp = self._key_of(data)
@@ -322,8 +323,8 @@ class TablePlan:
 
     def _value(
         self,
-        before: dict[str, Any] | None,
-        after: dict[str, Any] | None,
+        before: JsonObject | None,
+        after: JsonObject | None,
         op: str,
         source: orjson.Fragment,
         now_ns: int,
@@ -547,8 +548,8 @@ class TablePlan:
         send: Callable[[str, bytes | None, bytes | None, Headers], None],
         on_bad_row: Callable[[Exception], list[OutRecord]],
         on_bad_record: Callable[[OutRecord, Exception], None],
-        producer: Any = None,
-        tx_native: Any = None,
+        producer: object = None,
+        tx_native: object = None,
     ) -> None:
         """Encode and ``send`` the records of several row changes of this table, in order.
 
@@ -621,7 +622,7 @@ class TablePlan:
         return key[n:-1] if n else key
 
     @staticmethod
-    def _header_key(kp: dict[str, Any] | None) -> bytes:
+    def _header_key(kp: JsonObject | None) -> bytes:
         # Kafka Connect's default SimpleHeaderConverter renders a Struct as compact JSON.
         return dumps(kp)
 

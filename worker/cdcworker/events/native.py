@@ -29,6 +29,7 @@ import orjson
 
 from cdcworker.events import types as T
 from cdcworker.events.jsonfmt import dumps, fix_escapes
+from cdcworker.jsontypes import JsonObject
 
 rowenc: Any  # Any: the C extension module (cdcworker._rowenc), None when not built
 try:  # imported by name: type-checks the same whether or not the extension is built
@@ -64,7 +65,7 @@ def _sample(t: int, column_type: str = "", flags: int = 0, decimals: int = 0, en
     return None if codec is None else codec.convert
 
 
-def _identity(conv: Any) -> Any:
+def _identity(conv: object) -> Any:
     # Closures made by one `def`/`lambda` share a code object; builtins (int) are themselves.
     return getattr(conv, "__code__", conv)
 
@@ -107,7 +108,7 @@ def _samples() -> dict[Any, str]:
 _OPS: dict[Any, str] = _samples() if rowenc is not None else {}
 
 
-def _cells(conv: Any) -> dict[str, Any]:
+def _cells(conv: object) -> JsonObject:
     code = getattr(conv, "__code__", None)
     closure = getattr(conv, "__closure__", None) or ()
     if code is None:
@@ -115,7 +116,7 @@ def _cells(conv: Any) -> dict[str, Any]:
     return {name: cell.cell_contents for name, cell in zip(code.co_freevars, closure, strict=False)}
 
 
-def _label(text: Any) -> bytes:
+def _label(text: object) -> bytes:
     return dumps(str(text))[1:-1]
 
 
@@ -126,7 +127,7 @@ def _filter_codes() -> tuple[Any, Any, Any]:
     return columns.converter_codes()
 
 
-def _filter_op(conv: Any) -> tuple[str, int, tuple[bytes, ...]] | None:
+def _filter_op(conv: object) -> tuple[str, int, tuple[bytes, ...]] | None:
     """A column option's converter the C loop runs itself: a masked column's constant (OP_CONST
     with the constant's JSON) or a truncated text column (OP_TEXT_TRUNC, the length as divisor)."""
     code = getattr(conv, "__code__", None)

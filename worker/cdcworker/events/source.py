@@ -8,25 +8,25 @@ keyspace, table, shard, vgtid.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 import orjson
 
 from cdcworker.events.jsonfmt import dumps
 from cdcworker.events.types import connect_schema
+from cdcworker.jsontypes import JsonObject
 
 SOURCE_SCHEMA_NAME = "io.debezium.connector.vitess.Source"
 # Debezium core's SnapshotRecord values, lower-cased, in declaration order.
 SNAPSHOT_ALLOWED = "true,first,first_in_data_collection,last_in_data_collection,last,false,incremental"
 
 
-def _field(schema: dict[str, Any], name: str) -> dict[str, Any]:
+def _field(schema: JsonObject, name: str) -> JsonObject:
     out = dict(schema)
     out["field"] = name
     return out
 
 
-def source_schema() -> dict[str, Any]:
+def source_schema() -> JsonObject:
     """Connect schema of the source block (JsonConverter key order)."""
     s = "string"
     fields = [

@@ -133,7 +133,7 @@ def connect_schema(
     name: str | None = None,
     version: int | None = None,
     parameters: dict[str, str] | None = None,
-    default: Any = None,
+    default: object = None,
 ) -> Schema:
     """A Connect schema as JsonConverter.asJsonSchema orders it."""
     s: Schema = {"type": type_, "optional": optional}

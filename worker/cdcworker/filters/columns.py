@@ -40,6 +40,7 @@ from cdcworker.events.types import (
 )
 from cdcworker.filters.names import NameAdjustment, adjuster
 from cdcworker.filters.tables import TableFilter
+from cdcworker.jsontypes import JsonObject
 
 Patterns = tuple[re.Pattern[str], ...]
 
@@ -73,11 +74,11 @@ def _type_name(field_type: int) -> str:
         return str(field_type)
 
 
-def _with_parameters(schema: dict[str, Any], extra: dict[str, str]) -> dict[str, Any]:
+def _with_parameters(schema: JsonObject, extra: dict[str, str]) -> JsonObject:
     """Add schema parameters keeping JsonConverter's member order (parameters before default)."""
     params = dict(schema.get("parameters") or {})
     params.update(extra)
-    out: dict[str, Any] = {}
+    out: JsonObject = {}
     for k in ("type", "optional", "name", "version"):
         if k in schema:
             out[k] = schema[k]
@@ -91,7 +92,7 @@ def _with_parameters(schema: dict[str, Any], extra: dict[str, str]) -> dict[str,
 def _java_truncate(n: int) -> Callable[[Any], Any]:
     """``String.substring(0, n)``: Java counts UTF-16 code units, so astral characters count twice."""
 
-    def cut(v: Any) -> Any:
+    def cut(v: object) -> Any:
         if not isinstance(v, str) or len(v) * 2 <= n:
             return v
         if v.isascii() or all(ord(c) < 0x10000 for c in v):
@@ -109,7 +110,7 @@ def _java_truncate_bytes(n: int) -> Callable[[Any], Any]:
     cuts the value to ``n`` bytes (seen against 3.5.0: ``BINARY(4) x'00ff1000'`` → ``x'00ff10'``).
     In the other binary modes the emitted text is cut like any string."""
 
-    def cut(v: Any) -> Any:
+    def cut(v: object) -> Any:
         if not isinstance(v, str) or len(v) * 3 // 4 <= n:
             return v
         raw = base64.b64decode(v)
@@ -119,7 +120,7 @@ def _java_truncate_bytes(n: int) -> Callable[[Any], Any]:
 
 
 def _mask(value: str) -> Callable[[Any], Any]:
-    def mask(_v: Any) -> str:
+    def mask(_v: object) -> str:
         return value  # NULL included: MaskingValueConverter ignores its input
 
     return mask
@@ -129,7 +130,7 @@ def _mask(value: str) -> Callable[[Any], Any]:
 class _Mapping:
     """What Debezium's one matching ColumnMapper does to a column's value field."""
 
-    schema: dict[str, Any]
+    schema: JsonObject
     value: Callable[[Any], Any] | None = None  # applied to the converted value (None: unchanged)
     nulls: bool = False  # ``value`` also replaces NULL (masking)
 
@@ -225,7 +226,7 @@ class FilterPolicy:
         # (the connector's catalog): "ks.t.col" and "<shard>.ks.t.col".
         prefixes = (f"{keyspace}.{table}.", f"{shard}.{keyspace}.{table}.")
         out: list[ColumnCodec | None] = list(codecs)  # decoding (and key) codecs
-        value_schemas: dict[int, dict[str, Any]] = {}  # value-only schema changes of key columns
+        value_schemas: dict[int, JsonObject] = {}  # value-only schema changes of key columns
         post: list[tuple[str, Callable[[Any], Any], bool]] = []  # value-only per-row changes
         hidden: list[str] = []
         native_ok = True  # the native row encoder can still be used (FilteredTablePlan)
@@ -319,7 +320,7 @@ def _any(patterns: Patterns, names: tuple[str, ...]) -> bool:
     return any(p.fullmatch(n) for p in patterns for n in names)
 
 
-def _const_conv(value: Any) -> Callable[[bytes], Any]:
+def _const_conv(value: object) -> Callable[[bytes], Any]:
     def conv(_raw: bytes) -> Any:
         return value
 
@@ -391,7 +392,7 @@ class FilteredTablePlan(TablePlan):
         """Skipped operations are decided per record in ``encode_change``: not in the C loop."""
         return self._native is not None and not self._skipped
 
-    def _image(self, row: dict[str, Any]) -> dict[str, Any]:
+    def _image(self, row: JsonObject) -> JsonObject:
         hidden = self._hidden
         if hidden:
             row = {k: v for k, v in row.items() if k not in hidden}

@@ -19,7 +19,7 @@ from __future__ import annotations
 import bisect
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.metrics_core import (
@@ -599,7 +599,7 @@ class TaskMetrics:
         """Streaming (or snapshotting) and connected to VTGate."""
         return (self.connected and self.state in _READY_STATES) or self.state in _DONE_STATES
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> JsonObject:
         from cdcworker.observability.status import build_status
 
         return build_status(self)

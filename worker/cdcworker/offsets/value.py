@@ -19,6 +19,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from cdcworker.jsontypes import JsonMapping
 from cdcworker.offsets.javacompat import jackson_bytes, java_hashmap_order
 from cdcworker.offsets.vgtid import ShardGtid, Vgtid
 from cdcworker.textcut import quote
@@ -44,7 +45,7 @@ TRANSACTION_EPOCH_KEY = "transaction_epoch"
 class OffsetValue:
     """An offset map with its field order (which fixes its bytes)."""
 
-    fields: Mapping[str, Any]
+    fields: JsonMapping
 
     # -- construction --------------------------------------------------------------------------
 

@@ -23,12 +23,12 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Sequence
-from typing import Any
 
 from cdcworker.events.encoder import DEBEZIUM_VERSION, OutRecord
 from cdcworker.events.jsonfmt import dumps
 from cdcworker.events.source import SourceContext, source_schema
 from cdcworker.events.types import connect_schema
+from cdcworker.jsontypes import JsonObject
 
 __all__ = [
     "SCHEMA_CHANGE_PARTITION",
@@ -82,16 +82,16 @@ def ddl_operation_and_table(statement: str) -> tuple[str, str]:
     return op, name.replace("`", "")
 
 
-def _f(schema: dict[str, Any], name: str) -> dict[str, Any]:
+def _f(schema: JsonObject, name: str) -> JsonObject:
     schema["field"] = name
     return schema
 
 
-def _str_array(optional: bool) -> dict[str, Any]:
+def _str_array(optional: bool) -> JsonObject:
     return {"type": "array", "items": connect_schema("string", False), "optional": optional}
 
 
-def _change_schema() -> dict[str, Any]:
+def _change_schema() -> JsonObject:
     """Debezium core's ``SchemaFactory.schemaHistoryChangeSchema``."""
     s, i32, b = "string", "int32", "boolean"
     column = {
@@ -142,7 +142,7 @@ def _change_schema() -> dict[str, Any]:
     }
 
 
-def schema_change_key_schema() -> dict[str, Any]:
+def schema_change_key_schema() -> JsonObject:
     return {
         "type": "struct",
         "fields": [_f(connect_schema("string", False), "databaseName")],
@@ -152,7 +152,7 @@ def schema_change_key_schema() -> dict[str, Any]:
     }
 
 
-def schema_change_value_schema() -> dict[str, Any]:
+def schema_change_value_schema() -> JsonObject:
     return {
         "type": "struct",
         "fields": [

@@ -33,6 +33,7 @@ from typing import Any, cast
 
 from cdcworker import kafkaclients
 from cdcworker.events import EncoderConfig, TablePlan
+from cdcworker.jsontypes import JsonMapping
 from cdcworker.signals import document
 from cdcworker.signals.document import SignalError, parse_data, parse_record
 from cdcworker.snapshot import SnapshotEngine, SnapshotRequest
@@ -49,12 +50,12 @@ LOG = "log"
 class Signal:
     id: str
     type: str
-    data: Mapping[str, Any]
+    data: JsonMapping
     channel: str = "source"
     position: tuple[str, int, int] | None = None  # Kafka channel: (topic, partition, offset) of its record
 
 
-def signal_from_row(row: Mapping[str, Any]) -> Signal:
+def signal_from_row(row: JsonMapping) -> Signal:
     """A signal-table row (``id``, ``type``, ``data``) as a Signal; ``SignalError`` when its data is
     not a JSON object."""
     return Signal(str(row.get("id") or ""), str(row.get("type") or ""), parse_data(row.get("data")), "source")
@@ -96,7 +97,7 @@ def signal_offsets_field(offsets: ChannelOffsets) -> tuple[tuple[str, str], ...]
     return ((SIGNAL_OFFSETS_KEY, json.dumps(by_topic, separators=(",", ":"))),)
 
 
-def stored_signal_offsets(fields: Mapping[str, Any] | None) -> dict[tuple[str, int], int] | None:
+def stored_signal_offsets(fields: JsonMapping | None) -> dict[tuple[str, int], int] | None:
     """The Kafka channels' read positions in a stored offset value (None: none recorded)."""
     raw = fields.get(SIGNAL_OFFSETS_KEY) if fields else None
     if not isinstance(raw, str):
@@ -109,7 +110,7 @@ def stored_signal_offsets(fields: Mapping[str, Any] | None) -> dict[tuple[str, i
         return None
 
 
-def inherited_signal_offsets(values: Sequence[Mapping[str, Any]]) -> dict[tuple[str, int], int] | None:
+def inherited_signal_offsets(values: Sequence[JsonMapping]) -> dict[tuple[str, int], int] | None:
     """Where a task of a new generation resumes the channel: per partition, the lowest position
     of the tasks its shards come from, so no signal that one of them had not acted on durably is
     lost (one that another had acted on may run again for that one's shards: at least once). A

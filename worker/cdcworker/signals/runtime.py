@@ -18,6 +18,7 @@ from cdcworker.config import WorkerConfig
 from cdcworker.events import EncoderConfig
 from cdcworker.filters import FailureHandler, FilterPolicy, vstream_rules
 from cdcworker.filters.failure import FailureMode, topic_limits
+from cdcworker.jsontypes import JsonMapping
 from cdcworker.offsets.value import Checkpoint, with_offset_fields
 from cdcworker.signals import (
     SIGNAL_OFFSETS_KEY,
@@ -157,7 +158,7 @@ class TaskExtras:
         channels = self.dispatcher.offsets_field() if self.dispatcher is not None else ()
         return with_offset_fields(position, engine + channels, _OWNED_KEYS)
 
-    def restore(self, own: Mapping[str, Any] | None, inherited: Mapping[str, Mapping[str, Any]] | None = None) -> None:
+    def restore(self, own: JsonMapping | None, inherited: Mapping[str, JsonMapping] | None = None) -> None:
         """Resume from the task's stored offset fields (``own``), or, for a task key without one
         (a new generation), from the offset fields its shards come from (``inherited``, shard ->
         fields): the ad-hoc snapshots that were queued or running, and the Kafka signal channel's
@@ -202,7 +203,7 @@ class TaskExtras:
         if self.engine is not None and self.engine.active:
             self.engine.pump(processor)
 
-    def on_abort(self, durable: Any) -> None:
+    def on_abort(self, durable: object) -> None:
         """The exactly-once sink aborted its open Kafka transaction: what the signals since
         ``durable`` started is gone with it, so the snapshots start over from ``durable``'s state
         and the Kafka channels read again from its positions (signals acted on since are replayed)."""

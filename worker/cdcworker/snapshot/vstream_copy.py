@@ -48,6 +48,7 @@ from typing import Any
 from cdcworker.events import EncoderConfig, SourceContext, TablePlan
 from cdcworker.filters.failure import EventLocation, FailureHandler
 from cdcworker.filters.tables import table_rule
+from cdcworker.jsontypes import JsonMapping, JsonObject
 from cdcworker.offsets import ShardGtid, Vgtid
 from cdcworker.offsets.copyresume import CopyResume
 from cdcworker.offsets.value import Checkpoint, with_offset_fields
@@ -141,7 +142,7 @@ class _Run:
         self.copy = CopyResume(())  # resume points of the shards copied (set by _launch)
         # Per shard, the copy state (table_p_ks) at the last COMMIT: a transaction that does not
         # move it is the tablet's catch-up of binlog changes, not a copy batch.
-        self.pks: dict[str, Any] = {}
+        self.pks: JsonObject = {}
         self.catchup_rows = 0
         self.cancelled = False
         self.emitted = 0
@@ -267,7 +268,7 @@ class VStreamCopyEngine:
             self._queued.append(request)
             log.info("snapshot %s restored from the offset (%s)", request.id, "resuming" if vgtid else "from the start")
 
-    def restore_inherited(self, values: Mapping[str, Mapping[str, Any]]) -> None:
+    def restore_inherited(self, values: Mapping[str, JsonMapping]) -> None:
         """A new generation's task: resume the snapshots the tasks its shards come from had queued
         or running (``values``: shard -> the offset fields it was inherited with). Each shard
         resumes from its own entry of the old copy position; a shard with none (its old task had

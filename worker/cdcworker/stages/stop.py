@@ -6,10 +6,10 @@ import json
 import logging
 import os
 import time
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from cdcworker import exitcodes
+from cdcworker.jsontypes import JsonMapping
 from cdcworker.offsets import Vgtid
 from cdcworker.offsets.store import OffsetStoreError
 from cdcworker.sink import SinkError
@@ -106,7 +106,7 @@ def report_journal(metrics: StageMetrics, exc: ReassignmentNeeded) -> None:
     write_termination_message({"journal": journal})
 
 
-def write_termination_message(doc: Mapping[str, Any]) -> None:  # Any: a JSON document
+def write_termination_message(doc: JsonMapping) -> None:  # Any: a JSON document
     """The pod's termination message (``terminationMessagePath``), read by the operator."""
     path = os.environ.get("SHARDCDC_TERMINATION_LOG", "/dev/termination-log")
     try:

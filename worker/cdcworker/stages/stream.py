@@ -188,7 +188,7 @@ def stream_once(task: WorkerTask, conn: Connection, session: Session, processor:
             session.next_flush = next_flush_at(task)
 
 
-def _process(task: WorkerTask, session: Session, processor: StreamProcessor, item: Any) -> bool:  # Any: a response (bytes or upb)
+def _process(task: WorkerTask, session: Session, processor: StreamProcessor, item: object) -> bool:  # a response (bytes or upb), handed to the processor
     """One response; True when an initial_only copy finished at it."""
     metrics = task.metrics
     assert metrics is not None

@@ -24,6 +24,7 @@ import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
+from cdcworker.jsontypes import JsonMapping
 from cdcworker.keyrange import parse_shard
 from cdcworker.offsets.vgtid import CURRENT_GTID, EMPTY_GTID, Vgtid
 from cdcworker.txmeta.rank import parse_gtid, simple_gtid
@@ -278,7 +279,7 @@ class EpochProvider:
     @classmethod
     def restore(
         cls,
-        stored: Mapping[str, Any] | None,
+        stored: JsonMapping | None,
         start_vgtid: Vgtid | str,
         *,
         connector_generation: int = 0,

@@ -43,6 +43,7 @@ import orjson
 from cdcworker.events import native
 from cdcworker.events.encoder import OutRecord
 from cdcworker.events.jsonfmt import dumps
+from cdcworker.jsontypes import JsonMapping, JsonObject
 from cdcworker.offsets.javacompat import java_hashmap_order
 from cdcworker.offsets.value import TRANSACTION_COUNT_PREFIX, TRANSACTION_ID_KEY, VGTID_KEY, OffsetValue
 from cdcworker.offsets.vgtid import Vgtid
@@ -79,7 +80,7 @@ def transaction_block_payload(
     epoch: int | None = None,
     rank_value: str | int | None = None,
     exclude: Collection[str] = (),
-) -> dict[str, Any]:
+) -> JsonObject:
     """The ``transaction`` block as a dict (pass ``epoch`` and ``rank_value`` for the ordered factory;
     ``rank_value`` already in JsonConverter form, see ``rank.decimal_json``)."""
     items: list[tuple[str, Any]] = [
@@ -142,7 +143,7 @@ class EndResult(NamedTuple):
     offset: TxOffsetFields  # what Debezium stores with the END record
 
 
-def _ended_at(transaction_id: str, stored_vgtid: Any) -> bool:
+def _ended_at(transaction_id: str, stored_vgtid: object) -> bool:
     """The restored offset was stored at the END of the transaction it names: its restart VGTID
     is that transaction's own VGTID, so nothing of it is replayed. Only an offset stored inside a
     transaction (restart VGTID before it, as Debezium's per-record offsets are) resumes one; an
@@ -162,7 +163,7 @@ def _positions(v: Vgtid) -> set[tuple[str, str, str]]:
     return {(sg.keyspace, sg.shard, sg.gtid) for sg in v}
 
 
-def _resume_point(restored: Mapping[str, Any]) -> tuple[str | None, dict[str, int], str | None]:
+def _resume_point(restored: JsonMapping) -> tuple[str | None, dict[str, int], str | None]:
     """The transaction a restored offset was stored inside (its id, the data records of each
     collection already delivered, and its shard if one shard holds them all), or nothing when the
     offset names no transaction or was stored at its END (``_ended_at``)."""
@@ -176,7 +177,7 @@ def _resume_point(restored: Mapping[str, Any]) -> tuple[str | None, dict[str, in
     return tx, counts, shards.pop() if len(shards) == 1 else None
 
 
-def _epoch_provider(opts: TxMetaOptions, restored: Mapping[str, Any] | None,
+def _epoch_provider(opts: TxMetaOptions, restored: JsonMapping | None,
                     start_vgtid: Vgtid | str | None) -> EpochProvider | None:
     """The ordered factory's epochs (None without it), restored from the offset; the first epoch is
     computed against where the stream starts, so that is required."""
@@ -199,7 +200,7 @@ class TransactionMonitor:
     def __init__(
         self,
         opts: TxMetaOptions,
-        restored: Mapping[str, Any] | None = None,
+        restored: JsonMapping | None = None,
         start_vgtid: Vgtid | str | None = None,
     ) -> None:
         """``restored``: the task's stored offset fields; ``start_vgtid``: where the stream starts
@@ -560,7 +561,7 @@ class TransactionMonitor:
     def _raw_value(self, body: bytes) -> bytes:
         return self._value_prefix + body + b"}" if self._value_prefix else body
 
-    def _value(self, value: dict[str, Any]) -> bytes:
+    def _value(self, value: JsonObject) -> bytes:
         if self._top_exclude:
             value = remove_fields_payload(value, self._value_schema_orig, self.opts.remove_fields)
         return self._raw_value(dumps(value))

@@ -13,9 +13,9 @@
 from __future__ import annotations
 
 from collections.abc import Collection
-from typing import Any
 
 from cdcworker.events.types import connect_schema
+from cdcworker.jsontypes import JsonObject
 
 __all__ = [
     "DECIMAL_SCHEMA_NAME",
@@ -34,12 +34,12 @@ EVENT_COUNT_COLLECTION_SCHEMA_NAME = "event.collection"
 DECIMAL_SCHEMA_NAME = "org.apache.kafka.connect.data.Decimal"
 
 
-def _f(schema: dict[str, Any], name: str) -> dict[str, Any]:
+def _f(schema: JsonObject, name: str) -> JsonObject:
     schema["field"] = name
     return schema
 
 
-def transaction_key_schema() -> dict[str, Any]:
+def transaction_key_schema() -> JsonObject:
     return {
         "type": "struct",
         "fields": [_f(connect_schema("string", False), "id")],
@@ -49,7 +49,7 @@ def transaction_key_schema() -> dict[str, Any]:
     }
 
 
-def transaction_value_schema() -> dict[str, Any]:
+def transaction_value_schema() -> JsonObject:
     per_collection = {
         "type": "struct",
         "fields": [
@@ -75,7 +75,7 @@ def transaction_value_schema() -> dict[str, Any]:
     }
 
 
-def transaction_block_schema(ordered: bool = False, exclude: Collection[str] = ()) -> dict[str, Any]:
+def transaction_block_schema(ordered: bool = False, exclude: Collection[str] = ()) -> JsonObject:
     """The envelope's ``transaction`` field schema (without the ``"field"`` key).
 
     ``exclude`` names block fields removed by Debezium's ``RemoveField`` (``transaction.id`` →
