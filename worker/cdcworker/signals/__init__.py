@@ -29,7 +29,7 @@ import queue
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from cdcworker import kafkaclients
 from cdcworker.events import EncoderConfig, TablePlan
@@ -38,6 +38,9 @@ from cdcworker.signals import document
 from cdcworker.signals.document import SignalError, parse_data, parse_record
 from cdcworker.snapshot import SnapshotEngine, SnapshotRequest
 from cdcworker.textcut import quote
+
+if TYPE_CHECKING:
+    from cdcworker.offsets import Vgtid
 
 log = logging.getLogger(__name__)
 
@@ -320,7 +323,7 @@ class SignalTap:
             if self._relay is not None:
                 self._relay.publish(signal)
 
-    def _lastpk(self, vgtid: Any, shard: str) -> Any:
+    def _lastpk(self, vgtid: Vgtid, shard: str) -> Any:
         """The signal table's copy progress on ``shard`` in ``vgtid`` (None: not copying it).
 
         A copy batch of the signal table moves it; a new row (also a catch-up row during the copy

@@ -43,7 +43,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cdcworker.events import EncoderConfig, SourceContext, TablePlan
 from cdcworker.filters.failure import EventLocation, FailureHandler
@@ -54,6 +54,11 @@ from cdcworker.offsets.copyresume import CopyResume
 from cdcworker.offsets.value import Checkpoint, with_offset_fields
 from cdcworker.snapshot import SnapshotRequest
 from vitessapi import binlogdata_pb2, vtgate_pb2
+
+if TYPE_CHECKING:
+    from cdcworker.offsets import Vgtid
+    from cdcworker.sink import KafkaSink
+    from cdcworker.streaming import StreamProcessor
 
 log = logging.getLogger(__name__)
 
@@ -253,7 +258,7 @@ class VStreamCopyEngine:
         self._state_cache = (cache_key, fields)
         return fields
 
-    def decorate(self, position: Any) -> Any:
+    def decorate(self, position: Vgtid) -> Any:
         """``position`` with the snapshot state now in its offset fields (``offsets.Checkpoint.extra``);
         a state that ended is removed."""
         return with_offset_fields(position, self.state_fields(), STATE_KEYS)
@@ -408,7 +413,7 @@ class VStreamCopyEngine:
             processor.seal(dataclasses.replace(processor.position))
         return run.emitted - before
 
-    def _finish_stopped(self, processor: Any) -> None:
+    def _finish_stopped(self, processor: StreamProcessor) -> None:
         """After a ``stop-snapshot``: the held row goes out as ``"last"``, then a commit point."""
         run, self._stopped_run = self._stopped_run, None
         assert run is not None
@@ -470,7 +475,7 @@ class VStreamCopyEngine:
         else:
             log.info("snapshot %s stopped after %d records", run.request.id, run.emitted)
 
-    def _events(self, run: _Run, response: Any, sink: Any) -> bool:
+    def _events(self, run: _Run, response: Any, sink: KafkaSink) -> bool:
         """Handle one snapshot-stream response; True at the final COPY_COMPLETED."""
         for ev in response.events:
             t = ev.type
@@ -521,7 +526,7 @@ class VStreamCopyEngine:
                 run.rows = []
         run.pks = now
 
-    def _flush(self, run: _Run, sink: Any, commit_ts: int) -> None:
+    def _flush(self, run: _Run, sink: KafkaSink, commit_ts: int) -> None:
         """Emit the rows of a copy batch, always holding the newest one back: it may be the last.
 
         Moves the resume point: to this batch's VGTID when nothing is held, else to the VGTID of
@@ -555,7 +560,7 @@ class VStreamCopyEngine:
             return True
         return False
 
-    def _emit_held(self, run: _Run, sink: Any, marker: str) -> None:
+    def _emit_held(self, run: _Run, sink: KafkaSink, marker: str) -> None:
         held, run.held = run.held, None
         if held is None:
             return
