@@ -162,12 +162,12 @@ async def _run(memo: kopf.Memo, worker_pods: kopf.Index[Any, Any], namespace: st
 @kopf.on.resume(*RESOURCE)
 @kopf.on.create(*RESOURCE)
 @kopf.on.update(*RESOURCE)
-async def changed(memo: Any, namespace: str | None, name: str, **kwargs: Any) -> None:
+async def changed(memo: kopf.Memo, namespace: str | None, name: str, **kwargs: Any) -> None:
     await _run(memo, kwargs["worker_pods"], namespace or "default", name)
 
 
 @kopf.timer(*RESOURCE, interval=RESYNC_SECONDS)
-async def resync(memo: Any, namespace: str | None, name: str, **kwargs: Any) -> None:
+async def resync(memo: kopf.Memo, namespace: str | None, name: str, **kwargs: Any) -> None:
     # ``stopped`` (kopf.DaemonStopped) is set when the deletion starts: no reconcile may begin after that (reconcile()
     # also returns early on a deletionTimestamp; one already running completes under the lock,
     # before the delete handler lists the children it removes).
@@ -177,7 +177,7 @@ async def resync(memo: Any, namespace: str | None, name: str, **kwargs: Any) -> 
 
 
 @kopf.on.event("pods", labels={naming.LABEL_CONNECTOR: kopf.PRESENT})
-async def worker_pod_event(memo: Any, event: JsonMapping, body: kopf.Body, namespace: str | None,
+async def worker_pod_event(memo: kopf.Memo, event: JsonMapping, body: kopf.Body, namespace: str | None,
                            labels: Mapping[str, str], **kwargs: Any) -> None:
     """A drain's last worker gone, or a new generation's last worker ready: reconcile the connector
     now rather than at its next resync (``reconcile.completes_transition``)."""
@@ -191,7 +191,7 @@ async def worker_pod_event(memo: Any, event: JsonMapping, body: kopf.Body, names
 
 
 @kopf.on.delete(*RESOURCE)
-async def deleted(memo: Any, body: kopf.Body, namespace: str | None, name: str, **kwargs: Any) -> None:
+async def deleted(memo: kopf.Memo, body: kopf.Body, namespace: str | None, name: str, **kwargs: Any) -> None:
     """Remove every child explicitly (a cluster without garbage collection still ends clean).
 
     With ``DeleteOffsets`` the records are tombstoned only once no worker pod is left: a worker

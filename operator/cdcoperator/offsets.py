@@ -315,7 +315,7 @@ def has_offsets_annotation(body: JsonMapping) -> bool:
     return OFFSETS_ANNOTATION in ((body.get("metadata") or {}).get("annotations") or {})
 
 
-async def process_offsets_annotation(memo: Any, namespace: str, name: str, worker_pods: Any) -> None:
+async def process_offsets_annotation(memo: kopf.Memo, namespace: str, name: str, worker_pods: Any) -> None:
     """Handle the annotation if the connector (read fresh, under the operator's lock) still has it."""
     # Call-time import: handlers imports this module when it registers the kopf handlers.
     from cdcoperator.handlers import _emit, _lock
@@ -335,5 +335,5 @@ async def process_offsets_annotation(memo: Any, namespace: str, name: str, worke
 @kopf.on.resume(GROUP, VERSION, PLURAL, annotations={OFFSETS_ANNOTATION: kopf.PRESENT})
 @kopf.on.create(GROUP, VERSION, PLURAL, annotations={OFFSETS_ANNOTATION: kopf.PRESENT})
 @kopf.on.update(GROUP, VERSION, PLURAL, annotations={OFFSETS_ANNOTATION: kopf.PRESENT})
-async def offsets_annotation(memo: object, body: kopf.Body, namespace: str | None, name: str, **kwargs: object) -> None:
+async def offsets_annotation(memo: kopf.Memo, body: kopf.Body, namespace: str | None, name: str, **kwargs: object) -> None:
     await process_offsets_annotation(memo, namespace or "default", name, kwargs["worker_pods"])

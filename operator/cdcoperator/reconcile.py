@@ -76,7 +76,7 @@ __all__ = [
 log = logging.getLogger("cdcoperator.reconcile")
 
 RESTARTED_AT_ANNOTATION = f"{naming.PREFIX}/restartedAt"
-Emit = Callable[[Mapping[str, Any], str, str, str], None]  # (body, type, reason, message)
+Emit = Callable[[JsonMapping, str, str, str], None]  # (body, type, reason, message)
 Discoverer = Callable[[ConnectorResource], Awaitable[Discovery]]
 OffsetScanner = Callable[[ConnectorResource, KafkaAccess], Awaitable[Adoption]]  # raises OffsetScanError
 

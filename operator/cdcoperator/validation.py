@@ -28,7 +28,7 @@ from cdcworker.textcut import quote
 __all__ = ["CRD_FILE", "apply_defaults", "crd_schema", "validate", "validate_or_raise"]
 
 CRD_FILE = Path(__file__).resolve().parent / "crd" / "shardcdc.io_cdcconnectors.yaml"
-Schema = Mapping[str, Any]
+Schema = JsonMapping  # an OpenAPI v3 schema of a CRD (JSON)
 _MISSING = object()
 
 

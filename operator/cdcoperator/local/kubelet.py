@@ -43,7 +43,6 @@ import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from cdcoperator.local.children import start_bound
 from cdcworker.jsontypes import JsonMapping, JsonObject
@@ -81,7 +80,7 @@ BACKOFF_RESET = 600.0
 MAX_TERMINATION_MESSAGE = 4096
 
 Resolver = Callable[[str, str, str], Mapping[str, bytes] | None]  # (kind, namespace, name) -> data or None
-DeploymentSource = Callable[[], Sequence[Mapping[str, Any]]]
+DeploymentSource = Callable[[], Sequence[JsonMapping]]
 
 
 class PodSpecError(Exception):

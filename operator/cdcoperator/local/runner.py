@@ -24,7 +24,6 @@ import logging
 import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 
@@ -51,7 +50,7 @@ __all__ = ["LocalRunner", "RunnerThread"]
 
 log = logging.getLogger("cdcoperator.local")
 
-EventSink = Callable[[Mapping[str, Any]], None]
+EventSink = Callable[[JsonMapping], None]
 
 
 class LocalRunner:

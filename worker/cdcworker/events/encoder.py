@@ -145,7 +145,7 @@ def _strip_keyspace(table_name: str, keyspace: str) -> str:
     return table_name[len(prefix):] if keyspace and table_name.startswith(prefix) else table_name
 
 
-Decoder = Callable[[Sequence[int], bytes], dict[str, Any]]
+Decoder = Callable[[Sequence[int], bytes], JsonObject]
 
 
 def _compile_decoder(names: Sequence[str | None], convs: Sequence[Converter | None]) -> Decoder:

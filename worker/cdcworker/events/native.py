@@ -29,7 +29,7 @@ import orjson
 
 from cdcworker.events import types as T
 from cdcworker.events.jsonfmt import dumps, fix_escapes
-from cdcworker.jsontypes import JsonObject
+from cdcworker.jsontypes import JsonObject, JsonValue
 
 rowenc: Any  # Any: the C extension module (cdcworker._rowenc), None when not built
 try:  # imported by name: type-checks the same whether or not the extension is built
@@ -65,7 +65,7 @@ def _sample(t: int, column_type: str = "", flags: int = 0, decimals: int = 0, en
     return None if codec is None else codec.convert
 
 
-def _identity(conv: object) -> Any:
+def _identity(conv: object) -> JsonValue:
     # Closures made by one `def`/`lambda` share a code object; builtins (int) are themselves.
     return getattr(conv, "__code__", conv)
 
@@ -144,7 +144,7 @@ def _filter_op(conv: object) -> tuple[str, int, tuple[bytes, ...]] | None:
     return None
 
 
-def column_op(conv: Callable[[bytes], Any] | None) -> tuple[str, int, tuple[bytes, ...]]:
+def column_op(conv: Callable[[bytes], JsonValue] | None) -> tuple[str, int, tuple[bytes, ...]]:
     """(op name, datetime divisor, escaped labels) for one converter; OP_PY when unknown."""
     if conv is None:
         return "OP_DROP", 1, ()
@@ -176,7 +176,7 @@ def column_op(conv: Callable[[bytes], Any] | None) -> tuple[str, int, tuple[byte
 
 def program(
     names: Sequence[str | None],
-    convs: Sequence[Callable[[bytes], Any] | None],
+    convs: Sequence[Callable[[bytes], JsonValue] | None],
     key_indexes: Sequence[int],
     key_prefix: bytes,
 ) -> Any:
@@ -201,6 +201,6 @@ def program(
     return rowenc.Program(cols, keys, key_prefix, orjson.dumps, fix_escapes)
 
 
-def column_ops(convs: Sequence[Callable[[bytes], Any] | None]) -> list[str]:
+def column_ops(convs: Sequence[Callable[[bytes], JsonValue] | None]) -> list[str]:
     """Op names the columns would run with (diagnostics and tests)."""
     return [column_op(c)[0] for c in convs]

@@ -40,7 +40,7 @@ from cdcworker.events.types import (
 )
 from cdcworker.filters.names import NameAdjustment, adjuster
 from cdcworker.filters.tables import TableFilter
-from cdcworker.jsontypes import JsonObject
+from cdcworker.jsontypes import JsonObject, JsonValue
 
 Patterns = tuple[re.Pattern[str], ...]
 
@@ -89,10 +89,10 @@ def _with_parameters(schema: JsonObject, extra: dict[str, str]) -> JsonObject:
     return out
 
 
-def _java_truncate(n: int) -> Callable[[Any], Any]:
+def _java_truncate(n: int) -> Callable[[JsonValue], JsonValue]:
     """``String.substring(0, n)``: Java counts UTF-16 code units, so astral characters count twice."""
 
-    def cut(v: object) -> Any:
+    def cut(v: object) -> JsonValue:
         if not isinstance(v, str) or len(v) * 2 <= n:
             return v
         if v.isascii() or all(ord(c) < 0x10000 for c in v):
@@ -105,12 +105,12 @@ def _java_truncate(n: int) -> Callable[[Any], Any]:
     return cut
 
 
-def _java_truncate_bytes(n: int) -> Callable[[Any], Any]:
+def _java_truncate_bytes(n: int) -> Callable[[JsonValue], JsonValue]:
     """Truncation of a binary column in ``bytes`` mode (its values are base64 text here): Debezium
     cuts the value to ``n`` bytes (seen against 3.5.0: ``BINARY(4) x'00ff1000'`` → ``x'00ff10'``).
     In the other binary modes the emitted text is cut like any string."""
 
-    def cut(v: object) -> Any:
+    def cut(v: object) -> JsonValue:
         if not isinstance(v, str) or len(v) * 3 // 4 <= n:
             return v
         raw = base64.b64decode(v)
@@ -119,7 +119,7 @@ def _java_truncate_bytes(n: int) -> Callable[[Any], Any]:
     return cut
 
 
-def _mask(value: str) -> Callable[[Any], Any]:
+def _mask(value: str) -> Callable[[JsonValue], JsonValue]:
     def mask(_v: object) -> str:
         return value  # NULL included: MaskingValueConverter ignores its input
 
@@ -131,7 +131,7 @@ class _Mapping:
     """What Debezium's one matching ColumnMapper does to a column's value field."""
 
     schema: JsonObject
-    value: Callable[[Any], Any] | None = None  # applied to the converted value (None: unchanged)
+    value: Callable[[JsonValue], JsonValue] | None = None  # applied to the converted value (None: unchanged)
     nulls: bool = False  # ``value`` also replaces NULL (masking)
 
 
@@ -227,7 +227,7 @@ class FilterPolicy:
         prefixes = (f"{keyspace}.{table}.", f"{shard}.{keyspace}.{table}.")
         out: list[ColumnCodec | None] = list(codecs)  # decoding (and key) codecs
         value_schemas: dict[int, JsonObject] = {}  # value-only schema changes of key columns
-        post: list[tuple[str, Callable[[Any], Any], bool]] = []  # value-only per-row changes
+        post: list[tuple[str, Callable[[JsonValue], JsonValue], bool]] = []  # value-only per-row changes
         hidden: list[str] = []
         native_ok = True  # the native row encoder can still be used (FilteredTablePlan)
         keys = list(key_indexes)
@@ -292,7 +292,7 @@ class FilterPolicy:
             if _any(pats, names):
                 if not (length < 0 or length > n):
                     return None  # TruncateStrings: truncation impossible, no parameter
-                cut: Callable[[Any], Any] | None = None
+                cut: Callable[[JsonValue], JsonValue] | None = None
                 if ftype in _BINARY_TYPES and schema.get("type") == "bytes":
                     cut = _java_truncate_bytes(n)
                 elif schema.get("type") == "string":
@@ -320,8 +320,8 @@ def _any(patterns: Patterns, names: tuple[str, ...]) -> bool:
     return any(p.fullmatch(n) for p in patterns for n in names)
 
 
-def _const_conv(value: object) -> Callable[[bytes], Any]:
-    def conv(_raw: bytes) -> Any:
+def _const_conv(value: object) -> Callable[[bytes], JsonValue]:
+    def conv(_raw: bytes) -> JsonValue:
         return value
 
     return conv
@@ -334,8 +334,8 @@ def converter_codes() -> tuple[Any, Any, Any]:  # Any: code objects (types.CodeT
     return _const_conv(None).__code__, then.__code__, _java_truncate(1).__code__
 
 
-def _then(first: Callable[[bytes], Any], then: Callable[[Any], Any]) -> Callable[[bytes], Any]:
-    def conv(raw: bytes) -> Any:
+def _then(first: Callable[[bytes], JsonValue], then: Callable[[JsonValue], JsonValue]) -> Callable[[bytes], JsonValue]:
+    def conv(raw: bytes) -> JsonValue:
         return then(first(raw))
 
     return conv
@@ -362,7 +362,7 @@ class FilteredTablePlan(TablePlan):
         stats: FilterStats,
         schema_base: str,
         value_codecs: Sequence[ColumnCodec | None] | None = None,
-        post: tuple[tuple[str, Callable[[Any], Any], bool], ...] = (),
+        post: tuple[tuple[str, Callable[[JsonValue], JsonValue], bool], ...] = (),
         native_ok: bool = False,
     ) -> None:
         super().__init__(keyspace, shard, table, topic, codecs, key_indexes, cfg)
