@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 import orjson
 
-from cdcworker.jsontypes import JsonMapping, JsonObject
+from cdcworker.jsontypes import JsonMapping, JsonObject, JsonValue
 
 
 class RecordLike(Protocol):
@@ -26,7 +26,7 @@ class RecordLike(Protocol):
     def value(self) -> bytes | None: ...
 
 
-def _payload(data: bytes) -> Any:
+def _payload(data: bytes) -> JsonValue:
     doc = orjson.loads(data)
     if isinstance(doc, dict) and "payload" in doc and "schema" in doc:
         return doc["payload"]
@@ -40,7 +40,7 @@ class Materialised:
     tombstones: int = 0
     duplicates: int = 0
 
-    def by_column(self, column: str) -> dict[Any, JsonObject]:
+    def by_column(self, column: str) -> dict[JsonValue, JsonObject]:
         return {row[column]: row for row in self.rows.values()}
 
 

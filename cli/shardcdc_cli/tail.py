@@ -13,14 +13,13 @@ import argparse
 import time
 import uuid
 from collections.abc import Callable
-from typing import Any
 
 import orjson
 from rich.console import Console
 from rich.text import Text
 
 from cdcworker import kafkaclients
-from cdcworker.jsontypes import JsonMapping
+from cdcworker.jsontypes import JsonMapping, JsonValue
 from shardcdc_cli.target import TargetError, _client_settings
 
 __all__ = ["format_event", "register"]
@@ -43,7 +42,7 @@ def register(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], 
     return run
 
 
-def _payload(data: bytes | None) -> Any:
+def _payload(data: bytes | None) -> JsonValue:
     if data is None:
         return None
     try:

@@ -110,7 +110,7 @@ def _client_settings(args: argparse.Namespace) -> JsonObject:
 
 def _from_spec(name: str, namespace: str | None, body: JsonMapping, source: str) -> Target:
     kafka = (body.get("spec") or {}).get("kafka") or {}
-    config: JsonObject = {}
+    config: dict[str, str] = {}
     if kafka.get("bootstrapServers"):
         config["bootstrap.servers"] = kafka["bootstrapServers"]
     if kafka.get("securityProtocol") and kafka["securityProtocol"] != "PLAINTEXT":

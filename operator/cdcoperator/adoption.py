@@ -28,7 +28,6 @@ from typing import Any
 from cdcoperator.kafkaaccess import KafkaAccess, plain_access
 from cdcoperator.model import ConnectorResource
 from cdcworker import kafkaclients
-from cdcworker.jsontypes import JsonMapping
 from cdcworker.kafkaerrors import first_refusal
 from cdcworker.offsets.edits import OffsetEntry, entries
 from cdcworker.offsets.migration import java_sorted
@@ -204,7 +203,7 @@ def scan_offsets(cr: ConnectorResource, timeout: float = SCAN_TIMEOUT, access: K
     return analyze(records, cr.name, kafka.topic_prefix, cr.spec.source.keyspace)
 
 
-def _all_topics(config: JsonMapping, timeout: float) -> Any:
+def _all_topics(config: Mapping[str, object], timeout: float) -> Any:
     """The cluster's topic metadata, asked in short rounds so that a refused login or certificate
     stops the scan at once with what to fix (librdkafka itself would report only a transport
     failure at the deadline, the reason being in its log)."""

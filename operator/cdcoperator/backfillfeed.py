@@ -177,7 +177,7 @@ def fold(values: list[bytes], keyspace: str) -> FeedView:
 
 
 class _Tail:
-    def __init__(self, config: JsonMapping, topic: str, keyspace: str, idle_seconds: float) -> None:
+    def __init__(self, config: Mapping[str, object], topic: str, keyspace: str, idle_seconds: float) -> None:
         self.config = dict(config)
         self.topic = topic
         self.state = FeedState(keyspace)

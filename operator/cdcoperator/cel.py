@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from cdcworker.jsontypes import JsonMapping
+from cdcworker.jsontypes import JsonMapping, JsonValue
 
 __all__ = ["CelError", "compile_rule", "evaluate"]
 
@@ -224,7 +224,7 @@ class _Err:
     message: str
 
 
-def _check(v: object) -> Any:
+def _check(v: object) -> JsonValue:
     if isinstance(v, _Err):
         raise CelError(v.message)
     return v
@@ -236,7 +236,7 @@ def _size(v: object) -> int:
     raise CelError(f"no matching overload for size({type(v).__name__})")
 
 
-def _string_fn(name: str) -> Callable[[Any, Any], bool]:
+def _string_fn(name: str) -> Callable[[JsonValue, JsonValue], bool]:
     def fn(s: object, arg: object) -> bool:
         if not isinstance(s, str) or not isinstance(arg, str):
             raise CelError(f"no matching overload for {name}")
@@ -254,14 +254,14 @@ def _string_fn(name: str) -> Callable[[Any, Any], bool]:
 _METHODS = {n: _string_fn(n) for n in ("matches", "startsWith", "endsWith", "contains")}
 
 
-def _eval(node: Node, env: JsonMapping) -> Any:
+def _eval(node: Node, env: JsonMapping) -> JsonValue:
     try:
         return _eval_strict(node, env)
     except CelError as exc:
         return _Err(str(exc))
 
 
-def _eval_strict(node: Node, env: JsonMapping) -> Any:
+def _eval_strict(node: Node, env: JsonMapping) -> JsonValue:
     kind = node[0]
     if kind == "lit":
         return node[1]
@@ -326,7 +326,7 @@ def _eval_strict(node: Node, env: JsonMapping) -> Any:
     raise CelError(f"unsupported node {kind}")
 
 
-def _binary(op: str, a_node: Node, b_node: Node, env: JsonMapping) -> Any:
+def _binary(op: str, a_node: Node, b_node: Node, env: JsonMapping) -> JsonValue:
     if op in ("&&", "||"):
         a, b = _eval(a_node, env), _eval(b_node, env)
         decisive = op == "||"
@@ -364,6 +364,6 @@ def compile_rule(text: str) -> Node:
     return _Parser(text).parse()
 
 
-def evaluate(text: str, variables: JsonMapping) -> Any:
+def evaluate(text: str, variables: JsonMapping) -> JsonValue:
     """Evaluate ``text`` with ``variables`` (e.g. ``self``, ``oldSelf``); raises :class:`CelError`."""
     return _check(_eval(compile_rule(text), variables))

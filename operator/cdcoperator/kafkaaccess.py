@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 
 from cdcoperator.model import ConnectorResource
 from cdcworker.config.kafkaclient import ClientSettingError, client_key, librdkafka_settings
-from cdcworker.jsontypes import JsonMapping
 
 __all__ = ["KafkaAccess", "SecretReader", "client_settings", "kafka_access", "plain_access"]
 
@@ -31,12 +30,12 @@ _CLIENT_PREFIXES = ("sasl.", "ssl.")
 class KafkaAccess:
     """librdkafka settings for the connector's cluster, or why the operator cannot have them."""
 
-    config: JsonMapping | None
+    config: Mapping[str, object] | None
     problem: str | None = None
     fingerprint: str = field(default="", compare=False)  # tells a rotated credential from the last one
 
     @classmethod
-    def of(cls, settings: JsonMapping) -> KafkaAccess:
+    def of(cls, settings: Mapping[str, object]) -> KafkaAccess:
         digest = hashlib.sha256(json.dumps(sorted(settings.items()), default=str).encode()).hexdigest()[:16]
         return cls(dict(settings), None, digest)
 

@@ -315,7 +315,7 @@ def has_offsets_annotation(body: JsonMapping) -> bool:
     return OFFSETS_ANNOTATION in ((body.get("metadata") or {}).get("annotations") or {})
 
 
-async def process_offsets_annotation(memo: kopf.Memo, namespace: str, name: str, worker_pods: Any) -> None:
+async def process_offsets_annotation(memo: kopf.Memo, namespace: str, name: str, worker_pods: Any) -> None:  # Any: kopf's index holds what the indexing handler returns (kopf.Index is not generic over it)
     """Handle the annotation if the connector (read fresh, under the operator's lock) still has it."""
     # Call-time import: handlers imports this module when it registers the kopf handlers.
     from cdcoperator.handlers import _emit, _lock

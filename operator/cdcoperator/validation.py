@@ -17,12 +17,11 @@ import re
 from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
 
 from cdcoperator.cel import CelError, evaluate
 from cdcoperator.model import SpecError
 from cdcoperator.naming import metadata_name_problems
-from cdcworker.jsontypes import JsonMapping, JsonObject
+from cdcworker.jsontypes import JsonList, JsonMapping, JsonObject, JsonValue
 from cdcworker.textcut import quote
 
 __all__ = ["CRD_FILE", "apply_defaults", "crd_schema", "validate", "validate_or_raise"]
@@ -81,7 +80,7 @@ def _type_ok(schema: Schema, value: object) -> bool:
 # --- defaulting (before validation, as the API server does) --------------------------------------------
 
 
-def apply_defaults(schema: Schema, value: object) -> Any:
+def apply_defaults(schema: Schema, value: object) -> JsonValue:
     """``value`` with the schema's defaults filled in (a copy; recursive, also inside lists and maps)."""
     if isinstance(value, Mapping) and schema.get("type") == "object":
         out = dict(value)
@@ -163,7 +162,7 @@ class _Checker:
             elif props and not schema.get("x-kubernetes-preserve-unknown-fields") and extra is not True:
                 self.errors.append(f'unknown field "{sub_path}"')
 
-    def array(self, schema: Schema, value: list[Any], old: Any, path: str) -> None:
+    def array(self, schema: Schema, value: JsonList, old: JsonValue, path: str) -> None:
         if "maxItems" in schema and len(value) > schema["maxItems"]:
             self.add(path, f"Too many: {len(value)}: must have at most {schema['maxItems']} items")
         if "minItems" in schema and len(value) < schema["minItems"]:
@@ -175,21 +174,21 @@ class _Checker:
                 self.check(items, item, _MISSING, f"{path}[{i}]")
         list_type = schema.get("x-kubernetes-list-type")
         if list_type == "set":
-            seen: list[Any] = []
+            seen: JsonList = []
             for i, item in enumerate(value):
                 if item in seen:
                     self.add(f"{path}[{i}]", f"Duplicate value: {_fmt(item)}")
                 seen.append(item)
         elif list_type == "map":
             keys = schema.get("x-kubernetes-list-map-keys") or []
-            seen_keys: list[Any] = []
+            seen_keys: JsonList = []
             for i, item in enumerate(value):
                 key = {k: item.get(k) for k in keys} if isinstance(item, Mapping) else item
                 if key in seen_keys:
                     self.add(f"{path}[{i}]", f"Duplicate value: {json.dumps(key, separators=(',', ':'))}")
                 seen_keys.append(key)
 
-    def rules(self, schema: Schema, value: Any, old: Any, path: str) -> None:
+    def rules(self, schema: Schema, value: JsonValue, old: JsonValue, path: str) -> None:
         for rule in schema.get("x-kubernetes-validations") or ():
             text = rule["rule"]
             transition = "oldSelf" in text
@@ -218,7 +217,7 @@ def validate(body: JsonMapping, old: JsonMapping | None = None) -> list[str]:
                 f"{json.dumps(_type_name(meta))}"]
     schema = crd_schema()
     new = apply_defaults(schema, dict(body))
-    before: Any = apply_defaults(schema, dict(old)) if old is not None else _MISSING
+    before: JsonValue = apply_defaults(schema, dict(old)) if old is not None else _MISSING
     checker = _Checker()
     spec_schema = schema["properties"]["spec"]
     if "spec" not in new:

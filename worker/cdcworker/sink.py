@@ -38,6 +38,7 @@ class Segment:
 
     produced: int = 0
     acked: int = 0
+    # Any: the commit point the stream sealed (commit_point), handed back as given
     position: Any = None  # set when the segment is sealed at a commit point
     sealed: bool = False
     errors: list[KafkaError] = field(default_factory=list)
@@ -70,12 +71,12 @@ class KafkaSink:
         # None: no per-record delivery reports (exactly-once learns durability from the commit).
         self._dr: Callable[[KafkaError | None, object], None] | None = None
         self._open = self._new_segment()
-        self._durable: Any = None
+        self._durable: Any = None  # Any: the commit point the stream sealed (commit_point), handed back as given
         self._poll_every = poll_every
         self.records_sent = 0
         self._interrupted = False
 
-    def _make_producer(self, config: dict[str, object]) -> Any:
+    def _make_producer(self, config: dict[str, object]) -> Any:  # Any: the native C producer or confluent-kafka's client (no common type)
         """confluent-kafka's producer; ``nativesink`` swaps in the C one."""
         chained = config.get("error_cb")
 
@@ -245,7 +246,7 @@ class KafkaSink:
             raise SinkError(_rejected(segs[0]))
 
     @property
-    def durable(self) -> Any:
+    def durable(self) -> Any:  # Any: the commit point the stream sealed (commit_point), handed back as given
         """Read-only view of the last known durable position, safe from other threads."""
         return self._durable
 
@@ -254,7 +255,7 @@ class KafkaSink:
         restored state that is durable already, or a shard rewound to its catch-up start."""
         self._durable = position
 
-    def durable_position(self) -> Any:
+    def durable_position(self) -> Any:  # Any: the commit point the stream sealed (commit_point), handed back as given
         """The newest commit-point position whose records (and all before) Kafka acknowledged."""
         self.producer.poll(0)
         self._advance()
@@ -269,7 +270,7 @@ class KafkaSink:
         """The source has nothing queued: learn what became durable meanwhile."""
         self.durable_position()
 
-    def flush(self, timeout: float = 30.0) -> Any:
+    def flush(self, timeout: float = 30.0) -> Any:  # Any: the commit point the stream sealed (commit_point), handed back as given
         """Wait for every outstanding record; returns the durable position afterwards."""
         remaining = self.producer.flush(timeout)
         self._advance()
@@ -277,7 +278,7 @@ class KafkaSink:
             raise SinkError(f"{remaining} record(s) not acknowledged by Kafka within {timeout}s")
         return self._durable
 
-    def rewind(self, handed_over: object) -> Any:
+    def rewind(self, handed_over: object) -> Any:  # Any: the commit point the stream sealed (commit_point), handed back as given
         """Where a reconnect resumes: everything up to ``handed_over`` is already with the producer."""
         return handed_over
 
@@ -343,7 +344,7 @@ class TransactionalSink(KafkaSink):
         self._txn_started = 0.0
         self._txn_base = 0  # records_sent when the open Kafka transaction began
         self._records_at_point = 0
-        self._point: Any = None
+        self._point: Any = None  # Any: the commit point the stream sealed (commit_point), handed back as given
         self._last_commit = self._clock()
         self.commits = 0
         # Wall time the stage spent blocked in commit_transaction (librdkafka flushes every batch
@@ -433,7 +434,7 @@ class TransactionalSink(KafkaSink):
         self._segments.clear()
         self._open = self._new_segment()
 
-    def durable_position(self) -> Any:
+    def durable_position(self) -> Any:  # Any: the commit point the stream sealed (commit_point), handed back as given
         self.producer.poll(0)
         self._check_access()
         if self._point is not None and self._point is not self._durable:
@@ -461,7 +462,7 @@ class TransactionalSink(KafkaSink):
         else:
             self.producer.poll(0)
 
-    def flush(self, timeout: float = 30.0) -> Any:
+    def flush(self, timeout: float = 30.0) -> Any:  # Any: the commit point the stream sealed (commit_point), handed back as given
         """Commit what ends at a commit point; abort a transaction that holds a partial one."""
         if self._in_txn:
             if self._records_at_point == self._txn_records:
@@ -475,7 +476,7 @@ class TransactionalSink(KafkaSink):
             self.commit()
         return self._durable
 
-    def rewind(self, handed_over: object) -> Any:
+    def rewind(self, handed_over: object) -> Any:  # Any: the commit point the stream sealed (commit_point), handed back as given
         """A reconnect resumes from the last commit point in the open transaction, or, if that
         transaction holds part of a Vitess transaction (which the new stream replays), after
         aborting it, from the last committed position. A transaction that ends at its commit point

@@ -10,14 +10,13 @@ another task created it meanwhile), so Connect's DescribeTopics round trip befor
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from cdcworker import kafkaclients
 from cdcworker.config import KafkaConfig, TopicCreationGroup
-from cdcworker.jsontypes import JsonMapping
 from cdcworker.kafkaerrors import TopicSizing, broker_count, creation_refusal
 from cdcworker.sink import SinkError
 
@@ -29,7 +28,7 @@ class TopicCreationError(SinkError):
 
 
 class TopicCreator:
-    def __init__(self, admin_config: JsonMapping, groups: Sequence[TopicCreationGroup], timeout: float = 30.0) -> None:
+    def __init__(self, admin_config: Mapping[str, object], groups: Sequence[TopicCreationGroup], timeout: float = 30.0) -> None:
         if not groups:
             raise ValueError("no topic creation group")
         self._config = dict(admin_config)

@@ -102,7 +102,7 @@ def _run_recorder(store: Any, config: Any) -> Callable[[Any], None]:
 
 
 @contextlib.contextmanager
-def _stop_on_signals(stop: threading.Event, spark: Callable[[], Any]) -> Iterator[None]:
+def _stop_on_signals(stop: threading.Event, spark: Callable[[], Any]) -> Iterator[None]:  # Any: a pyspark SparkSession (optional dependency, not type-checked)
     """SIGTERM (the Job or SparkApplication was deleted, local mode stops) or SIGINT: lanes stop
     before their next chunk and Spark's jobs are cancelled, so the run ends as a failed attempt and
     is abandoned (the workers release it; rerunning it resumes). The previous handlers come back."""

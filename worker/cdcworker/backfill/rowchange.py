@@ -20,7 +20,7 @@ def _uvarint(n: int) -> bytes:
     return bytes(out)
 
 
-def _field(number: int, row: Any) -> bytes:
+def _field(number: int, row: Any) -> bytes:  # Any: vitessapi protobuf messages (generated code: no types for mypy)
     body = row.SerializeToString()
     n = len(body)
     tag = (number << 3) | 2

@@ -75,7 +75,7 @@ class BackfillSpec:
                 return cond
         return None
 
-    def with_(self, **changes: Any) -> BackfillSpec:
+    def with_(self, **changes: Any) -> BackfillSpec:  # Any: vitessapi protobuf messages (generated code: no types for mypy)
         return replace(self, **changes)
 
     def to_json(self) -> bytes:

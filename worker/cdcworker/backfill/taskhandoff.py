@@ -68,7 +68,7 @@ from cdcworker.backfill.progress import (
     parse_record,
 )
 from cdcworker.backfill.store import ProgressStore
-from cdcworker.jsontypes import JsonMapping, JsonObject
+from cdcworker.jsontypes import JsonMapping, JsonObject, JsonValue
 from cdcworker.offsets import ShardGtid, Vgtid
 from cdcworker.topicread import TopicReader, TopicReadError
 
@@ -108,13 +108,13 @@ class ProgressFeed:
         self.keyspace = keyspace
         self.runs: dict[str, RunState] = {}  # in order of first appearance
         self.handed_off: set[tuple[str, int, str]] = set()  # (run, epoch, shard)
-        self._consumer: Any = None
+        self._consumer: Any = None  # Any: the native C producer or confluent-kafka's client (no common type)
         self._assigned = False
         self._next_lookup = 0.0
         self._next = 0  # offset of the next record to read
         self._producer: Producer | None = None
 
-    def _open(self, strict: bool = False) -> Any:
+    def _open(self, strict: bool = False) -> Any:  # Any: the native C producer or confluent-kafka's client (no common type)
         if self._consumer is None:
             self._consumer = kafkaclients.consumer({**self.client_config, "group.id": f"shardcdc-handoff-{uuid.uuid4()}",
                                        "enable.auto.commit": False, "enable.partition.eof": True,
@@ -212,7 +212,7 @@ class Handoff(Protocol):
     @property
     def active(self) -> bool: ...
 
-    def offset_extra(self) -> tuple[tuple[str, Any], ...]: ...
+    def offset_extra(self) -> tuple[tuple[str, JsonValue], ...]: ...
 
     def keep_watermark_caps(self, caps: Mapping[str, float | None]) -> None: ...
 
@@ -245,7 +245,7 @@ class TaskHandoff:
     def active(self) -> bool:
         return bool(self.states)
 
-    def offset_extra(self) -> tuple[tuple[str, Any], ...]:
+    def offset_extra(self) -> tuple[tuple[str, JsonValue], ...]:
         """The extra offset field while any shard has a state (none otherwise: a plain Debezium value)."""
         if not self.states:
             return ()

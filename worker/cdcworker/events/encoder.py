@@ -508,7 +508,7 @@ class TablePlan:
         return t
 
     def _native_advance(
-        self, producer: Any, rcs: Iterable[Any], t: tuple[Any, ...], prefix: bytes, with_tx: bool, tx_native: Any,
+        self, producer: Any, rcs: Iterable[Any], t: tuple[Any, ...], prefix: bytes, with_tx: bool, tx_native: Any,  # Any: the native C producer or confluent-kafka's client (no common type)
     ) -> Callable[[int], int] | None:
         """Per batch: ``advance(i)``, which sends rows from ``i`` on in C and returns the index of
         the first row it hands back to ``send_rows``'s Python loop, or None without a native path.
@@ -539,7 +539,7 @@ class TablePlan:
 
     def send_rows(
         self,
-        rcs: Iterable[Any],
+        rcs: Iterable[Any],  # Any: vitessapi protobuf messages (generated code: no types for mypy)
         source: orjson.Fragment,
         now_ns: int,
         insert_op: str,
@@ -642,7 +642,7 @@ class _FixedSource:
         return self._frag
 
 
-def _row_change(raw: bytes) -> Any:
+def _row_change(raw: bytes) -> Any:  # Any: vitessapi protobuf messages (generated code: no types for mypy)
     from vitessapi import binlogdata_pb2
 
     return binlogdata_pb2.RowChange.FromString(raw)

@@ -20,9 +20,9 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from cdcworker.jsontypes import JsonMapping, JsonObject
+from cdcworker.jsontypes import JsonMapping, JsonObject, JsonValue
 from cdcworker.offsets.javacompat import jackson_dumps
 from cdcworker.textcut import quote
 
@@ -48,7 +48,7 @@ def _encode_values(text: str) -> bytes:
         raise ValueError(f"lastpk row values hold an unpaired surrogate: {text!r}") from exc
 
 
-def _require(obj: JsonMapping, key: str, kind: type | tuple[type, ...], where: str) -> Any:
+def _require(obj: JsonMapping, key: str, kind: type | tuple[type, ...], where: str) -> JsonValue:
     if key not in obj:
         raise ValueError(f"{where}: missing {key!r}")
     value = obj[key]

@@ -289,14 +289,14 @@ class SignalTap:
         self._plans: dict[tuple[str, str], TablePlan] = {}
         self._pending: list[tuple[TablePlan, Any]] = []
 
-    def field(self, key: tuple[str, str], fe: Any) -> None:
+    def field(self, key: tuple[str, str], fe: Any) -> None:  # Any: vitessapi protobuf messages (generated code: no types for mypy)
         try:
             self._plans[key] = TablePlan.compile(fe, self._encoder)
         except ValueError as exc:
             self._plans.pop(key, None)
             log.warning("signal table FIELD event cannot be planned (%s); its rows are ignored", exc)
 
-    def row(self, key: tuple[str, str], re: Any) -> None:
+    def row(self, key: tuple[str, str], re: Any) -> None:  # Any: vitessapi protobuf messages (generated code: no types for mypy)
         plan = self._plans.get(key)
         if plan is None:
             return

@@ -19,9 +19,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any
 
-from cdcworker.jsontypes import JsonMapping
+from cdcworker.jsontypes import JsonMapping, JsonValue
 from cdcworker.snapshot import SnapshotRequest, validate_condition
 from cdcworker.textcut import quote
 
@@ -103,7 +102,7 @@ def log_message(data: JsonMapping) -> str:
 # --- helpers ------------------------------------------------------------------------------------
 
 
-def _json(text: str, what: str) -> Any:
+def _json(text: str, what: str) -> JsonValue:
     try:
         return json.loads(text)
     except RecursionError:

@@ -59,7 +59,7 @@ class TopicWriter:
 
         self.store = ProgressStore(dict(client_config), topic, replication_factor, topic_config)
         self._lock = threading.Lock()
-        self._producer: Any = None
+        self._producer: Any = None  # Any: the native C producer or confluent-kafka's client (no common type)
         self._topic_ready = False
         self._interrupted = threading.Event()
 

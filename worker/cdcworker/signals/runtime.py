@@ -83,7 +83,7 @@ class TaskExtras:
         cls,
         cfg: WorkerConfig,
         encoder: EncoderConfig,
-        open_stream: Callable[[Any], Any],
+        open_stream: Callable[[Any], Any],  # Any: vitessapi protobuf messages (generated code: no types for mypy)
         shards: Callable[[], Sequence[str]],
         metrics: SignalMetrics | None = None,
     ) -> TaskExtras:
@@ -148,7 +148,7 @@ class TaskExtras:
         if self.dispatcher is not None:
             features.decorate = self.decorate
 
-    def decorate(self, position: Any) -> Any:
+    def decorate(self, position: Any) -> Any:  # Any: the commit point the stream sealed (commit_point), handed back as given
         """``position`` with the state to resume from in its offset fields: the ad-hoc snapshots
         (``VStreamCopyEngine.state_fields``) and where the Kafka signal channels have read to
         (also channels this task does not read, e.g. the relay in a one-task generation: carried

@@ -127,7 +127,7 @@ def _stored_requests(offset_fields: Any) -> list[tuple[SnapshotRequest, str, set
 class _Run:
     """One request being copied."""
 
-    def __init__(self, request: SnapshotRequest, call: Any, topics: set[str], depth: int, resume: str = "") -> None:
+    def __init__(self, request: SnapshotRequest, call: Any, topics: set[str], depth: int, resume: str = "") -> None:  # Any: vitessapi protobuf messages (generated code: no types for mypy)
         self.request = request
         # Copy VGTIDs (JSON): of the newest flushed batch, and the resume point: every row up to
         # it has been handed to the sink (or superseded), so a restart may continue after it.
@@ -138,10 +138,10 @@ class _Run:
         self.topics = topics
         self.seen: set[tuple[str, bytes]] = set()
         self.stopped_tables: set[str] = set()
-        self.queue: queue.Queue[Any] = queue.Queue(maxsize=depth)
+        self.queue: queue.Queue[Any] = queue.Queue(maxsize=depth)  # Any: vitessapi protobuf messages (generated code: no types for mypy)
         self.plans: dict[tuple[str, str], TablePlan] = {}
-        self.rows: list[tuple[TablePlan, Any]] = []
-        self.held: tuple[TablePlan, Any, int, str] | None = None
+        self.rows: list[tuple[TablePlan, Any]] = []  # Any: vitessapi protobuf messages (generated code: no types for mypy)
+        self.held: tuple[TablePlan, Any, int, str] | None = None  # Any: vitessapi protobuf messages (generated code: no types for mypy)
         self.vgtid_json = ""
         self.vgtid: Vgtid | None = None  # the newest VGTID of the copy stream
         self.copy = CopyResume(())  # resume points of the shards copied (set by _launch)
@@ -175,7 +175,7 @@ class VStreamCopyEngine:
 
     def __init__(
         self,
-        open_stream: Callable[[vtgate_pb2.VStreamRequest], Any],
+        open_stream: Callable[[vtgate_pb2.VStreamRequest], Any],  # Any: vitessapi protobuf messages (generated code: no types for mypy)
         keyspace: str,
         shards: Callable[[], Sequence[str]],
         encoder: EncoderConfig,
@@ -258,7 +258,7 @@ class VStreamCopyEngine:
         self._state_cache = (cache_key, fields)
         return fields
 
-    def decorate(self, position: Vgtid) -> Any:
+    def decorate(self, position: Vgtid) -> Any:  # Any: the commit point the stream sealed (commit_point), handed back as given
         """``position`` with the snapshot state now in its offset fields (``offsets.Checkpoint.extra``);
         a state that ended is removed."""
         return with_offset_fields(position, self.state_fields(), STATE_KEYS)
@@ -300,7 +300,7 @@ class VStreamCopyEngine:
             log.info("snapshot %s inherited from the previous generation (%d of %d shards resuming)",
                      rid, sum(1 for s in shards if s in have), len(shards))
 
-    def on_abort(self, durable: Any) -> None:
+    def on_abort(self, durable: Any) -> None:  # Any: the commit point the stream sealed (commit_point), handed back as given
         """The exactly-once sink aborted its open Kafka transaction (a reconnect inside a streamed
         transaction): snapshot records since ``durable`` are gone with it, while the live stream
         rewinds there. The snapshots start over from the state ``durable`` carries, as after a
@@ -475,7 +475,7 @@ class VStreamCopyEngine:
         else:
             log.info("snapshot %s stopped after %d records", run.request.id, run.emitted)
 
-    def _events(self, run: _Run, response: Any, sink: KafkaSink) -> bool:
+    def _events(self, run: _Run, response: Any, sink: KafkaSink) -> bool:  # Any: vitessapi protobuf messages (generated code: no types for mypy)
         """Handle one snapshot-stream response; True at the final COPY_COMPLETED."""
         for ev in response.events:
             t = ev.type
@@ -546,7 +546,7 @@ class VStreamCopyEngine:
             run.flushed_vgtid = run.copy.resumable(run.vgtid).to_json()
         run.resume_vgtid = run.held_prev if run.held is not None else run.flushed_vgtid
 
-    def _superseded(self, run: _Run, plan: TablePlan, rc: Any, ts: int) -> bool:
+    def _superseded(self, run: _Run, plan: TablePlan, rc: Any, ts: int) -> bool:  # Any: vitessapi protobuf messages (generated code: no types for mypy)
         """The live stream already emitted this row's key (as new or newer): drop the read."""
         if not run.seen:
             return False
