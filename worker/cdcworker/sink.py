@@ -43,7 +43,7 @@ class Segment:
     sealed: bool = False
     errors: list[KafkaError] = field(default_factory=list)
     # event.processing.failure.handling.mode for records Kafka refuses (KafkaSink.on_error)
-    on_error: Callable[[KafkaError, Any], bool] | None = None
+    on_error: Callable[[KafkaError, object], bool] | None = None
 
     def on_delivery(self, err: KafkaError | None, _msg: object) -> None:
         if err is None:
@@ -112,7 +112,7 @@ class KafkaSink:
     _tracks_acks = True
     # Set by the task: True when a refused record is to be dropped (e.g. MSG_SIZE_TOO_LARGE under
     # event.processing.failure.handling.mode=warn/skip); False keeps it an error that stops the task.
-    on_error: Callable[[KafkaError, Any], bool] | None = None
+    on_error: Callable[[KafkaError, object], bool] | None = None
 
     def _delivery_error(self, err: KafkaError, msg: object) -> bool:
         hook = self.on_error

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from confluent_kafka import KafkaException
 
-from cdcworker.events import EncoderConfig, SourceContext, TablePlan, native
+from cdcworker.events import EncoderConfig, OutRecord, SourceContext, TablePlan, native
 from cdcworker.events.encoder import _strip_keyspace
 from cdcworker.events.jsonfmt import json_string_body
 from cdcworker.filters.failure import (
@@ -433,12 +433,12 @@ class StreamProcessor:
             self.metrics.on_erroneous(rows)
         return True
 
-    def _bad_row(self, plan: TablePlan, exc: Exception, vgtid_json: str) -> list[Any]:
+    def _bad_row(self, plan: TablePlan, exc: Exception, vgtid_json: str) -> list[OutRecord]:
         where = EventLocation(plan.keyspace, plan.shard, plan.table, vgtid_json)
         self._failures.handle("ROW value cannot be converted", where, exc)
         return []
 
-    def _bad_record(self, plan: TablePlan, rec: Any, exc: Exception, vgtid_json: str) -> None:
+    def _bad_record(self, plan: TablePlan, rec: OutRecord, exc: Exception, vgtid_json: str) -> None:
         if not is_oversized(exc):
             raise exc
         where = EventLocation(plan.keyspace, plan.shard, plan.table, vgtid_json)

@@ -190,7 +190,7 @@ class TaskExtras:
         """A snapshot is running: the task polls more often."""
         return self.engine is not None and self.engine.active
 
-    def poll(self, processor: Any) -> None:
+    def poll(self, processor: StreamProcessor) -> None:
         d = self.dispatcher
         if d is not None:
             d.poll()

@@ -107,7 +107,7 @@ class _WatchingSink:
         return getattr(self.inner, name)
 
 
-def _stored_requests(offset_fields: Any) -> list[tuple[SnapshotRequest, str, set[str]]]:
+def _stored_requests(offset_fields: JsonMapping | None) -> list[tuple[SnapshotRequest, str, set[str]]]:
     """The snapshot requests of a stored offset (``state_fields``): (request, copy VGTID, stopped tables)."""
     raw = offset_fields.get(STATE_KEY) if offset_fields else None
     if not isinstance(raw, str):
@@ -263,7 +263,7 @@ class VStreamCopyEngine:
         a state that ended is removed."""
         return with_offset_fields(position, self.state_fields(), STATE_KEYS)
 
-    def restore(self, offset_fields: Any) -> None:
+    def restore(self, offset_fields: JsonMapping | None) -> None:
         """Queue the snapshots a previous run of this task stored in its offset (``state_fields``)."""
         for request, vgtid, stopped in _stored_requests(offset_fields):
             if vgtid:
@@ -363,6 +363,7 @@ class VStreamCopyEngine:
 
     # --- processing thread ------------------------------------------------------------------
 
+    # Any: pump swaps the processor's sink for a _WatchingSink, a duck of KafkaSink that StreamProcessor.sink does not admit
     def pump(self, processor: Any, max_responses: int = 32) -> int:
         """Emit what the snapshot stream delivered, between live transactions; returns records sent."""
         if processor is None or not processor.between_transactions:

@@ -24,7 +24,7 @@ import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
-from cdcworker.jsontypes import JsonMapping
+from cdcworker.jsontypes import JsonMapping, JsonValue
 from cdcworker.keyrange import parse_shard
 from cdcworker.offsets.vgtid import CURRENT_GTID, EMPTY_GTID, Vgtid
 from cdcworker.txmeta.rank import parse_gtid, simple_gtid
@@ -311,7 +311,7 @@ class EpochProvider:
             epochs = ShardEpochMap(base)
         return cls(epochs, previous, inherit)
 
-    def offset_items(self, connector_generation: int) -> list[tuple[str, Any]]:
+    def offset_items(self, connector_generation: int) -> list[tuple[str, JsonValue]]:
         """The offset fields this state adds (``transaction_epoch``, ``connector_generation``)."""
         return [
             (TRANSACTION_EPOCH_KEY, self.epochs.to_json()),

@@ -43,7 +43,7 @@ import orjson
 from cdcworker.events import native
 from cdcworker.events.encoder import OutRecord
 from cdcworker.events.jsonfmt import dumps
-from cdcworker.jsontypes import JsonMapping, JsonObject
+from cdcworker.jsontypes import JsonMapping, JsonObject, JsonValue
 from cdcworker.offsets.javacompat import java_hashmap_order
 from cdcworker.offsets.value import TRANSACTION_COUNT_PREFIX, TRANSACTION_ID_KEY, VGTID_KEY, OffsetValue
 from cdcworker.offsets.vgtid import Vgtid
@@ -83,7 +83,7 @@ def transaction_block_payload(
 ) -> JsonObject:
     """The ``transaction`` block as a dict (pass ``epoch`` and ``rank_value`` for the ordered factory;
     ``rank_value`` already in JsonConverter form, see ``rank.decimal_json``)."""
-    items: list[tuple[str, Any]] = [
+    items: list[tuple[str, JsonValue]] = [
         ("id", transaction_id),
         ("total_order", total_order),
         ("data_collection_order", data_collection_order),
@@ -132,7 +132,7 @@ class TxOffsetFields(NamedTuple):
 
     transaction_id: str | None = None
     collection_counts: Mapping[str, int] = MappingProxyType({})
-    extra: tuple[tuple[str, Any], ...] = ()
+    extra: tuple[tuple[str, JsonValue], ...] = ()
 
     def to_offset(self, vgtid: Vgtid) -> OffsetValue:
         return OffsetValue.build(vgtid, self.transaction_id, self.collection_counts, self.extra)
@@ -237,7 +237,7 @@ class TransactionMonitor:
         self._shape_block()
         # The epoch fields of the offset, per epoch map (the map object changes only on a reshard
         # or a host change; it is stored with every commit point).
-        self._epoch_items: tuple[object, tuple[tuple[str, Any], ...]] = (None, ())
+        self._epoch_items: tuple[object, tuple[tuple[str, JsonValue], ...]] = (None, ())
         if restored:
             self._resume_id, self._restored_counts, self._resume_shard = _resume_point(restored)
         self.epochs: EpochProvider | None = _epoch_provider(opts, restored, start_vgtid)
@@ -307,7 +307,7 @@ class TransactionMonitor:
         """Transaction fields of the offset as of now (``TransactionContext.store`` + epochs)."""
         return TxOffsetFields(self.transaction_id, dict(self.counts), self._epoch_fields())
 
-    def _epoch_fields(self) -> tuple[tuple[str, Any], ...]:
+    def _epoch_fields(self) -> tuple[tuple[str, JsonValue], ...]:
         if self.epochs is None:
             return ()
         epochs = self.epochs.epochs
@@ -473,7 +473,7 @@ class TransactionMonitor:
         value, transaction_id, _, extra = self.finish(ts_ms)
         return EndResult(None if value is None else self._out(value), TxOffsetFields(transaction_id, counts, extra))
 
-    def finish(self, ts_ms: int) -> tuple[bytes | None, str | None, tuple[tuple[str, int], ...], tuple[tuple[str, Any], ...]]:
+    def finish(self, ts_ms: int) -> tuple[bytes | None, str | None, tuple[tuple[str, int], ...], tuple[tuple[str, JsonValue], ...]]:
         """``end`` for the streaming loop, once per transaction without building records: the END
         record's value (None: filtered, or no transaction open) and the offset fields it carries
         (transaction id, counters per data collection, epoch fields), as ``Checkpoint`` takes them."""
