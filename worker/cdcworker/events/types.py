@@ -130,6 +130,11 @@ class ColumnCodec:
     optional: bool
 
 
+def as_field(schema: Schema, name: str) -> Schema:
+    """``schema`` as the field ``name`` of a struct: a copy with ``field`` last, as JsonConverter writes it."""
+    return {**schema, "field": name}
+
+
 def connect_schema(
     type_: str,
     optional: bool,

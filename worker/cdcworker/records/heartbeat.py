@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 
 from cdcworker.events.encoder import OutRecord
 from cdcworker.events.jsonfmt import dumps
-from cdcworker.events.types import connect_schema
+from cdcworker.events.types import as_field, connect_schema
 from cdcworker.jsontypes import JsonObject
 
 __all__ = [
@@ -39,15 +39,10 @@ HEARTBEAT_PARTITION = 0  # Debezium sends heartbeats to partition 0 explicitly
 LOW_WATERMARK_FIELD = "low_watermark"
 
 
-def _f(schema: JsonObject, name: str) -> JsonObject:
-    schema["field"] = name
-    return schema
-
-
 def heartbeat_key_schema() -> JsonObject:
     return {
         "type": "struct",
-        "fields": [_f(connect_schema("string", False), "serverName")],
+        "fields": [as_field(connect_schema("string", False), "serverName")],
         "optional": False,
         "name": HEARTBEAT_KEY_SCHEMA_NAME,
         "version": 1,
@@ -55,9 +50,9 @@ def heartbeat_key_schema() -> JsonObject:
 
 
 def heartbeat_value_schema(low_watermark: bool = False) -> JsonObject:
-    fields = [_f(connect_schema("string", False), "vgtid"), _f(connect_schema("int64", False), "ts_ms")]
+    fields = [as_field(connect_schema("string", False), "vgtid"), as_field(connect_schema("int64", False), "ts_ms")]
     if low_watermark:
-        fields.append(_f(connect_schema("int64", True), LOW_WATERMARK_FIELD))
+        fields.append(as_field(connect_schema("int64", True), LOW_WATERMARK_FIELD))
     return {
         "type": "struct",
         "fields": fields,
