@@ -105,7 +105,7 @@ def fetch_worker_status(url: str, timeout: float) -> JsonObject:
     return doc
 
 
-def _lag(ms: Any) -> str:
+def _lag(ms: Any) -> str:  # Any: a lag field of the worker's /status JSON (int, float or absent)
     return "-" if ms is None else f"{int(ms) / 1000:.1f}s"
 
 

@@ -260,7 +260,7 @@ class KubeApi:
             raise ApiError(resp.status, method, path, text)
         return json.loads(text) if text else {}
 
-    async def call(self, method: str, path: str, body: Any = None, **kwargs: Any) -> JsonObject | None:
+    async def call(self, method: str, path: str, body: Any = None, **kwargs: Any) -> JsonObject | None:  # Any: a request body (JSON or a patch) and aiohttp's request keyword arguments, passed on
         call = functools.partial(self.request, method, path, body, **kwargs)
         return await asyncio.get_running_loop().run_in_executor(self.pool, call)
 

@@ -28,7 +28,6 @@ import hashlib
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from cdcoperator import backfillfeed, backfillrelease, naming
 from cdcoperator.apply import CONFIG_MAPS, ApiError, ClusterApi, Kind
@@ -620,7 +619,7 @@ def selector(cr: ConnectorResource) -> str:
 
 
 async def _launched_phase(kube: ClusterApi, kinds: Mapping[str, Kind], objects: Sequence[JsonMapping],
-                          live: dict[tuple[str, str], Any], name: str, finished: bool,
+                          live: dict[tuple[str, str], JsonObject], name: str, finished: bool,
                           prev: JsonMapping | None, progress: JsonMapping | None,
                           engine: BackfillEngine) -> Phase:
     """A run the operator launches: create its missing objects (unless finished), then its phase

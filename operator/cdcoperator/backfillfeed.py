@@ -28,7 +28,8 @@ import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+
+from confluent_kafka import Producer
 
 from cdcoperator.kafkaaccess import KafkaAccess, plain_access
 from cdcoperator.model import ConnectorResource
@@ -110,7 +111,7 @@ class FeedState:
     closed: dict[str, SignalClosed] = field(default_factory=dict)
 
     def apply(self, value: bytes) -> None:
-        rec: Any = parse_record(value)
+        rec = parse_record(value)
         if isinstance(rec, PlanRecord):
             if rec.keyspace == self.keyspace:
                 self.runs.setdefault(rec.run_id, RunProgress()).plans[(rec.shard, rec.table)] = rec.chunks
@@ -127,25 +128,25 @@ class FeedState:
             return
         if rec is not None:
             return  # attempt records: the workers' business
-        rec = parse_control(value)
-        if isinstance(rec, RunStatus):
-            self.runs.setdefault(rec.run_id, RunProgress()).status = rec
-        elif isinstance(rec, SignalClosed):
-            if rec.keyspace == self.keyspace:
-                self.closed[rec.signal_id] = rec
-        elif isinstance(rec, SignalRecord) and rec.keyspace == self.keyspace:
-            if rec.signal == EXECUTE:
+        control = parse_control(value)
+        if isinstance(control, RunStatus):
+            self.runs.setdefault(control.run_id, RunProgress()).status = control
+        elif isinstance(control, SignalClosed):
+            if control.keyspace == self.keyspace:
+                self.closed[control.signal_id] = control
+        elif isinstance(control, SignalRecord) and control.keyspace == self.keyspace:
+            if control.signal == EXECUTE:
                 # The first appearance decides the order; a replay of the same signal changes nothing.
-                self.signals.setdefault(rec.signal_id, rec)
-            elif rec.signal == STOP and rec.signal_id not in self.stops_seen:
-                self.stops_seen.add(rec.signal_id)
+                self.signals.setdefault(control.signal_id, control)
+            elif control.signal == STOP and control.signal_id not in self.stops_seen:
+                self.stops_seen.add(control.signal_id)
                 # A stop cancels the requests before it (topic order) that touch its tables (all when
                 # it names none). A request seen after its stop is not cancelled by it.
                 for sid, req in self.signals.items():
                     if sid in self.stopped or sid in self.closed:
                         continue
-                    if not rec.tables or set(rec.tables) & set(req.tables):
-                        self.stopped[sid] = rec.signal_id
+                    if not control.tables or set(control.tables) & set(req.tables):
+                        self.stopped[sid] = control.signal_id
 
 
 @dataclass(frozen=True)
@@ -203,7 +204,7 @@ class _Tail:
                              "enable.auto.commit": False, "enable.partition.eof": True,
                              "auto.offset.reset": "earliest"}, "operator's backfill feed consumer")
         reader = TopicReader(consumer, self.topic)
-        producer: Any = None
+        producer: Producer | None = None
         assigned = False
         try:
             while not self.stop.is_set() and time.monotonic() - self.used < self.idle:

@@ -279,7 +279,7 @@ def _str_map(d: JsonMapping, key: str, where: str) -> dict[str, str]:
     return out
 
 
-def _enum(kind: type[enum.StrEnum], value: Any, where: str, default: enum.StrEnum) -> Any:
+def _enum(kind: type[enum.StrEnum], value: Any, where: str, default: enum.StrEnum) -> Any:  # Any: a spec field (JSON), and the member of the enum class given
     if value is None:
         return default
     try:

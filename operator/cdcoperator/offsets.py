@@ -133,7 +133,7 @@ LOCAL_STOP = ("set it to 'stopped' first (in the manifest: the running `shardcdc
               "`shardcdc run` (Ctrl-C: every worker commits and exits)")
 
 
-def stopped_problem(body: Any, how_to_stop: str = KUBECTL_STOP) -> str | None:
+def stopped_problem(body: Any, how_to_stop: str = KUBECTL_STOP) -> str | None:  # Any: a kopf Body or a plain JSON object
     """Why a CdcConnector is not safe to change offsets of (None: it is stopped, every worker exited)."""
     spec = body.get("spec") or {}
     state = spec.get("state") or State.RUNNING.value  # the plain word: the message shows its repr
@@ -174,7 +174,7 @@ def parse_handback(value: str, body: JsonMapping) -> tuple[bool, int]:
 
 
 def _handback(cr: ConnectorResource, body: JsonMapping, records: Mapping[bytes, bytes], value: str
-              ) -> tuple[list[Any], str]:
+              ) -> tuple[list[Any], str]:  # Any: offset records of several types (cdcworker.offsets)
     """The hand-back's changes and the Debezium properties to use (``shardcdc offsets handback``)."""
 
     per_task, tasks_max = parse_handback(value, body)
@@ -242,7 +242,7 @@ def _config_map(body: JsonMapping, data: Mapping[str, str]) -> JsonObject:
 
 
 async def handle_offsets_annotation(kube: KubeApi, body: JsonMapping, live_pods: int,
-                                    emit: Any) -> str:
+                                    emit: Any) -> str:  # Any: kopf's event-posting callable (untyped)
     """Act on ``shardcdc.io/offsets`` once and remove it; returns the outcome ("done", "refused", ...).
 
     ``reset`` / ``alter`` asked while the connector is stopping (spec.state stopped, its workers

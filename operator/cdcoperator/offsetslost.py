@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cdcoperator import conditions as cond
 from cdcoperator import naming
@@ -39,6 +39,9 @@ from cdcworker.offsets import OffsetPartition, Vgtid
 from cdcworker.offsets.keys import task_key_name
 from cdcworker.offsets.lost import LOST_ANNOTATION, REASON
 from cdcworker.offsets.value import OffsetValue
+
+if TYPE_CHECKING:
+    from cdcoperator.kafkaaccess import KafkaAccess
 
 __all__ = [
     "EXPECTED_ENV", "LOST_ANNOTATION", "REASON", "LostTasks", "expected_env_var", "kept_positions", "lost_tasks",
@@ -191,7 +194,7 @@ async def settle_offsets_lost(kube: ClusterApi, emit: object, body: JsonMapping,
                       cond.ConditionSpec(cond.DEGRADED, True, REASON, message)), Event("Warning", REASON, message))
 
 
-async def _handle_choice(kube: ClusterApi, emit: Any, body: JsonMapping, cr: ConnectorResource,
+async def _handle_choice(kube: ClusterApi, emit: Any, body: JsonMapping, cr: ConnectorResource,  # Any: kopf's event-posting callable (untyped)
                          g: Generation | None, lost: Sequence[int], known: Mapping[int, str], choice: str
                          ) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """Carry out ``restore`` or ``resnapshot`` for the lost tasks, then remove the annotation;
@@ -225,7 +228,7 @@ async def _handle_choice(kube: ClusterApi, emit: Any, body: JsonMapping, cr: Con
     return drop, restart
 
 
-def _write_records(cr: ConnectorResource, access: Any, records: Sequence[tuple[OffsetPartition, OffsetValue]]) -> None:
+def _write_records(cr: ConnectorResource, access: KafkaAccess, records: Sequence[tuple[OffsetPartition, OffsetValue]]) -> None:
     from cdcworker.offsets.store import OffsetStore
 
     if access.config is None:

@@ -219,7 +219,7 @@ class StreamProcessor:
         self._copy = CopyResume(start) if start.copying else None
         self._pending_vgtid: binlogdata_pb2.VGtid | None = None
         # (plan, row changes of one ROW event): RowChange messages or serialized RowChanges.
-        self._deferred: list[tuple[TablePlan, Any]] = []
+        self._deferred: list[tuple[TablePlan, Any]] = []  # Any: vitessapi protobuf messages (generated code: no types for mypy)
         self._deferred_rows = 0
         self._deferred_bytes = 0  # counted only with max_queue_bytes, as Debezium's queue does
         self._plan_bytes: dict[tuple[str, str], bool] = {}  # plan takes serialized RowChanges
@@ -271,7 +271,7 @@ class StreamProcessor:
                 self._event(ev)
         self._after_response(len(events))
 
-    def _process_scanned(self, data: bytes, items: list[Any]) -> None:
+    def _process_scanned(self, data: bytes, items: list[Any]) -> None:  # Any: vitessapi protobuf messages (generated code: no types for mypy)
         """The native scanner's view of a response: ROW events arrive as (table, shard, internal,
         serialized RowChanges), which the native encoder takes as they are; the rare other events
         are parsed by upb from their slice of the response."""

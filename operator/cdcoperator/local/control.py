@@ -110,7 +110,7 @@ class ControlServer:
             await self._runner.cleanup()
 
     @web.middleware
-    async def _auth(self, request: web.Request, handler: Any) -> web.StreamResponse:
+    async def _auth(self, request: web.Request, handler: Any) -> web.StreamResponse:  # Any: aiohttp's middleware handler (untyped in aiohttp)
         given = request.headers.get("Authorization", "")
         if not secrets.compare_digest(given.encode(), f"Bearer {self.token}".encode()):
             return web.json_response({"message": "unauthorized"}, status=401)

@@ -20,7 +20,6 @@ import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from cdcoperator.connectorcheck import connector_documents, connector_label, validate_connector
 from cdcoperator.local.control import default_state_dir
@@ -134,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _watch(runner: Any, path: Path, stop: asyncio.Event) -> None:
+async def _watch(runner: LocalRunner, path: Path, stop: asyncio.Event) -> None:
     """Print the summary when it changes; re-apply the manifest when the file changes."""
 
     last_line = ""

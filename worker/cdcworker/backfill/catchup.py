@@ -52,7 +52,7 @@ class HandoffProcessor(StreamProcessor):
     """The worker's processor, emitting held tables' changes by the hand-off rule."""
 
     def __init__(self, encoder: EncoderConfig, sink: KafkaSink, start: Vgtid,
-                 handoffs: Mapping[str, ShardHandoff], **kwargs: Any) -> None:
+                 handoffs: Mapping[str, ShardHandoff], **kwargs: Any) -> None:  # Any: vitessapi protobuf messages (generated code: no types for mypy)
         super().__init__(encoder, sink, start, **kwargs)
         self.handoffs = dict(handoffs)
         self.key_readers: dict[tuple[str, str], KeyReader | None] = {}

@@ -28,8 +28,8 @@ class TableStats:
     """``COUNT(*)``, and ``MIN``/``MAX`` of the first key column (for the density check)."""
 
     rows: int
-    min_value: Any = None
-    max_value: Any = None
+    min_value: Any = None  # Any: a column's value as VTGate returns it (int, str or bytes), bound back into SQL
+    max_value: Any = None  # Any: a column's value as VTGate returns it (int, str or bytes), bound back into SQL
 
 
 def effective_chunk_size(rows: int, chunk_size: int, max_chunks: int) -> int:

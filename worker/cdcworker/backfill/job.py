@@ -319,7 +319,7 @@ def process_chunk(chunk: Chunk, ctx: LaneContext) -> ChunkStats:
         poll = ctx.producer.poll
         now = time.time_ns()
 
-        def send(p: TablePlan, items: Iterable[Any]) -> int:
+        def send(p: TablePlan, items: Iterable[Any]) -> int:  # Any: vitessapi protobuf messages (generated code: no types for mypy)
             n = 0
             for row in items:
                 for rec in p.encode_change(rowchange.read(row), ctx_src, now, insert_op="r"):

@@ -42,11 +42,11 @@ class PartialChange:
         return (self._before if name == "before" else self._after) is not None
 
     @property
-    def before(self) -> Any:
+    def before(self) -> Any:  # Any: vitessapi protobuf messages (generated code: no types for mypy)
         return self._before
 
     @property
-    def after(self) -> Any:
+    def after(self) -> Any:  # Any: vitessapi protobuf messages (generated code: no types for mypy)
         return self._after
 
     def SerializeToString(self) -> bytes:  # protobuf's method name

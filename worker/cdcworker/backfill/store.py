@@ -115,7 +115,7 @@ class ProgressStore:
         finally:
             consumer.close()
 
-    def write(self, producer: Producer, records: Iterable[Any], timeout: float = 60.0) -> None:
+    def write(self, producer: Producer, records: Iterable[Any], timeout: float = 60.0) -> None:  # Any: vitessapi protobuf messages (generated code: no types for mypy)
         """Produce and wait for the acknowledgements (a record counts only once Kafka holds it)."""
         errors: list[KafkaError] = []
 

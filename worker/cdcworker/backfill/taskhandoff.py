@@ -180,7 +180,7 @@ class ProgressFeed:
         if keyspace == self.keyspace:
             self.runs.setdefault(run_id, RunState(run_id)).apply(rec)
 
-    def _write(self, records: list[Any]) -> None:
+    def _write(self, records: list[Any]) -> None:  # Any: vitessapi protobuf messages (generated code: no types for mypy)
         if self._producer is None:
             self._producer = kafkaclients.producer({**self.client_config, "enable.idempotence": True, "acks": "all"}, "backfill hand-off producer")
         ProgressStore(self.client_config, self.topic).write(self._producer, records)

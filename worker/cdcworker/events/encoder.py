@@ -267,8 +267,10 @@ class TablePlan:
         )
         self._decode = _compile_decoder(self._names, self._convs)
         self._key_of = _compile_key(self._key_names)
+        # Any: a per-batch cache key (the source Fragment, op, time)
         self._tail_key: tuple[Any, str, int] | None = None  # (source, op, now_ns) of _tail
         self._tail = b""
+        # Any: a per-batch cache: the source Fragment, op and time, then the tails' bytes
         self._send_tails: tuple[Any, ...] = (None, None, 0)  # (source, insert_op, now_ns) + tails of send_rows
         self._tombstones = cfg.tombstones_on_delete
         self._headers: Headers = list(cfg.headers)
@@ -492,14 +494,14 @@ class TablePlan:
         """``send_rows`` has a native fast path: exactly this class with a column program."""
         return self._native is not None and type(self) is TablePlan
 
-    def _tails(self, source: orjson.Fragment, insert_op: str, now_ns: int) -> tuple[Any, ...]:
+    def _tails(self, source: orjson.Fragment, insert_op: str, now_ns: int) -> tuple[Any, ...]:  # Any: a per-batch cache: the source Fragment, op and time, then the tails' bytes
         """Per batch: the envelope tails of an insert and an update, whole and split where the
         ``transaction`` block goes, each with the record's closing brace."""
         t = self._send_tails
         if t[0] is source and t[1] == insert_op and t[2] == now_ns:
             return t
         close = b"}" if self._value_prefix else b""
-        parts: list[Any] = [source, insert_op, now_ns]
+        parts: list[Any] = [source, insert_op, now_ns]  # Any: a per-batch cache: the source Fragment, op and time, then the tails' bytes
         for op in (insert_op, "u"):
             tail = _envelope_tail(source, b"null", op, now_ns) + close
             i = tail.rindex(b',"transaction":null,"op":"') + 15

@@ -60,7 +60,7 @@ class _Field:
     column_type: str = ""
 
 
-def _sample(t: int, column_type: str = "", flags: int = 0, decimals: int = 0, enum_strings: bool = True, **opts: str) -> Any:
+def _sample(t: int, column_type: str = "", flags: int = 0, decimals: int = 0, enum_strings: bool = True, **opts: str) -> Any:  # Any: objects of the optional C extension cdcworker._rowenc (no type stubs)
     codec = T.plan_column(_Field("c", t, flags, decimals, 0, column_type), enum_strings, T.TypeOptions(**opts))  # type: ignore[arg-type]
     return None if codec is None else codec.convert
 
@@ -70,7 +70,7 @@ def _identity(conv: object) -> JsonValue:
     return getattr(conv, "__code__", conv)
 
 
-def _samples() -> dict[Any, str]:
+def _samples() -> dict[Any, str]:  # Any: objects of the optional C extension cdcworker._rowenc (no type stubs)
     """Converter identity -> op name, from sample columns of every type and mode."""
     nn = T.NOT_NULL_FLAG
     pairs = [
@@ -96,7 +96,7 @@ def _samples() -> dict[Any, str]:
         (_sample(T.TIME, time_precision_mode="connect"), "OP_TIME_CONNECT"),
         (_sample(T.TIME, flags=nn, time_precision_mode="connect"), "OP_TIME_CONNECT"),
     ]
-    out: dict[Any, str] = {}
+    out: dict[Any, str] = {}  # Any: objects of the optional C extension cdcworker._rowenc (no type stubs)
     for conv, op in pairs:
         if conv is None:
             continue
@@ -105,7 +105,7 @@ def _samples() -> dict[Any, str]:
     return out
 
 
-_OPS: dict[Any, str] = _samples() if rowenc is not None else {}
+_OPS: dict[Any, str] = _samples() if rowenc is not None else {}  # Any: objects of the optional C extension cdcworker._rowenc (no type stubs)
 
 
 def _cells(conv: object) -> JsonObject:
@@ -120,7 +120,7 @@ def _label(text: object) -> bytes:
     return dumps(str(text))[1:-1]
 
 
-def _filter_codes() -> tuple[Any, Any, Any]:
+def _filter_codes() -> tuple[Any, Any, Any]:  # Any: objects of the optional C extension cdcworker._rowenc (no type stubs)
     # filters.columns imports this module: look its column-option converters up lazily.
     from cdcworker.filters import columns
 
@@ -179,7 +179,7 @@ def program(
     convs: Sequence[Callable[[bytes], JsonValue] | None],
     key_indexes: Sequence[int],
     key_prefix: bytes,
-) -> Any:
+) -> Any:  # Any: objects of the optional C extension cdcworker._rowenc (no type stubs)
     """A compiled ``rowenc.Program`` for one table, or None (extension absent or disabled).
 
     ``names``/``convs`` per FIELD column (None: dropped column); ``key_indexes`` as

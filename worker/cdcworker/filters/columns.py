@@ -16,7 +16,7 @@ import base64
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from cdcworker.events import native
 from cdcworker.events.encoder import PK_UPDATE_NEWKEY, PK_UPDATE_OLDKEY, EncoderConfig, TablePlan
@@ -41,6 +41,9 @@ from cdcworker.events.types import (
 from cdcworker.filters.names import NameAdjustment, adjuster
 from cdcworker.filters.tables import TableFilter
 from cdcworker.jsontypes import JsonObject, JsonValue
+
+if TYPE_CHECKING:
+    from cdcworker.config import BehaviourConfig, FilterConfig
 
 Patterns = tuple[re.Pattern[str], ...]
 
@@ -163,7 +166,7 @@ class FilterPolicy:
     stats: FilterStats = field(default_factory=FilterStats)
 
     @classmethod
-    def from_config(cls, filters: Any, behaviour: Any) -> FilterPolicy:
+    def from_config(cls, filters: FilterConfig, behaviour: BehaviourConfig) -> FilterPolicy:
         """From ``WorkerConfig.filters`` and ``.behaviour``."""
         return cls(
             tables=TableFilter(tuple(filters.table_include), tuple(filters.table_exclude)),
@@ -404,7 +407,7 @@ class FilteredTablePlan(TablePlan):
                 row[name] = fn(v)
         return row
 
-    def _value(self, before: Any, after: Any, *args: Any, **kwargs: Any) -> bytes:
+    def _value(self, before: Any, after: Any, *args: Any, **kwargs: Any) -> bytes:  # Any: passed on unchanged to TablePlan's method of the same name
         if self._hidden or self._post:
             if before is not None:
                 before = self._image(before)
@@ -412,7 +415,7 @@ class FilteredTablePlan(TablePlan):
                 after = self._image(after)
         return super()._value(before, after, *args, **kwargs)
 
-    def encode_change(self, rc: Any, *args: Any, **kwargs: Any) -> list[Any]:
+    def encode_change(self, rc: Any, *args: Any, **kwargs: Any) -> list[Any]:  # Any: passed on unchanged to TablePlan's method of the same name
         out = super().encode_change(rc, *args, **kwargs)
         skipped = self._skipped
         if not skipped or not out:

@@ -134,7 +134,7 @@ class FailureHandler:
         else:
             log.debug("skipped event at offset {%s}: %s: %s", where, what, exc)
 
-    def on_delivery_error(self, err: Any, msg: Any) -> bool:
+    def on_delivery_error(self, err: Any, msg: Any) -> bool:  # Any: confluent-kafka's delivery-report arguments (KafkaError, Message) as the callback gets them
         """``KafkaSink.on_error``: True drops a record the broker refused as too large (warn/skip).
 
         In ``fail`` mode (or for any other error) the record stays an error: the sink stops the

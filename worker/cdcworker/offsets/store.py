@@ -111,7 +111,7 @@ class OffsetStore:
             )
         return self.num_partitions(admin)
 
-    def _first_answer(self, admin: AdminClient, future: Any, errors: list[KafkaError]) -> None:
+    def _first_answer(self, admin: AdminClient, future: Any, errors: list[KafkaError]) -> None:  # Any: a confluent-kafka admin future (untyped in its stubs)
         """Wait for the cluster's first answer; stop at once if it refuses the credentials or TLS
         settings, and name the last connection error if it does not answer in time."""
         import concurrent.futures

@@ -41,6 +41,7 @@ from cdcworker.textcut import quote
 
 if TYPE_CHECKING:
     from cdcworker.offsets import Vgtid
+    from cdcworker.signals.forward import SignalRelay
 
 log = logging.getLogger(__name__)
 
@@ -277,7 +278,7 @@ class SignalTap:
     """Reads the signal table out of the change stream: INSERTs, acted on at their COMMIT."""
 
     def __init__(self, data_collection: str, encoder: EncoderConfig, dispatcher: SignalDispatcher,
-                 relay: Any = None) -> None:
+                 relay: SignalRelay | None = None) -> None:
         keyspace, _, table = data_collection.partition(".")
         # Multi-task: the row reaches only the task streaming its shard; the relay
         # (forward.SignalRelay) hands it to the others before the commit point is sealed.
@@ -287,7 +288,7 @@ class SignalTap:
         self._encoder = EncoderConfig(encoder.logical_name, encoder.naming, encoder.types)
         self._dispatcher = dispatcher
         self._plans: dict[tuple[str, str], TablePlan] = {}
-        self._pending: list[tuple[TablePlan, Any]] = []
+        self._pending: list[tuple[TablePlan, Any]] = []  # Any: vitessapi protobuf messages (generated code: no types for mypy)
 
     def field(self, key: tuple[str, str], fe: Any) -> None:  # Any: vitessapi protobuf messages (generated code: no types for mypy)
         try:
@@ -304,7 +305,7 @@ class SignalTap:
             if rc.HasField("after") and not rc.HasField("before"):
                 self._pending.append((plan, rc))
 
-    def commit(self, vgtid_json: str = "", vgtid: Any = None, shard: str = "", before: Any = None) -> None:
+    def commit(self, vgtid_json: str = "", vgtid: Any = None, shard: str = "", before: Any = None) -> None:  # Any: vitessapi protobuf messages (generated code: no types for mypy)
         """The transaction of the pending rows committed at ``vgtid`` on ``shard`` (the stream's
         previous VGTID was ``before``): act on them, unless they are the signal table's initial
         copy (old signals, read by a copy batch)."""
@@ -323,7 +324,7 @@ class SignalTap:
             if self._relay is not None:
                 self._relay.publish(signal)
 
-    def _lastpk(self, vgtid: Vgtid, shard: str) -> Any:
+    def _lastpk(self, vgtid: Vgtid, shard: str) -> Any:  # Any: vitessapi protobuf messages (generated code: no types for mypy)
         """The signal table's copy progress on ``shard`` in ``vgtid`` (None: not copying it).
 
         A copy batch of the signal table moves it; a new row (also a catch-up row during the copy
@@ -381,7 +382,7 @@ class KafkaSignalChannel:
         self._thread.start()
         return self
 
-    def _on_assign(self, consumer: Any, partitions: list[Any]) -> None:
+    def _on_assign(self, consumer: Any, partitions: list[Any]) -> None:  # Any: confluent-kafka's Consumer and TopicPartitions as its on_assign callback passes them
         for tp in partitions:
             if tp.partition in self._offsets:
                 tp.offset = self._offsets[tp.partition]

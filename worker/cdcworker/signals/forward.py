@@ -23,11 +23,14 @@ import logging
 import threading
 import time
 from collections.abc import Mapping
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from cdcworker import kafkaclients
 from cdcworker.backfill.progress import SignalRecord
 from cdcworker.snapshot import SnapshotRequest
+
+if TYPE_CHECKING:
+    from cdcworker.signals import Signal
 
 log = logging.getLogger(__name__)
 
@@ -155,7 +158,7 @@ class SignalRelay(TopicWriter):
         self.origin = origin
         self.relayed: list[str] = []  # signal ids, for status and tests
 
-    def publish(self, signal: Any) -> None:
+    def publish(self, signal: Signal) -> None:
         from cdcworker.signals import relay_value
 
         self._write(_Record(self.prefix.encode(), relay_value(signal, self.origin)), f"signal {signal.id}")

@@ -40,7 +40,7 @@ from cdcworker.snapshot.vstream_copy import STATE_KEYS, VStreamCopyEngine
 if TYPE_CHECKING:
     from cdcworker.observability.metrics import ErroneousCounter, SignalMetrics
     from cdcworker.offsets import Vgtid
-    from cdcworker.streaming import StreamProcessor
+    from cdcworker.streaming import Features, StreamProcessor
 
 log = logging.getLogger(__name__)
 
@@ -140,7 +140,7 @@ class TaskExtras:
             extras.channels.append(KafkaSignalChannel(client, sig.kafka_topic, group, cfg.topic_prefix, extras.dispatcher))
         return extras
 
-    def install(self, features: Any) -> None:
+    def install(self, features: Features) -> None:
         """Hand the stream processor what it needs (``streaming.Features``)."""
         features.policy = self.policy
         features.failures = self.failures

@@ -93,17 +93,17 @@ class _WatchingSink:
     # No ``rows_sender`` here sends every live record through ``send`` while a snapshot runs.
     rows_sender = None
 
-    def __init__(self, inner: Any, topics: set[str], seen: set[tuple[str, bytes]]) -> None:
+    def __init__(self, inner: Any, topics: set[str], seen: set[tuple[str, bytes]]) -> None:  # Any: the live sink (KafkaSink or the native sink: no common base)
         self.inner = inner
         self._topics = topics
         self.seen = seen
 
-    def send(self, topic: str, key: bytes | None, value: bytes | None, headers: Any) -> None:
+    def send(self, topic: str, key: bytes | None, value: bytes | None, headers: Any) -> None:  # Any: the wrapped sink's headers, passed through
         if key is not None and topic in self._topics:
             self.seen.add((topic, key))
         self.inner.send(topic, key, value, headers)
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> Any:  # Any: any attribute of the wrapped sink
         return getattr(self.inner, name)
 
 
@@ -195,7 +195,7 @@ class VStreamCopyEngine:
         self._queued: deque[SnapshotRequest] = deque()
         self._resume: dict[str, str] = {}  # request id -> copy VGTID to resume from (restored)
         self._stopped: dict[str, set[str]] = {}  # request id -> tables a stop-snapshot removed (restored)
-        self._state_cache: tuple[Any, tuple[tuple[str, str], ...]] | None = None
+        self._state_cache: tuple[tuple[tuple[str, str, int], ...], tuple[tuple[str, str], ...]] | None = None
         self._run: _Run | None = None
         self._stopped_run: _Run | None = None  # stopped by a signal: its held row still to emit as "last"
         self.completed: list[str] = []  # request ids, in completion order

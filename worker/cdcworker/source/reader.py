@@ -23,7 +23,7 @@ class ResponseReader:
     def __init__(self, call: Any, depth: int = 16, max_bytes: int = 0, items: Iterable[Any] | None = None) -> None:  # Any: vitessapi protobuf messages (generated code: no types for mypy)
         """``items``: what the thread iterates, if not ``call`` itself (a wrapper of its responses)."""
         # A C SimpleQueue bounded by a semaphore: a fraction of queue.Queue's per-item locking.
-        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()  # Any: responses (bytes or vitessapi messages) and the reader's end and error markers
         self._room = threading.BoundedSemaphore(depth)
         self._max_bytes = max_bytes
         # Byte accounting only when bounded by bytes: a lock per response is not free.

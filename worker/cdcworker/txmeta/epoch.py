@@ -245,8 +245,8 @@ class EpochProvider:
             raise EpochError(f"shard {shard!r} is not in the transaction VGTID {current}") from None
 
     def begin_natively(
-        self, tx_begin: Callable[..., Any], shape: tuple[Any, ...], id_json: bytes, ts_ms: int, current: Vgtid, shard: str
-    ) -> Any:
+        self, tx_begin: Callable[..., Any], shape: tuple[Any, ...], id_json: bytes, ts_ms: int, current: Vgtid, shard: str  # Any: the C extension's begin function and its argument shape (cdcworker._rowenc, no stubs)
+    ) -> Any:  # Any: the C extension's begin function and its argument shape (cdcworker._rowenc, no stubs)
         """``_rowenc.tx_begin``'s result for a transaction at ``current`` when the map stays as it
         is (then ``current`` becomes the previous VGTID, as ``epoch`` does), else None: the
         Python path decides."""

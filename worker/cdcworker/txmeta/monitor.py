@@ -319,7 +319,7 @@ class TransactionMonitor:
 
     # -- events ------------------------------------------------------------------------------
 
-    def begin(self, *args: Any, **kwargs: Any) -> OutRecord | None:
+    def begin(self, *args: Any, **kwargs: Any) -> OutRecord | None:  # Any: the C extension's begin function and its argument shape (cdcworker._rowenc, no stubs)
         """A BEGIN: start counting; the BEGIN record, or None (filtered, or a resumed transaction).
         The arguments are ``begin_value``'s."""
         value = self.begin_value(*args, **kwargs)
