@@ -130,7 +130,8 @@ class _Pod:
 
     @property
     def container(self) -> JsonMapping:
-        return self.template["spec"]["containers"][0]
+        container: JsonMapping = self.template["spec"]["containers"][0]
+        return container
 
 
 def _free_port() -> int:
@@ -230,7 +231,8 @@ class ProcessKubelet:
 
     def pods(self) -> list[JsonObject]:
         with self._lock:
-            return json.loads(json.dumps(self._bodies))
+            copy: list[JsonObject] = json.loads(json.dumps(self._bodies))  # a deep copy, safe from the kubelet's thread
+            return copy
 
     # --- the loop -------------------------------------------------------------------------------
 

@@ -21,7 +21,7 @@ def _uvarint(n: int) -> bytes:
 
 
 def _field(number: int, row: Any) -> bytes:  # Any: vitessapi protobuf messages (generated code: no types for mypy)
-    body = row.SerializeToString()
+    body: bytes = row.SerializeToString()
     n = len(body)
     tag = (number << 3) | 2
     if n < 0x4000:  # rows are almost always under 16 KiB: a two-byte length at most

@@ -126,7 +126,8 @@ class VTGateClient:
         resp = self.stub.Execute(req, metadata=self.metadata, timeout=120)
         if resp.HasField("error") and resp.error.message:
             raise QueryError(resp.error.message)
-        return resp.result
+        result: query_pb2.QueryResult = resp.result
+        return result
 
     def stream_execute(
         self, sql: str, binds: Mapping[str, object] | None = None, shard: str | None = None

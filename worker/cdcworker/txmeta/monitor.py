@@ -430,6 +430,7 @@ class TransactionMonitor:
             out = epochs.begin_natively(self._native_begin, self._begin_shape, id_json, ts_ms, vgtid, shard)  # type: ignore[arg-type]
         if out is None:
             return False
+        value: bytes | bool | None  # the C call's record value (see _native_begin)
         self.epoch, self.rank, self.boundary_key, value, head, tail = out
         self.transaction_id = transaction_id
         self._id_json = id_json
