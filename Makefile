@@ -81,7 +81,7 @@ $(KAFKA_HOME)/.complete: scripts/fetch-kafka.sh
 
 ## kube-apiserver, kubectl and etcd built from pinned sources via the Go module proxy (envtest style).
 kube: $(KUBE_HOME)/.complete
-$(KUBE_HOME)/.complete: scripts/build-kube.sh
+$(KUBE_HOME)/.complete: scripts/build-kube.sh scripts/lib/go-env.sh
 	$(STEP) kube $(LOGS) bash scripts/build-kube.sh $(KUBE_VERSION) $(KUBE_HOME) $(CACHE)/go
 	@touch $@
 
@@ -152,7 +152,7 @@ HELM_VERSION := v3.22.0
 HELM_HOME    := $(CACHE)/helm-$(HELM_VERSION)
 export SHARDCDC_HELM := $(HELM_HOME)/bin/helm
 helm: $(HELM_HOME)/.complete
-$(HELM_HOME)/.complete: scripts/fetch-helm.sh
+$(HELM_HOME)/.complete: scripts/fetch-helm.sh scripts/lib/go-env.sh
 	$(STEP) helm $(LOGS) bash scripts/fetch-helm.sh $(HELM_VERSION) $(HELM_HOME) $(CACHE)/go
 	@touch $@
 
@@ -293,7 +293,7 @@ SPARK_OPERATOR_VERSION := v2.3.0
 SPARK_CRD_HOME := $(CACHE)/spark-operator-$(SPARK_OPERATOR_VERSION)
 export SHARDCDC_SPARK_CRD := $(SPARK_CRD_HOME)/sparkapplications.yaml
 spark-crd: $(SPARK_CRD_HOME)/.complete
-$(SPARK_CRD_HOME)/.complete: scripts/fetch-spark-crd.sh
+$(SPARK_CRD_HOME)/.complete: scripts/fetch-spark-crd.sh scripts/lib/go-env.sh
 	$(STEP) spark-crd $(LOGS) bash scripts/fetch-spark-crd.sh $(SPARK_OPERATOR_VERSION) $(SPARK_CRD_HOME) $(CACHE)/go
 
 ## Real Vitess (v24.0.4, the Go module vitess.io/vitess v0.24.4) over MariaDB 10.11 for the real-Vitess
@@ -307,7 +307,7 @@ VITESS_PATCH := scripts/vitess/mariadb.patch
 export SHARDCDC_VITESS_HOME := $(VITESS_HOME)
 export SHARDCDC_VITESS_USER := $(VITESS_USER)
 vitess: $(VITESS_HOME)/.complete vitess-system
-$(VITESS_HOME)/.complete: scripts/build-vitess.sh $(VITESS_PATCH)
+$(VITESS_HOME)/.complete: scripts/build-vitess.sh scripts/lib/go-env.sh $(VITESS_PATCH)
 	$(STEP) vitess $(LOGS) bash scripts/build-vitess.sh $(VITESS_MODULE_VERSION) $(VITESS_HOME) $(CACHE)/go $(VITESS_PATCH)
 	@touch $@
 vitess-system:

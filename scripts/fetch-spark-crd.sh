@@ -8,24 +8,15 @@
 #   <go-cache-dir>    GOMODCACHE=<go-cache-dir>/mod (shared with `make kube` and `make helm`)
 # Idempotent: exits at once when <out-dir>/.complete exists.
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib/go-env.sh"
 
 ver=${1:?usage: fetch-spark-crd.sh <module-version> <out-dir> <go-cache-dir>}
 out=${2:?out-dir}
 gocache=${3:?go-cache-dir}
 
-if [[ -f "$out/.complete" ]]; then exit 0; fi
-mkdir -p "$(dirname "$out")"
-exec 9>"$out.lock"
-flock 9
-if [[ -f "$out/.complete" ]]; then exit 0; fi
+go_once "$out"
 
-command -v go >/dev/null || { echo "Go is required to fetch the spark-operator module (apt golang)" >&2; exit 1; }
-export GOPROXY=${GOPROXY_OVERRIDE:-https://proxy.golang.org}
-export GOFLAGS="-modcacherw"
-export GOMODCACHE=$gocache/mod
-export GOWORK=off
-export GOTOOLCHAIN=${GOTOOLCHAIN:-auto}
-mkdir -p "$GOMODCACHE"
+go_env "$gocache" "fetch the spark-operator module" toolchain-auto
 
 mod=github.com/kubeflow/spark-operator/v2
 # `go mod download` checks the module's hash against the Go checksum database.

@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from cdcoperator.local.cluster import STATE_FILE, connector_dir
 from cdcoperator.local.control import ControlClient, ControlError, default_state_dir
+from cdcworker.jsontypes import JsonMapping
 
 __all__ = ["LocalConnector", "LocalModeError", "find_local", "local_names", "state_dir"]
 
@@ -33,7 +32,7 @@ class LocalModeError(RuntimeError):
 class LocalConnector:
     namespace: str
     name: str
-    body: Mapping[str, Any]  # the CdcConnector with status, as the instance has (or last saved) it
+    body: JsonMapping  # the CdcConnector with status, as the instance has (or last saved) it
     running: bool
     where: str  # the control endpoint's URL when running, else the state file
 

@@ -11,9 +11,11 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 import orjson
+
+from cdcworker.jsontypes import JsonMapping, JsonObject, JsonValue
 
 
 class RecordLike(Protocol):
@@ -24,7 +26,7 @@ class RecordLike(Protocol):
     def value(self) -> bytes | None: ...
 
 
-def _payload(data: bytes) -> Any:
+def _payload(data: bytes) -> JsonValue:
     doc = orjson.loads(data)
     if isinstance(doc, dict) and "payload" in doc and "schema" in doc:
         return doc["payload"]
@@ -33,16 +35,16 @@ def _payload(data: bytes) -> Any:
 
 @dataclass
 class Materialised:
-    rows: dict[bytes, dict[str, Any]] = field(default_factory=dict)
+    rows: dict[bytes, JsonObject] = field(default_factory=dict)
     applied: int = 0
     tombstones: int = 0
     duplicates: int = 0
 
-    def by_column(self, column: str) -> dict[Any, dict[str, Any]]:
+    def by_column(self, column: str) -> dict[JsonValue, JsonObject]:
         return {row[column]: row for row in self.rows.values()}
 
 
-def _identity(payload: Mapping[str, Any]) -> bytes:
+def _identity(payload: JsonMapping) -> bytes:
     """What makes a change unique: everything but the processing-time fields."""
     stripped = {k: v for k, v in payload.items() if k not in ("ts_ms", "ts_us", "ts_ns")}
     return orjson.dumps(stripped, option=orjson.OPT_SORT_KEYS)
@@ -72,7 +74,7 @@ def materialise(records: Iterable[RecordLike]) -> Materialised:
     return state
 
 
-def as_text(value: Any) -> str | None:
+def as_text(value: object) -> str | None:
     """A converted event value in MySQL text form, for comparison with the source."""
     if value is None:
         return None
@@ -102,9 +104,9 @@ def _same_value(source: str | None, event: str | None) -> bool:
 
 @dataclass(frozen=True)
 class Difference:
-    missing: dict[str, dict[str, Any]]
-    unexpected: dict[str, dict[str, Any]]
-    changed: dict[str, tuple[dict[str, Any], dict[str, Any]]]
+    missing: dict[str, JsonObject]
+    unexpected: dict[str, JsonObject]
+    changed: dict[str, tuple[JsonObject, JsonObject]]
 
     @property
     def empty(self) -> bool:
@@ -129,7 +131,7 @@ def compare(
     want = {_text(row[key_column]): row for row in truth}
     missing = {str(k): dict(want[k]) for k in want.keys() - got.keys()}
     unexpected = {str(k): dict(got[k]) for k in got.keys() - want.keys()}
-    changed: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
+    changed: dict[str, tuple[JsonObject, JsonObject]] = {}
     for k in want.keys() & got.keys():
         src, out = want[k], got[k]
         cols = columns or list(src)

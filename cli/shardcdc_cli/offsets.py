@@ -101,7 +101,7 @@ def register(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], 
     return run
 
 
-def _table(items: Sequence[Any], console: Console, title: str) -> None:
+def _table(items: Sequence[Any], console: Console, title: str) -> None:  # Any: offset records and rows of the offsets tools (cdcworker.offsets.edits), several record types
     table = Table(title=title, title_justify="left")
     for col in ("server", "task key", "gen", "shard", "gtid", "copy"):
         table.add_column(col)
@@ -144,7 +144,7 @@ def _recorded(args: argparse.Namespace, target: Target) -> ShardcdcGeneration | 
     return recorded_generation(body)
 
 
-def _plan_handback(args: argparse.Namespace, target: Target, records: Any) -> tuple[list[Change], HandBack]:
+def _plan_handback(args: argparse.Namespace, target: Target, records: Any) -> tuple[list[Change], HandBack]:  # Any: offset records and rows of the offsets tools (cdcworker.offsets.edits), several record types
     server = args.topic_prefix or target.topic_prefix
     if not server:
         raise OffsetsError("the connector's topic.prefix is unknown: give --topic-prefix")
@@ -177,7 +177,7 @@ def _confirm_and_apply(store: OffsetStore, changes: Sequence[Change], args: argp
     return True
 
 
-def _handback(args: argparse.Namespace, target: Target, store: OffsetStore, records: Any, out: Console) -> int:
+def _handback(args: argparse.Namespace, target: Target, store: OffsetStore, records: object, out: Console) -> int:
     changes, handback = _plan_handback(args, target, records)
     if not changes:
         out.print(f"the offsets of {target.name} in {target.offsets_topic} are handed back already")
@@ -188,7 +188,7 @@ def _handback(args: argparse.Namespace, target: Target, store: OffsetStore, reco
     return 0
 
 
-def _plan(args: argparse.Namespace, records: Any, name: str) -> list[Change]:
+def _plan(args: argparse.Namespace, records: Any, name: str) -> list[Change]:  # Any: offset records and rows of the offsets tools (cdcworker.offsets.edits), several record types
     if args.action == "reset":
         return plan_reset(records, name)
     if bool(args.shard) == bool(args.offsets_file):

@@ -21,13 +21,14 @@ import argparse
 import json
 import time
 import urllib.request
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
+from cdcworker.jsontypes import JsonMapping, JsonObject
 from shardcdc_cli.localmode import LocalConnector, LocalModeError, find_local, local_names, state_dir
 from shardcdc_cli.target import CONNECTORS_PATH, TargetError, add_kube_arguments, kube_api
 
@@ -48,14 +49,14 @@ def register(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], 
     return run
 
 
-def _cond(status: Mapping[str, Any], type_: str) -> Mapping[str, Any]:
+def _cond(status: JsonMapping, type_: str) -> JsonMapping:
     for c in status.get("conditions") or ():
         if c.get("type") == type_:
             return dict(c)
     return {}
 
 
-def render_connector(body: Mapping[str, Any], console: Console, source: str | None = None) -> bool:
+def render_connector(body: JsonMapping, console: Console, source: str | None = None) -> bool:
     """Print one CdcConnector (``source``: where it was read, when not the cluster); True when it is
     Ready for its current spec."""
     meta, spec, status = body.get("metadata") or {}, body.get("spec") or {}, body.get("status") or {}
@@ -95,20 +96,20 @@ def render_connector(body: Mapping[str, Any], console: Console, source: str | No
     return ok
 
 
-def fetch_worker_status(url: str, timeout: float) -> dict[str, Any]:
+def fetch_worker_status(url: str, timeout: float) -> JsonObject:
     base = url.rstrip("/")
     if not base.endswith("/status"):
         base += "/status"
     with urllib.request.urlopen(base, timeout=timeout) as resp:
-        doc: dict[str, Any] = json.load(resp)
+        doc: JsonObject = json.load(resp)
     return doc
 
 
-def _lag(ms: Any) -> str:
+def _lag(ms: Any) -> str:  # Any: a lag field of the worker's /status JSON (int, float or absent)
     return "-" if ms is None else f"{int(ms) / 1000:.1f}s"
 
 
-def render_workers(docs: Sequence[tuple[str, Mapping[str, Any] | str]], console: Console) -> bool:
+def render_workers(docs: Sequence[tuple[str, JsonMapping | str]], console: Console) -> bool:
     """Print the workers' status documents (or the error reaching them); True if all stream."""
     table = Table(title="workers", title_justify="left")
     for col in ("worker", "connector", "task", "gen", "state", "shard", "position", "lag", "events"):
@@ -142,7 +143,7 @@ def run(args: argparse.Namespace, console: Console | None = None) -> int:
 
 
 def _run_workers(args: argparse.Namespace, out: Console) -> int:
-    docs: list[tuple[str, Mapping[str, Any] | str]] = []
+    docs: list[tuple[str, JsonMapping | str]] = []
     for url in args.url:
         try:
             docs.append((url, fetch_worker_status(url, args.timeout)))

@@ -12,14 +12,14 @@ from __future__ import annotations
 import argparse
 import time
 import uuid
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable
 
 import orjson
 from rich.console import Console
 from rich.text import Text
 
 from cdcworker import kafkaclients
+from cdcworker.jsontypes import JsonMapping, JsonValue
 from shardcdc_cli.target import TargetError, _client_settings
 
 __all__ = ["format_event", "register"]
@@ -42,7 +42,7 @@ def register(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], 
     return run
 
 
-def _payload(data: bytes | None) -> Any:
+def _payload(data: bytes | None) -> JsonValue:
     if data is None:
         return None
     try:
@@ -54,7 +54,7 @@ def _payload(data: bytes | None) -> Any:
     return doc
 
 
-def _changes(before: Mapping[str, Any] | None, after: Mapping[str, Any] | None) -> str:
+def _changes(before: JsonMapping | None, after: JsonMapping | None) -> str:
     if before and after:
         changed = [f"{k}: {before.get(k)!r} -> {v!r}" for k, v in after.items() if before.get(k) != v]
         return "; ".join(changed) or "(no column changed)"

@@ -19,13 +19,14 @@ import argparse
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import yaml
 
 from cdcoperator.apply import KubeApi
 from cdcworker.config.kafkaclient import ClientSettingError, librdkafka_settings
 from cdcworker.config.loader import parse_properties
+from cdcworker.jsontypes import JsonMapping, JsonObject
 
 if TYPE_CHECKING:
     from cdcoperator.apply import KubeApi
@@ -44,10 +45,10 @@ class TargetError(RuntimeError):
 class Target:
     name: str
     namespace: str | None
-    client_config: dict[str, Any]
+    client_config: dict[str, str]
     offsets_topic: str
     topic_prefix: str | None
-    body: Mapping[str, Any] | None = None  # the CdcConnector as read from the cluster
+    body: JsonMapping | None = None  # the CdcConnector as read from the cluster
     source: str = "flags"  # "cluster" | "file" | "flags"
     notes: list[str] = field(default_factory=list)
 
@@ -93,9 +94,9 @@ def kube_api(kubeconfig: str | None, context: str | None) -> tuple[KubeApi, str]
     return KubeApi(client.ApiClient(cfg)), namespace
 
 
-def _client_settings(args: argparse.Namespace) -> dict[str, Any]:
+def _client_settings(args: argparse.Namespace) -> JsonObject:
 
-    out: dict[str, Any] = {}
+    out: JsonObject = {}
     if args.command_config:
         for _line, key, value in parse_properties(Path(args.command_config).read_text()):
             out[key] = value
@@ -107,9 +108,9 @@ def _client_settings(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
-def _from_spec(name: str, namespace: str | None, body: Mapping[str, Any], source: str) -> Target:
+def _from_spec(name: str, namespace: str | None, body: JsonMapping, source: str) -> Target:
     kafka = (body.get("spec") or {}).get("kafka") or {}
-    config: dict[str, Any] = {}
+    config: dict[str, str] = {}
     if kafka.get("bootstrapServers"):
         config["bootstrap.servers"] = kafka["bootstrapServers"]
     if kafka.get("securityProtocol") and kafka["securityProtocol"] != "PLAINTEXT":

@@ -9,11 +9,9 @@ cross-field rules of :mod:`cdcoperator.model`, and the installer's policy (:mod:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 from cdcoperator.connectorcheck import validate_connector  # `shardcdc validate`'s own checks
 from cdcoperator.policy import Policy
+from cdcworker.jsontypes import JsonMapping
 
 __all__ = ["MAX_MESSAGE", "denial_message", "review"]
 
@@ -22,7 +20,7 @@ __all__ = ["MAX_MESSAGE", "denial_message", "review"]
 MAX_MESSAGE = 4096
 
 
-def review(body: Mapping[str, Any], old: Mapping[str, Any] | None, policy: Policy | None) -> list[str]:
+def review(body: JsonMapping, old: JsonMapping | None, policy: Policy | None) -> list[str]:
     """The problems of a CREATE (``old`` None) or UPDATE of ``body``; [] admits it.
 
     An update that leaves ``spec`` as it was is always admitted: the operator's own writes

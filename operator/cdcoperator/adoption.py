@@ -203,14 +203,14 @@ def scan_offsets(cr: ConnectorResource, timeout: float = SCAN_TIMEOUT, access: K
     return analyze(records, cr.name, kafka.topic_prefix, cr.spec.source.keyspace)
 
 
-def _all_topics(config: Mapping[str, Any], timeout: float) -> Any:
+def _all_topics(config: Mapping[str, object], timeout: float) -> Any:  # Any: confluent-kafka's ClusterMetadata (untyped in its stubs)
     """The cluster's topic metadata, asked in short rounds so that a refused login or certificate
     stops the scan at once with what to fix (librdkafka itself would report only a transport
     failure at the deadline, the reason being in its log)."""
     from confluent_kafka import KafkaException
 
     client = "operator's offsets reader"
-    errors: list[Any] = []
+    errors: list[Any] = []  # Any: KafkaError objects as librdkafka's error_cb passes them
     admin = kafkaclients.admin(config, client, errors)
     deadline = time.monotonic() + timeout
     while True:

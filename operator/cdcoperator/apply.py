@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from cdcoperator import naming
 from cdcoperator.model import GROUP, VERSION
+from cdcworker.jsontypes import JsonMapping, JsonObject
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
@@ -73,12 +74,12 @@ def api_concurrency(env: Mapping[str, str] = os.environ) -> int:
     return int(raw)
 
 
-def _key_tree(value: Mapping[str, Any]) -> dict[str, Any]:
+def _key_tree(value: JsonMapping) -> JsonObject:
     """The map keys of ``value``, nested (a leaf or a list is 0): what a later patch may need to null."""
     return {k: _key_tree(v) if isinstance(v, Mapping) else 0 for k, v in value.items()}
 
 
-def _null_removed(patch: dict[str, Any], applied: Mapping[str, Any]) -> None:
+def _null_removed(patch: JsonObject, applied: JsonMapping) -> None:
     """Set to null, in ``patch``, each key of ``applied`` (a key tree) that ``patch`` no longer has."""
     for k, sub in applied.items():
         if k not in patch:
@@ -87,7 +88,7 @@ def _null_removed(patch: dict[str, Any], applied: Mapping[str, Any]) -> None:
             _null_removed(patch[k], sub)
 
 
-def is_applied(live: Mapping[str, Any], obj: Mapping[str, Any], digest: str) -> bool:
+def is_applied(live: JsonMapping, obj: JsonMapping, digest: str) -> bool:
     """``live`` is what we applied last and still runs the replicas ``obj`` wants. The replica count
     is compared as well: stopping a worker (``set_replicas``) or a ``kubectl scale`` changes it
     without the hash, and a later apply of the same object must bring it back."""
@@ -97,13 +98,13 @@ def is_applied(live: Mapping[str, Any], obj: Mapping[str, Any], digest: str) -> 
     return wanted is None or (live.get("spec") or {}).get("replicas") == wanted
 
 
-def prepare_apply(obj: Mapping[str, Any], live: Mapping[str, Any] | None) -> tuple[dict[str, Any], dict[str, Any], str]:
+def prepare_apply(obj: JsonMapping, live: JsonMapping | None) -> tuple[JsonObject, JsonObject, str]:
     """(the object to create, the merge patch to send to ``live``, the applied hash) for ``obj``.
 
     The patch carries the whole desired labels, annotations, spec and data (lists replace the live
     ones wholesale) plus a null for every map key the previous apply recorded that ``obj`` dropped."""
     digest = applied_hash(obj)
-    desired: dict[str, Any] = json.loads(json.dumps(obj))
+    desired: JsonObject = json.loads(json.dumps(obj))
     ours = {k: v for k, v in desired.items() if k in ("spec", "data")}
     meta = desired["metadata"]
     ours["metadata"] = {k: meta[k] for k in ("labels", "annotations") if k in meta}
@@ -153,7 +154,7 @@ NETWORK_POLICIES = Kind("/apis/networking.k8s.io/v1", "networkpolicies")
 KINDS = {"Deployment": DEPLOYMENTS, "ConfigMap": CONFIG_MAPS, "NetworkPolicy": NETWORK_POLICIES}
 
 
-def applied_hash(obj: Mapping[str, Any]) -> str:
+def applied_hash(obj: JsonMapping) -> str:
     """A digest of everything we set on a child (labels, annotations, owners, spec, data)."""
     meta = obj.get("metadata") or {}
     essence = {
@@ -173,15 +174,15 @@ def applied_hash(obj: Mapping[str, Any]) -> str:
 class ClusterApi(Protocol):
     """The API-server calls ``reconcile()`` makes: :class:`KubeApi` in a cluster, ``LocalCluster`` in local mode."""
 
-    async def get_connector(self, namespace: str, name: str) -> dict[str, Any] | None: ...
+    async def get_connector(self, namespace: str, name: str) -> JsonObject | None: ...
 
-    async def patch_connector_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None: ...
+    async def patch_connector_status(self, namespace: str, name: str, status: JsonMapping) -> None: ...
 
     async def remove_annotation(self, namespace: str, name: str, key: str, expected: str) -> None: ...
 
-    async def list_children(self, kind: Kind, namespace: str, connector: str) -> list[dict[str, Any]]: ...
+    async def list_children(self, kind: Kind, namespace: str, connector: str) -> list[JsonObject]: ...
 
-    async def apply(self, obj: Mapping[str, Any], live: Mapping[str, Any] | None) -> str: ...
+    async def apply(self, obj: JsonMapping, live: JsonMapping | None) -> str: ...
 
     async def set_replicas(self, namespace: str, name: str, replicas: int) -> None: ...
 
@@ -195,9 +196,9 @@ class ClusterApi(Protocol):
 
     # Backfills (cdcoperator.backfill): objects of other kinds, selected by their own labels.
 
-    async def list_labelled(self, kind: Kind, namespace: str, selector: str) -> list[dict[str, Any]]: ...
+    async def list_labelled(self, kind: Kind, namespace: str, selector: str) -> list[JsonObject]: ...
 
-    async def create(self, kind: Kind, obj: Mapping[str, Any]) -> dict[str, Any] | None: ...
+    async def create(self, kind: Kind, obj: JsonMapping) -> JsonObject | None: ...
 
 
 def new_api_client(kubeconfig: str | None = None, concurrency: int | None = None) -> ApiClient:
@@ -238,11 +239,11 @@ class KubeApi:
         self,
         method: str,
         path: str,
-        body: Any = None,
+        body: object = None,
         query: Mapping[str, str] | None = None,
         content_type: str = "application/json",
         allow: Iterable[int] = (),
-    ) -> dict[str, Any] | None:
+    ) -> JsonObject | None:
         url_path = path + ("?" + urllib.parse.urlencode(query) if query else "")
         headers = {"Accept": "application/json"}
         if body is not None:
@@ -259,16 +260,16 @@ class KubeApi:
             raise ApiError(resp.status, method, path, text)
         return json.loads(text) if text else {}
 
-    async def call(self, method: str, path: str, body: Any = None, **kwargs: Any) -> dict[str, Any] | None:
+    async def call(self, method: str, path: str, body: Any = None, **kwargs: Any) -> JsonObject | None:  # Any: a request body (JSON or a patch) and aiohttp's request keyword arguments, passed on
         call = functools.partial(self.request, method, path, body, **kwargs)
         return await asyncio.get_running_loop().run_in_executor(self.pool, call)
 
     # --- the connector ----------------------------------------------------------------------------------
 
-    async def get_connector(self, namespace: str, name: str) -> dict[str, Any] | None:
+    async def get_connector(self, namespace: str, name: str) -> JsonObject | None:
         return await self.call("GET", CONNECTORS.path(namespace, name), allow=(404,))
 
-    async def patch_connector_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
+    async def patch_connector_status(self, namespace: str, name: str, status: JsonMapping) -> None:
         await self.call("PATCH", CONNECTORS.path(namespace, name, "status"), {"status": dict(status)},
                         content_type="application/merge-patch+json")
 
@@ -281,12 +282,12 @@ class KubeApi:
 
     # --- children ---------------------------------------------------------------------------------------
 
-    async def list_children(self, kind: Kind, namespace: str, connector: str) -> list[dict[str, Any]]:
+    async def list_children(self, kind: Kind, namespace: str, connector: str) -> list[JsonObject]:
         selector = ",".join(f"{k}={v}" for k, v in naming.selector_labels(connector).items())
         out = await self.call("GET", kind.path(namespace), query={"labelSelector": selector})
         return list((out or {}).get("items") or [])
 
-    async def apply(self, obj: Mapping[str, Any], live: Mapping[str, Any] | None) -> str:
+    async def apply(self, obj: JsonMapping, live: JsonMapping | None) -> str:
         """Create ``obj`` or bring ``live`` to it; returns "created", "patched" or "unchanged"."""
         kind = KINDS[obj["kind"]]
         meta = obj["metadata"]
@@ -330,12 +331,12 @@ class KubeApi:
             return None
         return {k: base64.b64decode(v) for k, v in (out.get("data") or {}).items()}
 
-    async def list_labelled(self, kind: Kind, namespace: str, selector: str) -> list[dict[str, Any]]:
+    async def list_labelled(self, kind: Kind, namespace: str, selector: str) -> list[JsonObject]:
         """Objects matching a label selector; [] when the kind is not served (404: e.g. no spark-operator
         CRD) or not granted (403: that backfill engine's RBAC is switched off in the chart)."""
         out = await self.call("GET", kind.path(namespace), query={"labelSelector": selector}, allow=(403, 404))
         return list((out or {}).get("items") or [])
 
-    async def create(self, kind: Kind, obj: Mapping[str, Any]) -> dict[str, Any] | None:
+    async def create(self, kind: Kind, obj: JsonMapping) -> JsonObject | None:
         """Create ``obj`` as it is (no applied hash: created once, never patched); None if it exists (409)."""
         return await self.call("POST", kind.path(obj["metadata"]["namespace"]), dict(obj), allow=(409,))

@@ -28,7 +28,6 @@ import hashlib
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from cdcoperator import backfillfeed, backfillrelease, naming
 from cdcoperator.apply import CONFIG_MAPS, ApiError, ClusterApi, Kind
@@ -50,6 +49,7 @@ from cdcoperator.objects import backfill_run_id as run_id
 from cdcoperator.planner import TaskPlan
 from cdcworker.backfill import SPARK_VERSION
 from cdcworker.backfill.progress import SignalClosed
+from cdcworker.jsontypes import JsonMapping, JsonObject
 
 SPARK_API_VERSION = "sparkoperator.k8s.io/v1beta2"
 SPARK_KIND = "SparkApplication"
@@ -157,7 +157,7 @@ def table_pattern(tables: Sequence[str]) -> str:
 # --- objects -------------------------------------------------------------------------------------------
 
 
-def _meta(cr: ConnectorResource, name: str, backfill_id: str) -> dict[str, Any]:
+def _meta(cr: ConnectorResource, name: str, backfill_id: str) -> JsonObject:
     return {
         "name": name,
         "namespace": cr.namespace,
@@ -166,7 +166,7 @@ def _meta(cr: ConnectorResource, name: str, backfill_id: str) -> dict[str, Any]:
     }
 
 
-def build_config_map(cr: ConnectorResource, req: BackfillRequest) -> dict[str, Any]:
+def build_config_map(cr: ConnectorResource, req: BackfillRequest) -> JsonObject:
     name = run_name(cr.name, req.id)
     text = render_properties(backfill_properties(cr), header=(
         f"CdcConnector {cr.namespace}/{cr.name}: backfill {req.id}",
@@ -176,32 +176,32 @@ def build_config_map(cr: ConnectorResource, req: BackfillRequest) -> dict[str, A
             "data": {CONFIG_KEY: text}}
 
 
-def _security_context() -> dict[str, Any]:
+def _security_context() -> JsonObject:
     return {"runAsNonRoot": True, "runAsUser": WORKER_UID, "runAsGroup": WORKER_UID,
             "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
 
 
-def _config_volume(cr: ConnectorResource, config_map: str) -> dict[str, Any]:
+def _config_volume(cr: ConnectorResource, config_map: str) -> JsonObject:
     return {"name": "config", "projected": {"defaultMode": 0o440, "sources": _projected_sources(cr, config_map)}}
 
 
-def _spark_settings(cr: ConnectorResource) -> dict[str, Any]:
+def _spark_settings(cr: ConnectorResource) -> JsonObject:
     bf = cr.spec.snapshot.backfill
     return dict(bf.spark) if bf is not None else {}
 
 
 def build_spark_application(cr: ConnectorResource, req: BackfillRequest,
-                            ttl_seconds: int = DEFAULT_TTL_SECONDS, conditions: Conditions = None) -> dict[str, Any]:
+                            ttl_seconds: int = DEFAULT_TTL_SECONDS, conditions: Conditions = None) -> JsonObject:
     """The ``SparkApplication`` of one backfill (spark-operator v1beta2)."""
     s = _spark_settings(cr)
     name = run_name(cr.name, req.id)
     lbl = labels(cr, req.id)
     mounts = [{"name": "config", "mountPath": CONFIG_DIR, "readOnly": True}]
     pod = {"labels": lbl, "volumeMounts": mounts, "securityContext": _security_context()}
-    driver: dict[str, Any] = {**pod, "cores": 1, "memory": s.get("driverMemory", "1g")}
+    driver: JsonObject = {**pod, "cores": 1, "memory": s.get("driverMemory", "1g")}
     if s.get("serviceAccount"):
         driver["serviceAccount"] = s["serviceAccount"]
-    executor: dict[str, Any] = {**pod, "instances": int(s.get("executorInstances", 2)),
+    executor: JsonObject = {**pod, "instances": int(s.get("executorInstances", 2)),
                                 "cores": int(s.get("executorCores", 1)), "memory": s.get("executorMemory", "1g")}
     return {
         "apiVersion": SPARK_API_VERSION,
@@ -229,9 +229,9 @@ def build_spark_application(cr: ConnectorResource, req: BackfillRequest,
     }
 
 
-def _pod_template(cr: ConnectorResource, req: BackfillRequest, role: str) -> dict[str, Any]:
+def _pod_template(cr: ConnectorResource, req: BackfillRequest, role: str) -> JsonObject:
     name = run_name(cr.name, req.id)
-    metadata: dict[str, Any] = {"labels": {**labels(cr, req.id), "spark-role": role}}
+    metadata: JsonObject = {"labels": {**labels(cr, req.id), "spark-role": role}}
     if role == "driver":
         # The connector owns the driver; Spark makes the driver the controller of each executor, and
         # the API server refuses a pod with two controller references (found in a kind cluster:
@@ -251,7 +251,7 @@ def _pod_template(cr: ConnectorResource, req: BackfillRequest, role: str) -> dic
     }
 
 
-def build_pod_templates(cr: ConnectorResource, req: BackfillRequest) -> dict[str, Any]:
+def build_pod_templates(cr: ConnectorResource, req: BackfillRequest) -> JsonObject:
     """ConfigMap with the driver and executor pod templates of the sparkSubmit engine."""
     import json
 
@@ -305,11 +305,11 @@ def spark_submit_command(cr: ConnectorResource, req: BackfillRequest, conditions
 
 
 def build_submit_job(cr: ConnectorResource, req: BackfillRequest, ttl_seconds: int = DEFAULT_TTL_SECONDS,
-                     conditions: Conditions = None) -> dict[str, Any]:
+                     conditions: Conditions = None) -> JsonObject:
     """A Job owned by the CdcConnector that runs spark-submit in cluster mode and waits for the app."""
     s = _spark_settings(cr)
     name = run_name(cr.name, req.id)
-    pod_spec: dict[str, Any] = {
+    pod_spec: JsonObject = {
         "restartPolicy": "Never",
         "securityContext": {"runAsNonRoot": True, "runAsUser": WORKER_UID, "seccompProfile": {"type": "RuntimeDefault"}},
         "containers": [{
@@ -341,7 +341,7 @@ def build_submit_job(cr: ConnectorResource, req: BackfillRequest, ttl_seconds: i
 
 
 def build_local_job(cr: ConnectorResource, req: BackfillRequest, ttl_seconds: int = DEFAULT_TTL_SECONDS,
-                    conditions: Conditions = None) -> dict[str, Any]:
+                    conditions: Conditions = None) -> JsonObject:
     """The ``local`` engine in local mode: a Job whose one container runs ``shardcdc backfill``
     (threads, no Spark) with the connector's configuration; local mode's job runner starts it as
     a child process of ``shardcdc run`` and reports the Job's status like the Job controller."""
@@ -367,7 +367,7 @@ def build_local_job(cr: ConnectorResource, req: BackfillRequest, ttl_seconds: in
 
 
 def build_objects(cr: ConnectorResource, req: BackfillRequest, conditions: Conditions = None,
-                  local_jobs: bool = False) -> list[dict[str, Any]]:
+                  local_jobs: bool = False) -> list[JsonObject]:
     """Everything one backfill needs, in creation order ([] for the local engine, except in local
     mode, ``local_jobs``, where it is a Job that runs ``shardcdc backfill``)."""
     engine = engine_of(cr)
@@ -394,7 +394,7 @@ _SPARK_RUNNING = {"SUBMITTED", "RUNNING", "PENDING_RERUN", "SUCCEEDING", "FAILIN
                   "UNKNOWN"}
 
 
-def phase_of_spark_application(app: Mapping[str, Any] | None) -> Phase:
+def phase_of_spark_application(app: JsonMapping | None) -> Phase:
     """spark-operator ``status.applicationState.state`` -> our phase (never the raw string)."""
     if app is None:
         return Phase(PENDING, "not created yet")
@@ -413,7 +413,7 @@ def phase_of_spark_application(app: Mapping[str, Any] | None) -> Phase:
     return Phase(PENDING, "waiting for the spark-operator")
 
 
-def phase_of_job(job: Mapping[str, Any] | None) -> Phase:
+def phase_of_job(job: JsonMapping | None) -> Phase:
     """A spark-submit Job's status -> our phase (its conditions Complete / Failed)."""
     if job is None:
         return Phase(PENDING, "not created yet")
@@ -432,14 +432,14 @@ def phase_of_job(job: Mapping[str, Any] | None) -> Phase:
 
 
 def status_entry(req: BackfillRequest, phase: Phase, engine: BackfillEngine | None, name: str,
-                 previous: Mapping[str, Any] | None, now: str,
-                 progress: Mapping[str, Any] | None = None, signal_id: str | None = None) -> dict[str, Any]:
+                 previous: JsonMapping | None, now: str,
+                 progress: JsonMapping | None = None, signal_id: str | None = None) -> JsonObject:
     """One ``status.backfills[]`` item. ``progress`` (from the progress topic) gives the counts and,
     when the job recorded them, the start and end times; a ``startTime`` once set is kept, and set
     to ``now`` when the run is first seen running with no time from the job."""
     prev = dict(previous or {})
     prog = dict(progress or {})
-    entry: dict[str, Any] = {"id": req.id, "phase": phase.phase, "message": phase.message, "runName": name,
+    entry: JsonObject = {"id": req.id, "phase": phase.phase, "message": phase.message, "runName": name,
                              "engine": str(engine) if engine is not None else "local"}
     if signal_id is not None:
         entry["source"], entry["signalId"] = "signal", signal_id
@@ -457,7 +457,7 @@ def status_entry(req: BackfillRequest, phase: Phase, engine: BackfillEngine | No
     return entry
 
 
-def backfill_condition(entries: Iterable[Mapping[str, Any]]) -> ConditionSpec:
+def backfill_condition(entries: Iterable[JsonMapping]) -> ConditionSpec:
     """``BackfillRunning``: True while any backfill is pending or running."""
     items = list(entries)
     active = [e["id"] for e in items if e.get("phase") in (PENDING, RUNNING)]
@@ -473,8 +473,8 @@ def backfill_condition(entries: Iterable[Mapping[str, Any]]) -> ConditionSpec:
     return ConditionSpec(BACKFILL_RUNNING, False, "NoBackfill", "")
 
 
-def to_cancel(cr: ConnectorResource, existing: Iterable[Mapping[str, Any]], wanted: Iterable[str] | None = None,
-              keep_signal_runs: bool = False) -> list[Mapping[str, Any]]:
+def to_cancel(cr: ConnectorResource, existing: Iterable[JsonMapping], wanted: Iterable[str] | None = None,
+              keep_signal_runs: bool = False) -> list[JsonMapping]:
     """Owned backfill objects whose request is gone (cancellation by deletion). ``wanted``: the ids
     still to run (default: the spec's); ``keep_signal_runs`` spares signal-started runs while the
     progress topic has not been read (the operator does not know yet which are still wanted)."""
@@ -523,7 +523,7 @@ class Launch:
 
 
 def launches(cr: ConnectorResource, view: backfillfeed.FeedView | None,
-             previous: Mapping[str, Mapping[str, Any]]) -> list[Launch]:
+             previous: Mapping[str, JsonMapping]) -> list[Launch]:
     """The spec's requests, then the signals' (once the progress topic has been read), each id once.
     Closed signal runs stay listed while the status has them, the newest ``KEEP_CLOSED_SIGNAL_RUNS``."""
     out = [Launch(r) for r in desired_requests(cr)]
@@ -542,7 +542,7 @@ def launches(cr: ConnectorResource, view: backfillfeed.FeedView | None,
     return [x for x in out if x.req.id not in drop]
 
 
-def feed_needed(cr: ConnectorResource, previous: Mapping[str, Mapping[str, Any]]) -> bool:
+def feed_needed(cr: ConnectorResource, previous: Mapping[str, JsonMapping]) -> bool:
     """Read the progress topic for connectors with a backfill engine (snapshot signals arrive
     through it, and a cancelled or failed run is released through it, which may take several
     reconciles while its pods stop), or with runs not finished yet. Others make no Kafka call."""
@@ -553,12 +553,12 @@ def feed_needed(cr: ConnectorResource, previous: Mapping[str, Mapping[str, Any]]
     return any(r.id not in previous for r in desired_requests(cr))
 
 
-def progress_of(view: backfillfeed.FeedView | None, rid: str) -> dict[str, Any] | None:
+def progress_of(view: backfillfeed.FeedView | None, rid: str) -> JsonObject | None:
     """Status fields of one run from the progress topic (None when it has nothing on the run)."""
     summary = view.runs.get(rid) if view is not None else None
     if not summary:
         return None
-    out: dict[str, Any] = {k: summary[k] for k in ("chunksDone", "chunksTotal", "rows")}
+    out: JsonObject = {k: summary[k] for k in ("chunksDone", "chunksTotal", "rows")}
     if summary.get("started_ms"):
         out["startTime"] = backfillfeed.rfc3339(int(summary["started_ms"]))
     if summary.get("finished_ms"):
@@ -569,7 +569,7 @@ def progress_of(view: backfillfeed.FeedView | None, rid: str) -> dict[str, Any] 
     return out
 
 
-def refine(phase: Phase, progress: Mapping[str, Any] | None) -> Phase:
+def refine(phase: Phase, progress: JsonMapping | None) -> Phase:
     """The Spark/Job phase with the job's own error (the object's state only says "failed")."""
     if progress is None or not progress.get("error"):
         return phase
@@ -580,7 +580,7 @@ def refine(phase: Phase, progress: Mapping[str, Any] | None) -> Phase:
     return phase
 
 
-def phase_from_progress(progress: Mapping[str, Any] | None, previous: Mapping[str, Any] | None,
+def phase_from_progress(progress: JsonMapping | None, previous: JsonMapping | None,
                         pending: str) -> Phase:
     """The ``local`` engine outside local mode runs next to the workers: its phase is what the job
     recorded in the progress topic."""
@@ -618,9 +618,9 @@ def selector(cr: ConnectorResource) -> str:
     return f"{LABEL_BACKFILL_OF}={cr.name}"
 
 
-async def _launched_phase(kube: ClusterApi, kinds: Mapping[str, Kind], objects: Sequence[Mapping[str, Any]],
-                          live: dict[tuple[str, str], Any], name: str, finished: bool,
-                          prev: Mapping[str, Any] | None, progress: Mapping[str, Any] | None,
+async def _launched_phase(kube: ClusterApi, kinds: Mapping[str, Kind], objects: Sequence[JsonMapping],
+                          live: dict[tuple[str, str], JsonObject], name: str, finished: bool,
+                          prev: JsonMapping | None, progress: JsonMapping | None,
                           engine: BackfillEngine) -> Phase:
     """A run the operator launches: create its missing objects (unless finished), then its phase
     from the main object and the progress topic."""
@@ -651,9 +651,9 @@ async def _launched_phase(kube: ClusterApi, kinds: Mapping[str, Kind], objects: 
     return refine(phase_of_job(app), progress)
 
 
-async def reconcile_backfills(kube: ClusterApi, cr: ConnectorResource, existing_status: Mapping[str, Any],
+async def reconcile_backfills(kube: ClusterApi, cr: ConnectorResource, existing_status: JsonMapping,
                               now: str, feeds: backfillfeed.ProgressFeeds | None = None,
-                              access: KafkaAccess | None = None) -> tuple[list[dict[str, Any]], ConditionSpec]:
+                              access: KafkaAccess | None = None) -> tuple[list[JsonObject], ConditionSpec]:
     """Create missing backfill objects, delete cancelled ones, and compute ``status.backfills`` and
     the ``BackfillRunning`` condition. Finished runs are not resubmitted (their objects may be gone
     after the TTL).
@@ -672,13 +672,13 @@ async def reconcile_backfills(kube: ClusterApi, cr: ConnectorResource, existing_
     view = feeds.view(cr, access) if feed_needed(cr, previous) else None
     ready = view is not None and view.ready
     plan = launches(cr, view, previous)
-    listed: list[dict[str, Any]] = []
+    listed: list[JsonObject] = []
     for k in ("SparkApplication", "Job", "ConfigMap"):
         listed += [{**o, "kind": k} for o in await kube.list_labelled(kinds[k], cr.namespace, selector(cr))]
     for obj in to_cancel(cr, listed, {x.req.id for x in plan if x.active}, keep_signal_runs=not ready):
         await kube.delete(kinds[obj["kind"]], cr.namespace, obj["metadata"]["name"])
     live = {(o["kind"], o["metadata"]["name"]): o for o in listed}
-    entries: list[dict[str, Any]] = []
+    entries: list[JsonObject] = []
     ended: dict[str, str] = {}  # run id -> why it will not finish (backfillrelease)
     # One run at a time per connector: a worker holds one run per shard, so a second run started
     # beside it would wait for holds that never come (its hold timeout, then retries, then failed).
@@ -733,7 +733,7 @@ async def reconcile_backfills(kube: ClusterApi, cr: ConnectorResource, existing_
     return entries, backfill_condition(entries)
 
 
-def needs_reconcile(cr: ConnectorResource, existing_status: Mapping[str, Any]) -> bool:
+def needs_reconcile(cr: ConnectorResource, existing_status: JsonMapping) -> bool:
     """Whether a reconcile needs :func:`reconcile_backfills` at all: an engine is configured, a run is
     requested, or ``status.backfills`` still lists runs (their cancellation and the status's reset).
     Connectors without backfills get no ``BackfillRunning`` condition and no extra API reads."""

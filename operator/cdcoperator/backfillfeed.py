@@ -28,7 +28,8 @@ import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+
+from confluent_kafka import Producer
 
 from cdcoperator.kafkaaccess import KafkaAccess, plain_access
 from cdcoperator.model import ConnectorResource
@@ -46,6 +47,7 @@ from cdcworker.backfill.progress import (
     parse_control,
     parse_record,
 )
+from cdcworker.jsontypes import JsonMapping, JsonObject
 
 log = logging.getLogger(__name__)
 
@@ -73,12 +75,12 @@ class RunProgress:
     status: RunStatus | None = None
     abandoned: str | None = None  # the run is over for good: the reason
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> JsonObject:
         """``chunksDone/chunksTotal/rows``, ``state`` (running, succeeded, failed, complete), times, error,
         ``abandoned`` (the reason, once the run is over for good)."""
         total = sum(self.plans.values())
         done = [v for (s, t, i), v in self.done.items() if i < self.plans.get((s, t), 0)]
-        out: dict[str, Any] = {"chunksTotal": total, "chunksDone": len(done), "rows": sum(r for r, _ in done)}
+        out: JsonObject = {"chunksTotal": total, "chunksDone": len(done), "rows": sum(r for r, _ in done)}
         if self.abandoned is not None:
             out["abandoned"] = self.abandoned
         st = self.status
@@ -109,7 +111,7 @@ class FeedState:
     closed: dict[str, SignalClosed] = field(default_factory=dict)
 
     def apply(self, value: bytes) -> None:
-        rec: Any = parse_record(value)
+        rec = parse_record(value)
         if isinstance(rec, PlanRecord):
             if rec.keyspace == self.keyspace:
                 self.runs.setdefault(rec.run_id, RunProgress()).plans[(rec.shard, rec.table)] = rec.chunks
@@ -126,25 +128,25 @@ class FeedState:
             return
         if rec is not None:
             return  # attempt records: the workers' business
-        rec = parse_control(value)
-        if isinstance(rec, RunStatus):
-            self.runs.setdefault(rec.run_id, RunProgress()).status = rec
-        elif isinstance(rec, SignalClosed):
-            if rec.keyspace == self.keyspace:
-                self.closed[rec.signal_id] = rec
-        elif isinstance(rec, SignalRecord) and rec.keyspace == self.keyspace:
-            if rec.signal == EXECUTE:
+        control = parse_control(value)
+        if isinstance(control, RunStatus):
+            self.runs.setdefault(control.run_id, RunProgress()).status = control
+        elif isinstance(control, SignalClosed):
+            if control.keyspace == self.keyspace:
+                self.closed[control.signal_id] = control
+        elif isinstance(control, SignalRecord) and control.keyspace == self.keyspace:
+            if control.signal == EXECUTE:
                 # The first appearance decides the order; a replay of the same signal changes nothing.
-                self.signals.setdefault(rec.signal_id, rec)
-            elif rec.signal == STOP and rec.signal_id not in self.stops_seen:
-                self.stops_seen.add(rec.signal_id)
+                self.signals.setdefault(control.signal_id, control)
+            elif control.signal == STOP and control.signal_id not in self.stops_seen:
+                self.stops_seen.add(control.signal_id)
                 # A stop cancels the requests before it (topic order) that touch its tables (all when
                 # it names none). A request seen after its stop is not cancelled by it.
                 for sid, req in self.signals.items():
                     if sid in self.stopped or sid in self.closed:
                         continue
-                    if not rec.tables or set(rec.tables) & set(req.tables):
-                        self.stopped[sid] = rec.signal_id
+                    if not control.tables or set(control.tables) & set(req.tables):
+                        self.stopped[sid] = control.signal_id
 
 
 @dataclass(frozen=True)
@@ -153,7 +155,7 @@ class FeedView:
 
     ready: bool = False
     error: str = ""
-    runs: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # run id -> RunProgress.summary()
+    runs: Mapping[str, JsonMapping] = field(default_factory=dict)  # run id -> RunProgress.summary()
     signals: tuple[SignalRecord, ...] = ()
     stopped: Mapping[str, str] = field(default_factory=dict)
     closed: Mapping[str, SignalClosed] = field(default_factory=dict)
@@ -176,7 +178,7 @@ def fold(values: list[bytes], keyspace: str) -> FeedView:
 
 
 class _Tail:
-    def __init__(self, config: Mapping[str, Any], topic: str, keyspace: str, idle_seconds: float) -> None:
+    def __init__(self, config: Mapping[str, object], topic: str, keyspace: str, idle_seconds: float) -> None:
         self.config = dict(config)
         self.topic = topic
         self.state = FeedState(keyspace)
@@ -202,7 +204,7 @@ class _Tail:
                              "enable.auto.commit": False, "enable.partition.eof": True,
                              "auto.offset.reset": "earliest"}, "operator's backfill feed consumer")
         reader = TopicReader(consumer, self.topic)
-        producer: Any = None
+        producer: Producer | None = None
         assigned = False
         try:
             while not self.stop.is_set() and time.monotonic() - self.used < self.idle:

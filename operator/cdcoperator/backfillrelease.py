@@ -18,10 +18,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from cdcoperator.apply import ClusterApi, Kind
 from cdcworker.backfill.progress import RunAbandoned
+from cdcworker.jsontypes import JsonMapping
 
 PODS = Kind("/api/v1", "pods")
 _FINISHED_POD = ("Succeeded", "Failed")
@@ -34,7 +34,7 @@ class Release:
     reason: str
 
 
-def to_release(uid: str, runs: Mapping[str, Mapping[str, Any]], wanted: Mapping[str, str],
+def to_release(uid: str, runs: Mapping[str, JsonMapping], wanted: Mapping[str, str],
                ended: Mapping[str, str]) -> list[Release]:
     """Runs of this connector object to abandon (pure).
 
@@ -58,7 +58,7 @@ def to_release(uid: str, runs: Mapping[str, Mapping[str, Any]], wanted: Mapping[
     return out
 
 
-def running(pods: Iterable[Mapping[str, Any]]) -> list[str]:
+def running(pods: Iterable[JsonMapping]) -> list[str]:
     """Names of the pods that may still run code (not yet in a final phase)."""
     return [str(p["metadata"]["name"]) for p in pods if (p.get("status") or {}).get("phase") not in _FINISHED_POD]
 

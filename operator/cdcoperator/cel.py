@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from cdcworker.jsontypes import JsonMapping, JsonValue
+
 __all__ = ["CelError", "compile_rule", "evaluate"]
 
 
@@ -222,20 +224,20 @@ class _Err:
     message: str
 
 
-def _check(v: Any) -> Any:
+def _check(v: object) -> JsonValue:
     if isinstance(v, _Err):
         raise CelError(v.message)
     return v
 
 
-def _size(v: Any) -> int:
+def _size(v: object) -> int:
     if isinstance(v, str | list | dict):
         return len(v)
     raise CelError(f"no matching overload for size({type(v).__name__})")
 
 
-def _string_fn(name: str) -> Callable[[Any, Any], bool]:
-    def fn(s: Any, arg: Any) -> bool:
+def _string_fn(name: str) -> Callable[[JsonValue, JsonValue], bool]:
+    def fn(s: object, arg: object) -> bool:
         if not isinstance(s, str) or not isinstance(arg, str):
             raise CelError(f"no matching overload for {name}")
         if name == "matches":
@@ -252,14 +254,14 @@ def _string_fn(name: str) -> Callable[[Any, Any], bool]:
 _METHODS = {n: _string_fn(n) for n in ("matches", "startsWith", "endsWith", "contains")}
 
 
-def _eval(node: Node, env: Mapping[str, Any]) -> Any:
+def _eval(node: Node, env: JsonMapping) -> JsonValue:
     try:
         return _eval_strict(node, env)
     except CelError as exc:
         return _Err(str(exc))
 
 
-def _eval_strict(node: Node, env: Mapping[str, Any]) -> Any:
+def _eval_strict(node: Node, env: JsonMapping) -> JsonValue:
     kind = node[0]
     if kind == "lit":
         return node[1]
@@ -324,7 +326,7 @@ def _eval_strict(node: Node, env: Mapping[str, Any]) -> Any:
     raise CelError(f"unsupported node {kind}")
 
 
-def _binary(op: str, a_node: Node, b_node: Node, env: Mapping[str, Any]) -> Any:
+def _binary(op: str, a_node: Node, b_node: Node, env: JsonMapping) -> JsonValue:
     if op in ("&&", "||"):
         a, b = _eval(a_node, env), _eval(b_node, env)
         decisive = op == "||"
@@ -362,6 +364,6 @@ def compile_rule(text: str) -> Node:
     return _Parser(text).parse()
 
 
-def evaluate(text: str, variables: Mapping[str, Any]) -> Any:
+def evaluate(text: str, variables: JsonMapping) -> JsonValue:
     """Evaluate ``text`` with ``variables`` (e.g. ``self``, ``oldSelf``); raises :class:`CelError`."""
     return _check(_eval(compile_rule(text), variables))

@@ -8,9 +8,10 @@ update does not look like a transition, and re-applying the same conditions chan
 from __future__ import annotations
 
 import datetime as _dt
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+
+from cdcworker.jsontypes import JsonMapping, JsonObject
 
 __all__ = [
     "BACKFILL_RUNNING",
@@ -54,7 +55,7 @@ def format_time(now: _dt.datetime) -> str:
     return now.astimezone(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def find(conditions: Iterable[Mapping[str, Any]] | None, type_: str) -> Mapping[str, Any] | None:
+def find(conditions: Iterable[JsonMapping] | None, type_: str) -> JsonMapping | None:
     for cond in conditions or ():
         if cond.get("type") == type_:
             return cond
@@ -62,19 +63,19 @@ def find(conditions: Iterable[Mapping[str, Any]] | None, type_: str) -> Mapping[
 
 
 def merge_conditions(
-    existing: Sequence[Mapping[str, Any]] | None,
+    existing: Sequence[JsonMapping] | None,
     desired: Iterable[ConditionSpec],
     *,
     observed_generation: int,
     now: _dt.datetime,
-) -> list[dict[str, Any]]:
+) -> list[JsonObject]:
     """The new ``status.conditions``: desired ones merged over existing ones.
 
     Conditions not in ``desired`` are kept unchanged (another concern, e.g. backfills, owns them).
     Order: existing order first, then new types in the order given, so the list is stable.
     """
     stamp = format_time(now)
-    by_type: dict[str, dict[str, Any]] = {str(c.get("type")): dict(c) for c in existing or ()}
+    by_type: dict[str, JsonObject] = {str(c.get("type")): dict(c) for c in existing or ()}
     order = [str(c.get("type")) for c in existing or ()]
     for spec in desired:
         old = by_type.get(spec.type)

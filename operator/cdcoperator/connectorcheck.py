@@ -10,7 +10,6 @@ the CLI sits above the operator. Secret references become placeholders: Secrets 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from cdcoperator.model import API_VERSION, ConnectorResource, SpecError
 from cdcoperator.objects import worker_properties
@@ -19,6 +18,7 @@ from cdcoperator.validation import validate as validate_against_crd
 from cdcworker.config import ConfigError, operator_owned, validate
 from cdcworker.config.kafkaclient import client_key
 from cdcworker.config.loader import load_raw
+from cdcworker.jsontypes import JsonMapping, JsonValue
 from cdcworker.textcut import quote
 
 __all__ = ["PLACEHOLDER_SECRET", "connector_documents", "connector_label", "validate_connector"]
@@ -38,7 +38,7 @@ def _placeholders(props: Mapping[str, str]) -> dict[str, str]:
             for k, v in props.items()}
 
 
-def validate_connector(body: Mapping[str, Any]) -> list[str]:
+def validate_connector(body: JsonMapping) -> list[str]:
     """Problems of one CdcConnector ([] when valid): spec, owned keys, the generated worker config."""
     problems: list[str] = []
     if body.get("apiVersion") != API_VERSION:
@@ -72,13 +72,13 @@ def validate_connector(body: Mapping[str, Any]) -> list[str]:
     return problems
 
 
-def connector_documents(docs: Sequence[Any]) -> list[tuple[int, Mapping[str, Any]]]:
+def connector_documents(docs: Sequence[JsonValue]) -> list[tuple[int, JsonMapping]]:
     """(index, document) of the CdcConnectors among a file's documents; other objects of a bundle
     (Namespaces, Secrets, Applications) are not ours to judge."""
     return [(i, d) for i, d in enumerate(docs) if isinstance(d, Mapping) and d.get("kind") == "CdcConnector"]
 
 
-def connector_label(doc: Mapping[str, Any], index: int) -> str:
+def connector_label(doc: JsonMapping, index: int) -> str:
     """The name to call a connector document by in messages (``#<index>`` when it has none)."""
     meta = doc.get("metadata")
     name = meta.get("name") if isinstance(meta, Mapping) else None

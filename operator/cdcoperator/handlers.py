@@ -32,6 +32,7 @@ from cdcoperator.networkpolicy import load_network_policy
 from cdcoperator.policy import load_policy
 from cdcoperator.reconcile import ReconcileContext, completes_transition, reconcile
 from cdcoperator.taskstatus import PodSummary, summarize_pod
+from cdcworker.jsontypes import JsonMapping
 
 __all__ = ["RESYNC_SECONDS", "STORAGE_PREFIX", "configure"]
 
@@ -52,7 +53,7 @@ RESOURCE = (GROUP, VERSION, PLURAL)
 
 
 @kopf.on.startup()
-async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: object) -> None:
     settings.persistence.finalizer = naming.FINALIZER
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=STORAGE_PREFIX)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
@@ -93,7 +94,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
 
 
 @kopf.on.cleanup()
-async def close(memo: kopf.Memo, **_: Any) -> None:
+async def close(memo: kopf.Memo, **_: object) -> None:
     http = memo.get("http")
     if http is not None:
         await http.close()
@@ -103,13 +104,13 @@ async def close(memo: kopf.Memo, **_: Any) -> None:
 
 
 @kopf.on.probe(id="reconciles")
-def probe(memo: kopf.Memo, **_: Any) -> int:
+def probe(memo: kopf.Memo, **_: object) -> int:
     """Liveness detail: reconciles completed since start (the endpoint itself is ``--liveness``)."""
     return int(memo.stats["reconciles"])
 
 
 @kopf.index("pods", labels={naming.LABEL_CONNECTOR: kopf.PRESENT})
-def worker_pods(body: kopf.Body, namespace: str | None, labels: Mapping[str, str], **_: Any) -> Any:
+def worker_pods(body: kopf.Body, namespace: str | None, labels: Mapping[str, str], **_: object) -> Any:  # Any: kopf's index holds what the indexing handler returns (kopf.Index is not generic over it)
     """(namespace, connector) -> PodSummary of each worker pod."""
     summary = summarize_pod(body)
     if summary is None:
@@ -117,11 +118,11 @@ def worker_pods(body: kopf.Body, namespace: str | None, labels: Mapping[str, str
     return {(namespace, labels[naming.LABEL_CONNECTOR]): summary}
 
 
-def _emit(body: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
+def _emit(body: JsonMapping, type_: str, reason: str, message: str) -> None:
     kopf.event(body, type=type_, reason=reason, message=message[:1024])  # type: ignore[arg-type]
 
 
-def _context(memo: kopf.Memo, pods: kopf.Index[Any, Any]) -> ReconcileContext:
+def _context(memo: kopf.Memo, pods: kopf.Index[Any, Any]) -> ReconcileContext:  # Any: kopf's index holds what the indexing handler returns (kopf.Index is not generic over it)
     def pods_of(namespace: str, connector: str) -> list[PodSummary]:
         store = pods.get((namespace, connector))
         return list(store) if store is not None else []
@@ -146,8 +147,8 @@ def _lock(namespace: str, name: str) -> asyncio.Lock:
     return locks.setdefault((namespace, name), asyncio.Lock())
 
 
-async def _run(memo: kopf.Memo, worker_pods: kopf.Index[Any, Any], namespace: str, name: str,
-               stopped: Any = None) -> None:
+async def _run(memo: kopf.Memo, worker_pods: kopf.Index[Any, Any], namespace: str, name: str,  # Any: kopf's index holds what the indexing handler returns (kopf.Index is not generic over it)
+               stopped: object = None) -> None:
     async with _lock(namespace, name):
         if stopped:  # the timer was stopped (deletion, operator exit) while waiting for the lock
             return
@@ -161,12 +162,12 @@ async def _run(memo: kopf.Memo, worker_pods: kopf.Index[Any, Any], namespace: st
 @kopf.on.resume(*RESOURCE)
 @kopf.on.create(*RESOURCE)
 @kopf.on.update(*RESOURCE)
-async def changed(memo: Any, namespace: str | None, name: str, **kwargs: Any) -> None:
+async def changed(memo: kopf.Memo, namespace: str | None, name: str, **kwargs: Any) -> None:  # Any: kopf's keyword arguments, passed on as kopf gives them
     await _run(memo, kwargs["worker_pods"], namespace or "default", name)
 
 
 @kopf.timer(*RESOURCE, interval=RESYNC_SECONDS)
-async def resync(memo: Any, namespace: str | None, name: str, **kwargs: Any) -> None:
+async def resync(memo: kopf.Memo, namespace: str | None, name: str, **kwargs: Any) -> None:  # Any: kopf's keyword arguments, passed on as kopf gives them
     # ``stopped`` (kopf.DaemonStopped) is set when the deletion starts: no reconcile may begin after that (reconcile()
     # also returns early on a deletionTimestamp; one already running completes under the lock,
     # before the delete handler lists the children it removes).
@@ -176,8 +177,8 @@ async def resync(memo: Any, namespace: str | None, name: str, **kwargs: Any) -> 
 
 
 @kopf.on.event("pods", labels={naming.LABEL_CONNECTOR: kopf.PRESENT})
-async def worker_pod_event(memo: Any, event: Mapping[str, Any], body: kopf.Body, namespace: str | None,
-                           labels: Mapping[str, str], **kwargs: Any) -> None:
+async def worker_pod_event(memo: kopf.Memo, event: JsonMapping, body: kopf.Body, namespace: str | None,
+                           labels: Mapping[str, str], **kwargs: Any) -> None:  # Any: kopf's keyword arguments, passed on as kopf gives them
     """A drain's last worker gone, or a new generation's last worker ready: reconcile the connector
     now rather than at its next resync (``reconcile.completes_transition``)."""
     changed = summarize_pod(body)
@@ -190,7 +191,7 @@ async def worker_pod_event(memo: Any, event: Mapping[str, Any], body: kopf.Body,
 
 
 @kopf.on.delete(*RESOURCE)
-async def deleted(memo: Any, body: kopf.Body, namespace: str | None, name: str, **kwargs: Any) -> None:
+async def deleted(memo: kopf.Memo, body: kopf.Body, namespace: str | None, name: str, **kwargs: Any) -> None:  # Any: kopf's keyword arguments, passed on as kopf gives them
     """Remove every child explicitly (a cluster without garbage collection still ends clean).
 
     With ``DeleteOffsets`` the records are tombstoned only once no worker pod is left: a worker

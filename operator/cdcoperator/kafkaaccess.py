@@ -16,7 +16,6 @@ import hashlib
 import json
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from cdcoperator.model import ConnectorResource
 from cdcworker.config.kafkaclient import ClientSettingError, client_key, librdkafka_settings
@@ -31,12 +30,12 @@ _CLIENT_PREFIXES = ("sasl.", "ssl.")
 class KafkaAccess:
     """librdkafka settings for the connector's cluster, or why the operator cannot have them."""
 
-    config: Mapping[str, Any] | None
+    config: Mapping[str, object] | None
     problem: str | None = None
     fingerprint: str = field(default="", compare=False)  # tells a rotated credential from the last one
 
     @classmethod
-    def of(cls, settings: Mapping[str, Any]) -> KafkaAccess:
+    def of(cls, settings: Mapping[str, object]) -> KafkaAccess:
         digest = hashlib.sha256(json.dumps(sorted(settings.items()), default=str).encode()).hexdigest()[:16]
         return cls(dict(settings), None, digest)
 
@@ -45,7 +44,7 @@ class KafkaAccess:
         return cls(None, problem)
 
 
-def client_settings(cr: ConnectorResource, secret: Mapping[str, bytes] | None = None) -> dict[str, Any]:
+def client_settings(cr: ConnectorResource, secret: Mapping[str, bytes] | None = None) -> dict[str, str]:
     """The workers' Kafka client settings (Java names translated for librdkafka); pure.
 
     Raises ``ClientSettingError`` for settings librdkafka cannot take (a JKS store ...).

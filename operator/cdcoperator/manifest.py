@@ -14,10 +14,10 @@ and what is wrong, never a traceback:
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import yaml
 
+from cdcworker.jsontypes import JsonValue
 from cdcworker.textcut import quote
 
 __all__ = ["MAX_DEPTH", "MAX_NODES", "ManifestError", "load_documents", "parse_documents"]
@@ -31,7 +31,7 @@ class ManifestError(ValueError):
     """A manifest that cannot be read; the message is one line naming the file and the place."""
 
 
-def load_documents(path: Path | str) -> list[Any]:
+def load_documents(path: Path | str) -> list[JsonValue]:
     """The documents of the YAML/JSON file at ``path`` (empty documents dropped)."""
     try:
         data = Path(path).read_bytes()
@@ -40,7 +40,7 @@ def load_documents(path: Path | str) -> list[Any]:
     return parse_documents(data, str(path))
 
 
-def parse_documents(data: bytes, where: str = "<manifest>") -> list[Any]:
+def parse_documents(data: bytes, where: str = "<manifest>") -> list[JsonValue]:
     """The documents of a YAML/JSON text given as bytes."""
     try:
         text = data.decode("utf-8")
@@ -67,7 +67,7 @@ class _TooBig(ValueError):
 class _BoundedLoader(yaml.SafeLoader):
     """``SafeLoader`` that refuses documents whose aliases expand past ``MAX_NODES`` nodes."""
 
-    def compose_document(self) -> Any:
+    def compose_document(self) -> JsonValue:
         node = super().compose_document()
         if node is not None:
             _check_size(node)

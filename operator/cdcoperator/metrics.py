@@ -28,8 +28,7 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Iterator
 
 import kopf
 from prometheus_client import CollectorRegistry
@@ -38,6 +37,7 @@ from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamil
 from cdcoperator.apply import PLURAL
 from cdcoperator.model import GROUP, VERSION, State
 from cdcoperator.planner import TaskPhase
+from cdcworker.jsontypes import JsonMapping, JsonObject
 
 __all__ = ["METRIC_NAMES", "REGISTRY", "STORE", "ConnectorMetrics", "start_metrics_server"]
 
@@ -47,7 +47,7 @@ TASK_PHASES = tuple(p.value for p in TaskPhase)
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)s$")
 
 
-def _seconds(text: Any) -> float | None:
+def _seconds(text: object) -> float | None:
     m = _DURATION.match(str(text or ""))
     return float(m.group(1)) if m else None
 
@@ -56,11 +56,11 @@ class ConnectorMetrics:
     """Latest body per connector, and the collector reading it."""
 
     def __init__(self) -> None:
-        self._bodies: dict[tuple[str, str], dict[str, Any]] = {}
+        self._bodies: dict[tuple[str, str], JsonObject] = {}
         self._events = 0
         self._lock = threading.Lock()
 
-    def observe(self, event_type: str | None, body: Mapping[str, Any]) -> None:
+    def observe(self, event_type: str | None, body: JsonMapping) -> None:
         meta = body.get("metadata") or {}
         key = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
         with self._lock:
@@ -154,7 +154,7 @@ METRIC_NAMES = tuple(m.name for m in STORE.collect())
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL)
-def connector_event(event: Mapping[str, Any], body: kopf.Body, **_: Any) -> None:
+def connector_event(event: JsonMapping, body: kopf.Body, **_: object) -> None:
     """Keep the latest body of each connector for the collector (no I/O)."""
     STORE.observe(event.get("type"), body)
 

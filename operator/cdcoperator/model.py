@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cdcworker.config.model import SnapshotMode
+from cdcworker.jsontypes import JsonMapping
 from cdcworker.keyrange import parse_shard
 
 __all__ = [
@@ -163,9 +164,9 @@ class PodTemplateOverrides:
     labels: Mapping[str, str] = field(default_factory=dict)
     annotations: Mapping[str, str] = field(default_factory=dict)
     node_selector: Mapping[str, str] = field(default_factory=dict)
-    tolerations: tuple[Mapping[str, Any], ...] = ()
-    affinity: Mapping[str, Any] | None = None
-    security_context: Mapping[str, Any] | None = None  # pod-level, merged over our non-root default
+    tolerations: tuple[JsonMapping, ...] = ()
+    affinity: JsonMapping | None = None
+    security_context: JsonMapping | None = None  # pod-level, merged over our non-root default
     service_account_name: str | None = None
     priority_class_name: str | None = None
 
@@ -174,7 +175,7 @@ class PodTemplateOverrides:
 class WorkerSpec:
     image: str = DEFAULT_IMAGE
     image_pull_policy: str = "IfNotPresent"
-    resources: Mapping[str, Any] | None = None
+    resources: JsonMapping | None = None
     metrics_port: int = DEFAULT_METRICS_PORT
     pod_template: PodTemplateOverrides = field(default_factory=PodTemplateOverrides)
 
@@ -182,7 +183,7 @@ class WorkerSpec:
 @dataclass(frozen=True, slots=True)
 class BackfillSpec:
     engine: BackfillEngine = BackfillEngine.LOCAL
-    spark: Mapping[str, Any] = field(default_factory=dict)
+    spark: JsonMapping = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,7 +212,7 @@ class ConnectorSpec:
     deletion_policy: DeletionPolicy = DeletionPolicy.RETAIN
 
     @classmethod
-    def from_dict(cls, spec: Mapping[str, Any]) -> ConnectorSpec:
+    def from_dict(cls, spec: JsonMapping) -> ConnectorSpec:
         return _parse_spec(spec)
 
 
@@ -226,7 +227,7 @@ class ConnectorResource:
     spec: ConnectorSpec
 
     @classmethod
-    def from_body(cls, body: Mapping[str, Any]) -> ConnectorResource:
+    def from_body(cls, body: JsonMapping) -> ConnectorResource:
         meta = body.get("metadata") or {}
         name = meta.get("name")
         if not isinstance(name, str) or not name:
@@ -243,7 +244,7 @@ class ConnectorResource:
 # --- parsing helpers ----------------------------------------------------------------------------------
 
 
-def _obj(d: Mapping[str, Any], key: str, where: str) -> Mapping[str, Any]:
+def _obj(d: JsonMapping, key: str, where: str) -> JsonMapping:
     value = d.get(key)
     if value is None:
         return {}
@@ -252,14 +253,14 @@ def _obj(d: Mapping[str, Any], key: str, where: str) -> Mapping[str, Any]:
     return value
 
 
-def _req_str(d: Mapping[str, Any], key: str, where: str) -> str:
+def _req_str(d: JsonMapping, key: str, where: str) -> str:
     value = d.get(key)
     if not isinstance(value, str) or not value:
         raise SpecError(f"{where}.{key} is required and must be a non-empty string")
     return value
 
 
-def _opt_str(d: Mapping[str, Any], key: str, where: str) -> str | None:
+def _opt_str(d: JsonMapping, key: str, where: str) -> str | None:
     value = d.get(key)
     if value is None or value == "":
         return None
@@ -268,7 +269,7 @@ def _opt_str(d: Mapping[str, Any], key: str, where: str) -> str | None:
     return value
 
 
-def _str_map(d: Mapping[str, Any], key: str, where: str) -> dict[str, str]:
+def _str_map(d: JsonMapping, key: str, where: str) -> dict[str, str]:
     raw = _obj(d, key, where)
     out: dict[str, str] = {}
     for k, v in raw.items():
@@ -278,7 +279,7 @@ def _str_map(d: Mapping[str, Any], key: str, where: str) -> dict[str, str]:
     return out
 
 
-def _enum(kind: type[enum.StrEnum], value: Any, where: str, default: enum.StrEnum) -> Any:
+def _enum(kind: type[enum.StrEnum], value: Any, where: str, default: enum.StrEnum) -> Any:  # Any: a spec field (JSON), and the member of the enum class given
     if value is None:
         return default
     try:
@@ -288,7 +289,7 @@ def _enum(kind: type[enum.StrEnum], value: Any, where: str, default: enum.StrEnu
         raise SpecError(f"{where} must be one of {allowed}, got {value!r}") from None
 
 
-def _parse_source(spec: Mapping[str, Any]) -> VitessSource:
+def _parse_source(spec: JsonMapping) -> VitessSource:
     source = _obj(spec, "source", "spec")
     vt = _obj(source, "vitess", "spec.source")
     where = "spec.source.vitess"
@@ -338,7 +339,7 @@ def _parses(shard: str) -> bool:
     return True
 
 
-def _tls(vt: Mapping[str, Any], name: str, where: str) -> TlsSpec:
+def _tls(vt: JsonMapping, name: str, where: str) -> TlsSpec:
     raw = _obj(vt, name, where)
     at = f"{where}.{name}"
     ca = _obj(raw, "caSecretRef", at)
@@ -352,7 +353,7 @@ def _tls(vt: Mapping[str, Any], name: str, where: str) -> TlsSpec:
     )
 
 
-def _parse_kafka(spec: Mapping[str, Any]) -> KafkaSpec:
+def _parse_kafka(spec: JsonMapping) -> KafkaSpec:
     kafka = _obj(spec, "kafka", "spec")
     where = "spec.kafka"
     if not kafka:
@@ -376,7 +377,7 @@ def _parse_kafka(spec: Mapping[str, Any]) -> KafkaSpec:
     )
 
 
-def _parse_worker(spec: Mapping[str, Any]) -> WorkerSpec:
+def _parse_worker(spec: JsonMapping) -> WorkerSpec:
     worker = _obj(spec, "worker", "spec")
     where = "spec.worker"
     tpl = _obj(worker, "podTemplate", where)
@@ -401,7 +402,7 @@ def _parse_worker(spec: Mapping[str, Any]) -> WorkerSpec:
     )
 
 
-def _parse_snapshot(spec: Mapping[str, Any]) -> SnapshotSpec:
+def _parse_snapshot(spec: JsonMapping) -> SnapshotSpec:
     snap = _obj(spec, "snapshot", "spec")
     bf = _obj(snap, "backfill", "spec.snapshot")
     backfill = (
@@ -416,7 +417,7 @@ def _parse_snapshot(spec: Mapping[str, Any]) -> SnapshotSpec:
                         backfill=backfill)
 
 
-def _parse_spec(spec: Mapping[str, Any]) -> ConnectorSpec:
+def _parse_spec(spec: JsonMapping) -> ConnectorSpec:
     tasks = spec.get("tasks", 1)
     if not isinstance(tasks, int) or isinstance(tasks, bool) or tasks < 1:
         raise SpecError(f"spec.tasks must be an integer >= 1, got {tasks!r}")

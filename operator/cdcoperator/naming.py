@@ -9,9 +9,8 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Mapping
-from typing import Any
 
+from cdcworker.jsontypes import JsonMapping
 from cdcworker.textcut import quote
 
 __all__ = [
@@ -66,7 +65,7 @@ _RULES = {
 }
 
 
-def metadata_name_problems(metadata: Mapping[str, Any]) -> list[str]:
+def metadata_name_problems(metadata: JsonMapping) -> list[str]:
     """What the API server says of ``metadata.name`` and ``metadata.namespace`` (absent: fine here;
     a required name is the caller's rule)."""
     problems = []

@@ -18,12 +18,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from cdcoperator import naming
 from cdcoperator.apply import NETWORK_POLICIES, ClusterApi
 from cdcoperator.model import ConnectorResource
 from cdcoperator.policy import env_json_object
+from cdcworker.jsontypes import JsonMapping, JsonObject
 
 __all__ = ["NETWORK_POLICY_ENV", "NetworkPolicyError", "NetworkPolicySettings", "build_network_policy",
            "ensure_network_policy", "load_network_policy", "network_policy_name"]
@@ -41,7 +41,7 @@ class NetworkPolicySettings:
     operator_namespace: str
     operator_labels: tuple[tuple[str, str], ...]
     monitoring_namespace: str = ""  # empty: no monitoring access
-    extra_from: tuple[Mapping[str, Any], ...] = ()
+    extra_from: tuple[JsonMapping, ...] = ()
 
 
 def load_network_policy(env: Mapping[str, str] | None = None) -> NetworkPolicySettings | None:
@@ -64,15 +64,15 @@ def network_policy_name(connector: str) -> str:
     return f"{connector}-workers"
 
 
-def _namespace(name: str) -> dict[str, Any]:
+def _namespace(name: str) -> JsonObject:
     return {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": name}}}
 
 
-def build_network_policy(cr: ConnectorResource, s: NetworkPolicySettings) -> dict[str, Any]:
+def build_network_policy(cr: ConnectorResource, s: NetworkPolicySettings) -> JsonObject:
     """The connector's workers' NetworkPolicy (pure)."""
     from cdcoperator.objects import owner_reference
 
-    peers: list[Mapping[str, Any]] = [{**_namespace(s.operator_namespace),
+    peers: list[JsonMapping] = [{**_namespace(s.operator_namespace),
                                        "podSelector": {"matchLabels": dict(s.operator_labels)}}]
     if s.monitoring_namespace:
         peers.append(_namespace(s.monitoring_namespace))

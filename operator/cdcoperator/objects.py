@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Mapping
-from typing import Any
 
 from cdcoperator import naming
 from cdcoperator.model import API_VERSION, KIND, ConnectorResource, worker_metrics_address
@@ -24,6 +23,7 @@ from cdcoperator.planner import TaskPlan
 from cdcworker import exitcodes
 from cdcworker.backfill.taskhandoff import INITIAL_RUN_PROPERTY
 from cdcworker.config.model import SnapshotMode, TaskIdentity
+from cdcworker.jsontypes import JsonMapping, JsonObject
 
 __all__ = [
     "CONFIG_DIR",
@@ -45,7 +45,7 @@ CONFIG_FILE = f"{CONFIG_DIR}/{CONFIG_KEY}"
 SECRETS_DIR = f"{CONFIG_DIR}/secrets"
 WORKER_UID = 65532  # the distroless "nonroot" user
 CONTAINER_NAME = "worker"
-DEFAULT_RESOURCES: dict[str, Any] = {
+DEFAULT_RESOURCES: JsonObject = {
     "requests": {"cpu": "250m", "memory": "256Mi"},
     "limits": {"memory": "1Gi"},
 }
@@ -54,7 +54,7 @@ TERMINATION_GRACE_SECONDS = 45
 INITIAL_BACKFILL = "initial"  # the backfill id of an initial snapshot made by the backfill engine
 
 
-def owner_reference(cr: ConnectorResource) -> dict[str, Any]:
+def owner_reference(cr: ConnectorResource) -> JsonObject:
     """Controller reference to the CdcConnector, so garbage collection removes children with it."""
     return {
         "apiVersion": API_VERSION,
@@ -169,8 +169,8 @@ def _checksum(text: str) -> str:
 # --- objects ------------------------------------------------------------------------------------------
 
 
-def _meta(cr: ConnectorResource, task: TaskPlan, annotations: Mapping[str, str] | None = None) -> dict[str, Any]:
-    meta: dict[str, Any] = {
+def _meta(cr: ConnectorResource, task: TaskPlan, annotations: Mapping[str, str] | None = None) -> JsonObject:
+    meta: JsonObject = {
         "name": naming.task_object_name(cr.name, task.generation, task.task_id),
         "namespace": cr.namespace,
         "labels": naming.task_labels(cr.name, task.generation, task.task_id),
@@ -181,7 +181,7 @@ def _meta(cr: ConnectorResource, task: TaskPlan, annotations: Mapping[str, str] 
     return meta
 
 
-def build_config_map(cr: ConnectorResource, task: TaskPlan) -> dict[str, Any]:
+def build_config_map(cr: ConnectorResource, task: TaskPlan) -> JsonObject:
     """The task's ConfigMap holding ``worker.properties``, with the content's checksum as annotation."""
     text = render_properties(
         worker_properties(cr, task),
@@ -199,10 +199,10 @@ def build_config_map(cr: ConnectorResource, task: TaskPlan) -> dict[str, Any]:
     }
 
 
-def _projected_sources(cr: ConnectorResource, name: str) -> list[dict[str, Any]]:
+def _projected_sources(cr: ConnectorResource, name: str) -> list[JsonObject]:
     """The config file plus every referenced Secret key, in one read-only projected volume."""
     vt = cr.spec.source
-    sources: list[dict[str, Any]] = [{"configMap": {"name": name, "items": [{"key": CONFIG_KEY, "path": CONFIG_KEY}]}}]
+    sources: list[JsonObject] = [{"configMap": {"name": name, "items": [{"key": CONFIG_KEY, "path": CONFIG_KEY}]}}]
 
     def secret(secret_name: str, volume: str, keys: Iterable[str]) -> None:
         items = [{"key": k, "path": f"secrets/{volume}/{k}"} for k in dict.fromkeys(keys)]
@@ -219,8 +219,8 @@ def _projected_sources(cr: ConnectorResource, name: str) -> list[dict[str, Any]]
     return sources
 
 
-def _pod_security_context(cr: ConnectorResource) -> dict[str, Any]:
-    ctx: dict[str, Any] = {
+def _pod_security_context(cr: ConnectorResource) -> JsonObject:
+    ctx: JsonObject = {
         "runAsNonRoot": True,
         "runAsUser": WORKER_UID,
         "runAsGroup": WORKER_UID,
@@ -235,12 +235,12 @@ def _pod_security_context(cr: ConnectorResource) -> dict[str, Any]:
     return ctx
 
 
-def _worker_container(cr: ConnectorResource, task: TaskPlan) -> dict[str, Any]:
+def _worker_container(cr: ConnectorResource, task: TaskPlan) -> JsonObject:
     """The worker container: its command, environment, probes and a non-root, read-only root FS."""
     worker = cr.spec.worker
     port = worker.metrics_port
 
-    def probe(path: str, period: int, failures: int) -> dict[str, Any]:
+    def probe(path: str, period: int, failures: int) -> JsonObject:
         return {
             "httpGet": {"path": path, "port": "metrics"},
             "periodSeconds": period,
@@ -248,7 +248,7 @@ def _worker_container(cr: ConnectorResource, task: TaskPlan) -> dict[str, Any]:
             "failureThreshold": failures,
         }
 
-    container: dict[str, Any] = {
+    container: JsonObject = {
         "name": CONTAINER_NAME,
         "image": worker.image,
         "imagePullPolicy": worker.image_pull_policy,
@@ -284,7 +284,7 @@ def _worker_container(cr: ConnectorResource, task: TaskPlan) -> dict[str, Any]:
     return container
 
 
-def build_deployment(cr: ConnectorResource, task: TaskPlan, config_map: Mapping[str, Any]) -> dict[str, Any]:
+def build_deployment(cr: ConnectorResource, task: TaskPlan, config_map: JsonMapping) -> JsonObject:
     """The task's Deployment: one replica (zero when not running), ``Recreate``, non-root, read-only root FS."""
     worker = cr.spec.worker
     tpl = worker.pod_template
@@ -294,7 +294,7 @@ def build_deployment(cr: ConnectorResource, task: TaskPlan, config_map: Mapping[
     pod_annotations = {**tpl.annotations, naming.CONFIG_CHECKSUM_ANNOTATION: checksum}
 
     container = _worker_container(cr, task)
-    pod_spec: dict[str, Any] = {
+    pod_spec: JsonObject = {
         "automountServiceAccountToken": False,  # workers never talk to the API server
         "enableServiceLinks": False,
         "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
@@ -335,7 +335,7 @@ def build_deployment(cr: ConnectorResource, task: TaskPlan, config_map: Mapping[
     }
 
 
-def build_task_objects(cr: ConnectorResource, task: TaskPlan) -> tuple[dict[str, Any], dict[str, Any]]:
+def build_task_objects(cr: ConnectorResource, task: TaskPlan) -> tuple[JsonObject, JsonObject]:
     """(ConfigMap, Deployment) of one task."""
     config_map = build_config_map(cr, task)
     return config_map, build_deployment(cr, task, config_map)

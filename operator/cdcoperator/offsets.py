@@ -43,6 +43,7 @@ from cdcoperator.kafkaaccess import KafkaAccess, SecretReader, kafka_access, pla
 from cdcoperator.model import GROUP, VERSION, ConnectorResource, SpecError, State
 from cdcoperator.objects import owner_reference
 from cdcoperator.planner import recorded_generation
+from cdcworker.jsontypes import JsonMapping, JsonObject
 from cdcworker.offsets.edits import (
     apply_changes,
     connect_document,
@@ -99,7 +100,7 @@ def delete_offsets_sync(cr: ConnectorResource, timeout: float = KAFKA_TIMEOUT, a
     return f"deleted {len(changes)} offset records of {cr.name} from topic {kafka.offsets_topic}"
 
 
-async def delete_offsets(body: Mapping[str, Any], read_secret: SecretReader | None = None) -> tuple[bool, str]:
+async def delete_offsets(body: JsonMapping, read_secret: SecretReader | None = None) -> tuple[bool, str]:
     """(deleted, message for the event)."""
     cr = ConnectorResource.from_body(body)
     try:
@@ -121,7 +122,7 @@ def offsets_config_map_name(connector: str) -> str:
 # After a reset the recorded generation must go too: its workers would look for the previous
 # generation's keys (deleted) and fail with "No offset found". Cleared, the connector starts over
 # at generation 0 as snapshot.mode says, and the old generation's stopped workers are removed.
-RESET_STATUS: dict[str, Any] = {"assignment": None, "adoptedOffsets": None}
+RESET_STATUS: JsonObject = {"assignment": None, "adoptedOffsets": None}
 RESET_NOTE = ("the generation record was cleared with the offsets: when running again the connector starts over "
               "at generation 0 as snapshot.mode says")
 
@@ -132,7 +133,7 @@ LOCAL_STOP = ("set it to 'stopped' first (in the manifest: the running `shardcdc
               "`shardcdc run` (Ctrl-C: every worker commits and exits)")
 
 
-def stopped_problem(body: Any, how_to_stop: str = KUBECTL_STOP) -> str | None:
+def stopped_problem(body: Any, how_to_stop: str = KUBECTL_STOP) -> str | None:  # Any: a kopf Body or a plain JSON object
     """Why a CdcConnector is not safe to change offsets of (None: it is stopped, every worker exited)."""
     spec = body.get("spec") or {}
     state = spec.get("state") or State.RUNNING.value  # the plain word: the message shows its repr
@@ -151,7 +152,7 @@ def stopped_problem(body: Any, how_to_stop: str = KUBECTL_STOP) -> str | None:
     return None
 
 
-def offsets_stopped_problem(body: Mapping[str, Any], live_pods: int) -> str | None:
+def offsets_stopped_problem(body: JsonMapping, live_pods: int) -> str | None:
     """Why offsets of this connector may not be changed now (None: stopped and every worker exited)."""
     problem = stopped_problem(body)
     if problem is None and live_pods:
@@ -159,7 +160,7 @@ def offsets_stopped_problem(body: Mapping[str, Any], live_pods: int) -> str | No
     return problem
 
 
-def parse_handback(value: str, body: Mapping[str, Any]) -> tuple[bool, int]:
+def parse_handback(value: str, body: JsonMapping) -> tuple[bool, int]:
     """``handback[:N|:no-per-task]`` -> (per task, Debezium's tasks.max; default shardcdc's task count)."""
     _, _, arg = value.partition(":")
     if arg == "no-per-task":
@@ -172,8 +173,8 @@ def parse_handback(value: str, body: Mapping[str, Any]) -> tuple[bool, int]:
     return True, int(arg)
 
 
-def _handback(cr: ConnectorResource, body: Mapping[str, Any], records: Mapping[bytes, bytes], value: str
-              ) -> tuple[list[Any], str]:
+def _handback(cr: ConnectorResource, body: JsonMapping, records: Mapping[bytes, bytes], value: str
+              ) -> tuple[list[Any], str]:  # Any: offset records of several types (cdcworker.offsets)
     """The hand-back's changes and the Debezium properties to use (``shardcdc offsets handback``)."""
 
     per_task, tasks_max = parse_handback(value, body)
@@ -185,9 +186,9 @@ def _handback(cr: ConnectorResource, body: Mapping[str, Any], records: Mapping[b
     return changes, "\n".join(lines) + "\n"
 
 
-def run_offsets_action(cr: ConnectorResource, action: str, document: Mapping[str, Any] | None,
+def run_offsets_action(cr: ConnectorResource, action: str, document: JsonMapping | None,
                        timeout: float = KAFKA_TIMEOUT, access: KafkaAccess | None = None,
-                       body: Mapping[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+                       body: JsonMapping | None = None) -> tuple[str, JsonObject]:
     """Carry out one action against Kafka: (result message, the offsets document after it). For
     ``handback`` (``action`` is the annotation's value) the document also has the Debezium
     properties under ``debezium.properties``."""
@@ -223,7 +224,7 @@ def run_offsets_action(cr: ConnectorResource, action: str, document: Mapping[str
         return message, after
 
 
-def _config_map(body: Mapping[str, Any], data: Mapping[str, str]) -> dict[str, Any]:
+def _config_map(body: JsonMapping, data: Mapping[str, str]) -> JsonObject:
 
     cr_meta = body["metadata"]
     owner = owner_reference(ConnectorResource.from_body(body))
@@ -240,8 +241,8 @@ def _config_map(body: Mapping[str, Any], data: Mapping[str, str]) -> dict[str, A
     }
 
 
-async def handle_offsets_annotation(kube: KubeApi, body: Mapping[str, Any], live_pods: int,
-                                    emit: Any) -> str:
+async def handle_offsets_annotation(kube: KubeApi, body: JsonMapping, live_pods: int,
+                                    emit: Any) -> str:  # Any: kopf's event-posting callable (untyped)
     """Act on ``shardcdc.io/offsets`` once and remove it; returns the outcome ("done", "refused", ...).
 
     ``reset`` / ``alter`` asked while the connector is stopping (spec.state stopped, its workers
@@ -281,7 +282,7 @@ async def handle_offsets_annotation(kube: KubeApi, body: Mapping[str, Any], live
         outcome = "refused"
         emit(body, "Warning", "OffsetsRefused", f"{OFFSETS_ANNOTATION}={value}: {problem}")
     else:
-        document: dict[str, Any] | None = None
+        document: JsonObject | None = None
         if action == "alter" and data.get(OFFSETS_KEY):
             try:
                 document = json.loads(data[OFFSETS_KEY])
@@ -310,11 +311,11 @@ async def handle_offsets_annotation(kube: KubeApi, body: Mapping[str, Any], live
     return outcome
 
 
-def has_offsets_annotation(body: Mapping[str, Any]) -> bool:
+def has_offsets_annotation(body: JsonMapping) -> bool:
     return OFFSETS_ANNOTATION in ((body.get("metadata") or {}).get("annotations") or {})
 
 
-async def process_offsets_annotation(memo: Any, namespace: str, name: str, worker_pods: Any) -> None:
+async def process_offsets_annotation(memo: kopf.Memo, namespace: str, name: str, worker_pods: Any) -> None:  # Any: kopf's index holds what the indexing handler returns (kopf.Index is not generic over it)
     """Handle the annotation if the connector (read fresh, under the operator's lock) still has it."""
     # Call-time import: handlers imports this module when it registers the kopf handlers.
     from cdcoperator.handlers import _emit, _lock
@@ -334,5 +335,5 @@ async def process_offsets_annotation(memo: Any, namespace: str, name: str, worke
 @kopf.on.resume(GROUP, VERSION, PLURAL, annotations={OFFSETS_ANNOTATION: kopf.PRESENT})
 @kopf.on.create(GROUP, VERSION, PLURAL, annotations={OFFSETS_ANNOTATION: kopf.PRESENT})
 @kopf.on.update(GROUP, VERSION, PLURAL, annotations={OFFSETS_ANNOTATION: kopf.PRESENT})
-async def offsets_annotation(memo: Any, body: kopf.Body, namespace: str | None, name: str, **kwargs: Any) -> None:
+async def offsets_annotation(memo: kopf.Memo, body: kopf.Body, namespace: str | None, name: str, **kwargs: object) -> None:
     await process_offsets_annotation(memo, namespace or "default", name, kwargs["worker_pods"])

@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cdcoperator import conditions as cond
 from cdcoperator import naming
@@ -34,10 +34,14 @@ from cdcoperator.model import ConnectorResource
 from cdcoperator.planner import Event, Generation
 from cdcoperator.taskstatus import PodSummary
 from cdcworker.config.loader import property_to_env
+from cdcworker.jsontypes import JsonMapping, JsonObject
 from cdcworker.offsets import OffsetPartition, Vgtid
 from cdcworker.offsets.keys import task_key_name
 from cdcworker.offsets.lost import LOST_ANNOTATION, REASON
 from cdcworker.offsets.value import OffsetValue
+
+if TYPE_CHECKING:
+    from cdcoperator.kafkaaccess import KafkaAccess
 
 __all__ = [
     "EXPECTED_ENV", "LOST_ANNOTATION", "REASON", "LostTasks", "expected_env_var", "kept_positions", "lost_tasks",
@@ -60,14 +64,14 @@ def expected_key(generation: int, task_id: int) -> str:
     return f"task-{generation}-{task_id}"
 
 
-def expected_env_var(connector: str, generation: int, task_id: int) -> dict[str, Any]:
+def expected_env_var(connector: str, generation: int, task_id: int) -> JsonObject:
     """The worker container's env entry: the task's flag, read at each container start (optional:
     absent means not expected), so the operator can set it without rolling the Deployment."""
     return {"name": EXPECTED_ENV, "valueFrom": {"configMapKeyRef": {
         "name": positions_config_map_name(connector), "key": expected_key(generation, task_id), "optional": True}}}
 
 
-def _termination(pod: PodSummary) -> Mapping[str, Any]:
+def _termination(pod: PodSummary) -> JsonMapping:
     import json
 
     try:
@@ -83,7 +87,7 @@ def lost_tasks(pods: Iterable[PodSummary], generation: int) -> tuple[int, ...]:
                          and _termination(p).get("reason") == REASON}))
 
 
-def kept_positions(existing_status: Mapping[str, Any], generation: int) -> dict[int, str]:
+def kept_positions(existing_status: JsonMapping, generation: int) -> dict[int, str]:
     """Each task's last reported position (``shard@gtid;...``) in ``status`` for ``generation``: kept
     while its worker cannot report one, so the OffsetsLost condition and ``restore`` have it."""
     assignment = existing_status.get("assignment") or {}
@@ -129,12 +133,12 @@ def _message(cr: ConnectorResource, g: Generation, lost: Sequence[int], known: M
             f"snapshot.mode says")
 
 
-async def _positions_map(kube: ClusterApi, namespace: str, connector: str) -> dict[str, Any] | None:
+async def _positions_map(kube: ClusterApi, namespace: str, connector: str) -> JsonObject | None:
     found = await kube.list_labelled(CONFIG_MAPS, namespace, f"{POSITIONS_OF_LABEL}={connector}")
     return found[0] if found else None
 
 
-async def _write_flags(kube: ClusterApi, body: Mapping[str, Any], live: Mapping[str, Any] | None,
+async def _write_flags(kube: ClusterApi, body: JsonMapping, live: JsonMapping | None,
                        data: Mapping[str, str]) -> None:
     from cdcoperator.objects import owner_reference
 
@@ -164,7 +168,7 @@ def _wanted_flags(old: Mapping[str, str], g: Generation | None, reporting: Itera
     return flags
 
 
-async def settle_offsets_lost(kube: ClusterApi, emit: Any, body: Mapping[str, Any], cr: ConnectorResource,
+async def settle_offsets_lost(kube: ClusterApi, emit: object, body: JsonMapping, cr: ConnectorResource,
                               g: Generation | None, pods: Sequence[PodSummary], reporting: Iterable[int],
                               now_stamp: str) -> LostTasks:
     """One reconcile's share: keep the flags, act on the annotation, report lost tasks.
@@ -190,7 +194,7 @@ async def settle_offsets_lost(kube: ClusterApi, emit: Any, body: Mapping[str, An
                       cond.ConditionSpec(cond.DEGRADED, True, REASON, message)), Event("Warning", REASON, message))
 
 
-async def _handle_choice(kube: ClusterApi, emit: Any, body: Mapping[str, Any], cr: ConnectorResource,
+async def _handle_choice(kube: ClusterApi, emit: Any, body: JsonMapping, cr: ConnectorResource,  # Any: kopf's event-posting callable (untyped)
                          g: Generation | None, lost: Sequence[int], known: Mapping[int, str], choice: str
                          ) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """Carry out ``restore`` or ``resnapshot`` for the lost tasks, then remove the annotation;
@@ -224,7 +228,7 @@ async def _handle_choice(kube: ClusterApi, emit: Any, body: Mapping[str, Any], c
     return drop, restart
 
 
-def _write_records(cr: ConnectorResource, access: Any, records: Sequence[tuple[OffsetPartition, OffsetValue]]) -> None:
+def _write_records(cr: ConnectorResource, access: KafkaAccess, records: Sequence[tuple[OffsetPartition, OffsetValue]]) -> None:
     from cdcworker.offsets.store import OffsetStore
 
     if access.config is None:

@@ -48,12 +48,13 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from cdcoperator import conditions as cond
 from cdcoperator.adoption import Adoption, chain_from_status, chain_to_status
 from cdcoperator.conditions import ConditionSpec
 from cdcoperator.model import ConnectorSpec, State
+from cdcworker.jsontypes import JsonMapping
 from cdcworker.keyrange import parse_shard
 from cdcworker.offsets.handback import ShardcdcGeneration
 from cdcworker.offsets.migration import assign_shards, java_sorted
@@ -841,7 +842,7 @@ def generation_from_status(assignment: Mapping[str, object] | None) -> Generatio
     )
 
 
-def recorded_generation(body: Mapping[str, Any] | None) -> ShardcdcGeneration | None:
+def recorded_generation(body: JsonMapping | None) -> ShardcdcGeneration | None:
     """shardcdc's last generation as the hand-back to Debezium reads it (``status.assignment``)."""
 
     g = generation_from_status(((body or {}).get("status") or {}).get("assignment"))

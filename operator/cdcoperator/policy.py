@@ -20,7 +20,8 @@ import os
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+
+from cdcworker.jsontypes import JsonMapping
 
 __all__ = ["POLICY_ENV", "Policy", "PolicyError", "load_policy", "named_images", "named_service_accounts",
            "repository_of"]
@@ -72,7 +73,7 @@ class Policy:
     def service_account_allowed(self, name: str) -> bool:
         return "*" in self.service_accounts or name in self.service_accounts
 
-    def violations(self, spec: Mapping[str, Any]) -> list[str]:
+    def violations(self, spec: JsonMapping) -> list[str]:
         """One line per refused image or service account of ``spec`` (a CdcConnector's spec), [] if none."""
         out: list[str] = []
         allowed_images = ", ".join(self.image_repositories) or "none"
@@ -90,17 +91,17 @@ class Policy:
         return out
 
 
-def _mapping(d: Any, *keys: str) -> Mapping[str, Any]:
+def _mapping(d: object, *keys: str) -> JsonMapping:
     for key in keys:
         d = d.get(key) if isinstance(d, Mapping) else None
     return d if isinstance(d, Mapping) else {}
 
 
-def _spark(spec: Mapping[str, Any]) -> Mapping[str, Any]:
+def _spark(spec: JsonMapping) -> JsonMapping:
     return _mapping(spec, "snapshot", "backfill", "spark")
 
 
-def named_images(spec: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
+def named_images(spec: JsonMapping) -> Iterator[tuple[str, str]]:
     """(field path, image) of every image the spec names itself (defaults are the operator's own)."""
     worker_image = _mapping(spec, "worker").get("image")
     if isinstance(worker_image, str) and worker_image:
@@ -113,7 +114,7 @@ def named_images(spec: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
             yield f"spec.snapshot.backfill.spark.sparkConf[{key!r}]", str(value)
 
 
-def named_service_accounts(spec: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
+def named_service_accounts(spec: JsonMapping) -> Iterator[tuple[str, str]]:
     """(field path, name) of every service account the spec names."""
     account = _mapping(spec, "worker", "podTemplate").get("serviceAccountName")
     if isinstance(account, str) and account:
@@ -126,7 +127,7 @@ def named_service_accounts(spec: Mapping[str, Any]) -> Iterator[tuple[str, str]]
             yield f"spec.snapshot.backfill.spark.sparkConf[{key!r}]", str(value)
 
 
-def _names(doc: Mapping[str, Any], key: str) -> tuple[str, ...]:
+def _names(doc: JsonMapping, key: str) -> tuple[str, ...]:
     value = doc.get(key, [])
     if not isinstance(value, Sequence) or isinstance(value, str) or not all(isinstance(v, str) and v for v in value):
         raise PolicyError(f"${POLICY_ENV}: {key} must be a list of non-empty strings, got {json.dumps(value)[:200]}")
@@ -134,7 +135,7 @@ def _names(doc: Mapping[str, Any], key: str) -> tuple[str, ...]:
 
 
 def env_json_object(name: str, keys: Sequence[str], error: type[ValueError],
-                    env: Mapping[str, str] | None = None) -> Mapping[str, Any] | None:
+                    env: Mapping[str, str] | None = None) -> JsonMapping | None:
     """The JSON object in ``$name`` with only ``keys`` (None when unset); ``error`` says what is wrong."""
     text = (os.environ if env is None else env).get(name, "").strip()
     if not text:

@@ -57,6 +57,7 @@ from cdcoperator.planner import (
 )
 from cdcoperator.policy import Policy
 from cdcoperator.taskstatus import PodSummary, fetch_status, stray_pods, task_report
+from cdcworker.jsontypes import JsonMapping, JsonObject
 
 __all__ = [
     "RESTARTED_AT_ANNOTATION",
@@ -75,7 +76,7 @@ __all__ = [
 log = logging.getLogger("cdcoperator.reconcile")
 
 RESTARTED_AT_ANNOTATION = f"{naming.PREFIX}/restartedAt"
-Emit = Callable[[Mapping[str, Any], str, str, str], None]  # (body, type, reason, message)
+Emit = Callable[[JsonMapping, str, str, str], None]  # (body, type, reason, message)
 Discoverer = Callable[[ConnectorResource], Awaitable[Discovery]]
 OffsetScanner = Callable[[ConnectorResource, KafkaAccess], Awaitable[Adoption]]  # raises OffsetScanError
 
@@ -139,9 +140,9 @@ def parse_restart(value: str, tasks: int) -> tuple[int, ...] | None:
     return None
 
 
-def merge_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
+def merge_patch(old: JsonMapping, new: JsonMapping) -> JsonObject:
     """A JSON merge patch (RFC 7386) turning ``old`` into ``new`` (keys of ``old`` absent in ``new`` -> null)."""
-    out: dict[str, Any] = {}
+    out: JsonObject = {}
     for k in old:
         if k not in new:
             out[k] = None
@@ -165,18 +166,18 @@ def _lag_text(ms: int | None) -> str | None:
 
 def build_status(
     cr: ConnectorResource,
-    existing: Mapping[str, Any],
+    existing: JsonMapping,
     p: Plan,
     discovery: Discovery | None,
     reports: Sequence[TaskReport],
     now: _dt.datetime,
     adopted: Adoption | None = None,
-) -> dict[str, Any]:
+) -> JsonObject:
     """The full ``status`` we want (keys we own only; unknown keys of ``existing`` are left alone).
 
     ``adopted`` is recorded with the first generation (``adoptedOffsets``), so the scan happens once.
     """
-    status: dict[str, Any] = {
+    status: JsonObject = {
         "observedGeneration": cr.generation,
         "conditions": cond.merge_conditions(existing.get("conditions"), p.conditions,
                                             observed_generation=cr.generation, now=now),
@@ -184,7 +185,7 @@ def build_status(
     }
     old_shards = existing.get("shards") or {}
     if discovery is not None:
-        shards: dict[str, Any] = {
+        shards: JsonObject = {
             "discovered": list(discovery.discovered),
             "serving": list(discovery.serving),
             "servingCount": len(discovery.serving),
@@ -201,7 +202,7 @@ def build_status(
         by_task = {r.task_id: r for r in reports if r.generation == p.generation.generation}
         kept = kept_positions(existing, p.generation.generation)
         lags: list[int] = []
-        task_states: list[dict[str, Any]] = assignment["taskStates"]  # type: ignore[assignment]
+        task_states: list[JsonObject] = assignment["taskStates"]  # type: ignore[assignment]
         for ts in task_states:
             r = by_task.get(ts["id"])
             if r is None:
@@ -229,7 +230,7 @@ def build_status(
     return status
 
 
-def reshard_events(existing: Sequence[Mapping[str, Any]] | None, p: Plan) -> tuple[Event, ...]:
+def reshard_events(existing: Sequence[JsonMapping] | None, p: Plan) -> tuple[Event, ...]:
     """An event for each step of following a reshard: the ``Resharding`` condition's transitions.
 
     The planner has no memory of "awaiting the journal" (the generation record does not change
@@ -250,7 +251,7 @@ def reshard_events(existing: Sequence[Mapping[str, Any]] | None, p: Plan) -> tup
     return ()
 
 
-def _owned(existing: Mapping[str, Any]) -> dict[str, Any]:
+def _owned(existing: JsonMapping) -> JsonObject:
     """``existing`` restricted to the keys we write, so foreign status keys never show up as a diff."""
     owned = ("observedGeneration", "conditions", "selector", "shards", "assignment", "lag", "adoptedOffsets",
              "backfills")
@@ -260,7 +261,7 @@ def _owned(existing: Mapping[str, Any]) -> dict[str, Any]:
 # --- the reconcile ------------------------------------------------------------------------------------
 
 
-def _gen_task(obj: Mapping[str, Any]) -> tuple[int, int] | None:
+def _gen_task(obj: JsonMapping) -> tuple[int, int] | None:
     labels = (obj.get("metadata") or {}).get("labels") or {}
     try:
         return int(labels[naming.LABEL_GENERATION]), int(labels[naming.LABEL_TASK])
@@ -285,11 +286,11 @@ def completes_transition(pods: Sequence[PodSummary], changed: PodSummary, delete
 
 
 async def _observe_tasks(
-    ctx: ReconcileContext, namespace: str, connector: str, deployments: Sequence[Mapping[str, Any]]
+    ctx: ReconcileContext, namespace: str, connector: str, deployments: Sequence[JsonMapping]
 ) -> list[TaskReport]:
     pods = list(ctx.pods(namespace, connector))
 
-    async def one(dep: Mapping[str, Any]) -> TaskReport | None:
+    async def one(dep: JsonMapping) -> TaskReport | None:
         key = _gen_task(dep)
         if key is None:
             return None
@@ -303,7 +304,7 @@ async def _observe_tasks(
     return [r for r in reports if r is not None]
 
 
-async def _refused_by_policy(ctx: ReconcileContext, body: Mapping[str, Any], existing_status: Mapping[str, Any],
+async def _refused_by_policy(ctx: ReconcileContext, body: JsonMapping, existing_status: JsonMapping,
                              now: _dt.datetime) -> bool:
     """The operator's policy refuses the spec: nothing is created, patched or started for it;
     workers of an earlier accepted spec are left as they were."""
@@ -320,7 +321,7 @@ async def _refused_by_policy(ctx: ReconcileContext, body: Mapping[str, Any], exi
     return True
 
 
-def _emit_events(ctx: ReconcileContext, body: Mapping[str, Any], events: Iterable[Event]) -> None:
+def _emit_events(ctx: ReconcileContext, body: JsonMapping, events: Iterable[Event]) -> None:
     """Emit the plan's events; a warning once per standing reason (strays once per set of pods:
     another set is news), not on every resync."""
     standing: set[str] = set()
@@ -341,7 +342,7 @@ async def reconcile(ctx: ReconcileContext, namespace: str, name: str) -> Plan | 
     body = await kube.get_connector(namespace, name)
     if body is None or (body.get("metadata") or {}).get("deletionTimestamp"):
         return None
-    existing_status: Mapping[str, Any] = body.get("status") or {}
+    existing_status: JsonMapping = body.get("status") or {}
     now = ctx.clock()
     try:
         cr = ConnectorResource.from_body(body)
@@ -407,7 +408,7 @@ async def reconcile(ctx: ReconcileContext, namespace: str, name: str) -> Plan | 
     return p
 
 
-async def _offsets_lost(ctx: ReconcileContext, body: Mapping[str, Any], cr: ConnectorResource, p: Plan,
+async def _offsets_lost(ctx: ReconcileContext, body: JsonMapping, cr: ConnectorResource, p: Plan,
                         reports: Sequence[TaskReport]) -> LostTasks:
     """Issue 28, case 7 (``cdcoperator.offsetslost``): tasks whose stored offsets vanished."""
     # No generation record yet (first start, or cleared by an offsets reset): nothing is expected,
@@ -423,7 +424,7 @@ STRAY_REASON = "StrayWorkers"
 POLICY_REFUSED = "PolicyRefused"
 
 
-async def _refuse(ctx: ReconcileContext, body: Mapping[str, Any], existing: Mapping[str, Any], now: _dt.datetime,
+async def _refuse(ctx: ReconcileContext, body: JsonMapping, existing: JsonMapping, now: _dt.datetime,
                   reason: str, message: str) -> None:
     """Record a spec the operator will not act on: Ready False and Degraded True, with ``reason``."""
     bad = (cond.ConditionSpec(cond.READY, False, reason, message), cond.ConditionSpec(cond.DEGRADED, True, reason, message))
@@ -441,8 +442,8 @@ def _stray_message(strays: Sequence[PodSummary]) -> str:
 
 
 async def _record_ahead(
-    ctx: ReconcileContext, body: Mapping[str, Any], existing: Mapping[str, Any], p: Plan, adopted: Adoption | None
-) -> Mapping[str, Any]:
+    ctx: ReconcileContext, body: JsonMapping, existing: JsonMapping, p: Plan, adopted: Adoption | None
+) -> JsonMapping:
     """Store a changed generation record before acting on it (a write-ahead record); returns the
     status as it is now (the final write is a merge patch against it).
 
@@ -468,7 +469,7 @@ async def _record_ahead(
         record["taskStates"] = [{**said.get(t["id"], {}), **t} for t in states]
     # A merge patch from the stored record: keys the new record lacks (a finished drain's
     # ``pending``, older ``journalPositions``) are removed, not left beside it.
-    ahead: dict[str, Any] = {"assignment": merge_patch(old, record)}
+    ahead: JsonObject = {"assignment": merge_patch(old, record)}
     after = {**existing, "assignment": record}
     if adopted is not None and not existing.get("adoptedOffsets"):
         ahead["adoptedOffsets"] = after["adoptedOffsets"] = adoption_to_status(adopted)  # the first generation's
@@ -478,7 +479,7 @@ async def _record_ahead(
 
 
 async def _write_status(
-    ctx: ReconcileContext, body: Mapping[str, Any], existing: Mapping[str, Any], wanted: Mapping[str, Any]
+    ctx: ReconcileContext, body: JsonMapping, existing: JsonMapping, wanted: JsonMapping
 ) -> None:
     patch = merge_patch(_owned(existing), wanted)
     if not patch:
@@ -489,11 +490,11 @@ async def _write_status(
 
 async def _apply(
     ctx: ReconcileContext,
-    body: Mapping[str, Any],
+    body: JsonMapping,
     cr: ConnectorResource,
     p: Plan,
-    deployments: Sequence[Mapping[str, Any]],
-    config_maps: Sequence[Mapping[str, Any]],
+    deployments: Sequence[JsonMapping],
+    config_maps: Sequence[JsonMapping],
 ) -> None:
     kube = ctx.kube
     live_deps = {d["metadata"]["name"]: d for d in deployments}
@@ -533,7 +534,7 @@ async def _apply(
     await asyncio.gather(*(remove(r) for r in p.remove))
 
 
-async def _restart(ctx: ReconcileContext, body: Mapping[str, Any], cr: ConnectorResource, p: Plan) -> None:
+async def _restart(ctx: ReconcileContext, body: JsonMapping, cr: ConnectorResource, p: Plan) -> None:
     """Honour ``shardcdc.io/restart`` once, then remove it."""
     annotations = (body.get("metadata") or {}).get("annotations") or {}
     value = annotations.get(naming.RESTART_ANNOTATION)

@@ -17,13 +17,13 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import aiohttp
 
 from cdcoperator import naming
 from cdcoperator.planner import Journal, TaskPhase, TaskReport
 from cdcworker import exitcodes
+from cdcworker.jsontypes import JsonMapping
 from cdcworker.offsets.keys import TaskKey
 
 __all__ = [
@@ -88,7 +88,7 @@ def pod_index_key(namespace: str, connector: str) -> tuple[str, str]:
     return (namespace, connector)
 
 
-def summarize_pod(body: Mapping[str, Any]) -> PodSummary | None:
+def summarize_pod(body: JsonMapping) -> PodSummary | None:
     """A summary of a worker pod (None if its labels do not name a generation and a task)."""
     meta = body.get("metadata") or {}
     labels = meta.get("labels") or {}
@@ -140,7 +140,7 @@ def summarize_pod(body: Mapping[str, Any]) -> PodSummary | None:
     )
 
 
-def journal_from(doc: Mapping[str, Any] | None) -> Journal | None:
+def journal_from(doc: JsonMapping | None) -> Journal | None:
     """The reshard journal in a status document or termination message, if any."""
     raw = (doc or {}).get("journal")
     if not isinstance(raw, Mapping):
@@ -156,7 +156,7 @@ def journal_from(doc: Mapping[str, Any] | None) -> Journal | None:
     return Journal.of(participants, positions)
 
 
-def _parse_json(text: str) -> Mapping[str, Any] | None:
+def _parse_json(text: str) -> JsonMapping | None:
     try:
         value = json.loads(text)
     except ValueError:
@@ -170,7 +170,7 @@ def _exit_error(pod: PodSummary) -> str:
     return f": {error}" if error else ""
 
 
-def _position(doc: Mapping[str, Any]) -> str | None:
+def _position(doc: JsonMapping) -> str | None:
     parts = []
     for s in doc.get("shards") or ():
         gtid = s.get("durable_gtid") or s.get("gtid")
@@ -179,7 +179,7 @@ def _position(doc: Mapping[str, Any]) -> str | None:
     return ";".join(parts) or None
 
 
-def _lag(doc: Mapping[str, Any]) -> int | None:
+def _lag(doc: JsonMapping) -> int | None:
     lag = doc.get("low_watermark_lag_ms")
     if isinstance(lag, int):
         return lag
@@ -192,7 +192,7 @@ def task_report(
     task_id: int,
     replicas: int,
     pods: Sequence[PodSummary],
-    doc: Mapping[str, Any] | None,
+    doc: JsonMapping | None,
 ) -> TaskReport:
     """One task's observed phase. ``doc`` is its status document (None when unreachable)."""
     alive = sorted((p for p in pods if p.phase not in ("Succeeded", "Failed")), key=lambda p: (p.deleting, p.name))
@@ -245,7 +245,7 @@ def task_report(
 
 async def fetch_status(
     session: aiohttp.ClientSession, pod: PodSummary, timeout: float = STATUS_TIMEOUT
-) -> Mapping[str, Any] | None:
+) -> JsonMapping | None:
     """The pod's status document, or None when it cannot be had (no IP yet, refused, timeout, junk)."""
     if not pod.ip or not pod.port or pod.phase != "Running":
         return None
@@ -261,7 +261,7 @@ async def fetch_status(
     return doc if isinstance(doc, Mapping) and belongs_to(pod, doc) else None
 
 
-def belongs_to(pod: PodSummary, doc: Mapping[str, Any]) -> bool:
+def belongs_to(pod: PodSummary, doc: JsonMapping) -> bool:
     """Whether a status document is this pod's worker's: another process answering on its address
     (a port taken over in local mode, an IP reused) must not pass its shards off as this task's."""
     generation = doc.get("generation")

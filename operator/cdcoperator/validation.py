@@ -17,22 +17,22 @@ import re
 from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
 
 from cdcoperator.cel import CelError, evaluate
 from cdcoperator.model import SpecError
 from cdcoperator.naming import metadata_name_problems
+from cdcworker.jsontypes import JsonList, JsonMapping, JsonObject, JsonValue
 from cdcworker.textcut import quote
 
 __all__ = ["CRD_FILE", "apply_defaults", "crd_schema", "validate", "validate_or_raise"]
 
 CRD_FILE = Path(__file__).resolve().parent / "crd" / "shardcdc.io_cdcconnectors.yaml"
-Schema = Mapping[str, Any]
+Schema = JsonMapping  # an OpenAPI v3 schema of a CRD (JSON)
 _MISSING = object()
 
 
 @lru_cache(maxsize=1)
-def crd_schema() -> dict[str, Any]:
+def crd_schema() -> JsonObject:
     """The served version's ``openAPIV3Schema`` of the CRD shipped in this package."""
     import yaml
 
@@ -41,7 +41,7 @@ def crd_schema() -> dict[str, Any]:
     return dict(version["schema"]["openAPIV3Schema"])
 
 
-def _fmt(value: Any) -> str:
+def _fmt(value: object) -> str:
     if isinstance(value, str):
         return quote(value, render=json.dumps)  # an 8 MB value is named by its start and size
     if isinstance(value, bool):
@@ -51,7 +51,7 @@ def _fmt(value: Any) -> str:
     return json.dumps(_type_name(value))
 
 
-def _type_name(value: Any) -> str:
+def _type_name(value: object) -> str:
     if isinstance(value, bool):
         return "boolean"
     if isinstance(value, int):
@@ -67,7 +67,7 @@ def _type_name(value: Any) -> str:
     return "null"
 
 
-def _type_ok(schema: Schema, value: Any) -> bool:
+def _type_ok(schema: Schema, value: object) -> bool:
     if value is None:
         return bool(schema.get("nullable"))
     if schema.get("x-kubernetes-int-or-string"):
@@ -80,7 +80,7 @@ def _type_ok(schema: Schema, value: Any) -> bool:
 # --- defaulting (before validation, as the API server does) --------------------------------------------
 
 
-def apply_defaults(schema: Schema, value: Any) -> Any:
+def apply_defaults(schema: Schema, value: object) -> JsonValue:
     """``value`` with the schema's defaults filled in (a copy; recursive, also inside lists and maps)."""
     if isinstance(value, Mapping) and schema.get("type") == "object":
         out = dict(value)
@@ -109,10 +109,10 @@ class _Checker:
     def add(self, path: str, text: str) -> None:
         self.errors.append(f"{path or '<nil>'}: {text}")
 
-    def invalid(self, path: str, value: Any, detail: str) -> None:
+    def invalid(self, path: str, value: object, detail: str) -> None:
         self.add(path, f"Invalid value: {_fmt(value)}: {detail}")
 
-    def check(self, schema: Schema, value: Any, old: Any, path: str) -> None:
+    def check(self, schema: Schema, value: object, old: object, path: str) -> None:
         if not _type_ok(schema, value):
             self.add(path, f"Invalid value: {json.dumps(_type_name(value))}: {path} in body must be of type "
                            f"{schema.get('type')}: {json.dumps(_type_name(value))}")
@@ -121,12 +121,12 @@ class _Checker:
             return
         self.scalar(schema, value, path)
         if isinstance(value, Mapping):
-            self.object(schema, value, old if isinstance(old, Mapping) else _MISSING, path)
+            self.mapping(schema, value, old if isinstance(old, Mapping) else _MISSING, path)
         elif isinstance(value, list):
             self.array(schema, value, old if isinstance(old, list) else _MISSING, path)
         self.rules(schema, value, old, path)
 
-    def scalar(self, schema: Schema, value: Any, path: str) -> None:
+    def scalar(self, schema: Schema, value: object, path: str) -> None:
         enum = schema.get("enum")
         if enum is not None and value not in enum:
             self.add(path, f"Unsupported value: {_fmt(value)}: supported values: "
@@ -144,7 +144,7 @@ class _Checker:
             if "pattern" in schema and re.search(schema["pattern"], value) is None:
                 self.invalid(path, value, f"{path} in body should match '{schema['pattern']}'")
 
-    def object(self, schema: Schema, value: Mapping[str, Any], old: Any, path: str) -> None:
+    def mapping(self, schema: Schema, value: JsonMapping, old: object, path: str) -> None:
         props: Mapping[str, Schema] = schema.get("properties") or {}
         for name in schema.get("required") or ():
             if name not in value:
@@ -162,7 +162,7 @@ class _Checker:
             elif props and not schema.get("x-kubernetes-preserve-unknown-fields") and extra is not True:
                 self.errors.append(f'unknown field "{sub_path}"')
 
-    def array(self, schema: Schema, value: list[Any], old: Any, path: str) -> None:
+    def array(self, schema: Schema, value: JsonList, old: JsonValue, path: str) -> None:
         if "maxItems" in schema and len(value) > schema["maxItems"]:
             self.add(path, f"Too many: {len(value)}: must have at most {schema['maxItems']} items")
         if "minItems" in schema and len(value) < schema["minItems"]:
@@ -174,21 +174,21 @@ class _Checker:
                 self.check(items, item, _MISSING, f"{path}[{i}]")
         list_type = schema.get("x-kubernetes-list-type")
         if list_type == "set":
-            seen: list[Any] = []
+            seen: JsonList = []
             for i, item in enumerate(value):
                 if item in seen:
                     self.add(f"{path}[{i}]", f"Duplicate value: {_fmt(item)}")
                 seen.append(item)
         elif list_type == "map":
             keys = schema.get("x-kubernetes-list-map-keys") or []
-            seen_keys: list[Any] = []
+            seen_keys: JsonList = []
             for i, item in enumerate(value):
                 key = {k: item.get(k) for k in keys} if isinstance(item, Mapping) else item
                 if key in seen_keys:
                     self.add(f"{path}[{i}]", f"Duplicate value: {json.dumps(key, separators=(',', ':'))}")
                 seen_keys.append(key)
 
-    def rules(self, schema: Schema, value: Any, old: Any, path: str) -> None:
+    def rules(self, schema: Schema, value: JsonValue, old: JsonValue, path: str) -> None:
         for rule in schema.get("x-kubernetes-validations") or ():
             text = rule["rule"]
             transition = "oldSelf" in text
@@ -205,7 +205,7 @@ class _Checker:
                 self.add(path, f"Invalid value: {json.dumps(_type_name(value))}: {message}")
 
 
-def validate(body: Mapping[str, Any], old: Mapping[str, Any] | None = None) -> list[str]:
+def validate(body: JsonMapping, old: JsonMapping | None = None) -> list[str]:
     """Every error the API server would report for ``body`` (an update of ``old`` when given).
 
     ``metadata`` is checked as the CRD's rules see it (name length) and as the API server checks
@@ -217,7 +217,7 @@ def validate(body: Mapping[str, Any], old: Mapping[str, Any] | None = None) -> l
                 f"{json.dumps(_type_name(meta))}"]
     schema = crd_schema()
     new = apply_defaults(schema, dict(body))
-    before: Any = apply_defaults(schema, dict(old)) if old is not None else _MISSING
+    before: JsonValue = apply_defaults(schema, dict(old)) if old is not None else _MISSING
     checker = _Checker()
     spec_schema = schema["properties"]["spec"]
     if "spec" not in new:
@@ -229,7 +229,7 @@ def validate(body: Mapping[str, Any], old: Mapping[str, Any] | None = None) -> l
     return [*metadata_name_problems(meta or {}), *checker.errors]
 
 
-def validate_or_raise(body: Mapping[str, Any], old: Mapping[str, Any] | None = None) -> None:
+def validate_or_raise(body: JsonMapping, old: JsonMapping | None = None) -> None:
     """Raise :class:`SpecError` with the API server's message when ``body`` is invalid."""
     errors = validate(body, old)
     if not errors:

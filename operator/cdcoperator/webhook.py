@@ -58,7 +58,7 @@ def enable(config: WebhookConfig) -> None:
 
 
 @kopf.on.startup()
-async def serve(settings: kopf.OperatorSettings, **_: Any) -> None:
+async def serve(settings: kopf.OperatorSettings, **_: object) -> None:
     assert _config is not None, "cdcoperator.webhook imported without enable()"
     settings.admission.server = kopf.WebhookServer(
         addr=_config.address, port=_config.port,
@@ -67,7 +67,7 @@ async def serve(settings: kopf.OperatorSettings, **_: Any) -> None:
 
 
 @kopf.on.validate(GROUP, VERSION, PLURAL, id=WEBHOOK_ID, operations=["CREATE", "UPDATE"])
-def validate(body: kopf.Body, memo: Any, **kwargs: Any) -> None:
+def validate(body: kopf.Body, memo: kopf.Memo, **kwargs: Any) -> None:  # Any: kopf's keyword arguments, passed on as kopf gives them
     problems = review(body, kwargs.get("old"), memo.get("policy"))
     if problems:  # kopf logs the message (at INFO: _RefusalsAreNotErrors)
         raise kopf.AdmissionError(denial_message(problems), code=422)

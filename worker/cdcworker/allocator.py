@@ -52,7 +52,7 @@ def tune_for_producing() -> bool:
         return False
     mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
     mallopt.restype = ctypes.c_int
-    applied = mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1 and mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD) == 1
+    applied: bool = mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1 and mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD) == 1
     log.debug("malloc thresholds for producing: mmap %d, trim %d (%s)", MMAP_THRESHOLD, TRIM_THRESHOLD,
               "applied" if applied else "refused")
     return applied

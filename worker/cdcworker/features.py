@@ -8,11 +8,11 @@ epochs, heartbeat timer) survives reconnects.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable
 
 from cdcworker.config import WorkerConfig
 from cdcworker.events.encoder import DEBEZIUM_VERSION
+from cdcworker.jsontypes import JsonMapping, JsonObject
 from cdcworker.offsets import Vgtid
 from cdcworker.offsets.vgtid import CURRENT_GTID
 from cdcworker.records import HeartbeatEmitter, SchemaChangeEmitter
@@ -23,7 +23,7 @@ from cdcworker.txmeta.transforms import block_exclusions
 __all__ = ["build_features", "epoch_start", "tx_block_schema"]
 
 
-def tx_block_schema(cfg: WorkerConfig) -> dict[str, Any] | None:
+def tx_block_schema(cfg: WorkerConfig) -> JsonObject | None:
     """The envelope's ``transaction`` schema when it differs from Debezium's default block.
 
     The ordered factory adds ``transaction_epoch`` / ``transaction_rank``; ``RemoveField`` on
@@ -36,7 +36,7 @@ def tx_block_schema(cfg: WorkerConfig) -> dict[str, Any] | None:
     return transaction_block_schema(ordered, exclude)
 
 
-def epoch_start(cfg: WorkerConfig, start: Vgtid, restored: Mapping[str, Any] | None) -> Vgtid:
+def epoch_start(cfg: WorkerConfig, start: Vgtid, restored: JsonMapping | None) -> Vgtid:
     """The "previous VGTID" the first epoch is computed against, as Debezium's task sets it.
 
     Without stored offsets, per-task mode off and no ``vitess.shard`` list, Debezium starts from
@@ -53,7 +53,7 @@ def epoch_start(cfg: WorkerConfig, start: Vgtid, restored: Mapping[str, Any] | N
 def build_features(
     cfg: WorkerConfig,
     start: Vgtid,
-    restored: Mapping[str, Any] | None,
+    restored: JsonMapping | None,
     low_watermark: Callable[[], float | None] | None = None,
 ) -> Features:
     """``restored``: the task's own stored offset fields (None on a first start or a migration)."""

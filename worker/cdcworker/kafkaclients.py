@@ -11,7 +11,6 @@ in those lines ("signal consumer", "topic creator"...). A config that brings its
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Producer
 from confluent_kafka.admin import AdminClient
@@ -21,18 +20,19 @@ from cdcworker.kafkaerrors import client_hooks
 __all__ = ["admin", "consumer", "hooked", "producer"]
 
 
-def hooked(config: Mapping[str, Any], client: str, errors: list[KafkaError] | None = None) -> dict[str, Any]:
+def hooked(config: Mapping[str, object], client: str, errors: list[KafkaError] | None = None) -> dict[str, object]:
     """``config`` with the client's log (and, given ``errors``, error reports) routed to Python."""
     return {**client_hooks(client, errors), **config}
 
 
-def producer(config: Mapping[str, Any], client: str, errors: list[KafkaError] | None = None) -> Producer:
+def producer(config: Mapping[str, object], client: str, errors: list[KafkaError] | None = None) -> Producer:
     return Producer(hooked(config, client, errors))
 
 
-def consumer(config: Mapping[str, Any], client: str, errors: list[KafkaError] | None = None) -> Consumer:
+def consumer(config: Mapping[str, object], client: str, errors: list[KafkaError] | None = None) -> Consumer:
     return Consumer(hooked(config, client, errors))
 
 
-def admin(config: Mapping[str, Any], client: str, errors: list[KafkaError] | None = None) -> AdminClient:
-    return AdminClient(hooked(config, client, errors))
+def admin(config: Mapping[str, object], client: str, errors: list[KafkaError] | None = None) -> AdminClient:
+    # The stub types values as str/int/float/bool; librdkafka also takes the hooks' callbacks.
+    return AdminClient(hooked(config, client, errors))  # type: ignore[arg-type]

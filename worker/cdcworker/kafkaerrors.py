@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from confluent_kafka import KafkaError, KafkaException
 
@@ -103,7 +103,7 @@ class ClientLog:
         self._held: dict[str, int] = {}
         self._lock = threading.Lock()
 
-    def log(self, level: int, fmt: str, *args: Any) -> None:
+    def log(self, level: int, fmt: str, *args: object) -> None:
         facility = str(args[0]) if args else ""
         now = self._clock()
         with self._lock:
@@ -143,10 +143,10 @@ def syslog_level(level: int) -> int:
     return {3: logging.ERROR, 4: logging.WARNING, 5: logging.INFO, 6: logging.INFO}.get(level, logging.DEBUG)
 
 
-def client_hooks(client: str, errors: list[KafkaError] | None = None) -> dict[str, Any]:
+def client_hooks(client: str, errors: list[KafkaError] | None = None) -> dict[str, object]:
     """librdkafka settings that route a client's log (``ClientLog``) and, given ``errors``, its
     error reports (``error_cb``, served by poll/consume) to Python."""
-    hooks: dict[str, Any] = {"logger": ClientLog(client)}
+    hooks: dict[str, object] = {"logger": ClientLog(client)}
     if errors is not None:
         hooks["error_cb"] = errors.append
     return hooks

@@ -83,7 +83,7 @@ class _Refused:
 class _NativeSends:
     """The record-producing methods of both native sinks (first in their MRO)."""
 
-    producer: Any
+    producer: Any  # Any: the native C producer or confluent-kafka's client (no common type)
     _begin_needed: bool
     _on_fatal: Callable[[KafkaError], None] | None = None
 
@@ -101,7 +101,7 @@ class _NativeSends:
         if dropped:
             log.log(logging.WARNING, "%s [%s] %s", "DROPPED", "native", f"{dropped} more lines in a burst")
 
-    def _make_producer(self, config: dict[str, Any]) -> Any:
+    def _make_producer(self, config: dict[str, object]) -> Any:  # Any: the native C producer or confluent-kafka's client (no common type)
         # librdkafka takes strings; Python callbacks (error_cb, logger...) stay on this side.
         plain = {k: v for k, v in config.items() if not callable(v)}
         hook = config.get("error_cb")
@@ -131,7 +131,7 @@ class _NativeSends:
             self._check_access()  # type: ignore[attr-defined]
             raise
 
-    def rows_sender(self) -> Any:
+    def rows_sender(self) -> Any:  # Any: the native C producer or confluent-kafka's client (no common type)
         """The producer for ``TablePlan.send_rows``'s native loop, with a transaction open."""
         if self._begin_needed:
             self._begin()  # type: ignore[attr-defined]
@@ -166,12 +166,12 @@ class NativeKafkaSink(_NativeSends, KafkaSink):
 
     _tracks_acks = False  # no Python delivery callbacks: the C side counts
 
-    def __init__(self, producer_config: dict[str, Any], poll_every: int = 512) -> None:
+    def __init__(self, producer_config: dict[str, object], poll_every: int = 512) -> None:
         super().__init__(producer_config, poll_every)
-        self._positions: collections.deque[tuple[int, Any]] = collections.deque()
+        self._positions: collections.deque[tuple[int, Any]] = collections.deque()  # Any: the commit point the stream sealed (commit_point), handed back as given
         self._failed: dict[int, list[KafkaError]] = {}
 
-    def commit_point(self, position: Any) -> None:
+    def commit_point(self, position: object) -> None:
         self._positions.append((self.producer.seal(), position))
         self.producer.poll(0)
         # A few C calls per transaction: the durable position (offsets, heartbeats, the low
@@ -197,7 +197,7 @@ class NativeKafkaSink(_NativeSends, KafkaSink):
         if self._failed:
             seq = min(self._failed)
             errors = self._failed[seq]
-            position: Any = next((pos for s, pos in self._positions if s == seq), None)
+            position: Any = next((pos for s, pos in self._positions if s == seq), None)  # Any: the commit point the stream sealed (commit_point), handed back as given
             where = f" (records before offset {position.to_json()})" if hasattr(position, "to_json") else ""
             raise SinkError(f"Kafka rejected {len(errors)} record(s){where}: {errors[0]}")
         self._check_fatal()

@@ -38,11 +38,12 @@ class Segment:
 
     produced: int = 0
     acked: int = 0
+    # Any: the commit point the stream sealed (commit_point), handed back as given
     position: Any = None  # set when the segment is sealed at a commit point
     sealed: bool = False
     errors: list[KafkaError] = field(default_factory=list)
     # event.processing.failure.handling.mode for records Kafka refuses (KafkaSink.on_error)
-    on_error: Callable[[KafkaError, Any], bool] | None = None
+    on_error: Callable[[KafkaError, object], bool] | None = None
 
     def on_delivery(self, err: KafkaError | None, _msg: object) -> None:
         if err is None:
@@ -60,7 +61,7 @@ class Segment:
 class KafkaSink:
     """Produces records with back-pressure and tracks the durable position."""
 
-    def __init__(self, producer_config: dict[str, Any], poll_every: int = 512) -> None:
+    def __init__(self, producer_config: dict[str, object], poll_every: int = 512) -> None:
         tune_for_producing()  # librdkafka's batch buffers reused, not faulted in per batch
         self._refused: KafkaAccessError | None = None  # the cluster refused the login or TLS (error_cb)
         self.producer = self._make_producer(producer_config)
@@ -70,12 +71,12 @@ class KafkaSink:
         # None: no per-record delivery reports (exactly-once learns durability from the commit).
         self._dr: Callable[[KafkaError | None, object], None] | None = None
         self._open = self._new_segment()
-        self._durable: Any = None
+        self._durable: Any = None  # Any: the commit point the stream sealed (commit_point), handed back as given
         self._poll_every = poll_every
         self.records_sent = 0
         self._interrupted = False
 
-    def _make_producer(self, config: dict[str, Any]) -> Any:
+    def _make_producer(self, config: dict[str, object]) -> Any:  # Any: the native C producer or confluent-kafka's client (no common type)
         """confluent-kafka's producer; ``nativesink`` swaps in the C one."""
         chained = config.get("error_cb")
 
@@ -111,9 +112,9 @@ class KafkaSink:
     _tracks_acks = True
     # Set by the task: True when a refused record is to be dropped (e.g. MSG_SIZE_TOO_LARGE under
     # event.processing.failure.handling.mode=warn/skip); False keeps it an error that stops the task.
-    on_error: Callable[[KafkaError, Any], bool] | None = None
+    on_error: Callable[[KafkaError, object], bool] | None = None
 
-    def _delivery_error(self, err: KafkaError, msg: Any) -> bool:
+    def _delivery_error(self, err: KafkaError, msg: object) -> bool:
         hook = self.on_error
         return hook is not None and hook(err, msg)
 
@@ -165,7 +166,7 @@ class KafkaSink:
     def _send_when_room(self, topic: str, key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes]] | None) -> None:
         # librdkafka's queue is full: this is the back-pressure point. Serving callbacks frees
         # room; meanwhile we do not read from VStream, so gRPC flow control holds the source.
-        kwargs: dict[str, Any] = {"headers": headers}
+        kwargs: dict[str, object] = {"headers": headers}
         if self._dr is not None:
             kwargs["on_delivery"] = self._dr
         while True:
@@ -187,7 +188,7 @@ class KafkaSink:
         """``send`` to an explicit partition (Debezium sends heartbeats and schema changes to 0)."""
         self.ensure_topic(topic)  # rare records (a heartbeat, a DDL): a set lookup is nothing here
         seg = self._open
-        kwargs: dict[str, Any] = {"partition": partition, "headers": headers}
+        kwargs: dict[str, object] = {"partition": partition, "headers": headers}
         if self._dr is not None:
             kwargs["on_delivery"] = self._dr
         while True:
@@ -219,7 +220,7 @@ class KafkaSink:
         for topic, key, value, headers in records:
             self.send(topic, key, value, headers)
 
-    def commit_point(self, position: Any) -> None:
+    def commit_point(self, position: object) -> None:
         """Seal the open segment: once all its records are acked, ``position`` is durable."""
         seg = self._open
         seg.position = position
@@ -245,16 +246,16 @@ class KafkaSink:
             raise SinkError(_rejected(segs[0]))
 
     @property
-    def durable(self) -> Any:
+    def durable(self) -> Any:  # Any: the commit point the stream sealed (commit_point), handed back as given
         """Read-only view of the last known durable position, safe from other threads."""
         return self._durable
 
-    def set_durable(self, position: Any) -> None:
+    def set_durable(self, position: object) -> None:
         """Declare ``position`` durable without a record: the task's start (its stored offset), a
         restored state that is durable already, or a shard rewound to its catch-up start."""
         self._durable = position
 
-    def durable_position(self) -> Any:
+    def durable_position(self) -> Any:  # Any: the commit point the stream sealed (commit_point), handed back as given
         """The newest commit-point position whose records (and all before) Kafka acknowledged."""
         self.producer.poll(0)
         self._advance()
@@ -269,7 +270,7 @@ class KafkaSink:
         """The source has nothing queued: learn what became durable meanwhile."""
         self.durable_position()
 
-    def flush(self, timeout: float = 30.0) -> Any:
+    def flush(self, timeout: float = 30.0) -> Any:  # Any: the commit point the stream sealed (commit_point), handed back as given
         """Wait for every outstanding record; returns the durable position afterwards."""
         remaining = self.producer.flush(timeout)
         self._advance()
@@ -277,7 +278,7 @@ class KafkaSink:
             raise SinkError(f"{remaining} record(s) not acknowledged by Kafka within {timeout}s")
         return self._durable
 
-    def rewind(self, handed_over: Any) -> Any:
+    def rewind(self, handed_over: object) -> Any:  # Any: the commit point the stream sealed (commit_point), handed back as given
         """Where a reconnect resumes: everything up to ``handed_over`` is already with the producer."""
         return handed_over
 
@@ -322,7 +323,7 @@ class TransactionalSink(KafkaSink):
 
     def __init__(
         self,
-        producer_config: dict[str, Any],
+        producer_config: dict[str, object],
         offset_writer: OffsetWriter,
         max_batch_records: int = 2048,
         max_batch_seconds: float = 0.1,
@@ -343,7 +344,7 @@ class TransactionalSink(KafkaSink):
         self._txn_started = 0.0
         self._txn_base = 0  # records_sent when the open Kafka transaction began
         self._records_at_point = 0
-        self._point: Any = None
+        self._point: Any = None  # Any: the commit point the stream sealed (commit_point), handed back as given
         self._last_commit = self._clock()
         self.commits = 0
         # Wall time the stage spent blocked in commit_transaction (librdkafka flushes every batch
@@ -375,7 +376,7 @@ class TransactionalSink(KafkaSink):
             self._begin()
         super().send_to_partition(topic, partition, key, value, headers)
 
-    def commit_point(self, position: Any) -> None:
+    def commit_point(self, position: object) -> None:
         self._point = position
         self._records_at_point = self._txn_records
         if self._txn_records >= self._max_records or (
@@ -433,7 +434,7 @@ class TransactionalSink(KafkaSink):
         self._segments.clear()
         self._open = self._new_segment()
 
-    def durable_position(self) -> Any:
+    def durable_position(self) -> Any:  # Any: the commit point the stream sealed (commit_point), handed back as given
         self.producer.poll(0)
         self._check_access()
         if self._point is not None and self._point is not self._durable:
@@ -461,7 +462,7 @@ class TransactionalSink(KafkaSink):
         else:
             self.producer.poll(0)
 
-    def flush(self, timeout: float = 30.0) -> Any:
+    def flush(self, timeout: float = 30.0) -> Any:  # Any: the commit point the stream sealed (commit_point), handed back as given
         """Commit what ends at a commit point; abort a transaction that holds a partial one."""
         if self._in_txn:
             if self._records_at_point == self._txn_records:
@@ -475,7 +476,7 @@ class TransactionalSink(KafkaSink):
             self.commit()
         return self._durable
 
-    def rewind(self, handed_over: Any) -> Any:
+    def rewind(self, handed_over: object) -> Any:  # Any: the commit point the stream sealed (commit_point), handed back as given
         """A reconnect resumes from the last commit point in the open transaction, or, if that
         transaction holds part of a Vitess transaction (which the new stream replays), after
         aborting it, from the last committed position. A transaction that ends at its commit point

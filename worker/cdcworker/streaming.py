@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from confluent_kafka import KafkaException
 
-from cdcworker.events import EncoderConfig, SourceContext, TablePlan, native
+from cdcworker.events import EncoderConfig, OutRecord, SourceContext, TablePlan, native
 from cdcworker.events.encoder import _strip_keyspace
 from cdcworker.events.jsonfmt import json_string_body
 from cdcworker.filters.failure import (
@@ -82,7 +82,7 @@ COPY_COMPLETED, ROLLBACK = _T.COPY_COMPLETED, _T.ROLLBACK
 
 
 # The native VStreamResponse scanner (rowenc.c); absent: raw responses are parsed by upb.
-_scan: Any = getattr(native.rowenc, "scan", None)
+_scan: Any = getattr(native.rowenc, "scan", None)  # Any: vitessapi protobuf messages (generated code: no types for mypy)
 
 _RowChange = binlogdata_pb2.RowChange.FromString
 
@@ -92,14 +92,14 @@ def raw_responses() -> bool:
     return _scan is not None and native.enabled()
 
 
-def _row_event(src: Any) -> Any:
+def _row_event(src: object) -> Any:  # Any: vitessapi protobuf messages (generated code: no types for mypy)
     if isinstance(src, tuple):
         data, s, e = src
         return binlogdata_pb2.VEvent.FromString(data[s:e]).row_event
     return src
 
 
-def _row_change_bytes(rcs: Any) -> int:
+def _row_change_bytes(rcs: Any) -> int:  # Any: vitessapi protobuf messages (generated code: no types for mypy)
     """Serialized size of a ROW event's row changes (max.queue.size.in.bytes), the same on every path:
     the scanner's RowChange bytes summed in C, or (parsed responses, the fallback) upb's sizes."""
     if type(rcs) is list:
@@ -133,11 +133,11 @@ class SignalChannel(Protocol):
 
     tables: frozenset[str]
 
-    def field(self, key: tuple[str, str], fe: Any) -> None: ...  # Any: a FieldEvent (upb)
+    def field(self, key: tuple[str, str], fe: object) -> None: ...  # a FieldEvent (upb or raw): any message
 
-    def row(self, key: tuple[str, str], re: Any) -> None: ...  # Any: a RowEvent (upb)
+    def row(self, key: tuple[str, str], re: object) -> None: ...  # a RowEvent (upb or raw): any message
 
-    def commit(self, vgtid_json: str = "", vgtid: Any = None, shard: str = "", before: Any = None) -> None: ...
+    def commit(self, vgtid_json: str = "", vgtid: object = None, shard: str = "", before: object = None) -> None: ...
 
     def rollback(self) -> None: ...
 
@@ -219,7 +219,7 @@ class StreamProcessor:
         self._copy = CopyResume(start) if start.copying else None
         self._pending_vgtid: binlogdata_pb2.VGtid | None = None
         # (plan, row changes of one ROW event): RowChange messages or serialized RowChanges.
-        self._deferred: list[tuple[TablePlan, Any]] = []
+        self._deferred: list[tuple[TablePlan, Any]] = []  # Any: vitessapi protobuf messages (generated code: no types for mypy)
         self._deferred_rows = 0
         self._deferred_bytes = 0  # counted only with max_queue_bytes, as Debezium's queue does
         self._plan_bytes: dict[tuple[str, str], bool] = {}  # plan takes serialized RowChanges
@@ -250,7 +250,7 @@ class StreamProcessor:
 
     # --- the loop body ----------------------------------------------------------------------
 
-    def process(self, response: Any) -> None:
+    def process(self, response: Any) -> None:  # Any: vitessapi protobuf messages (generated code: no types for mypy)
         """One VStreamResponse: a parsed message, or its raw bytes (``raw_responses``)."""
         if type(response) is bytes:
             items = _scan(response) if _scan is not None else None
@@ -262,7 +262,7 @@ class StreamProcessor:
         else:
             self._process_events(response.events)
 
-    def _process_events(self, events: Any) -> None:
+    def _process_events(self, events: Any) -> None:  # Any: vitessapi protobuf messages (generated code: no types for mypy)
         for ev in events:
             if ev.type == ROW:
                 re = ev.row_event
@@ -271,7 +271,7 @@ class StreamProcessor:
                 self._event(ev)
         self._after_response(len(events))
 
-    def _process_scanned(self, data: bytes, items: list[Any]) -> None:
+    def _process_scanned(self, data: bytes, items: list[Any]) -> None:  # Any: vitessapi protobuf messages (generated code: no types for mypy)
         """The native scanner's view of a response: ROW events arrive as (table, shard, internal,
         serialized RowChanges), which the native encoder takes as they are; the rare other events
         are parsed by upb from their slice of the response."""
@@ -289,7 +289,7 @@ class StreamProcessor:
                     self._event(ev)
         self._after_response(len(items))
 
-    def _rows(self, shard: str, table: str, internal: bool, rcs: Any, src: Any) -> None:
+    def _rows(self, shard: str, table: str, internal: bool, rcs: Any, src: Any) -> None:  # Any: vitessapi protobuf messages (generated code: no types for mypy)
         """A ROW event's changes, held until COMMIT. ``src``: the RowEvent, or (response bytes,
         start, end) of the event when it came from the scanner (parsed only when needed)."""
         key = (shard, table)
@@ -319,7 +319,7 @@ class StreamProcessor:
         ):
             self._stream_out()
 
-    def _event(self, ev: Any) -> None:
+    def _event(self, ev: Any) -> None:  # Any: vitessapi protobuf messages (generated code: no types for mypy)
         """Every event but ROW: rare per transaction (a handful per commit)."""
         t = ev.type
         if t == VGTID:
@@ -388,7 +388,7 @@ class StreamProcessor:
 
     # --- planning, filtering, failure handling ----------------------------------------------
 
-    def _plan(self, fe: Any, ev_shard: str) -> None:
+    def _plan(self, fe: Any, ev_shard: str) -> None:  # Any: vitessapi protobuf messages (generated code: no types for mypy)
         """Plan a FIELD event, unless its table is filtered out or (warn/skip) cannot be planned."""
         key = (fe.shard or ev_shard, fe.table_name)
         if self._signals is not None and fe.table_name in self._signals.tables:
@@ -433,12 +433,12 @@ class StreamProcessor:
             self.metrics.on_erroneous(rows)
         return True
 
-    def _bad_row(self, plan: TablePlan, exc: Exception, vgtid_json: str) -> list[Any]:
+    def _bad_row(self, plan: TablePlan, exc: Exception, vgtid_json: str) -> list[OutRecord]:
         where = EventLocation(plan.keyspace, plan.shard, plan.table, vgtid_json)
         self._failures.handle("ROW value cannot be converted", where, exc)
         return []
 
-    def _bad_record(self, plan: TablePlan, rec: Any, exc: Exception, vgtid_json: str) -> None:
+    def _bad_record(self, plan: TablePlan, rec: OutRecord, exc: Exception, vgtid_json: str) -> None:
         if not is_oversized(exc):
             raise exc
         where = EventLocation(plan.keyspace, plan.shard, plan.table, vgtid_json)

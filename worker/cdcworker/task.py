@@ -34,7 +34,7 @@ from cdcworker.streaming import StreamProcessor
 if TYPE_CHECKING:
     from cdcworker.backfill.taskhandoff import Handoff
     from cdcworker.backfill.vtgate import VTGateClient
-    from cdcworker.observability import TaskMetrics
+    from cdcworker.observability import StageMetrics
 
 __all__ = ["Cancellable", "TaskResult", "WorkerTask"]
 
@@ -72,7 +72,7 @@ class WorkerTask:
         self.offsets = TaskOffsets(config.name, self._partition(), self._offset_extra)
         self.inherited: dict[str, OffsetValue] = {}  # TaskStart.inherited: shard -> offset value of another key
         self.restored: OffsetValue | None = None  # the task's own stored OffsetValue, if any
-        self.metrics: TaskMetrics | None = None
+        self.metrics: StageMetrics | None = None
         self.run_id = new_run_id()  # __debezium.context.runId: one per task run, kept across reconnects
         self.rules: tuple[tuple[str, str], ...] = (("/.*", ""),)  # VStream filter rules (filters.vstream_rules)
         self.handoff: Handoff | None = None  # shards held back / catching up for a backfill
@@ -173,7 +173,7 @@ class WorkerTask:
                 server.stop()
         return result
 
-    def _run(self, metrics: TaskMetrics) -> TaskResult:
+    def _run(self, metrics: StageMetrics) -> TaskResult:
         conn = connect.connect(self.config)
         refused = False
         try:
@@ -196,7 +196,7 @@ class WorkerTask:
             # A refused login (also one met while rewinding or handing off) cannot deliver the offset.
             stop.close(self, conn, refused or isinstance(sys.exc_info()[1], KafkaAccessError))
 
-    def _start(self, conn: connect.Connection, metrics: TaskMetrics) -> stream.Session:
+    def _start(self, conn: connect.Connection, metrics: StageMetrics) -> stream.Session:
         """Connect, resume, hand off: the position the first stream starts from, stored where needed."""
         conn.store.ensure_topic()
         conn.store.load()

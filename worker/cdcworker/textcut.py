@@ -7,14 +7,13 @@ must stay one readable line, so it quotes the start and says how long the whole 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 __all__ = ["QUOTE_LIMIT", "quote"]
 
 QUOTE_LIMIT = 80
 
 
-def quote(value: Any, limit: int = QUOTE_LIMIT, render: Callable[[Any], str] = repr) -> str:
+def quote(value: object, limit: int = QUOTE_LIMIT, render: Callable[[object], str] = repr) -> str:
     """``render(value)`` (``repr``; ``json.dumps`` for Kubernetes-style messages), or, when longer
     than ``limit``, its first ``limit`` characters + ``... (N bytes)``: N is the size of the value
     itself (a string's UTF-8 bytes), not of its rendering."""

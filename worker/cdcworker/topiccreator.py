@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -29,7 +28,7 @@ class TopicCreationError(SinkError):
 
 
 class TopicCreator:
-    def __init__(self, admin_config: Mapping[str, Any], groups: Sequence[TopicCreationGroup], timeout: float = 30.0) -> None:
+    def __init__(self, admin_config: Mapping[str, object], groups: Sequence[TopicCreationGroup], timeout: float = 30.0) -> None:
         if not groups:
             raise ValueError("no topic creation group")
         self._config = dict(admin_config)

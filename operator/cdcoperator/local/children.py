@@ -42,14 +42,14 @@ def bound_command(args: Sequence[str], parent_pid: int | None = None,
             str(os.getpid() if parent_pid is None else parent_pid), *map(str, args)]
 
 
-def start_bound(args: Sequence[str], as_ids: tuple[int, int] | None = None, **popen: Any) -> subprocess.Popen[Any]:
+def start_bound(args: Sequence[str], as_ids: tuple[int, int] | None = None, **popen: Any) -> subprocess.Popen[Any]:  # Any: Popen's keyword arguments and its text or bytes mode, as the caller chooses
     """``subprocess.Popen(args, **popen)`` bound to the calling thread (start it from a long-lived
     one) in a session of its own, so that ``stop_group`` reaches everything it starts; as uid/gid
     ``as_ids`` when given (never pass Popen's ``user``/``group``: see the note above)."""
     return subprocess.Popen(bound_command(args, as_ids=as_ids), start_new_session=True, **popen)
 
 
-def stop_group(proc: subprocess.Popen[Any], timeout: float = 30.0, kill: bool = False) -> None:
+def stop_group(proc: subprocess.Popen[Any], timeout: float = 30.0, kill: bool = False) -> None:  # Any: text or bytes mode, either
     """SIGTERM (or SIGKILL) the child's process group, SIGKILL it after ``timeout``; a reaped leader
     is left alone (its pid, and so the group id, may already belong to someone else)."""
     if proc.poll() is not None:

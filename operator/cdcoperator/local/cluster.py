@@ -21,13 +21,13 @@ import threading
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from cdcoperator import naming
 from cdcoperator.apply import CONFIG_MAPS, DEPLOYMENTS, KINDS, Kind, is_applied, prepare_apply
 from cdcoperator.model import API_VERSION, KIND, ConnectorResource, SpecError
 from cdcoperator.naming import metadata_name_problems
 from cdcoperator.validation import validate_or_raise
+from cdcworker.jsontypes import JsonMapping, JsonObject
 
 __all__ = ["GENERATION_RECORD", "LocalCluster", "apply_merge_patch", "clear_saved_generation_record", "connector_dir"]
 
@@ -36,7 +36,7 @@ STATE_FILE = "connector.json"
 GENERATION_RECORD = ("assignment", "adoptedOffsets")
 
 
-def apply_merge_patch(target: dict[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
+def apply_merge_patch(target: JsonObject, patch: JsonMapping) -> JsonObject:
     """Apply a JSON merge patch (RFC 7386) to ``target`` in place; returns it."""
     for key, value in patch.items():
         if value is None:
@@ -75,7 +75,7 @@ def clear_saved_generation_record(state_dir: Path, namespace: str, name: str) ->
     return True
 
 
-def _write_json(path: Path, doc: Mapping[str, Any], mode: int = 0o644) -> None:
+def _write_json(path: Path, doc: JsonMapping, mode: int = 0o644) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
@@ -94,13 +94,13 @@ class LocalCluster:
         self.state_dir = Path(state_dir)
         self.secrets_dir = Path(secrets_dir) if secrets_dir is not None else None
         self._lock = threading.Lock()
-        self._connectors: dict[tuple[str, str], dict[str, Any]] = {}
-        self._objects: dict[tuple[str, str, str], dict[str, Any]] = {}  # (plural, namespace, name)
+        self._connectors: dict[tuple[str, str], JsonObject] = {}
+        self._objects: dict[tuple[str, str, str], JsonObject] = {}  # (plural, namespace, name)
         self._version = 0
 
     # --- connectors (local operations: what kubectl apply/patch do) ------------------------------------
 
-    def put_connector(self, body: Mapping[str, Any]) -> dict[str, Any]:
+    def put_connector(self, body: JsonMapping) -> JsonObject:
         """Create the connector, or replace its spec, labels and annotations (``kubectl apply``).
 
         A saved connector of the same name keeps its uid, generation and status, so a restarted
@@ -137,7 +137,7 @@ class LocalCluster:
             self._store(current, new)
             return copy.deepcopy(new)
 
-    def patch_connector(self, namespace: str, name: str, patch: Mapping[str, Any]) -> dict[str, Any]:
+    def patch_connector(self, namespace: str, name: str, patch: JsonMapping) -> JsonObject:
         """Merge-patch ``spec`` and ``metadata.labels/annotations`` (``kubectl patch --type=merge``)."""
         unknown = set(patch) - {"spec", "metadata"}
         unknown |= {f"metadata.{k}" for k in (patch.get("metadata") or {}) if k not in ("labels", "annotations")}
@@ -153,7 +153,7 @@ class LocalCluster:
             self._store(current, new)
             return copy.deepcopy(new)
 
-    def clear_generation_record(self, namespace: str, name: str, status: Mapping[str, Any]) -> dict[str, Any]:
+    def clear_generation_record(self, namespace: str, name: str, status: JsonMapping) -> JsonObject:
         """Merge ``status`` (``cdcoperator.offsets.RESET_STATUS``: only nulls of the generation
         record) into the connector's status, after an offsets reset; ``shardcdc offsets`` asks for it."""
         if any(v is not None for v in status.values()) or not set(status) <= set(GENERATION_RECORD):
@@ -167,12 +167,12 @@ class LocalCluster:
             self._store(current, new)
             return copy.deepcopy(new)
 
-    def connector(self, namespace: str, name: str) -> dict[str, Any] | None:
+    def connector(self, namespace: str, name: str) -> JsonObject | None:
         with self._lock:
             body = self._connectors.get((namespace, name))
             return copy.deepcopy(body) if body is not None else None
 
-    def _store(self, current: Mapping[str, Any], new: dict[str, Any]) -> None:
+    def _store(self, current: JsonMapping, new: JsonObject) -> None:
         meta = new["metadata"]
         if new.get("spec") != current.get("spec"):
             meta["generation"] = int(current["metadata"].get("generation") or 0) + 1
@@ -181,7 +181,7 @@ class LocalCluster:
         self._connectors[(meta["namespace"], meta["name"])] = new
         _write_json(connector_dir(self.state_dir, meta["namespace"], meta["name"]) / STATE_FILE, new)
 
-    def _load(self, namespace: str, name: str) -> dict[str, Any] | None:
+    def _load(self, namespace: str, name: str) -> JsonObject | None:
         path = connector_dir(self.state_dir, namespace, name) / STATE_FILE
         try:
             doc = json.loads(path.read_text())
@@ -191,10 +191,10 @@ class LocalCluster:
 
     # --- what reconcile() calls (the API server's part of ClusterApi) -------------------------------
 
-    async def get_connector(self, namespace: str, name: str) -> dict[str, Any] | None:
+    async def get_connector(self, namespace: str, name: str) -> JsonObject | None:
         return self.connector(namespace, name)
 
-    async def patch_connector_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
+    async def patch_connector_status(self, namespace: str, name: str, status: JsonMapping) -> None:
         with self._lock:
             current = self._connectors.get((namespace, name))
             if current is None:
@@ -212,10 +212,10 @@ class LocalCluster:
             del new["metadata"]["annotations"][key]
             self._store(current, new)
 
-    async def list_children(self, kind: Kind, namespace: str, connector: str) -> list[dict[str, Any]]:
+    async def list_children(self, kind: Kind, namespace: str, connector: str) -> list[JsonObject]:
         return self.children(kind, namespace, connector)
 
-    def children(self, kind: Kind, namespace: str | None = None, connector: str | None = None) -> list[dict[str, Any]]:
+    def children(self, kind: Kind, namespace: str | None = None, connector: str | None = None) -> list[JsonObject]:
         with self._lock:
             out = []
             for (plural, ns, _), obj in sorted(self._objects.items()):
@@ -225,7 +225,7 @@ class LocalCluster:
                     out.append(copy.deepcopy(obj))
             return out
 
-    async def apply(self, obj: Mapping[str, Any], live: Mapping[str, Any] | None) -> str:
+    async def apply(self, obj: JsonMapping, live: JsonMapping | None) -> str:
         kind = KINDS[obj["kind"]]
         meta = obj["metadata"]
         key = (kind.plural, meta["namespace"], meta["name"])
@@ -260,7 +260,7 @@ class LocalCluster:
         with self._lock:
             return self._objects.pop((kind.plural, namespace, name), None) is not None
 
-    async def list_labelled(self, kind: Kind, namespace: str, selector: str) -> list[dict[str, Any]]:
+    async def list_labelled(self, kind: Kind, namespace: str, selector: str) -> list[JsonObject]:
         """Equality selectors only (``k=v,k2=v2``), which is all the backfill code sends."""
         wanted = dict(part.split("=", 1) for part in selector.split(",") if part)
         with self._lock:
@@ -268,7 +268,7 @@ class LocalCluster:
                     if plural == kind.plural and ns == namespace
                     and wanted.items() <= (obj["metadata"].get("labels") or {}).items()]
 
-    async def create(self, kind: Kind, obj: Mapping[str, Any]) -> dict[str, Any] | None:
+    async def create(self, kind: Kind, obj: JsonMapping) -> JsonObject | None:
         meta = obj["metadata"]
         key = (kind.plural, meta["namespace"], meta["name"])
         with self._lock:
@@ -280,7 +280,7 @@ class LocalCluster:
             self._objects[key] = made
             return copy.deepcopy(made)
 
-    def put(self, kind: Kind, obj: Mapping[str, Any]) -> None:
+    def put(self, kind: Kind, obj: JsonMapping) -> None:
         """Create or replace an object (local mode's own controllers: a running backfill job's pod)."""
         meta = obj["metadata"]
         with self._lock:
@@ -293,7 +293,7 @@ class LocalCluster:
         with self._lock:
             self._objects.pop((kind.plural, namespace, name), None)
 
-    def set_status(self, kind: Kind, namespace: str, name: str, status: Mapping[str, Any]) -> None:
+    def set_status(self, kind: Kind, namespace: str, name: str, status: JsonMapping) -> None:
         """Merge-patch an object's status (local mode's Job controller)."""
         with self._lock:
             obj = self._objects.get((kind.plural, namespace, name))
@@ -305,7 +305,7 @@ class LocalCluster:
 
     # --- for the kubelet ------------------------------------------------------------------------------
 
-    def deployments(self) -> list[dict[str, Any]]:
+    def deployments(self) -> list[JsonObject]:
         return self.children(DEPLOYMENTS)
 
     async def read_secret(self, namespace: str, name: str) -> dict[str, bytes] | None:

@@ -21,7 +21,7 @@ import secrets
 import socket
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,6 +30,7 @@ from aiohttp import web
 
 from cdcoperator.local.cluster import connector_dir
 from cdcoperator.model import GROUP, VERSION, SpecError
+from cdcworker.jsontypes import JsonMapping, JsonObject
 
 __all__ = ["CONTROL_FILE", "ControlClient", "ControlError", "ControlServer", "default_state_dir"]
 
@@ -57,12 +58,12 @@ class ControlError(RuntimeError):
 class ControlHandlers:
     """What the server serves; the runner provides these (called on the runner's event loop)."""
 
-    get: Callable[[], Mapping[str, Any] | None]
-    patch: Callable[[Mapping[str, Any]], Mapping[str, Any]]  # raises SpecError / KeyError
+    get: Callable[[], JsonMapping | None]
+    patch: Callable[[JsonMapping], JsonMapping]  # raises SpecError / KeyError
     # {"status": {...}} of an offsets reset (LocalCluster.clear_generation_record); raises likewise
-    patch_status: Callable[[Mapping[str, Any]], Mapping[str, Any]]
-    pods: Callable[[], list[dict[str, Any]]]
-    events: Callable[[], list[dict[str, Any]]]
+    patch_status: Callable[[JsonMapping], JsonMapping]
+    pods: Callable[[], list[JsonObject]]
+    events: Callable[[], list[JsonObject]]
 
 
 class ControlServer:
@@ -109,7 +110,7 @@ class ControlServer:
             await self._runner.cleanup()
 
     @web.middleware
-    async def _auth(self, request: web.Request, handler: Any) -> web.StreamResponse:
+    async def _auth(self, request: web.Request, handler: Any) -> web.StreamResponse:  # Any: aiohttp's middleware handler (untyped in aiohttp)
         given = request.headers.get("Authorization", "")
         if not secrets.compare_digest(given.encode(), f"Bearer {self.token}".encode()):
             return web.json_response({"message": "unauthorized"}, status=401)
@@ -129,7 +130,7 @@ class ControlServer:
         return await self._apply(request, self.handlers.patch_status)
 
     @staticmethod
-    async def _apply(request: web.Request, handler: Callable[[Mapping[str, Any]], Mapping[str, Any]]) -> web.Response:
+    async def _apply(request: web.Request, handler: Callable[[JsonMapping], JsonMapping]) -> web.Response:
         try:
             patch = await request.json()
             if not isinstance(patch, dict):
@@ -170,7 +171,7 @@ class ControlClient:
             raise ControlError(f"{path} is not valid JSON: {exc}") from None
         return cls(doc["url"], doc["token"], namespace, name, pid=int(doc["pid"]) if doc.get("pid") else None)
 
-    def _call(self, method: str, sub: str = "", body: Any = None) -> dict[str, Any]:
+    def _call(self, method: str, sub: str = "", body: object = None) -> JsonObject:
         data = json.dumps(body).encode() if body is not None else None
         request = urllib.request.Request(self.url + _path(self.namespace, self.name, sub), data=data, method=method,
                                          headers={"Authorization": f"Bearer {self.token}",
@@ -189,20 +190,20 @@ class ControlClient:
                                f"{exc}") from None
         return dict(doc)
 
-    def get(self) -> dict[str, Any]:
+    def get(self) -> JsonObject:
         return self._call("GET")
 
-    def patch(self, patch: Mapping[str, Any]) -> dict[str, Any]:
+    def patch(self, patch: JsonMapping) -> JsonObject:
         return self._call("PATCH", body=patch)
 
-    def patch_status(self, status: Mapping[str, Any]) -> dict[str, Any]:
+    def patch_status(self, status: JsonMapping) -> JsonObject:
         return self._call("PATCH", "status", body={"status": dict(status)})
 
-    def scale(self, tasks: int) -> dict[str, Any]:
+    def scale(self, tasks: int) -> JsonObject:
         return self.patch({"spec": {"tasks": tasks}})
 
-    def pods(self) -> list[dict[str, Any]]:
+    def pods(self) -> list[JsonObject]:
         return list(self._call("GET", "pods").get("items") or [])
 
-    def events(self) -> list[dict[str, Any]]:
+    def events(self) -> list[JsonObject]:
         return list(self._call("GET", "events").get("items") or [])

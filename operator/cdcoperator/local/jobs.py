@@ -26,13 +26,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from cdcoperator.apply import Kind
 from cdcoperator.backfillrelease import PODS
 from cdcoperator.local.children import start_bound
 from cdcoperator.local.cluster import LocalCluster
 from cdcoperator.local.kubelet import ProcessKubelet, _Pod
+from cdcworker.jsontypes import JsonMapping
 
 __all__ = ["JOBS", "ProcessJobs"]
 
@@ -184,7 +184,7 @@ class ProcessJobs:
             self.on_change()
 
     @staticmethod
-    def _finished(job: Any) -> bool:
+    def _finished(job: JsonMapping) -> bool:
         return any(c.get("type") in ("Complete", "Failed") and c.get("status") == "True"
                    for c in (job.get("status") or {}).get("conditions") or ())
 
@@ -195,7 +195,7 @@ class ProcessJobs:
             return ""
         return lines[-1][-500:] if lines else ""
 
-    def _launch(self, run: _Run, job: Any) -> None:
+    def _launch(self, run: _Run, job: JsonMapping) -> None:
         template = (job.get("spec") or {}).get("template") or {}
         run.attempts += 1
         workdir = self.workdir / run.namespace / f"{run.name}-{run.attempts}"

@@ -43,9 +43,9 @@ import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from cdcoperator.local.children import start_bound
+from cdcworker.jsontypes import JsonMapping, JsonObject
 
 __all__ = [
     "BACKOFF_RESET",
@@ -80,19 +80,19 @@ BACKOFF_RESET = 600.0
 MAX_TERMINATION_MESSAGE = 4096
 
 Resolver = Callable[[str, str, str], Mapping[str, bytes] | None]  # (kind, namespace, name) -> data or None
-DeploymentSource = Callable[[], Sequence[Mapping[str, Any]]]
+DeploymentSource = Callable[[], Sequence[JsonMapping]]
 
 
 class PodSpecError(Exception):
     """The pod cannot be started as specified (shown as ``CreateContainerConfigError``)."""
 
 
-def template_hash(deployment: Mapping[str, Any]) -> str:
+def template_hash(deployment: JsonMapping) -> str:
     template = (deployment.get("spec") or {}).get("template") or {}
     return hashlib.sha256(json.dumps(template, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def decode_secret(secret: Mapping[str, Any]) -> dict[str, bytes]:
+def decode_secret(secret: JsonMapping) -> dict[str, bytes]:
     """A Secret's ``data`` (base64) and ``stringData`` as bytes."""
     out = {k: base64.b64decode(v) for k, v in (secret.get("data") or {}).items()}
     out.update({k: str(v).encode() for k, v in (secret.get("stringData") or {}).items()})
@@ -108,7 +108,7 @@ class _Pod:
     name: str
     namespace: str
     deployment: str
-    template: dict[str, Any]
+    template: JsonObject
     hash: str
     workdir: Path
     grace: float
@@ -118,7 +118,7 @@ class _Pod:
     crashes: int = 0  # exits in a row, each after less than the back-off reset period of running
     started_at: str | None = None
     started_mono: float = 0.0
-    last_exit: dict[str, Any] | None = None  # lastState.terminated
+    last_exit: JsonObject | None = None  # lastState.terminated
     next_start: float = 0.0
     ready: bool = False
     next_probe: float = 0.0
@@ -129,8 +129,9 @@ class _Pod:
     created: str = field(default_factory=_now_text)
 
     @property
-    def container(self) -> Mapping[str, Any]:
-        return self.template["spec"]["containers"][0]
+    def container(self) -> JsonMapping:
+        container: JsonMapping = self.template["spec"]["containers"][0]
+        return container
 
 
 def _free_port() -> int:
@@ -181,7 +182,7 @@ class ProcessKubelet:
         port_env: Mapping[str, str] = DEFAULT_PORT_ENV,
         commands: Mapping[str, Sequence[str]] = DEFAULT_COMMANDS,
         extra_env: Mapping[str, str] | None = None,
-        on_change: Callable[[list[dict[str, Any]]], None] | None = None,
+        on_change: Callable[[list[JsonObject]], None] | None = None,
     ) -> None:
         self.source = source
         self.resolver = resolver
@@ -196,7 +197,7 @@ class ProcessKubelet:
         self.errors: list[str] = []
         self._pods: list[_Pod] = []
         self._counter: dict[str, int] = {}
-        self._bodies: list[dict[str, Any]] = []
+        self._bodies: list[JsonObject] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._wake = threading.Event()
@@ -228,9 +229,10 @@ class ProcessKubelet:
         if self._thread.is_alive():
             self._thread.join()
 
-    def pods(self) -> list[dict[str, Any]]:
+    def pods(self) -> list[JsonObject]:
         with self._lock:
-            return json.loads(json.dumps(self._bodies))
+            copy: list[JsonObject] = json.loads(json.dumps(self._bodies))  # a deep copy, safe from the kubelet's thread
+            return copy
 
     # --- the loop -------------------------------------------------------------------------------
 
@@ -265,10 +267,10 @@ class ProcessKubelet:
         self._pods = []
         self._publish()
 
-    def sync(self, deployments: Sequence[Mapping[str, Any]]) -> None:
+    def sync(self, deployments: Sequence[JsonMapping]) -> None:
         """One pass: bring the processes to what the Deployments say."""
         now = time.monotonic()
-        desired: dict[tuple[str, str], tuple[Mapping[str, Any], int, str]] = {}
+        desired: dict[tuple[str, str], tuple[JsonMapping, int, str]] = {}
         for dep in deployments:
             meta = dep.get("metadata") or {}
             key = (str(meta.get("namespace") or "default"), str(meta["name"]))
@@ -301,7 +303,7 @@ class ProcessKubelet:
 
     # --- pods -----------------------------------------------------------------------------------
 
-    def _new_pod(self, namespace: str, deployment: str, dep: Mapping[str, Any], digest: str) -> _Pod:
+    def _new_pod(self, namespace: str, deployment: str, dep: JsonMapping, digest: str) -> _Pod:
         n = self._counter.get(f"{namespace}/{deployment}", 0)
         self._counter[f"{namespace}/{deployment}"] = n + 1
         name = f"{deployment}-{n}"
@@ -462,7 +464,7 @@ class ProcessKubelet:
         cwd = mapped(str(container.get("workingDir") or "")) or str(pod.workdir)
         return argv, env, cwd
 
-    def _volumes(self, pod: _Pod, spec: Mapping[str, Any], container: Mapping[str, Any]) -> list[tuple[str, str]]:
+    def _volumes(self, pod: _Pod, spec: JsonMapping, container: JsonMapping) -> list[tuple[str, str]]:
         """Write the pod's volumes under its directory; (mount path, local path), longest mount first."""
         root = pod.workdir / "volumes"
         shutil.rmtree(root, ignore_errors=True)  # fresh per start, as ConfigMap contents may have changed
@@ -540,10 +542,10 @@ class ProcessKubelet:
         if changed and self.on_change is not None:
             self.on_change(json.loads(json.dumps(bodies)))
 
-    def _body(self, pod: _Pod) -> dict[str, Any]:
+    def _body(self, pod: _Pod) -> JsonObject:
         meta_t = pod.template.get("metadata") or {}
         container = pod.template["spec"]["containers"][0] if pod.template["spec"].get("containers") else {}
-        cs: dict[str, Any] = {
+        cs: JsonObject = {
             "name": str(container.get("name") or "worker"),
             "image": str(container.get("image") or ""),
             "imageID": "",
@@ -565,7 +567,7 @@ class ProcessKubelet:
             cs["state"] = {"waiting": {"reason": "ContainerCreating"}}
         if pod.last_exit is not None and "terminated" not in cs["state"]:
             cs["lastState"] = {"terminated": dict(pod.last_exit)}
-        metadata: dict[str, Any] = {
+        metadata: JsonObject = {
             "name": pod.name,
             "namespace": pod.namespace,
             "labels": dict(meta_t.get("labels") or {}),

@@ -13,13 +13,13 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from prometheus_client import CollectorRegistry
 
 from cdcoperator.metrics import ConnectorMetrics
+from cdcworker.jsontypes import JsonMapping, JsonObject
 
 __all__ = ["OPERATOR_FILE", "WORKERS_FILE", "OperatorMetricsServer", "operator_target", "pod_targets", "write_targets"]
 
@@ -33,7 +33,7 @@ def _label_name(name: str) -> str:
     return re.sub(r"[^a-zA-Z0-9_]", "_", name)
 
 
-def _pod_labels(pod: Mapping[str, Any]) -> dict[str, str]:
+def _pod_labels(pod: JsonMapping) -> dict[str, str]:
     meta = pod.get("metadata") or {}
     out = {f"{_META}namespace": str(meta.get("namespace") or ""), f"{_META}pod_name": str(meta.get("name") or "")}
     for key, value in (meta.get("labels") or {}).items():
@@ -42,7 +42,7 @@ def _pod_labels(pod: Mapping[str, Any]) -> dict[str, str]:
     return out
 
 
-def pod_targets(pods: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def pod_targets(pods: Sequence[JsonMapping]) -> list[JsonObject]:
     """file_sd target groups of every started pod's named container ports, as Kubernetes discovery
     (role pod) labels them. A pod that exited and waits to restart keeps its target (it is down)."""
     groups = []
@@ -62,7 +62,7 @@ def pod_targets(pods: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return groups
 
 
-def operator_target(namespace: str, connector: str, address: str) -> list[dict[str, Any]]:
+def operator_target(namespace: str, connector: str, address: str) -> list[JsonObject]:
     """The local operator's /metrics as the chart's operator pod would be discovered."""
     pod = {"metadata": {"namespace": namespace, "name": f"shardcdc-local-{connector}",
                         "labels": {"app.kubernetes.io/name": "shardcdc", "app.kubernetes.io/component": "operator"}},
@@ -72,7 +72,7 @@ def operator_target(namespace: str, connector: str, address: str) -> list[dict[s
     return pod_targets([pod])
 
 
-def write_targets(path: Path, groups: Sequence[Mapping[str, Any]]) -> None:
+def write_targets(path: Path, groups: Sequence[JsonMapping]) -> None:
     """Replace ``path`` atomically (Prometheus watches it and must never read half a file)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
@@ -92,7 +92,7 @@ class OperatorMetricsServer:
         self._server, self._thread = start_http_server(port, addr=host, registry=registry)
         self.address = f"{host}:{self._server.server_port}"
 
-    def observe(self, body: Mapping[str, Any] | None) -> None:
+    def observe(self, body: JsonMapping | None) -> None:
         """The connector as the last reconcile left it (local mode's watch event)."""
         if body:
             self.store.observe("MODIFIED", body)

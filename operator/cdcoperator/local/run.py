@@ -18,15 +18,15 @@ import contextlib
 import logging
 import signal
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from cdcoperator.connectorcheck import connector_documents, connector_label, validate_connector
 from cdcoperator.local.control import default_state_dir
 from cdcoperator.local.runner import LocalRunner
 from cdcoperator.manifest import ManifestError, load_documents
 from cdcoperator.model import KIND, SpecError
+from cdcworker.jsontypes import JsonMapping, JsonObject
 
 __all__ = ["load_manifest", "register", "summary_line"]
 
@@ -49,7 +49,7 @@ def register(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], 
     return run
 
 
-def load_manifest(path: Path) -> dict[str, Any]:
+def load_manifest(path: Path) -> JsonObject:
     """The one CdcConnector document in a YAML/JSON file, valid as ``shardcdc validate`` judges it
     (the same checks: what one refuses, the other does not start). ``SpecError``: one line per
     problem."""
@@ -68,7 +68,7 @@ def load_manifest(path: Path) -> dict[str, Any]:
     return dict(body)
 
 
-def summary_line(body: Mapping[str, Any]) -> str:
+def summary_line(body: JsonMapping) -> str:
     """NAME READY STATE SHARDS TASKS GENERATION LAG, like ``kubectl get cdc``."""
     status = body.get("status") or {}
     ready = next((c["status"] for c in status.get("conditions") or () if c.get("type") == "Ready"), "Unknown")
@@ -79,7 +79,7 @@ def summary_line(body: Mapping[str, Any]) -> str:
     return line + "".join(f"\n  {backfill_line(e)}" for e in status.get("backfills") or ())
 
 
-def backfill_line(entry: Mapping[str, Any]) -> str:
+def backfill_line(entry: JsonMapping) -> str:
     """One backfill: ``backfill b1  Running  3/8 chunks  12,000 rows``, with the message when not running."""
     done, total = entry.get("chunksDone"), entry.get("chunksTotal")
     chunks = f"  {done}/{total} chunks" if total is not None else ""
@@ -99,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"shardcdc run: {exc}", file=sys.stderr)
         return 2
 
-    def on_event(event: Mapping[str, Any]) -> None:
+    def on_event(event: JsonMapping) -> None:
         print(f"{event['time']}  {event['type']:<7} {event['reason']:<18} {event['message']}", flush=True)
 
     state_dir = args.state_dir or default_state_dir()
@@ -133,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _watch(runner: Any, path: Path, stop: asyncio.Event) -> None:
+async def _watch(runner: LocalRunner, path: Path, stop: asyncio.Event) -> None:
     """Print the summary when it changes; re-apply the manifest when the file changes."""
 
     last_line = ""

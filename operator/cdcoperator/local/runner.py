@@ -24,7 +24,6 @@ import logging
 import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 
@@ -45,12 +44,13 @@ from cdcoperator.model import SpecError
 from cdcoperator.planner import Plan
 from cdcoperator.reconcile import ReconcileContext, reconcile
 from cdcoperator.taskstatus import PodSummary, summarize_pod
+from cdcworker.jsontypes import JsonMapping, JsonObject
 
 __all__ = ["LocalRunner", "RunnerThread"]
 
 log = logging.getLogger("cdcoperator.local")
 
-EventSink = Callable[[Mapping[str, Any]], None]
+EventSink = Callable[[JsonMapping], None]
 
 
 class LocalRunner:
@@ -58,7 +58,7 @@ class LocalRunner:
 
     def __init__(
         self,
-        body: Mapping[str, Any],
+        body: JsonMapping,
         state_dir: Path,
         *,
         secrets_dir: Path | None = None,
@@ -77,7 +77,7 @@ class LocalRunner:
         self.dir = connector_dir(self.state_dir, self.namespace, self.name)
         self.resync = resync
         self.on_event = on_event
-        self.events: collections.deque[dict[str, Any]] = collections.deque(maxlen=1000)
+        self.events: collections.deque[JsonObject] = collections.deque(maxlen=1000)
         # --metrics-port: the operator's metrics, and target files for Prometheus (local/prometheus.py).
         self.metrics: OperatorMetricsServer | None = None
         self.targets_dir = self.dir / "prometheus"
@@ -110,7 +110,7 @@ class LocalRunner:
                     out.append(summary)
         return out
 
-    def _emit(self, body: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
+    def _emit(self, body: JsonMapping, type_: str, reason: str, message: str) -> None:
         event = {"time": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), "type": type_,
                  "reason": reason, "message": message, "object": self.name}
         self.events.append(event)
@@ -122,19 +122,19 @@ class LocalRunner:
         if self.on_event is not None:
             self.on_event(event)
 
-    def _patch(self, patch: Mapping[str, Any]) -> Mapping[str, Any]:
+    def _patch(self, patch: JsonMapping) -> JsonMapping:
         body = self.cluster.patch_connector(self.namespace, self.name, patch)
         self.wake()
         return body
 
-    def _patch_status(self, patch: Mapping[str, Any]) -> Mapping[str, Any]:
+    def _patch_status(self, patch: JsonMapping) -> JsonMapping:
         if set(patch) != {"status"} or not isinstance(patch["status"], Mapping):
             raise SpecError('expected {"status": {...}}')
         body = self.cluster.clear_generation_record(self.namespace, self.name, patch["status"])
         self.wake()
         return body
 
-    def _pods_changed(self, bodies: list[dict[str, Any]]) -> None:
+    def _pods_changed(self, bodies: list[JsonObject]) -> None:
         if self.metrics is not None:
             try:
                 write_targets(self.targets_dir / WORKERS_FILE, pod_targets(bodies))

@@ -37,7 +37,7 @@ ISINTEGRAL = 256
 _T = binlogdata_pb2.VEventType
 
 
-def key_reader_for(fe: Any) -> KeyReader | None:
+def key_reader_for(fe: Any) -> KeyReader | None:  # Any: vitessapi protobuf messages (generated code: no types for mypy)
     idx = [i for i, f in enumerate(fe.fields) if f.flags & PRI_KEY_FLAG]
     if not idx:
         return None
@@ -52,14 +52,14 @@ class HandoffProcessor(StreamProcessor):
     """The worker's processor, emitting held tables' changes by the hand-off rule."""
 
     def __init__(self, encoder: EncoderConfig, sink: KafkaSink, start: Vgtid,
-                 handoffs: Mapping[str, ShardHandoff], **kwargs: Any) -> None:
+                 handoffs: Mapping[str, ShardHandoff], **kwargs: Any) -> None:  # Any: vitessapi protobuf messages (generated code: no types for mypy)
         super().__init__(encoder, sink, start, **kwargs)
         self.handoffs = dict(handoffs)
         self.key_readers: dict[tuple[str, str], KeyReader | None] = {}
         self.suppressed = 0
         self.finals_emitted = 0
 
-    def process(self, response: Any) -> None:
+    def process(self, response: Any) -> None:  # Any: vitessapi protobuf messages (generated code: no types for mypy)
         for ev in response.events:
             if ev.type == FIELD:
                 fe = ev.field_event
@@ -73,7 +73,7 @@ class HandoffProcessor(StreamProcessor):
         if deferred and self.handoffs:
             positions = {sg["shard"]: sg["gtid"] for sg in orjson.loads(vgtid_json)}
             # Verdicts per half (old key, new key); FINAL counts only for a key's last change here.
-            judged: list[tuple[TablePlan, bool, list[tuple[Any, Verdict, Verdict]]]] = []
+            judged: list[tuple[TablePlan, bool, list[tuple[Any, Verdict, Verdict]]]] = []  # Any: vitessapi protobuf messages (generated code: no types for mypy)
             last: dict[tuple[str, str, Any], tuple[int, int]] = {}
             for i, (plan, item) in enumerate(deferred):
                 many = not hasattr(item, "HasField")
@@ -82,7 +82,7 @@ class HandoffProcessor(StreamProcessor):
                     vb, va = self._judge(plan, rc, positions.get(plan.shard, ""), last, (i, j))
                     rows.append((rc, vb, va))
                 judged.append((plan, many, rows))
-            kept: list[tuple[TablePlan, Any]] = []
+            kept: list[tuple[TablePlan, Any]] = []  # Any: vitessapi protobuf messages (generated code: no types for mypy)
             for i, (plan, many, rows) in enumerate(judged):
                 changes = []
                 for j, (rc, vb, va) in enumerate(rows):
@@ -95,14 +95,14 @@ class HandoffProcessor(StreamProcessor):
             deferred[:] = kept
         super()._emit(commit_seconds, vgtid_json)
 
-    def _keys(self, plan: TablePlan, rc: Any) -> tuple[Any, Any]:
+    def _keys(self, plan: TablePlan, rc: Any) -> tuple[Any, Any]:  # Any: vitessapi protobuf messages (generated code: no types for mypy)
         reader = self.key_readers.get((plan.shard, plan.table))
         if reader is None:
             return None, None
         return (reader(rc.before) if rc.HasField("before") else None,
                 reader(rc.after) if rc.HasField("after") else None)
 
-    def _judge(self, plan: TablePlan, rc: Any, position: str, last: dict[tuple[str, str, Any], tuple[int, int]],
+    def _judge(self, plan: TablePlan, rc: Any, position: str, last: dict[tuple[str, str, Any], tuple[int, int]],  # Any: vitessapi protobuf messages (generated code: no types for mypy)
                at: tuple[int, int]) -> tuple[Verdict, Verdict]:
         h = self.handoffs.get(plan.shard)
         if h is None:
@@ -118,8 +118,8 @@ class HandoffProcessor(StreamProcessor):
                 last[(plan.shard, plan.table, key)] = at
         return vb, va
 
-    def _keep(self, plan: TablePlan, rc: Any, vb: Verdict, va: Verdict,
-              last: dict[tuple[str, str, Any], tuple[int, int]], at: tuple[int, int]) -> Any:
+    def _keep(self, plan: TablePlan, rc: Any, vb: Verdict, va: Verdict,  # Any: vitessapi protobuf messages (generated code: no types for mypy)
+              last: dict[tuple[str, str, Any], tuple[int, int]], at: tuple[int, int]) -> Any:  # Any: vitessapi protobuf messages (generated code: no types for mypy)
         has_b, has_a = rc.HasField("before"), rc.HasField("after")
         if Verdict.FINAL in (vb, va):
             bk, ak = self._keys(plan, rc)
@@ -143,7 +143,7 @@ class HandoffProcessor(StreamProcessor):
 OnChange = Callable[[str, Any, Any, str], None]  # (table, old key, new key, transaction position)
 
 
-def _read_window(vstream: Callable[[vtgate_pb2.VStreamRequest], Iterable[Any]], keyspace: str, tablet_type: str,
+def _read_window(vstream: Callable[[vtgate_pb2.VStreamRequest], Iterable[Any]], keyspace: str, tablet_type: str,  # Any: vitessapi protobuf messages (generated code: no types for mypy)
                  shard: str, start: str, highs: list[str], rules: list[binlogdata_pb2.Rule], on_change: OnChange) -> None:
     """Stream ``shard`` from ``start`` until every one of ``highs`` is covered, calling ``on_change``
     per row change (primary keys only) once its transaction is complete."""
@@ -152,9 +152,9 @@ def _read_window(vstream: Callable[[vtgate_pb2.VStreamRequest], Iterable[Any]], 
         vgtid=binlogdata_pb2.VGtid(shard_gtids=[binlogdata_pb2.ShardGtid(keyspace=keyspace, shard=shard, gtid=start)]),
         filter=binlogdata_pb2.Filter(rules=rules),
     )
-    call: Any = vstream(req)
+    call: Any = vstream(req)  # Any: vitessapi protobuf messages (generated code: no types for mypy)
     readers: dict[str, KeyReader | None] = {}
-    pending: list[tuple[str, Any, Any]] = []
+    pending: list[tuple[str, Any, Any]] = []  # Any: vitessapi protobuf messages (generated code: no types for mypy)
     try:
         for resp in call:
             for ev in resp.events:
@@ -188,7 +188,7 @@ def _read_window(vstream: Callable[[vtgate_pb2.VStreamRequest], Iterable[Any]], 
             cancel()
 
 
-def scan_finals(vstream: Callable[[vtgate_pb2.VStreamRequest], Iterable[Any]], keyspace: str, tablet_type: str,
+def scan_finals(vstream: Callable[[vtgate_pb2.VStreamRequest], Iterable[Any]], keyspace: str, tablet_type: str,  # Any: vitessapi protobuf messages (generated code: no types for mypy)
                 h: ShardHandoff) -> WindowScan:
     """Read the shard's held tables from the smallest hold to every chunk high watermark (keys only)
     and return each key's final change (``handoff.FinalChanges``). Tables with an additional

@@ -28,8 +28,8 @@ class TableStats:
     """``COUNT(*)``, and ``MIN``/``MAX`` of the first key column (for the density check)."""
 
     rows: int
-    min_value: Any = None
-    max_value: Any = None
+    min_value: Any = None  # Any: a column's value as VTGate returns it (int, str or bytes), bound back into SQL
+    max_value: Any = None  # Any: a column's value as VTGate returns it (int, str or bytes), bound back into SQL
 
 
 def effective_chunk_size(rows: int, chunk_size: int, max_chunks: int) -> int:
@@ -119,14 +119,14 @@ def _params(prefix: str, n: int) -> str:
     return names if n == 1 else f"({names})"
 
 
-def _binds(prefix: str, key: Key) -> dict[str, Any]:
+def _binds(prefix: str, key: Key) -> dict[str, object]:
     return {f"{prefix}{i}": v for i, v in enumerate(key)}
 
 
-def range_where(pk: Sequence[str], lo: Key | None, hi: Key | None, condition: str | None) -> tuple[str, dict[str, Any]]:
+def range_where(pk: Sequence[str], lo: Key | None, hi: Key | None, condition: str | None) -> tuple[str, dict[str, object]]:
     """``WHERE`` text (possibly empty) and bind variables for ``lo <= pk < hi AND (condition)``."""
     parts: list[str] = []
-    binds: dict[str, Any] = {}
+    binds: dict[str, object] = {}
     if lo is not None:
         parts.append(f"{_row(pk)} >= {_params('lo', len(pk))}")
         binds.update(_binds("lo", lo))
@@ -141,13 +141,13 @@ def range_where(pk: Sequence[str], lo: Key | None, hi: Key | None, condition: st
 COMMENT = "/*vt+ WORKLOAD_NAME=shardcdc-backfill */ "
 
 
-def chunk_select(chunk: Chunk) -> tuple[str, dict[str, Any]]:
+def chunk_select(chunk: Chunk) -> tuple[str, dict[str, object]]:
     """The chunk read: every column of the rows in the range (one consistent statement)."""
     where, binds = range_where(chunk.pk, chunk.lo, chunk.hi, chunk.condition)
     return f"{COMMENT}SELECT * FROM {quote(chunk.table)}{where}", binds
 
 
-def stats_select(table: str, pk: Sequence[str], condition: str | None) -> tuple[str, dict[str, Any]]:
+def stats_select(table: str, pk: Sequence[str], condition: str | None) -> tuple[str, dict[str, object]]:
     where, binds = range_where(pk, None, None, condition)
     first = quote(pk[0])
     return f"{COMMENT}SELECT COUNT(*), MIN({first}), MAX({first}) FROM {quote(table)}{where}", binds
@@ -155,7 +155,7 @@ def stats_select(table: str, pk: Sequence[str], condition: str | None) -> tuple[
 
 def split_select(
     table: str, pk: Sequence[str], start: Key | None, offset: int, condition: str | None
-) -> tuple[str, dict[str, Any]]:
+) -> tuple[str, dict[str, object]]:
     """The key ``offset`` rows after ``start`` (inclusive) in key order."""
     where, binds = range_where(pk, start, None, condition)
     cols = ", ".join(quote(c) for c in pk)

@@ -11,9 +11,18 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cdcworker import kafkaclients
+
+if TYPE_CHECKING:  # imported where used: `shardcdc backfill --help` stays quick
+    from rich.live import Live
+    from rich.table import Table
+
+    from cdcworker.backfill.progress import ProgressTracker, RunStatus
+    from cdcworker.backfill.spec import BackfillSpec
+    from cdcworker.backfill.store import ProgressStore
+    from cdcworker.config import WorkerConfig
 
 log = logging.getLogger("cdcworker.backfill")
 
@@ -45,7 +54,7 @@ def register(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], 
     return run
 
 
-def spec_from_args(args: argparse.Namespace) -> Any:
+def spec_from_args(args: argparse.Namespace) -> BackfillSpec:
     from cdcworker.backfill.spec import BackfillSpec
 
     props = dict(kv.split("=", 1) for kv in args.set)
@@ -67,7 +76,7 @@ def spec_from_args(args: argparse.Namespace) -> Any:
     )
 
 
-def render(tracker: Any, run_id: str) -> Any:
+def render(tracker: ProgressTracker, run_id: str) -> Table:
     """The progress view: one line per shard and table, totals, rate and ETA."""
     from rich.table import Table
 
@@ -83,7 +92,7 @@ def render(tracker: Any, run_id: str) -> Any:
     return table
 
 
-def _run_recorder(store: Any, config: Any) -> Callable[[Any], None]:
+def _run_recorder(store: ProgressStore, config: WorkerConfig) -> Callable[[RunStatus], None]:
     """Writes the run's ``run`` records (started, finished, error) for the operator's status; a
     failure to write one is logged, never fatal (the chunks' records are what matters)."""
     from confluent_kafka import KafkaException
@@ -92,7 +101,7 @@ def _run_recorder(store: Any, config: Any) -> Callable[[Any], None]:
 
     producer = kafkaclients.producer(producer_config(config), "backfill producer")
 
-    def record(rec: Any) -> None:
+    def record(rec: RunStatus) -> None:
         try:
             store.write(producer, [rec], timeout=30)
         except (KafkaException, RuntimeError) as exc:
@@ -102,7 +111,7 @@ def _run_recorder(store: Any, config: Any) -> Callable[[Any], None]:
 
 
 @contextlib.contextmanager
-def _stop_on_signals(stop: threading.Event, spark: Callable[[], Any]) -> Iterator[None]:
+def _stop_on_signals(stop: threading.Event, spark: Callable[[], Any]) -> Iterator[None]:  # Any: a pyspark SparkSession (optional dependency, not type-checked)
     """SIGTERM (the Job or SparkApplication was deleted, local mode stops) or SIGINT: lanes stop
     before their next chunk and Spark's jobs are cancelled, so the run ends as a failed attempt and
     is abandoned (the workers release it; rerunning it resumes). The previous handlers come back."""
@@ -162,7 +171,7 @@ def run(args: argparse.Namespace) -> int:
     follower = threading.Thread(target=store.follow, args=(on_record, stop.is_set), daemon=True, name="progress")
     follower.start()
     spark = None
-    live: Any = None
+    live: Live | None = None
     failure: BaseException | None = None
     with _stop_on_signals(sigterm, lambda: spark):
         try:
@@ -206,7 +215,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _release(abandon: Callable[[Any, str], Any], spec: Any, reason: str) -> None:
+def _release(abandon: Callable[[BackfillSpec, str], object], spec: BackfillSpec, reason: str) -> None:
     """The job's abandon marker: the workers release this attempt's holds and catch up (a failure
     to write it is logged: the operator writes its own once it sees the run failed)."""
     from confluent_kafka import KafkaException

@@ -48,12 +48,12 @@ import itertools
 from collections.abc import Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from cdcworker.backfill.chunking import bounds_from_points
 from cdcworker.backfill.gtid import covers
 from cdcworker.backfill.progress import RunState
 from cdcworker.backfill.spec import Key
+from cdcworker.jsontypes import JsonMapping, JsonObject
 
 HELD, CATCHUP, JOINED = "held", "catchup", "joined"
 OFFSET_FIELD = "shardcdc_backfill"
@@ -235,10 +235,10 @@ class ShardHandoff:
 
     # --- offset value ------------------------------------------------------------------------
 
-    def to_offset_field(self) -> dict[str, Any]:
+    def to_offset_field(self) -> JsonObject:
         """What the worker stores next to the shard's gtid (marks are reloaded from the progress
         topic, which holds them durably, and finals are scanned again)."""
-        out: dict[str, Any] = {"run": self.run_id, "tables": list(self.tables), "phase": self.phase}
+        out: JsonObject = {"run": self.run_id, "tables": list(self.tables), "phase": self.phase}
         if self.holds:
             out["hold_from"] = dict(sorted(self.holds.items()))
         if self.late:
@@ -254,7 +254,7 @@ class ShardHandoff:
         return out
 
     @classmethod
-    def from_offset_field(cls, shard: str, d: Mapping[str, Any], marks: Mapping[str, TableMarks] | None = None) -> ShardHandoff:
+    def from_offset_field(cls, shard: str, d: JsonMapping, marks: Mapping[str, TableMarks] | None = None) -> ShardHandoff:
         return cls(shard, d["run"], tuple(d["tables"]), d.get("phase", HELD), d.get("rejoin_at"), dict(marks or {}),
                    dict(d.get("hold_from") or {}), tuple(d.get("late") or ()), int(d.get("epoch") or 0),
                    d.get("hold_all_from"), watermark_cap=d.get("watermark_cap"))

@@ -40,6 +40,7 @@ from cdcworker.backfill.throttle import RowThrottle
 from cdcworker.backfill.vtgate import QueryError, VTGateClient, Window
 from cdcworker.config import WorkerConfig, load_config
 from cdcworker.events import EncoderConfig, SourceContext, TablePlan
+from cdcworker.jsontypes import JsonObject
 from cdcworker.offsets import Vgtid
 from vitessapi import binlogdata_pb2
 
@@ -92,7 +93,7 @@ class TableShape:
     integral_single: bool
 
 
-def table_shape(fields: Sequence[Any]) -> TableShape:
+def table_shape(fields: Sequence[Any]) -> TableShape:  # Any: vitessapi protobuf messages (generated code: no types for mypy)
     pk = tuple(f.name for f in fields if f.flags & PRI_KEY_FLAG)
     if not pk:
         raise ValueError("table has no primary key: a chunked backfill needs one")
@@ -100,7 +101,7 @@ def table_shape(fields: Sequence[Any]) -> TableShape:
     return TableShape(pk, len(pk) == 1 and bool(first.type & ISINTEGRAL))
 
 
-def _cell(row: Any, i: int) -> bytes | None:
+def _cell(row: Any, i: int) -> bytes | None:  # Any: vitessapi protobuf messages (generated code: no types for mypy)
     lengths = row.lengths
     if lengths[i] < 0:
         return None
@@ -201,7 +202,7 @@ class ChunkStats:
     seconds: float = 0.0
     throttled_seconds: float = 0.0
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return dict(self.__dict__)
 
 
@@ -256,7 +257,7 @@ class LaneContext:
         self.client.close()
 
 
-def _field_event(chunk: Chunk, fields: Sequence[Any]) -> Any:
+def _field_event(chunk: Chunk, fields: Sequence[Any]) -> Any:  # Any: vitessapi protobuf messages (generated code: no types for mypy)
     # Copy-phase FIELD events carry string ENUM/SET values, as Execute results do.
     return binlogdata_pb2.FieldEvent(
         table_name=f"{chunk.keyspace}.{chunk.table}",
@@ -267,7 +268,7 @@ def _field_event(chunk: Chunk, fields: Sequence[Any]) -> Any:
     )
 
 
-def _key_reader(chunk: Chunk, fields: Sequence[Any]) -> KeyReader:
+def _key_reader(chunk: Chunk, fields: Sequence[Any]) -> KeyReader:  # Any: vitessapi protobuf messages (generated code: no types for mypy)
     names = [f.name for f in fields]
     idx = [names.index(c) for c in chunk.pk]
     return KeyReader(idx, [bool(fields[i].type & ISINTEGRAL) for i in idx])
@@ -277,7 +278,7 @@ def _key_reader(chunk: Chunk, fields: Sequence[Any]) -> KeyReader:
 SCHEMA_CHANGE_ATTEMPTS = 3
 
 
-def _read_reconcilable(chunk: Chunk, ctx: LaneContext) -> tuple[Any, list[Any], str, Window]:
+def _read_reconcilable(chunk: Chunk, ctx: LaneContext) -> tuple[Any, list[Any], str, Window]:  # Any: vitessapi protobuf messages (generated code: no types for mypy)
     """Low watermark, read, high watermark and the window read up to it: (fields, rows, high, window
     with its changes). A window with a DDL of the table is read again from a new low
     watermark (its rows have two column layouts, and the read has one of them)."""
@@ -318,7 +319,7 @@ def process_chunk(chunk: Chunk, ctx: LaneContext) -> ChunkStats:
         poll = ctx.producer.poll
         now = time.time_ns()
 
-        def send(p: TablePlan, items: Iterable[Any]) -> int:
+        def send(p: TablePlan, items: Iterable[Any]) -> int:  # Any: vitessapi protobuf messages (generated code: no types for mypy)
             n = 0
             for row in items:
                 for rec in p.encode_change(rowchange.read(row), ctx_src, now, insert_op="r"):
@@ -462,7 +463,7 @@ class RunResult:
         return self.chunk_seconds / (cores * self.job_seconds) if self.job_seconds > 0 else 0.0
 
 
-def _spark_partition(spec_json: bytes, lanes_per_shard: int, lanes: Iterable[list[bytes]]) -> Iterator[dict[str, Any]]:
+def _spark_partition(spec_json: bytes, lanes_per_shard: int, lanes: Iterable[list[bytes]]) -> Iterator[JsonObject]:
     """A Spark partition holds one lane; yields only small per-chunk stats to the driver."""
     spec = BackfillSpec.from_json(spec_json)
     for lane in lanes:
@@ -470,7 +471,7 @@ def _spark_partition(spec_json: bytes, lanes_per_shard: int, lanes: Iterable[lis
             yield st.to_dict()
 
 
-def run_spark(spark: Any, spec: BackfillSpec, lanes: list[list[Chunk]], lanes_per_shard: int) -> list[ChunkStats]:
+def run_spark(spark: Any, spec: BackfillSpec, lanes: list[list[Chunk]], lanes_per_shard: int) -> list[ChunkStats]:  # Any: a pyspark SparkSession (optional dependency, not type-checked)
     """One Spark task per lane (``parallelize`` with one slice per element keeps lanes whole)."""
     import functools
 
@@ -541,7 +542,7 @@ class HoldTimeout(RuntimeError):
 def run_backfill(
     spec: BackfillSpec,
     engine: str = "local",
-    spark: Any = None,
+    spark: Any = None,  # Any: a pyspark SparkSession (optional dependency, not type-checked)
     parallelism: int = 2,
     on_planned: Callable[[list[PlanRecord]], None] | None = None,
     on_read: Callable[[Chunk], None] | None = None,
@@ -648,7 +649,7 @@ def abandon(spec: BackfillSpec, reason: str) -> RunAbandoned:
 GATEWAY_LAUNCHES = 3  # spark_session: launches of PySpark's Java gateway before giving up
 
 
-def spark_session(master: str | None = "local[2]", app_name: str = "shardcdc-backfill", **conf: str) -> Any:
+def spark_session(master: str | None = "local[2]", app_name: str = "shardcdc-backfill", **conf: str) -> Any:  # Any: a pyspark SparkSession (optional dependency, not type-checked)
     """A SparkSession whose Python workers run this interpreter (so cdcworker is importable).
     ``master=None`` takes the master ``spark-submit`` was given."""
     import sys

@@ -17,9 +17,8 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 import orjson
 
@@ -314,7 +313,7 @@ class Totals:
 class ProgressTracker:
     """Per (shard, table) totals and done counts; overall rate over a sliding window and ETA."""
 
-    def __init__(self, window_seconds: float = 10.0, clock: Any = time.monotonic) -> None:
+    def __init__(self, window_seconds: float = 10.0, clock: Callable[[], float] = time.monotonic) -> None:
         self.items: dict[tuple[str, str], Totals] = {}
         self.window = window_seconds
         self.clock = clock

@@ -20,8 +20,8 @@ def _uvarint(n: int) -> bytes:
     return bytes(out)
 
 
-def _field(number: int, row: Any) -> bytes:
-    body = row.SerializeToString()
+def _field(number: int, row: Any) -> bytes:  # Any: vitessapi protobuf messages (generated code: no types for mypy)
+    body: bytes = row.SerializeToString()
     n = len(body)
     tag = (number << 3) | 2
     if n < 0x4000:  # rows are almost always under 16 KiB: a two-byte length at most
@@ -35,18 +35,18 @@ class PartialChange:
 
     __slots__ = ("_after", "_before")
 
-    def __init__(self, before: Any = None, after: Any = None) -> None:
+    def __init__(self, before: object = None, after: object = None) -> None:
         self._before, self._after = before, after
 
     def HasField(self, name: str) -> bool:  # protobuf's method name
         return (self._before if name == "before" else self._after) is not None
 
     @property
-    def before(self) -> Any:
+    def before(self) -> Any:  # Any: vitessapi protobuf messages (generated code: no types for mypy)
         return self._before
 
     @property
-    def after(self) -> Any:
+    def after(self) -> Any:  # Any: vitessapi protobuf messages (generated code: no types for mypy)
         return self._after
 
     def SerializeToString(self) -> bytes:  # protobuf's method name
@@ -58,6 +58,6 @@ class PartialChange:
         return out
 
 
-def read(row: Any) -> PartialChange:
+def read(row: object) -> PartialChange:
     """A snapshot read of ``row`` (a ``query.Row``)."""
     return PartialChange(after=row)

@@ -14,6 +14,8 @@ from typing import Any
 
 import orjson
 
+from cdcworker.jsontypes import JsonMapping, JsonObject
+
 # A primary-key value as it travels in descriptors and the progress topic (JSON-safe).
 KeyValue = int | str
 Key = tuple[KeyValue, ...]
@@ -73,7 +75,7 @@ class BackfillSpec:
                 return cond
         return None
 
-    def with_(self, **changes: Any) -> BackfillSpec:
+    def with_(self, **changes: Any) -> BackfillSpec:  # Any: vitessapi protobuf messages (generated code: no types for mypy)
         return replace(self, **changes)
 
     def to_json(self) -> bytes:
@@ -153,7 +155,7 @@ class Chunk:
         """``lo <= key < hi`` in Python tuple order (= SQL row-constructor order for integer keys)."""
         return (self.lo is None or key >= self.lo) and (self.hi is None or key < self.hi)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {
             "run_id": self.run_id,
             "keyspace": self.keyspace,
@@ -168,7 +170,7 @@ class Chunk:
         }
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> Chunk:
+    def from_dict(cls, d: JsonMapping) -> Chunk:
         return cls(
             run_id=d["run_id"],
             keyspace=d["keyspace"],

@@ -20,7 +20,7 @@ TOPIC_CONFIG = {"cleanup.policy": "compact"}
 
 
 class ProgressStore:
-    def __init__(self, client_config: dict[str, Any], topic: str, replication_factor: int = -1,
+    def __init__(self, client_config: Mapping[str, object], topic: str, replication_factor: int = -1,
                  topic_config: Mapping[str, str] | None = None) -> None:
         self.client_config = dict(client_config)
         self.topic = topic
@@ -115,7 +115,7 @@ class ProgressStore:
         finally:
             consumer.close()
 
-    def write(self, producer: Producer, records: Iterable[Any], timeout: float = 60.0) -> None:
+    def write(self, producer: Producer, records: Iterable[Any], timeout: float = 60.0) -> None:  # Any: vitessapi protobuf messages (generated code: no types for mypy)
         """Produce and wait for the acknowledgements (a record counts only once Kafka holds it)."""
         errors: list[KafkaError] = []
 

@@ -68,6 +68,7 @@ from cdcworker.backfill.progress import (
     parse_record,
 )
 from cdcworker.backfill.store import ProgressStore
+from cdcworker.jsontypes import JsonMapping, JsonObject, JsonValue
 from cdcworker.offsets import ShardGtid, Vgtid
 from cdcworker.topicread import TopicReader, TopicReadError
 
@@ -83,7 +84,7 @@ __all__ = ["INITIAL_RUN_PROPERTY", "OFFSET_FIELD", "Handoff", "HoldStarted", "Pr
 FAULT_DIR_ENV = "CDC_HANDOFF_FAULT_DIR"  # test hook (fault_point); not SHARDCDC_*: those are connector properties
 
 
-def inherited_states(values: Mapping[str, Any]) -> dict[str, Any] | None:
+def inherited_states(values: JsonMapping) -> JsonObject | None:
     """The hand-off states a task takes over with shards it did not stream itself (a new
     generation): each shard's entry in the offset value its position came from
     (``TaskStart.inherited``, shard -> ``OffsetValue``). Without them a rescale during a hold
@@ -101,19 +102,19 @@ def progress_topic_of(topic_prefix: str) -> str:
 class ProgressFeed:
     """The progress topic, tailed: every run of the keyspace and the hand-off markers."""
 
-    def __init__(self, client_config: Mapping[str, Any], topic: str, keyspace: str) -> None:
+    def __init__(self, client_config: Mapping[str, object], topic: str, keyspace: str) -> None:
         self.client_config = dict(client_config)
         self.topic = topic
         self.keyspace = keyspace
         self.runs: dict[str, RunState] = {}  # in order of first appearance
         self.handed_off: set[tuple[str, int, str]] = set()  # (run, epoch, shard)
-        self._consumer: Any = None
+        self._consumer: Any = None  # Any: the native C producer or confluent-kafka's client (no common type)
         self._assigned = False
         self._next_lookup = 0.0
         self._next = 0  # offset of the next record to read
         self._producer: Producer | None = None
 
-    def _open(self, strict: bool = False) -> Any:
+    def _open(self, strict: bool = False) -> Any:  # Any: the native C producer or confluent-kafka's client (no common type)
         if self._consumer is None:
             self._consumer = kafkaclients.consumer({**self.client_config, "group.id": f"shardcdc-handoff-{uuid.uuid4()}",
                                        "enable.auto.commit": False, "enable.partition.eof": True,
@@ -179,7 +180,7 @@ class ProgressFeed:
         if keyspace == self.keyspace:
             self.runs.setdefault(run_id, RunState(run_id)).apply(rec)
 
-    def _write(self, records: list[Any]) -> None:
+    def _write(self, records: list[Any]) -> None:  # Any: vitessapi protobuf messages (generated code: no types for mypy)
         if self._producer is None:
             self._producer = kafkaclients.producer({**self.client_config, "enable.idempotence": True, "acks": "all"}, "backfill hand-off producer")
         ProgressStore(self.client_config, self.topic).write(self._producer, records)
@@ -211,7 +212,7 @@ class Handoff(Protocol):
     @property
     def active(self) -> bool: ...
 
-    def offset_extra(self) -> tuple[tuple[str, Any], ...]: ...
+    def offset_extra(self) -> tuple[tuple[str, JsonValue], ...]: ...
 
     def keep_watermark_caps(self, caps: Mapping[str, float | None]) -> None: ...
 
@@ -229,7 +230,7 @@ class Handoff(Protocol):
 class TaskHandoff:
     """The hand-off state of one task's shards (restored from its offset value)."""
 
-    def __init__(self, feed: ProgressFeed, stored: Mapping[str, Any] | None = None,
+    def __init__(self, feed: ProgressFeed, stored: JsonMapping | None = None,
                  scan: Callable[[ShardHandoff], WindowScan] | None = None) -> None:
         self.feed = feed
         self.scan = scan  # the catch-up's first pass (catchup.finals_scanner); None: no finals
@@ -244,7 +245,7 @@ class TaskHandoff:
     def active(self) -> bool:
         return bool(self.states)
 
-    def offset_extra(self) -> tuple[tuple[str, Any], ...]:
+    def offset_extra(self) -> tuple[tuple[str, JsonValue], ...]:
         """The extra offset field while any shard has a state (none otherwise: a plain Debezium value)."""
         if not self.states:
             return ()

@@ -29,7 +29,7 @@ class QueryError(RuntimeError):
     """VTGate rejected a query (the application-level error of Execute/StreamExecute)."""
 
 
-def bind_variables(binds: Mapping[str, Any]) -> dict[str, query_pb2.BindVariable]:
+def bind_variables(binds: Mapping[str, object]) -> dict[str, query_pb2.BindVariable]:
     out: dict[str, query_pb2.BindVariable] = {}
     for name, v in binds.items():
         if v is None:
@@ -43,7 +43,7 @@ def bind_variables(binds: Mapping[str, Any]) -> dict[str, query_pb2.BindVariable
     return out
 
 
-def _layout(field_event: Any) -> list[tuple[str, int]]:
+def _layout(field_event: Any) -> list[tuple[str, int]]:  # Any: vitessapi protobuf messages (generated code: no types for mypy)
     return [(f.name, f.type) for f in field_event.fields]
 
 
@@ -51,22 +51,22 @@ def _layout(field_event: Any) -> list[tuple[str, int]]:
 class Window:
     """The shard's changes to one table after ``low``: ``read_until(high)`` collects them."""
 
-    call: Any
+    call: Any  # Any: vitessapi protobuf messages (generated code: no types for mypy)
     low: str
     shard: str
-    events: Iterator[Any]
-    field_event: Any = None
-    changes: list[tuple[Any, Any]] = field(default_factory=list)
+    events: Iterator[Any]  # Any: vitessapi protobuf messages (generated code: no types for mypy)
+    field_event: Any = None  # Any: vitessapi protobuf messages (generated code: no types for mypy)
+    changes: list[tuple[Any, Any]] = field(default_factory=list)  # Any: vitessapi protobuf messages (generated code: no types for mypy)
     transactions: int = 0
     # A FIELD event with another column layout than the window's first (a DDL inside the window):
     # its rows cannot all be read with one layout, nor merged with a read taken under either.
     schema_changed: bool = False
 
-    def read_until(self, high: str) -> list[tuple[Any, Any]]:
+    def read_until(self, high: str) -> list[tuple[Any, Any]]:  # Any: vitessapi protobuf messages (generated code: no types for mypy)
         """(before, after) raw rows of every change with position <= ``high``, in commit order."""
         if covers(self.low, high):
             return []
-        pending: list[tuple[Any, Any]] = []
+        pending: list[tuple[Any, Any]] = []  # Any: vitessapi protobuf messages (generated code: no types for mypy)
         for resp in self.events:
             for ev in resp.events:
                 t = ev.type
@@ -118,7 +118,7 @@ class VTGateClient:
             options=query_pb2.ExecuteOptions(included_fields=query_pb2.ExecuteOptions.ALL),
         )
 
-    def execute(self, sql: str, binds: Mapping[str, Any] | None = None, shard: str | None = None) -> query_pb2.QueryResult:
+    def execute(self, sql: str, binds: Mapping[str, object] | None = None, shard: str | None = None) -> query_pb2.QueryResult:
         req = vtgate_pb2.ExecuteRequest(
             session=self._session(shard),
             query=query_pb2.BoundQuery(sql=sql, bind_variables=bind_variables(binds or {})),
@@ -126,18 +126,19 @@ class VTGateClient:
         resp = self.stub.Execute(req, metadata=self.metadata, timeout=120)
         if resp.HasField("error") and resp.error.message:
             raise QueryError(resp.error.message)
-        return resp.result
+        result: query_pb2.QueryResult = resp.result
+        return result
 
     def stream_execute(
-        self, sql: str, binds: Mapping[str, Any] | None = None, shard: str | None = None
-    ) -> tuple[Sequence[Any], list[Any]]:
+        self, sql: str, binds: Mapping[str, object] | None = None, shard: str | None = None
+    ) -> tuple[Sequence[Any], list[Any]]:  # Any: vitessapi protobuf messages (generated code: no types for mypy)
         """Fields and all rows (``query.Row``) of one streamed statement."""
         req = vtgate_pb2.StreamExecuteRequest(
             session=self._session(shard),
             query=query_pb2.BoundQuery(sql=sql, bind_variables=bind_variables(binds or {})),
         )
-        fields: Sequence[Any] = ()
-        rows: list[Any] = []
+        fields: Sequence[Any] = ()  # Any: vitessapi protobuf messages (generated code: no types for mypy)
+        rows: list[Any] = []  # Any: vitessapi protobuf messages (generated code: no types for mypy)
         try:
             for resp in self.stub.StreamExecute(req, metadata=self.metadata, timeout=WINDOW_TIMEOUT_S):
                 r = resp.result
@@ -151,7 +152,7 @@ class VTGateClient:
             raise
         return fields, rows
 
-    def _vstream(self, shard: str, table: str | None, timeout: float = 0.0) -> Any:
+    def _vstream(self, shard: str, table: str | None, timeout: float = 0.0) -> Any:  # Any: vitessapi protobuf messages (generated code: no types for mypy)
         # "/^$" matches no table: the stream carries positions only.
         rules = [binlogdata_pb2.Rule(match=table_rule(table) if table else "/^$")]
         req = vtgate_pb2.VStreamRequest(
@@ -164,7 +165,7 @@ class VTGateClient:
         return self.stub.VStream(req, metadata=self.metadata, timeout=timeout or WINDOW_TIMEOUT_S)
 
     @staticmethod
-    def _first_position(events: Iterator[Any], shard: str) -> str:
+    def _first_position(events: Iterator[Any], shard: str) -> str:  # Any: vitessapi protobuf messages (generated code: no types for mypy)
         for resp in events:
             for ev in resp.events:
                 if ev.type == _T.VGTID:

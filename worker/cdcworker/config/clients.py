@@ -8,7 +8,6 @@ the same three, so a backfill writes records and talks to VTGate exactly as the 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from cdcworker.config import WorkerConfig
 from cdcworker.events import EncoderConfig, TopicNaming, TypeOptions, producer_partitioner_config
@@ -68,9 +67,9 @@ def encoder_config(config: WorkerConfig, run_id: str | None = None) -> EncoderCo
     )
 
 
-def producer_config(config: WorkerConfig) -> dict[str, Any]:
+def producer_config(config: WorkerConfig) -> dict[str, object]:
     """librdkafka settings: idempotent, ordered, partitioned like the Java client, bounded memory."""
-    conf: dict[str, Any] = {
+    conf: dict[str, object] = {
         "enable.idempotence": True,
         "acks": "all",
         # Throughput without hurting latency: 5 ms of linger, large batches, and lz4. Debezium's

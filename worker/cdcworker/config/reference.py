@@ -11,7 +11,6 @@ import argparse
 import json
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
 
 import yaml
 
@@ -22,6 +21,7 @@ from cdcworker.config.properties import (
     Property,
     PropType,
 )
+from cdcworker.jsontypes import JsonMapping
 
 REPO = Path(__file__).resolve().parents[3]
 CRD_PATH = REPO / "crds" / "shardcdc.io_cdcconnectors.yaml"
@@ -134,7 +134,7 @@ def render_properties() -> Iterator[str]:
     yield ""
 
 
-def _schema_rows(node: Mapping[str, Any], path: str, required: frozenset[str]) -> Iterator[str]:
+def _schema_rows(node: JsonMapping, path: str, required: frozenset[str]) -> Iterator[str]:
     for name, child in (node.get("properties") or {}).items():
         child_path = f"{path}.{name}"
         kind = child.get("type", "")
@@ -159,7 +159,7 @@ def _schema_rows(node: Mapping[str, Any], path: str, required: frozenset[str]) -
             yield from _schema_rows(nested, child_path + suffix, frozenset(nested.get("required") or ()))
 
 
-def render_crd(crd: Mapping[str, Any]) -> Iterator[str]:
+def render_crd(crd: JsonMapping) -> Iterator[str]:
     version = next(v for v in crd["spec"]["versions"] if v.get("storage"))
     schema = version["schema"]["openAPIV3Schema"]
     names = crd["spec"]["names"]
@@ -184,7 +184,7 @@ def render_crd(crd: Mapping[str, Any]) -> Iterator[str]:
         yield ""
 
 
-def _cel_rules(node: Mapping[str, Any], path: str) -> Iterator[str]:
+def _cel_rules(node: JsonMapping, path: str) -> Iterator[str]:
     for rule in node.get("x-kubernetes-validations") or ():
         yield f"| `{path or '(object)'}` | `{_cell(rule['rule'])}` | {_cell(rule.get('message', ''))} |"
     for name, child in (node.get("properties") or {}).items():

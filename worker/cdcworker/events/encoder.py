@@ -23,6 +23,7 @@ from cdcworker.events.schema import TableSchemas, build_schemas, select_key_colu
 from cdcworker.events.source import SourceContext
 from cdcworker.events.topics import TopicNaming
 from cdcworker.events.types import ColumnCodec, Converter, FieldLike, TypeOptions, plan_column
+from cdcworker.jsontypes import JsonObject
 
 # source.version: the Debezium release whose records ours are byte-identical to
 # (tests/conformance/worker/test_conformance_debezium.py; docs/conformance.md says why this value).
@@ -129,7 +130,7 @@ class EncoderConfig:
     version: str = DEBEZIUM_VERSION
     # The envelope's ``transaction`` block schema when transaction metadata changes it
     # (ordered factory, RemoveField); None = Debezium's default block.
-    tx_block_schema: dict[str, Any] | None = None
+    tx_block_schema: JsonObject | None = None
     # cdcworker.filters.FilterPolicy when column options / skipped operations / name adjustment
     # are configured: it plans the table instead (once per FIELD; None = no per-row cost at all).
     policy: TablePlanner | None = None
@@ -144,7 +145,7 @@ def _strip_keyspace(table_name: str, keyspace: str) -> str:
     return table_name[len(prefix):] if keyspace and table_name.startswith(prefix) else table_name
 
 
-Decoder = Callable[[Sequence[int], bytes], dict[str, Any]]
+Decoder = Callable[[Sequence[int], bytes], JsonObject]
 
 
 def _compile_decoder(names: Sequence[str | None], convs: Sequence[Converter | None]) -> Decoder:
@@ -176,18 +177,18 @@ def _compile_decoder(names: Sequence[str | None], convs: Sequence[Converter | No
         items.append(f"{name!r}: v{i}")
     lines.append("    return {" + ", ".join(items) + "}")
     src = "\n".join(lines)
-    namespace: dict[str, Any] = {f"c{i}": c for i, c in enumerate(convs) if c is not None}
+    namespace: JsonObject = {f"c{i}": c for i, c in enumerate(convs) if c is not None}
     exec(compile(src, "<cdcworker.events decoder>", "exec"), namespace)
-    decode: Callable[[Sequence[int], bytes], dict[str, Any]] = namespace["decode"]  # what src defines
+    decode: Callable[[Sequence[int], bytes], JsonObject] = namespace["decode"]  # what src defines
     return decode
 
 
-def _compile_key(names: Sequence[str]) -> Callable[[dict[str, Any]], dict[str, Any]]:
+def _compile_key(names: Sequence[str]) -> Callable[[JsonObject], JsonObject]:
     """The key payload builder (literal keys: no comprehension frame per row)."""
     if not names:
         return lambda data: {}
     body = ", ".join(f"{n!r}: data[{n!r}]" for n in names)
-    fn: Callable[[dict[str, Any]], dict[str, Any]] = eval(f"lambda data: {{{body}}}", {})
+    fn: Callable[[JsonObject], JsonObject] = eval(f"lambda data: {{{body}}}", {})
     return fn
 
 
@@ -266,8 +267,10 @@ class TablePlan:
         )
         self._decode = _compile_decoder(self._names, self._convs)
         self._key_of = _compile_key(self._key_names)
+        # Any: a per-batch cache key (the source Fragment, op, time)
         self._tail_key: tuple[Any, str, int] | None = None  # (source, op, now_ns) of _tail
         self._tail = b""
+        # Any: a per-batch cache: the source Fragment, op and time, then the tails' bytes
         self._send_tails: tuple[Any, ...] = (None, None, 0)  # (source, insert_op, now_ns) + tails of send_rows
         self._tombstones = cfg.tombstones_on_delete
         self._headers: Headers = list(cfg.headers)
@@ -298,7 +301,7 @@ class TablePlan:
 
     # --- hot path --------------------------------------------------------------------------
 
-    def decode(self, row: RowLike) -> dict[str, Any]:
+    def decode(self, row: RowLike) -> JsonObject:
         """Column name → converted value (None for NULL)."""
         lengths = row.lengths
         if len(lengths) != self.ncols:
@@ -307,11 +310,11 @@ class TablePlan:
             )
         return self._decode(lengths, row.values)
 
-    def key(self, data: dict[str, Any]) -> tuple[dict[str, Any] | None, bytes | None]:
+    def key(self, data: JsonObject) -> tuple[JsonObject | None, bytes | None]:
         """A decoded row's key: (its payload, the record key's bytes); (None, None) without a key."""
         return self._key(data)
 
-    def _key(self, data: dict[str, Any]) -> tuple[dict[str, Any] | None, bytes | None]:
+    def _key(self, data: JsonObject) -> tuple[JsonObject | None, bytes | None]:
         if not self._key_names:
             return None, None
         kp = self._key_of(data)
@@ -322,8 +325,8 @@ class TablePlan:
 
     def _value(
         self,
-        before: dict[str, Any] | None,
-        after: dict[str, Any] | None,
+        before: JsonObject | None,
+        after: JsonObject | None,
         op: str,
         source: orjson.Fragment,
         now_ns: int,
@@ -491,14 +494,14 @@ class TablePlan:
         """``send_rows`` has a native fast path: exactly this class with a column program."""
         return self._native is not None and type(self) is TablePlan
 
-    def _tails(self, source: orjson.Fragment, insert_op: str, now_ns: int) -> tuple[Any, ...]:
+    def _tails(self, source: orjson.Fragment, insert_op: str, now_ns: int) -> tuple[Any, ...]:  # Any: a per-batch cache: the source Fragment, op and time, then the tails' bytes
         """Per batch: the envelope tails of an insert and an update, whole and split where the
         ``transaction`` block goes, each with the record's closing brace."""
         t = self._send_tails
         if t[0] is source and t[1] == insert_op and t[2] == now_ns:
             return t
         close = b"}" if self._value_prefix else b""
-        parts: list[Any] = [source, insert_op, now_ns]
+        parts: list[Any] = [source, insert_op, now_ns]  # Any: a per-batch cache: the source Fragment, op and time, then the tails' bytes
         for op in (insert_op, "u"):
             tail = _envelope_tail(source, b"null", op, now_ns) + close
             i = tail.rindex(b',"transaction":null,"op":"') + 15
@@ -506,9 +509,39 @@ class TablePlan:
         self._send_tails = t = tuple(parts)
         return t
 
+    def _native_advance(
+        self, producer: Any, rcs: Iterable[Any], t: tuple[Any, ...], prefix: bytes, with_tx: bool, tx_native: Any,  # Any: the native C producer or confluent-kafka's client (no common type)
+    ) -> Callable[[int], int] | None:
+        """Per batch: ``advance(i)``, which sends rows from ``i`` on in C and returns the index of
+        the first row it hands back to ``send_rows``'s Python loop, or None without a native path.
+
+        ``producer``: the native sink's producer (``nativesink``); its ``send_rows`` runs the
+        insert/same-key-update branch in C (the same bytes either way:
+        tests/integration/worker/test_worker_native_sink.py). With transaction metadata it needs
+        ``tx_native``, the ``TransactionMonitor`` whose ``native_blocks`` describe the blocks.
+        """
+        if producer is None or type(rcs) is not list or (with_tx and tx_native is None):
+            return None
+        rows_c, program = producer.send_rows, self._native
+        topic, headers, dc = self.topic, self._headers, self.data_collection
+        tail_i, pre_i, post_i, tail_u, pre_u, post_u = t[3:]
+        if not with_tx:
+            return lambda i: rows_c(program, topic, rcs, i, prefix, tail_i, tail_u, headers)
+
+        def advance(i: int) -> int:
+            blocks = tx_native.native_blocks(dc)
+            if blocks is None:  # a resumed transaction's replay: row by row in Python
+                return i
+            j: int = rows_c(program, topic, rcs, i, prefix, tail_i, tail_u, headers,
+                            (pre_i, post_i, pre_u, post_u, *blocks))
+            tx_native.count_events(dc, j - i)
+            return j
+
+        return advance
+
     def send_rows(
         self,
-        rcs: Iterable[Any],
+        rcs: Iterable[Any],  # Any: vitessapi protobuf messages (generated code: no types for mypy)
         source: orjson.Fragment,
         now_ns: int,
         insert_op: str,
@@ -517,8 +550,8 @@ class TablePlan:
         send: Callable[[str, bytes | None, bytes | None, Headers], None],
         on_bad_row: Callable[[Exception], list[OutRecord]],
         on_bad_record: Callable[[OutRecord, Exception], None],
-        producer: Any = None,
-        tx_native: Any = None,
+        producer: object = None,
+        tx_native: object = None,
     ) -> None:
         """Encode and ``send`` the records of several row changes of this table, in order.
 
@@ -527,11 +560,7 @@ class TablePlan:
         transaction metadata, the block bytes ``tx_bytes`` returns (``tx`` semantics: None drops
         the record); everything else goes through ``encode_change``'s exact path. Only for plans
         where ``sends_natively`` holds. ``rcs`` are serialized RowChanges or RowChange messages.
-
-        ``producer``: the native sink's producer (``nativesink``); its ``send_rows`` runs this
-        loop's insert/same-key-update branch in C and hands each other row back here (the same
-        bytes either way: tests/integration/worker/test_worker_native_sink.py). With transaction metadata it needs
-        ``tx_native``, the ``TransactionMonitor`` whose ``native_blocks`` describe the blocks.
+        ``producer`` and ``tx_native``: see ``_native_advance``.
         """
         enc = self._native.encode  # type: ignore[union-attr]
         t = self._tails(source, insert_op, now_ns)
@@ -539,23 +568,12 @@ class TablePlan:
         prefix = self._value_prefix + b'{"before":'
         topic, headers, dc = self.topic, self._headers, self.data_collection
         join = b"".join
-        rows_c = None
-        if producer is not None and type(rcs) is list and (tx_bytes is None or tx_native is not None):
-            rows_c = producer.send_rows
-        program = self._native
+        advance = self._native_advance(producer, rcs, t, prefix, tx_bytes is not None, tx_native)
         n = len(rcs)  # type: ignore[arg-type]
         i = 0
         while True:
-            if rows_c is not None:
-                if tx_bytes is None:
-                    i = rows_c(program, topic, rcs, i, prefix, tail_i, tail_u, headers)
-                else:
-                    blocks = tx_native.native_blocks(dc)
-                    if blocks is not None:  # None: a resumed transaction's replay, row by row below
-                        j = rows_c(program, topic, rcs, i, prefix, tail_i, tail_u, headers,
-                                   (pre_i, post_i, pre_u, post_u, *blocks))
-                        tx_native.count_events(dc, j - i)
-                        i = j
+            if advance is not None:  # C sends from row i on; returns the first row it hands back
+                i = advance(i)
             if i >= n:
                 break
             rc = rcs[i]  # type: ignore[index]
@@ -606,7 +624,7 @@ class TablePlan:
         return key[n:-1] if n else key
 
     @staticmethod
-    def _header_key(kp: dict[str, Any] | None) -> bytes:
+    def _header_key(kp: JsonObject | None) -> bytes:
         # Kafka Connect's default SimpleHeaderConverter renders a Struct as compact JSON.
         return dumps(kp)
 
@@ -626,7 +644,7 @@ class _FixedSource:
         return self._frag
 
 
-def _row_change(raw: bytes) -> Any:
+def _row_change(raw: bytes) -> Any:  # Any: vitessapi protobuf messages (generated code: no types for mypy)
     from vitessapi import binlogdata_pb2
 
     return binlogdata_pb2.RowChange.FromString(raw)

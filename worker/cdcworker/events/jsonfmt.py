@@ -8,7 +8,6 @@ differs from Jackson: doubles (Java ``Double.toString``) and the hex case of
 from __future__ import annotations
 
 import re
-from typing import Any
 
 import orjson
 
@@ -64,7 +63,7 @@ def fix_escapes(out: bytes) -> bytes:
     return _ESCAPE_RE.sub(_upper, out)
 
 
-def dumps(obj: Any) -> bytes:
+def dumps(obj: object) -> bytes:
     """Compact JSON bytes as JsonConverter would write them."""
     return fix_escapes(orjson.dumps(obj))
 

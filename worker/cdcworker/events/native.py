@@ -29,6 +29,7 @@ import orjson
 
 from cdcworker.events import types as T
 from cdcworker.events.jsonfmt import dumps, fix_escapes
+from cdcworker.jsontypes import JsonObject, JsonValue
 
 rowenc: Any  # Any: the C extension module (cdcworker._rowenc), None when not built
 try:  # imported by name: type-checks the same whether or not the extension is built
@@ -59,17 +60,17 @@ class _Field:
     column_type: str = ""
 
 
-def _sample(t: int, column_type: str = "", flags: int = 0, decimals: int = 0, enum_strings: bool = True, **opts: str) -> Any:
+def _sample(t: int, column_type: str = "", flags: int = 0, decimals: int = 0, enum_strings: bool = True, **opts: str) -> Any:  # Any: objects of the optional C extension cdcworker._rowenc (no type stubs)
     codec = T.plan_column(_Field("c", t, flags, decimals, 0, column_type), enum_strings, T.TypeOptions(**opts))  # type: ignore[arg-type]
     return None if codec is None else codec.convert
 
 
-def _identity(conv: Any) -> Any:
+def _identity(conv: object) -> JsonValue:
     # Closures made by one `def`/`lambda` share a code object; builtins (int) are themselves.
     return getattr(conv, "__code__", conv)
 
 
-def _samples() -> dict[Any, str]:
+def _samples() -> dict[Any, str]:  # Any: objects of the optional C extension cdcworker._rowenc (no type stubs)
     """Converter identity -> op name, from sample columns of every type and mode."""
     nn = T.NOT_NULL_FLAG
     pairs = [
@@ -95,7 +96,7 @@ def _samples() -> dict[Any, str]:
         (_sample(T.TIME, time_precision_mode="connect"), "OP_TIME_CONNECT"),
         (_sample(T.TIME, flags=nn, time_precision_mode="connect"), "OP_TIME_CONNECT"),
     ]
-    out: dict[Any, str] = {}
+    out: dict[Any, str] = {}  # Any: objects of the optional C extension cdcworker._rowenc (no type stubs)
     for conv, op in pairs:
         if conv is None:
             continue
@@ -104,10 +105,10 @@ def _samples() -> dict[Any, str]:
     return out
 
 
-_OPS: dict[Any, str] = _samples() if rowenc is not None else {}
+_OPS: dict[Any, str] = _samples() if rowenc is not None else {}  # Any: objects of the optional C extension cdcworker._rowenc (no type stubs)
 
 
-def _cells(conv: Any) -> dict[str, Any]:
+def _cells(conv: object) -> JsonObject:
     code = getattr(conv, "__code__", None)
     closure = getattr(conv, "__closure__", None) or ()
     if code is None:
@@ -115,18 +116,18 @@ def _cells(conv: Any) -> dict[str, Any]:
     return {name: cell.cell_contents for name, cell in zip(code.co_freevars, closure, strict=False)}
 
 
-def _label(text: Any) -> bytes:
+def _label(text: object) -> bytes:
     return dumps(str(text))[1:-1]
 
 
-def _filter_codes() -> tuple[Any, Any, Any]:
+def _filter_codes() -> tuple[Any, Any, Any]:  # Any: objects of the optional C extension cdcworker._rowenc (no type stubs)
     # filters.columns imports this module: look its column-option converters up lazily.
     from cdcworker.filters import columns
 
     return columns.converter_codes()
 
 
-def _filter_op(conv: Any) -> tuple[str, int, tuple[bytes, ...]] | None:
+def _filter_op(conv: object) -> tuple[str, int, tuple[bytes, ...]] | None:
     """A column option's converter the C loop runs itself: a masked column's constant (OP_CONST
     with the constant's JSON) or a truncated text column (OP_TEXT_TRUNC, the length as divisor)."""
     code = getattr(conv, "__code__", None)
@@ -143,7 +144,7 @@ def _filter_op(conv: Any) -> tuple[str, int, tuple[bytes, ...]] | None:
     return None
 
 
-def column_op(conv: Callable[[bytes], Any] | None) -> tuple[str, int, tuple[bytes, ...]]:
+def column_op(conv: Callable[[bytes], JsonValue] | None) -> tuple[str, int, tuple[bytes, ...]]:
     """(op name, datetime divisor, escaped labels) for one converter; OP_PY when unknown."""
     if conv is None:
         return "OP_DROP", 1, ()
@@ -175,10 +176,10 @@ def column_op(conv: Callable[[bytes], Any] | None) -> tuple[str, int, tuple[byte
 
 def program(
     names: Sequence[str | None],
-    convs: Sequence[Callable[[bytes], Any] | None],
+    convs: Sequence[Callable[[bytes], JsonValue] | None],
     key_indexes: Sequence[int],
     key_prefix: bytes,
-) -> Any:
+) -> Any:  # Any: objects of the optional C extension cdcworker._rowenc (no type stubs)
     """A compiled ``rowenc.Program`` for one table, or None (extension absent or disabled).
 
     ``names``/``convs`` per FIELD column (None: dropped column); ``key_indexes`` as
@@ -200,6 +201,6 @@ def program(
     return rowenc.Program(cols, keys, key_prefix, orjson.dumps, fix_escapes)
 
 
-def column_ops(convs: Sequence[Callable[[bytes], Any] | None]) -> list[str]:
+def column_ops(convs: Sequence[Callable[[bytes], JsonValue] | None]) -> list[str]:
     """Op names the columns would run with (diagnostics and tests)."""
     return [column_op(c)[0] for c in convs]

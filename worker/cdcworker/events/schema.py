@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from cdcworker.events.source import source_schema
 from cdcworker.events.types import PRI_KEY_FLAG, UNIQUE_KEY_FLAG, ColumnCodec
+from cdcworker.jsontypes import JsonObject
 
 # Debezium 3.x envelope schema version (see a 3.1 JsonConverter record).
 ENVELOPE_VERSION = 2
@@ -24,7 +24,7 @@ def select_key_columns(flags: Sequence[int]) -> list[int]:
     return []
 
 
-def _struct(columns: Sequence[ColumnCodec], optional: bool, name: str) -> dict[str, Any]:
+def _struct(columns: Sequence[ColumnCodec], optional: bool, name: str) -> JsonObject:
     fields = []
     for c in columns:
         f = dict(c.schema)
@@ -33,7 +33,7 @@ def _struct(columns: Sequence[ColumnCodec], optional: bool, name: str) -> dict[s
     return {"type": "struct", "fields": fields, "optional": optional, "name": name}
 
 
-def transaction_block_schema() -> dict[str, Any]:
+def transaction_block_schema() -> JsonObject:
     return {
         "type": "struct",
         "fields": [
@@ -49,16 +49,16 @@ def transaction_block_schema() -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class TableSchemas:
-    key: dict[str, Any] | None
-    value: dict[str, Any]
-    envelope: dict[str, Any]
+    key: JsonObject | None
+    value: JsonObject
+    envelope: JsonObject
 
 
 def build_schemas(
     schema_base: str,
     columns: Sequence[ColumnCodec],
     key_columns: Sequence[ColumnCodec],
-    tx_block: dict[str, Any] | None = None,
+    tx_block: JsonObject | None = None,
 ) -> TableSchemas:
     """Schemas named ``<base>.Key``, ``<base>.Value`` and ``<base>.Envelope``.
 

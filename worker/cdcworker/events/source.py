@@ -8,44 +8,38 @@ keyspace, table, shard, vgtid.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 import orjson
 
 from cdcworker.events.jsonfmt import dumps
-from cdcworker.events.types import connect_schema
+from cdcworker.events.types import as_field, connect_schema
+from cdcworker.jsontypes import JsonObject
 
 SOURCE_SCHEMA_NAME = "io.debezium.connector.vitess.Source"
 # Debezium core's SnapshotRecord values, lower-cased, in declaration order.
 SNAPSHOT_ALLOWED = "true,first,first_in_data_collection,last_in_data_collection,last,false,incremental"
 
 
-def _field(schema: dict[str, Any], name: str) -> dict[str, Any]:
-    out = dict(schema)
-    out["field"] = name
-    return out
-
-
-def source_schema() -> dict[str, Any]:
+def source_schema() -> JsonObject:
     """Connect schema of the source block (JsonConverter key order)."""
     s = "string"
     fields = [
-        _field(connect_schema(s, False), "version"),
-        _field(connect_schema(s, False), "connector"),
-        _field(connect_schema(s, False), "name"),
-        _field(connect_schema("int64", False), "ts_ms"),
-        _field(
+        as_field(connect_schema(s, False), "version"),
+        as_field(connect_schema(s, False), "connector"),
+        as_field(connect_schema(s, False), "name"),
+        as_field(connect_schema("int64", False), "ts_ms"),
+        as_field(
             connect_schema(s, True, "io.debezium.data.Enum", 1, {"allowed": SNAPSHOT_ALLOWED}, default="false"),
             "snapshot",
         ),
-        _field(connect_schema(s, False), "db"),
-        _field(connect_schema(s, True), "sequence"),
-        _field(connect_schema("int64", True), "ts_us"),
-        _field(connect_schema("int64", True), "ts_ns"),
-        _field(connect_schema(s, False), "keyspace"),
-        _field(connect_schema(s, False), "table"),
-        _field(connect_schema(s, False), "shard"),
-        _field(connect_schema(s, False), "vgtid"),
+        as_field(connect_schema(s, False), "db"),
+        as_field(connect_schema(s, True), "sequence"),
+        as_field(connect_schema("int64", True), "ts_us"),
+        as_field(connect_schema("int64", True), "ts_ns"),
+        as_field(connect_schema(s, False), "keyspace"),
+        as_field(connect_schema(s, False), "table"),
+        as_field(connect_schema(s, False), "shard"),
+        as_field(connect_schema(s, False), "vgtid"),
     ]
     return {"type": "struct", "fields": fields, "optional": False, "name": SOURCE_SCHEMA_NAME, "version": 1}
 

@@ -17,9 +17,10 @@ import operator
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from cdcworker.events.jsonfmt import double_fragment
+from cdcworker.jsontypes import JsonObject, JsonValue
 
 # query.Type values (value = ordinal | flag bits), see the VStream protocol reference §2.3.
 INT8, UINT8, INT16, UINT16, INT24, UINT24, INT32, UINT32, INT64, UINT64 = (
@@ -77,8 +78,10 @@ TIME_PRECISION_MODES = tuple(m.value for m in TimePrecision)
 BIGINT_UNSIGNED_MODES = tuple(m.value for m in BigintUnsignedMode)
 BINARY_MODES = tuple(m.value for m in BinaryMode)
 
-Converter = Callable[[bytes], Any]
-Schema = dict[str, Any]
+# A column's converter: the raw VStream cell to the value the envelope's JSON holds (an int, a str,
+# a float or an orjson Fragment, None...: JSON values, one type per column type).
+Converter = Callable[[bytes], JsonValue]
+Schema = JsonObject  # a Kafka Connect schema (JSON)
 
 
 class FieldLike(Protocol):
@@ -127,13 +130,18 @@ class ColumnCodec:
     optional: bool
 
 
+def as_field(schema: Schema, name: str) -> Schema:
+    """``schema`` as the field ``name`` of a struct: a copy with ``field`` last, as JsonConverter writes it."""
+    return {**schema, "field": name}
+
+
 def connect_schema(
     type_: str,
     optional: bool,
     name: str | None = None,
     version: int | None = None,
     parameters: dict[str, str] | None = None,
-    default: Any = None,
+    default: object = None,
 ) -> Schema:
     """A Connect schema as JsonConverter.asJsonSchema orders it."""
     s: Schema = {"type": type_, "optional": optional}
@@ -155,7 +163,7 @@ def connect_schema(
 _text: Callable[[bytes], str] = operator.methodcaller("decode", "utf-8", "replace")
 
 
-def _double(v: float) -> Any:
+def _double(v: float) -> JsonValue:
     # Inside [1e-3, 1e7) orjson and Java's Double.toString print the same shortest digits;
     # outside it Java switches to "1.0E7" style, so the text is spliced in pre-formatted.
     if 1e-3 <= v < 1e7 or -1e7 < v <= -1e-3:
@@ -166,12 +174,12 @@ def _double(v: float) -> Any:
 _F32 = struct.Struct("f")
 
 
-def _float32(raw: bytes) -> Any:
+def _float32(raw: bytes) -> JsonValue:
     # MySQL FLOAT goes through Java's Float then widens to double (1.1 -> 1.100000023841858).
     return _double(_F32.unpack(_F32.pack(float(raw)))[0])
 
 
-def _float64(raw: bytes) -> Any:
+def _float64(raw: bytes) -> JsonValue:
     return _double(float(raw))
 
 
@@ -190,7 +198,7 @@ _MAX_CONNECT_TIME_MICROS = 86_400_000_000  # Debezium's Time.ONE_DAY, inclusive
 def _unrepresentable(column: str, what: str, optional: bool) -> Converter:
     """What Debezium writes when the value converter rejects a value: null, or a task failure."""
 
-    def fail(raw: bytes) -> Any:
+    def fail(raw: bytes) -> JsonValue:
         if optional:
             return None
         raise ValueConversionError(
@@ -206,7 +214,7 @@ def _uint64_as_long(column: str, optional: bool) -> Converter:
     # which throws for values >= 2^63; TableSchemaBuilder then leaves the field null (WARN).
     out_of_range = _unrepresentable(column, "does not fit a signed 64-bit long (bigint.unsigned.handling.mode=long)", optional)
 
-    def conv(raw: bytes) -> Any:
+    def conv(raw: bytes) -> JsonValue:
         v = int(raw)
         return v if v <= _INT64_MAX else out_of_range(raw)
 
@@ -218,7 +226,7 @@ def _time_as_connect_millis(column: str, optional: bool) -> Converter:
     # [00:00:00, 24:00:00]; outside it handleUnknownData writes null (WARN) for nullable columns.
     out_of_range = _unrepresentable(column, "is outside 00:00:00..24:00:00 (time.precision.mode=connect)", optional)
 
-    def conv(raw: bytes) -> Any:
+    def conv(raw: bytes) -> JsonValue:
         us = _parse_time_micros(raw)
         if 0 <= us <= _MAX_CONNECT_TIME_MICROS:
             return us // 1000  # Duration.toMillis truncates

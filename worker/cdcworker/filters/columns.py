@@ -16,7 +16,7 @@ import base64
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from cdcworker.events import native
 from cdcworker.events.encoder import PK_UPDATE_NEWKEY, PK_UPDATE_OLDKEY, EncoderConfig, TablePlan
@@ -40,6 +40,10 @@ from cdcworker.events.types import (
 )
 from cdcworker.filters.names import NameAdjustment, adjuster
 from cdcworker.filters.tables import TableFilter
+from cdcworker.jsontypes import JsonObject, JsonValue
+
+if TYPE_CHECKING:
+    from cdcworker.config import BehaviourConfig, FilterConfig
 
 Patterns = tuple[re.Pattern[str], ...]
 
@@ -73,11 +77,11 @@ def _type_name(field_type: int) -> str:
         return str(field_type)
 
 
-def _with_parameters(schema: dict[str, Any], extra: dict[str, str]) -> dict[str, Any]:
+def _with_parameters(schema: JsonObject, extra: dict[str, str]) -> JsonObject:
     """Add schema parameters keeping JsonConverter's member order (parameters before default)."""
     params = dict(schema.get("parameters") or {})
     params.update(extra)
-    out: dict[str, Any] = {}
+    out: JsonObject = {}
     for k in ("type", "optional", "name", "version"):
         if k in schema:
             out[k] = schema[k]
@@ -88,10 +92,10 @@ def _with_parameters(schema: dict[str, Any], extra: dict[str, str]) -> dict[str,
     return out
 
 
-def _java_truncate(n: int) -> Callable[[Any], Any]:
+def _java_truncate(n: int) -> Callable[[JsonValue], JsonValue]:
     """``String.substring(0, n)``: Java counts UTF-16 code units, so astral characters count twice."""
 
-    def cut(v: Any) -> Any:
+    def cut(v: object) -> JsonValue:
         if not isinstance(v, str) or len(v) * 2 <= n:
             return v
         if v.isascii() or all(ord(c) < 0x10000 for c in v):
@@ -104,12 +108,12 @@ def _java_truncate(n: int) -> Callable[[Any], Any]:
     return cut
 
 
-def _java_truncate_bytes(n: int) -> Callable[[Any], Any]:
+def _java_truncate_bytes(n: int) -> Callable[[JsonValue], JsonValue]:
     """Truncation of a binary column in ``bytes`` mode (its values are base64 text here): Debezium
     cuts the value to ``n`` bytes (seen against 3.5.0: ``BINARY(4) x'00ff1000'`` → ``x'00ff10'``).
     In the other binary modes the emitted text is cut like any string."""
 
-    def cut(v: Any) -> Any:
+    def cut(v: object) -> JsonValue:
         if not isinstance(v, str) or len(v) * 3 // 4 <= n:
             return v
         raw = base64.b64decode(v)
@@ -118,8 +122,8 @@ def _java_truncate_bytes(n: int) -> Callable[[Any], Any]:
     return cut
 
 
-def _mask(value: str) -> Callable[[Any], Any]:
-    def mask(_v: Any) -> str:
+def _mask(value: str) -> Callable[[JsonValue], JsonValue]:
+    def mask(_v: object) -> str:
         return value  # NULL included: MaskingValueConverter ignores its input
 
     return mask
@@ -129,8 +133,8 @@ def _mask(value: str) -> Callable[[Any], Any]:
 class _Mapping:
     """What Debezium's one matching ColumnMapper does to a column's value field."""
 
-    schema: dict[str, Any]
-    value: Callable[[Any], Any] | None = None  # applied to the converted value (None: unchanged)
+    schema: JsonObject
+    value: Callable[[JsonValue], JsonValue] | None = None  # applied to the converted value (None: unchanged)
     nulls: bool = False  # ``value`` also replaces NULL (masking)
 
 
@@ -162,7 +166,7 @@ class FilterPolicy:
     stats: FilterStats = field(default_factory=FilterStats)
 
     @classmethod
-    def from_config(cls, filters: Any, behaviour: Any) -> FilterPolicy:
+    def from_config(cls, filters: FilterConfig, behaviour: BehaviourConfig) -> FilterPolicy:
         """From ``WorkerConfig.filters`` and ``.behaviour``."""
         return cls(
             tables=TableFilter(tuple(filters.table_include), tuple(filters.table_exclude)),
@@ -225,8 +229,8 @@ class FilterPolicy:
         # (the connector's catalog): "ks.t.col" and "<shard>.ks.t.col".
         prefixes = (f"{keyspace}.{table}.", f"{shard}.{keyspace}.{table}.")
         out: list[ColumnCodec | None] = list(codecs)  # decoding (and key) codecs
-        value_schemas: dict[int, dict[str, Any]] = {}  # value-only schema changes of key columns
-        post: list[tuple[str, Callable[[Any], Any], bool]] = []  # value-only per-row changes
+        value_schemas: dict[int, JsonObject] = {}  # value-only schema changes of key columns
+        post: list[tuple[str, Callable[[JsonValue], JsonValue], bool]] = []  # value-only per-row changes
         hidden: list[str] = []
         native_ok = True  # the native row encoder can still be used (FilteredTablePlan)
         keys = list(key_indexes)
@@ -291,7 +295,7 @@ class FilterPolicy:
             if _any(pats, names):
                 if not (length < 0 or length > n):
                     return None  # TruncateStrings: truncation impossible, no parameter
-                cut: Callable[[Any], Any] | None = None
+                cut: Callable[[JsonValue], JsonValue] | None = None
                 if ftype in _BINARY_TYPES and schema.get("type") == "bytes":
                     cut = _java_truncate_bytes(n)
                 elif schema.get("type") == "string":
@@ -319,8 +323,8 @@ def _any(patterns: Patterns, names: tuple[str, ...]) -> bool:
     return any(p.fullmatch(n) for p in patterns for n in names)
 
 
-def _const_conv(value: Any) -> Callable[[bytes], Any]:
-    def conv(_raw: bytes) -> Any:
+def _const_conv(value: object) -> Callable[[bytes], JsonValue]:
+    def conv(_raw: bytes) -> JsonValue:
         return value
 
     return conv
@@ -333,8 +337,8 @@ def converter_codes() -> tuple[Any, Any, Any]:  # Any: code objects (types.CodeT
     return _const_conv(None).__code__, then.__code__, _java_truncate(1).__code__
 
 
-def _then(first: Callable[[bytes], Any], then: Callable[[Any], Any]) -> Callable[[bytes], Any]:
-    def conv(raw: bytes) -> Any:
+def _then(first: Callable[[bytes], JsonValue], then: Callable[[JsonValue], JsonValue]) -> Callable[[bytes], JsonValue]:
+    def conv(raw: bytes) -> JsonValue:
         return then(first(raw))
 
     return conv
@@ -361,7 +365,7 @@ class FilteredTablePlan(TablePlan):
         stats: FilterStats,
         schema_base: str,
         value_codecs: Sequence[ColumnCodec | None] | None = None,
-        post: tuple[tuple[str, Callable[[Any], Any], bool], ...] = (),
+        post: tuple[tuple[str, Callable[[JsonValue], JsonValue], bool], ...] = (),
         native_ok: bool = False,
     ) -> None:
         super().__init__(keyspace, shard, table, topic, codecs, key_indexes, cfg)
@@ -391,7 +395,7 @@ class FilteredTablePlan(TablePlan):
         """Skipped operations are decided per record in ``encode_change``: not in the C loop."""
         return self._native is not None and not self._skipped
 
-    def _image(self, row: dict[str, Any]) -> dict[str, Any]:
+    def _image(self, row: JsonObject) -> JsonObject:
         hidden = self._hidden
         if hidden:
             row = {k: v for k, v in row.items() if k not in hidden}
@@ -403,7 +407,7 @@ class FilteredTablePlan(TablePlan):
                 row[name] = fn(v)
         return row
 
-    def _value(self, before: Any, after: Any, *args: Any, **kwargs: Any) -> bytes:
+    def _value(self, before: Any, after: Any, *args: Any, **kwargs: Any) -> bytes:  # Any: passed on unchanged to TablePlan's method of the same name
         if self._hidden or self._post:
             if before is not None:
                 before = self._image(before)
@@ -411,7 +415,7 @@ class FilteredTablePlan(TablePlan):
                 after = self._image(after)
         return super()._value(before, after, *args, **kwargs)
 
-    def encode_change(self, rc: Any, *args: Any, **kwargs: Any) -> list[Any]:
+    def encode_change(self, rc: Any, *args: Any, **kwargs: Any) -> list[Any]:  # Any: passed on unchanged to TablePlan's method of the same name
         out = super().encode_change(rc, *args, **kwargs)
         skipped = self._skipped
         if not skipped or not out:

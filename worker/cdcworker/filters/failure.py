@@ -75,7 +75,7 @@ def is_oversized(exc: BaseException) -> bool:
 def topic_limits(admin_config: dict[str, str]) -> Callable[[str], int | None]:
     """``topic -> max.message.bytes`` from the broker, cached; None when it cannot be read."""
     cache: dict[str, int | None] = {}
-    conf: dict[str, Any] = dict(admin_config)
+    conf: dict[str, object] = dict(admin_config)
 
     def limit(topic: str) -> int | None:
         if topic not in cache:
@@ -96,7 +96,7 @@ def topic_limits(admin_config: dict[str, str]) -> Callable[[str], int | None]:
     return limit
 
 
-def is_oversized_delivery(err: Any) -> bool:
+def is_oversized_delivery(err: object) -> bool:
     """A delivery report of a record the broker refused as too large (topic ``max.message.bytes``)."""
     from confluent_kafka import KafkaError
 
@@ -134,7 +134,7 @@ class FailureHandler:
         else:
             log.debug("skipped event at offset {%s}: %s: %s", where, what, exc)
 
-    def on_delivery_error(self, err: Any, msg: Any) -> bool:
+    def on_delivery_error(self, err: Any, msg: Any) -> bool:  # Any: confluent-kafka's delivery-report arguments (KafkaError, Message) as the callback gets them
         """``KafkaSink.on_error``: True drops a record the broker refused as too large (warn/skip).
 
         In ``fail`` mode (or for any other error) the record stays an error: the sink stops the

@@ -99,9 +99,12 @@ def table_rule(table: str) -> str:
     return "/^" + escape_re2(table) + "$"
 
 
+_Trie = dict[str, "_Trie"]  # one character to the rest of the names that go on with it
+
+
 def complement_regex(names: Iterable[str]) -> str:
     """An RE2 regex (no lookaround) matching every string except ``names`` (case-insensitive)."""
-    trie: dict[str, dict] = {}
+    trie: _Trie = {}
     end = "\0end"
     for n in names:
         node = trie
@@ -109,7 +112,7 @@ def complement_regex(names: Iterable[str]) -> str:
             node = node.setdefault(ch, {})
         node[end] = {}
 
-    def neg(node: dict) -> str:
+    def neg(node: _Trie) -> str:
         chars = sorted(c for c in node if c != end)
         terminal = end in node
         if not chars:

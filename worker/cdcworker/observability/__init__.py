@@ -17,6 +17,7 @@ from cdcworker.observability.metrics import (
     STATES,
     LatencyHistogram,
     ShardMetrics,
+    StageMetrics,
     TaskMetrics,
     grpc_code_name,
 )
@@ -29,6 +30,7 @@ __all__ = [
     "LatencyHistogram",
     "ObservabilityServer",
     "ShardMetrics",
+    "StageMetrics",
     "TaskMetrics",
     "Verdict",
     "build_status",

@@ -12,9 +12,11 @@ import os
 import sys
 import time
 from collections.abc import Mapping
-from typing import IO, Any
+from typing import IO
 
 import orjson
+
+from cdcworker.jsontypes import JsonObject
 
 __all__ = ["LOG_FORMATS", "ContextFilter", "JsonFormatter", "configure_logging"]
 
@@ -44,7 +46,7 @@ class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         secs = int(record.created)
         ms = int((record.created - secs) * 1000)
-        doc: dict[str, Any] = {
+        doc: JsonObject = {
             "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(secs)) + f".{ms:03d}Z",
             "level": record.levelname,
             "logger": record.name,

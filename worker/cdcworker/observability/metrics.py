@@ -19,7 +19,7 @@ from __future__ import annotations
 import bisect
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.metrics_core import (
@@ -30,6 +30,8 @@ from prometheus_client.metrics_core import (
 )
 from prometheus_client.utils import floatToGoString
 
+from cdcworker.jsontypes import JsonObject
+
 __all__ = [
     "LATENCY_BUCKETS",
     "RESERVED_LABELS",
@@ -37,6 +39,7 @@ __all__ = [
     "LatencyHistogram",
     "PositionEntry",
     "ShardMetrics",
+    "StageMetrics",
     "TaskMetrics",
     "grpc_code_name",
 ]
@@ -115,6 +118,47 @@ class StreamMetrics(ErroneousCounter, Protocol):
 
     def on_commit(self, shard: str, commit_ts_s: float, read_ts: float | None = None,
                   emit_ts: float | None = None, records: int = 0) -> None: ...
+
+
+class StageMetrics(StreamMetrics, SignalMetrics, Protocol):
+    """What ``WorkerTask`` and its stages (``cdcworker.stages``, ``offsets.watermark``) report and
+    read: the task's state, connection, heartbeats, hand-off caps and durable commit times.
+    ``TaskMetrics`` is the implementation; ``/status``, the probes and the Prometheus collector read
+    the concrete class (they render its whole snapshot), the task loop sees only this seam."""
+
+    connected: bool
+    state: str
+    records_acked: int
+    journal: JsonObject | None
+
+    @property
+    def shards(self) -> tuple[ShardMetrics, ...]: ...
+
+    def shard(self, name: str, keyspace: str = "") -> ShardMetrics: ...
+
+    def set_position_sources(self, read: PositionSource | None, durable: PositionSource | None = None) -> None: ...
+
+    def durable_through(self, shard: str, commit_ts_s: float) -> None: ...
+
+    def beat(self, now: float | None = None) -> None: ...
+
+    def on_heartbeat(self, source_ts_s: float, read_ts: float | None = None) -> None: ...
+
+    def mark_idle(self, shard: str, ts_s: float) -> None: ...
+
+    def set_held(self, shards: Iterable[str] | Mapping[str, float | None]) -> dict[str, float | None]: ...
+
+    def on_offsets_flushed(self, now: float | None = None) -> None: ...
+
+    def set_connected(self, connected: bool) -> None: ...
+
+    def on_reconnect(self, code: object) -> None: ...
+
+    def on_error(self, code: object) -> None: ...
+
+    def set_state(self, state: str, reason: str = "") -> None: ...
+
+    def low_watermark(self) -> float | None: ...
 
 
 def grpc_code_name(code: object) -> str:
@@ -359,7 +403,7 @@ class TaskMetrics:
         self.started_ts = now
         self.state = "starting"
         self.reason = ""
-        self.journal: dict[str, Any] | None = None  # set when a reshard journal needs a reassignment
+        self.journal: JsonObject | None = None  # set when a reshard journal needs a reassignment
         self.state_since = now
         self.read_position: PositionSource | None = None
         self.durable_position: PositionSource | None = None
@@ -555,7 +599,7 @@ class TaskMetrics:
         """Streaming (or snapshotting) and connected to VTGate."""
         return (self.connected and self.state in _READY_STATES) or self.state in _DONE_STATES
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> JsonObject:
         from cdcworker.observability.status import build_status
 
         return build_status(self)

@@ -20,7 +20,9 @@ source names it. Pure: built from a TaskMetrics snapshot and the position callab
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from cdcworker.jsontypes import JsonObject
 
 if TYPE_CHECKING:
     from cdcworker.observability.metrics import LatencyHistogram, PositionSource, TaskMetrics
@@ -32,7 +34,7 @@ def _ms(ts: float | None) -> int | None:
     return None if ts is None else round(ts * 1000)
 
 
-def _quantiles(h: LatencyHistogram) -> dict[str, Any]:
+def _quantiles(h: LatencyHistogram) -> JsonObject:
     def q(x: float) -> float | None:
         v = h.quantile(x)
         return None if v is None else round(v * 1000.0, 3)
@@ -53,12 +55,12 @@ def _positions(source: PositionSource | None) -> dict[str, tuple[str, str]]:
     return {e.shard: (e.keyspace, e.gtid) for e in entries}
 
 
-def build_status(tm: TaskMetrics) -> dict[str, Any]:
+def build_status(tm: TaskMetrics) -> JsonObject:
     now = tm.clock()
     read = _positions(tm.read_position)
     durable = _positions(tm.durable_position)
     by_name = {sm.name: sm for sm in tm.shards}
-    shards: list[dict[str, Any]] = []
+    shards: list[JsonObject] = []
     for name in sorted(set(by_name) | set(read) | set(durable)):
         sm = by_name.get(name)
         keyspace = (sm.keyspace if sm is not None else "") or read.get(name, durable.get(name, ("", "")))[0]
@@ -78,7 +80,7 @@ def build_status(tm: TaskMetrics) -> dict[str, Any]:
         )
     lw = tm.low_watermark()
     last = tm.last_event_ts
-    doc: dict[str, Any] = {
+    doc: JsonObject = {
         "connector": tm.connector,
         "task": tm.task,
         "generation": tm.generation,

@@ -17,8 +17,9 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from cdcworker.jsontypes import JsonMapping, JsonObject
 from cdcworker.offsets.handback import plan_handback as plan
 from cdcworker.offsets.handback import shardcdc_positions
 from cdcworker.offsets.keys import (
@@ -130,7 +131,7 @@ def entries(records: Mapping[bytes, bytes], connector: str) -> list[OffsetEntry]
     return sorted(out, key=OffsetEntry.sort_key)
 
 
-def connect_document(items: Iterable[OffsetEntry]) -> dict[str, Any]:
+def connect_document(items: Iterable[OffsetEntry]) -> JsonObject:
     """Kafka Connect's ``GET /connectors/<name>/offsets`` body for these records."""
     return {"offsets": [{"partition": e.partition.as_map(), "offset": json.loads(e.value)} for e in items]}
 
@@ -140,7 +141,7 @@ def plan_reset(records: Mapping[bytes, bytes], connector: str) -> list[Change]:
     return [Change(e.key, e.partition, e.value, None) for e in entries(records, connector)]
 
 
-def plan_alter(records: Mapping[bytes, bytes], connector: str, document: Mapping[str, Any]) -> list[Change]:
+def plan_alter(records: Mapping[bytes, bytes], connector: str, document: JsonMapping) -> list[Change]:
     """Changes that make the connector's offsets what a Connect offsets document says.
 
     Partitions not named in the document are left alone (Connect's PATCH semantics); an ``offset``
@@ -239,7 +240,7 @@ def apply_changes(store: OffsetStore, changes: Sequence[Change], timeout: float 
     producer = store.own_producer()
     errors: list[str] = []
 
-    def delivered(err: Any, _msg: Any) -> None:
+    def delivered(err: object, _msg: object) -> None:
         if err is not None:
             errors.append(str(err))
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import Any
 
+from cdcworker.jsontypes import JsonObject
 from cdcworker.offsets.javacompat import jackson_bytes, ordered_map
 
 __all__ = [
@@ -70,7 +70,7 @@ class OffsetPartition:
     def for_task(cls, server: str, task_id: int, task_count: int, gen: int) -> OffsetPartition:
         return cls(server, task_key_name(task_id, task_count, gen))
 
-    def as_map(self) -> dict[str, Any]:
+    def as_map(self) -> JsonObject:
         """The source partition map, in Java ``HashMap`` iteration order."""
         if self.task_key is None:
             return {SERVER_KEY: self.server}
@@ -87,7 +87,7 @@ def offset_record_key(connector_name: str, partition: OffsetPartition) -> bytes:
     return jackson_bytes([connector_name, partition.as_map()])
 
 
-def parse_offset_record_key(data: bytes) -> tuple[str, dict[str, Any]]:
+def parse_offset_record_key(data: bytes) -> tuple[str, JsonObject]:
     """Split an offsets-topic key into (connector name, partition map); ValueError if malformed."""
     try:
         parsed = json.loads(data)
@@ -103,7 +103,7 @@ def parse_offset_record_key(data: bytes) -> tuple[str, dict[str, Any]]:
     return parsed[0], parsed[1]
 
 
-def partition_from_map(partition: dict[str, Any]) -> OffsetPartition | None:
+def partition_from_map(partition: JsonObject) -> OffsetPartition | None:
     """The ``VitessPartition`` a partition map denotes, or None if it is not one."""
     server = partition.get(SERVER_KEY)
     if not isinstance(server, str):

@@ -25,6 +25,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from cdcworker import kafkaclients
+from cdcworker.jsontypes import JsonObject
 from cdcworker.kafkaerrors import (
     UNKNOWN_PARTITION,
     KafkaAccessError,
@@ -63,7 +64,7 @@ class OffsetStore:
 
     def __init__(
         self,
-        client_config: Mapping[str, Any],
+        client_config: Mapping[str, object],
         topic: str,
         *,
         partitions: int = CONNECT_DEFAULT_PARTITIONS,
@@ -110,7 +111,7 @@ class OffsetStore:
             )
         return self.num_partitions(admin)
 
-    def _first_answer(self, admin: AdminClient, future: Any, errors: list[KafkaError]) -> None:
+    def _first_answer(self, admin: AdminClient, future: Any, errors: list[KafkaError]) -> None:  # Any: a confluent-kafka admin future (untyped in its stubs)
         """Wait for the cluster's first answer; stop at once if it refuses the credentials or TLS
         settings, and name the last connection error if it does not answer in time."""
         import concurrent.futures
@@ -130,7 +131,7 @@ class OffsetStore:
                 raise OffsetStoreError(f"Kafka ({self._config.get('bootstrap.servers')}) did not answer within "
                                        f"{self._timeout:.0f} s{last}")
 
-    def _describe_when_visible(self, admin: AdminClient) -> dict[str, Any]:
+    def _describe_when_visible(self, admin: AdminClient) -> JsonObject:
         """Topic configs; a topic created a moment ago may not be in every broker's metadata yet."""
         import time
 
@@ -139,7 +140,7 @@ class OffsetStore:
         delay = 0.05
         while True:
             try:
-                result: dict[str, Any] = admin.describe_configs([resource], request_timeout=self._timeout)[
+                result: JsonObject = admin.describe_configs([resource], request_timeout=self._timeout)[
                     resource
                 ].result(self._timeout)
                 return result
@@ -243,7 +244,7 @@ class OffsetStore:
         connector_name: str,
         partition: OffsetPartition,
         value: OffsetValue | None,
-        on_delivery: Any = None,
+        on_delivery: object = None,
     ) -> tuple[bytes, bytes | None]:
         """Queue one offset record on ``producer`` (e.g. inside the caller's transaction).
 
@@ -252,7 +253,7 @@ class OffsetStore:
         """
         key = offset_record_key(connector_name, partition)
         data = None if value is None else value.to_bytes()
-        kwargs: dict[str, Any] = {}
+        kwargs: dict[str, Any] = {}  # Any: Producer.produce's keyword arguments, each of its own type
         if on_delivery is not None:
             kwargs["on_delivery"] = on_delivery
         producer.produce(self.topic, key=key, value=data, partition=self.partition_for(key), **kwargs)

@@ -17,8 +17,8 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
+from cdcworker.jsontypes import JsonMapping, JsonValue
 from cdcworker.offsets.javacompat import jackson_bytes, java_hashmap_order
 from cdcworker.offsets.vgtid import ShardGtid, Vgtid
 from cdcworker.textcut import quote
@@ -44,7 +44,7 @@ TRANSACTION_EPOCH_KEY = "transaction_epoch"
 class OffsetValue:
     """An offset map with its field order (which fixes its bytes)."""
 
-    fields: Mapping[str, Any]
+    fields: JsonMapping
 
     # -- construction --------------------------------------------------------------------------
 
@@ -54,14 +54,14 @@ class OffsetValue:
         vgtid: Vgtid,
         transaction_id: str | None = None,
         collection_counts: Mapping[str, int] | None = None,
-        extra: Iterable[tuple[str, Any]] = (),
+        extra: Iterable[tuple[str, JsonValue]] = (),
     ) -> OffsetValue:
         """The value Debezium would write: fields put in its order into a Java ``HashMap``.
 
         ``collection_counts`` maps data collection ids (``<shard>.<keyspace>.<table>``) to event
         counts; Debezium copies them from its own ``HashMap``, so they are put in that order.
         """
-        items: list[tuple[str, Any]] = [(VGTID_KEY, vgtid.to_json())]
+        items: list[tuple[str, JsonValue]] = [(VGTID_KEY, vgtid.to_json())]
         if transaction_id is not None:
             items.append((TRANSACTION_ID_KEY, transaction_id))
         if collection_counts:
@@ -118,7 +118,7 @@ class OffsetValue:
             return OffsetValue(fields)
         return OffsetValue.build(vgtid, extra=list(fields.items()))
 
-    def with_fields(self, extra: Iterable[tuple[str, Any]]) -> OffsetValue:
+    def with_fields(self, extra: Iterable[tuple[str, JsonValue]]) -> OffsetValue:
         """These fields plus ``extra`` (replacing same-named ones), in Java ``HashMap`` order as
         Connect would write them. Used for shardcdc's own fields (e.g. ``shardcdc_backfill``), which a
         Debezium consumer of the offsets topic ignores: it reads only the keys it knows."""
@@ -143,7 +143,7 @@ class Checkpoint(Vgtid):
 
     transaction_id: str | None = None
     collection_counts: tuple[tuple[str, int], ...] = ()
-    extra: tuple[tuple[str, Any], ...] = ()
+    extra: tuple[tuple[str, JsonValue], ...] = ()
 
     def __post_init__(self) -> None:
         """No check: a checkpoint takes the entries of a position that is already a ``Vgtid``
@@ -155,7 +155,7 @@ class Checkpoint(Vgtid):
         shard_gtids: tuple[ShardGtid, ...],
         transaction_id: str | None,
         collection_counts: tuple[tuple[str, int], ...],
-        extra: tuple[tuple[str, Any], ...],
+        extra: tuple[tuple[str, JsonValue], ...],
     ) -> Checkpoint:
         """``Checkpoint(...)`` for the streaming loop (one per transaction): the same object,
         its slots set directly instead of through the frozen ``__init__``'s generic setattr."""
@@ -183,7 +183,7 @@ def offset_value_at(position: Vgtid) -> OffsetValue:
     return OffsetValue.build(position)
 
 
-def with_offset_fields(position: Vgtid, fields: tuple[tuple[str, Any], ...], owned: frozenset[str]) -> Vgtid:
+def with_offset_fields(position: Vgtid, fields: tuple[tuple[str, JsonValue], ...], owned: frozenset[str]) -> Vgtid:
     """``position`` whose extra offset fields named in ``owned`` are exactly ``fields`` (the
     others, e.g. transaction metadata's, kept). The same object when nothing changes, so a task
     without such state pays one tuple check per commit point."""

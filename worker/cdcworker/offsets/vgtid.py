@@ -20,8 +20,9 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from cdcworker.jsontypes import JsonMapping, JsonObject, JsonValue
 from cdcworker.offsets.javacompat import jackson_dumps
 from cdcworker.textcut import quote
 
@@ -47,7 +48,7 @@ def _encode_values(text: str) -> bytes:
         raise ValueError(f"lastpk row values hold an unpaired surrogate: {text!r}") from exc
 
 
-def _require(obj: Mapping[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
+def _require(obj: JsonMapping, key: str, kind: type | tuple[type, ...], where: str) -> JsonValue:
     if key not in obj:
         raise ValueError(f"{where}: missing {key!r}")
     value = obj[key]
@@ -65,12 +66,12 @@ class PKField:
     charset: int
     flags: int  # uint32 on the wire; Java writes it as a signed int
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         flags = self.flags - _INT32 if self.flags >= 1 << 31 else self.flags
         return {"name": self.name, "type": self.type, "charset": self.charset, "flags": flags}
 
     @classmethod
-    def from_json(cls, obj: Any) -> PKField:
+    def from_json(cls, obj: object) -> PKField:
         if not isinstance(obj, dict):
             raise ValueError(f"lastpk field must be an object, got {quote(obj)}")
         return cls(
@@ -88,11 +89,11 @@ class PKRow:
     lengths: tuple[int, ...]
     values: bytes
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"lengths": [str(n) for n in self.lengths], "values": _decode_values(self.values)}
 
     @classmethod
-    def from_json(cls, obj: Any) -> PKRow:
+    def from_json(cls, obj: object) -> PKRow:
         if not isinstance(obj, dict):
             raise ValueError(f"lastpk row must be an object, got {quote(obj)}")
         lengths = _require(obj, "lengths", list, "lastpk row")
@@ -110,11 +111,11 @@ class LastPK:
     fields: tuple[PKField, ...] = ()
     rows: tuple[PKRow, ...] = ()
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"fields": [f.to_json() for f in self.fields], "rows": [r.to_json() for r in self.rows]}
 
     @classmethod
-    def from_json(cls, obj: Any) -> LastPK:
+    def from_json(cls, obj: object) -> LastPK:
         if obj is None:  # Debezium would fail on this; treat as "no row copied yet"
             return cls()
         if not isinstance(obj, dict):
@@ -131,11 +132,11 @@ class TableLastPK:
     table_name: str
     lastpk: LastPK = field(default_factory=LastPK)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"table_name": self.table_name, "lastpk": self.lastpk.to_json()}
 
     @classmethod
-    def from_json(cls, obj: Any) -> TableLastPK:
+    def from_json(cls, obj: object) -> TableLastPK:
         if not isinstance(obj, dict):
             raise ValueError(f"table_p_ks entry must be an object, got {quote(obj)}")
         return cls(_require(obj, "table_name", str, "table_p_ks entry"), LastPK.from_json(obj.get("lastpk")))
@@ -155,7 +156,7 @@ class ShardGtid:
         """True when resuming from here runs (or continues) a VStream copy."""
         return self.gtid == EMPTY_GTID or bool(self.table_p_ks)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {
             "keyspace": self.keyspace,
             "shard": self.shard,
@@ -164,7 +165,7 @@ class ShardGtid:
         }
 
     @classmethod
-    def from_json(cls, obj: Any) -> ShardGtid:
+    def from_json(cls, obj: object) -> ShardGtid:
         if not isinstance(obj, dict):
             raise ValueError(f"shard gtid must be an object, got {quote(obj)}")
         where = "shard gtid"

@@ -12,10 +12,10 @@ from cdcworker.offsets.vgtid import Vgtid
 
 if TYPE_CHECKING:
     from cdcworker.idleprobe import AckCheckpoints
-    from cdcworker.observability import TaskMetrics
+    from cdcworker.observability import StageMetrics
 
 
-def note_durable(metrics: TaskMetrics, checkpoints: AckCheckpoints, read: Vgtid, durable: Vgtid | None,
+def note_durable(metrics: StageMetrics, checkpoints: AckCheckpoints, read: Vgtid, durable: Vgtid | None,
                  committed: bool) -> None:
     """``read``: the stream's position; ``durable``: what Kafka holds; ``committed``: the stream
     has seen a commit. All read is durable: every shard's last commit is acknowledged; else (under

@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from cdcworker.events.encoder import OutRecord
 from cdcworker.events.jsonfmt import dumps
-from cdcworker.events.types import connect_schema
+from cdcworker.events.types import as_field, connect_schema
+from cdcworker.jsontypes import JsonObject
 
 __all__ = [
     "HEARTBEAT_KEY_SCHEMA_NAME",
@@ -39,25 +39,20 @@ HEARTBEAT_PARTITION = 0  # Debezium sends heartbeats to partition 0 explicitly
 LOW_WATERMARK_FIELD = "low_watermark"
 
 
-def _f(schema: dict[str, Any], name: str) -> dict[str, Any]:
-    schema["field"] = name
-    return schema
-
-
-def heartbeat_key_schema() -> dict[str, Any]:
+def heartbeat_key_schema() -> JsonObject:
     return {
         "type": "struct",
-        "fields": [_f(connect_schema("string", False), "serverName")],
+        "fields": [as_field(connect_schema("string", False), "serverName")],
         "optional": False,
         "name": HEARTBEAT_KEY_SCHEMA_NAME,
         "version": 1,
     }
 
 
-def heartbeat_value_schema(low_watermark: bool = False) -> dict[str, Any]:
-    fields = [_f(connect_schema("string", False), "vgtid"), _f(connect_schema("int64", False), "ts_ms")]
+def heartbeat_value_schema(low_watermark: bool = False) -> JsonObject:
+    fields = [as_field(connect_schema("string", False), "vgtid"), as_field(connect_schema("int64", False), "ts_ms")]
     if low_watermark:
-        fields.append(_f(connect_schema("int64", True), LOW_WATERMARK_FIELD))
+        fields.append(as_field(connect_schema("int64", True), LOW_WATERMARK_FIELD))
     return {
         "type": "struct",
         "fields": fields,
@@ -67,7 +62,7 @@ def heartbeat_value_schema(low_watermark: bool = False) -> dict[str, Any]:
     }
 
 
-def _wrap(schema: dict[str, Any], payload: bytes, enabled: bool) -> bytes:
+def _wrap(schema: JsonObject, payload: bytes, enabled: bool) -> bytes:
     return b'{"schema":' + dumps(schema) + b',"payload":' + payload + b"}" if enabled else payload
 
 
@@ -85,7 +80,7 @@ def heartbeat_record(
 ) -> OutRecord:
     """One heartbeat record (send it to ``HEARTBEAT_PARTITION``)."""
     key = _wrap(heartbeat_key_schema(), dumps({"serverName": server_name}), key_schemas_enable)
-    value: dict[str, Any] = {"vgtid": vgtid if vgtid is not None else "", "ts_ms": ts_ms}
+    value: JsonObject = {"vgtid": vgtid if vgtid is not None else "", "ts_ms": ts_ms}
     if low_watermark:
         value[LOW_WATERMARK_FIELD] = low_watermark_ms
     body = _wrap(heartbeat_value_schema(low_watermark), dumps(value), value_schemas_enable)
@@ -146,7 +141,7 @@ class HeartbeatEmitter:
         """A heartbeat now, regardless of the timer (Debezium's forced beat)."""
         if not self.enabled or not has_offset:
             return None
-        value: dict[str, Any] = {
+        value: JsonObject = {
             "vgtid": offset_vgtid if offset_vgtid is not None else "",
             "ts_ms": self._wall_ms(),
         }

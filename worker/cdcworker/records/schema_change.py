@@ -23,12 +23,12 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Sequence
-from typing import Any
 
 from cdcworker.events.encoder import DEBEZIUM_VERSION, OutRecord
 from cdcworker.events.jsonfmt import dumps
 from cdcworker.events.source import SourceContext, source_schema
-from cdcworker.events.types import connect_schema
+from cdcworker.events.types import as_field, connect_schema
+from cdcworker.jsontypes import JsonObject
 
 __all__ = [
     "SCHEMA_CHANGE_PARTITION",
@@ -82,36 +82,31 @@ def ddl_operation_and_table(statement: str) -> tuple[str, str]:
     return op, name.replace("`", "")
 
 
-def _f(schema: dict[str, Any], name: str) -> dict[str, Any]:
-    schema["field"] = name
-    return schema
-
-
-def _str_array(optional: bool) -> dict[str, Any]:
+def _str_array(optional: bool) -> JsonObject:
     return {"type": "array", "items": connect_schema("string", False), "optional": optional}
 
 
-def _change_schema() -> dict[str, Any]:
+def _change_schema() -> JsonObject:
     """Debezium core's ``SchemaFactory.schemaHistoryChangeSchema``."""
     s, i32, b = "string", "int32", "boolean"
     column = {
         "type": "struct",
         "fields": [
-            _f(connect_schema(s, False), "name"),
-            _f(connect_schema(i32, False), "jdbcType"),
-            _f(connect_schema(i32, True), "nativeType"),
-            _f(connect_schema(s, False), "typeName"),
-            _f(connect_schema(s, True), "typeExpression"),
-            _f(connect_schema(s, True), "charsetName"),
-            _f(connect_schema(i32, True), "length"),
-            _f(connect_schema(i32, True), "scale"),
-            _f(connect_schema(i32, False), "position"),
-            _f(connect_schema(b, True), "optional"),
-            _f(connect_schema(b, True), "autoIncremented"),
-            _f(connect_schema(b, True), "generated"),
-            _f(connect_schema(s, True), "comment"),
-            _f(connect_schema(s, True), "defaultValueExpression"),
-            _f(_str_array(True), "enumValues"),
+            as_field(connect_schema(s, False), "name"),
+            as_field(connect_schema(i32, False), "jdbcType"),
+            as_field(connect_schema(i32, True), "nativeType"),
+            as_field(connect_schema(s, False), "typeName"),
+            as_field(connect_schema(s, True), "typeExpression"),
+            as_field(connect_schema(s, True), "charsetName"),
+            as_field(connect_schema(i32, True), "length"),
+            as_field(connect_schema(i32, True), "scale"),
+            as_field(connect_schema(i32, False), "position"),
+            as_field(connect_schema(b, True), "optional"),
+            as_field(connect_schema(b, True), "autoIncremented"),
+            as_field(connect_schema(b, True), "generated"),
+            as_field(connect_schema(s, True), "comment"),
+            as_field(connect_schema(s, True), "defaultValueExpression"),
+            as_field(_str_array(True), "enumValues"),
         ],
         "optional": False,
         "name": "io.debezium.connector.schema.Column",
@@ -120,10 +115,10 @@ def _change_schema() -> dict[str, Any]:
     table = {
         "type": "struct",
         "fields": [
-            _f(connect_schema(s, True), "defaultCharsetName"),
-            _f(_str_array(True), "primaryKeyColumnNames"),
-            _f({"type": "array", "items": column, "optional": False}, "columns"),
-            _f(connect_schema(s, True), "comment"),
+            as_field(connect_schema(s, True), "defaultCharsetName"),
+            as_field(_str_array(True), "primaryKeyColumnNames"),
+            as_field({"type": "array", "items": column, "optional": False}, "columns"),
+            as_field(connect_schema(s, True), "comment"),
         ],
         "optional": True,
         "name": "io.debezium.connector.schema.Table",
@@ -132,9 +127,9 @@ def _change_schema() -> dict[str, Any]:
     return {
         "type": "struct",
         "fields": [
-            _f(connect_schema(s, False), "type"),
-            _f(connect_schema(s, False), "id"),
-            _f(table, "table"),
+            as_field(connect_schema(s, False), "type"),
+            as_field(connect_schema(s, False), "id"),
+            as_field(table, "table"),
         ],
         "optional": False,
         "name": "io.debezium.connector.schema.Change",
@@ -142,26 +137,26 @@ def _change_schema() -> dict[str, Any]:
     }
 
 
-def schema_change_key_schema() -> dict[str, Any]:
+def schema_change_key_schema() -> JsonObject:
     return {
         "type": "struct",
-        "fields": [_f(connect_schema("string", False), "databaseName")],
+        "fields": [as_field(connect_schema("string", False), "databaseName")],
         "optional": False,
         "name": f"io.debezium.connector.{CONNECTOR_NAME}.SchemaChangeKey",
         "version": 1,
     }
 
 
-def schema_change_value_schema() -> dict[str, Any]:
+def schema_change_value_schema() -> JsonObject:
     return {
         "type": "struct",
         "fields": [
-            _f(source_schema(), "source"),
-            _f(connect_schema("int64", False), "ts_ms"),
-            _f(connect_schema("string", True), "databaseName"),
-            _f(connect_schema("string", True), "schemaName"),
-            _f(connect_schema("string", True), "ddl"),
-            _f({"type": "array", "items": _change_schema(), "optional": False}, "tableChanges"),
+            as_field(source_schema(), "source"),
+            as_field(connect_schema("int64", False), "ts_ms"),
+            as_field(connect_schema("string", True), "databaseName"),
+            as_field(connect_schema("string", True), "schemaName"),
+            as_field(connect_schema("string", True), "ddl"),
+            as_field({"type": "array", "items": _change_schema(), "optional": False}, "tableChanges"),
         ],
         "optional": False,
         "name": f"io.debezium.connector.{CONNECTOR_NAME}.SchemaChangeValue",

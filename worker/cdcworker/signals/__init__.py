@@ -29,14 +29,19 @@ import queue
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from cdcworker import kafkaclients
 from cdcworker.events import EncoderConfig, TablePlan
+from cdcworker.jsontypes import JsonMapping
 from cdcworker.signals import document
 from cdcworker.signals.document import SignalError, parse_data, parse_record
 from cdcworker.snapshot import SnapshotEngine, SnapshotRequest
 from cdcworker.textcut import quote
+
+if TYPE_CHECKING:
+    from cdcworker.offsets import Vgtid
+    from cdcworker.signals.forward import SignalRelay
 
 log = logging.getLogger(__name__)
 
@@ -49,12 +54,12 @@ LOG = "log"
 class Signal:
     id: str
     type: str
-    data: Mapping[str, Any]
+    data: JsonMapping
     channel: str = "source"
     position: tuple[str, int, int] | None = None  # Kafka channel: (topic, partition, offset) of its record
 
 
-def signal_from_row(row: Mapping[str, Any]) -> Signal:
+def signal_from_row(row: JsonMapping) -> Signal:
     """A signal-table row (``id``, ``type``, ``data``) as a Signal; ``SignalError`` when its data is
     not a JSON object."""
     return Signal(str(row.get("id") or ""), str(row.get("type") or ""), parse_data(row.get("data")), "source")
@@ -96,7 +101,7 @@ def signal_offsets_field(offsets: ChannelOffsets) -> tuple[tuple[str, str], ...]
     return ((SIGNAL_OFFSETS_KEY, json.dumps(by_topic, separators=(",", ":"))),)
 
 
-def stored_signal_offsets(fields: Mapping[str, Any] | None) -> dict[tuple[str, int], int] | None:
+def stored_signal_offsets(fields: JsonMapping | None) -> dict[tuple[str, int], int] | None:
     """The Kafka channels' read positions in a stored offset value (None: none recorded)."""
     raw = fields.get(SIGNAL_OFFSETS_KEY) if fields else None
     if not isinstance(raw, str):
@@ -109,7 +114,7 @@ def stored_signal_offsets(fields: Mapping[str, Any] | None) -> dict[tuple[str, i
         return None
 
 
-def inherited_signal_offsets(values: Sequence[Mapping[str, Any]]) -> dict[tuple[str, int], int] | None:
+def inherited_signal_offsets(values: Sequence[JsonMapping]) -> dict[tuple[str, int], int] | None:
     """Where a task of a new generation resumes the channel: per partition, the lowest position
     of the tasks its shards come from, so no signal that one of them had not acted on durably is
     lost (one that another had acted on may run again for that one's shards: at least once). A
@@ -273,7 +278,7 @@ class SignalTap:
     """Reads the signal table out of the change stream: INSERTs, acted on at their COMMIT."""
 
     def __init__(self, data_collection: str, encoder: EncoderConfig, dispatcher: SignalDispatcher,
-                 relay: Any = None) -> None:
+                 relay: SignalRelay | None = None) -> None:
         keyspace, _, table = data_collection.partition(".")
         # Multi-task: the row reaches only the task streaming its shard; the relay
         # (forward.SignalRelay) hands it to the others before the commit point is sealed.
@@ -283,16 +288,16 @@ class SignalTap:
         self._encoder = EncoderConfig(encoder.logical_name, encoder.naming, encoder.types)
         self._dispatcher = dispatcher
         self._plans: dict[tuple[str, str], TablePlan] = {}
-        self._pending: list[tuple[TablePlan, Any]] = []
+        self._pending: list[tuple[TablePlan, Any]] = []  # Any: vitessapi protobuf messages (generated code: no types for mypy)
 
-    def field(self, key: tuple[str, str], fe: Any) -> None:
+    def field(self, key: tuple[str, str], fe: Any) -> None:  # Any: vitessapi protobuf messages (generated code: no types for mypy)
         try:
             self._plans[key] = TablePlan.compile(fe, self._encoder)
         except ValueError as exc:
             self._plans.pop(key, None)
             log.warning("signal table FIELD event cannot be planned (%s); its rows are ignored", exc)
 
-    def row(self, key: tuple[str, str], re: Any) -> None:
+    def row(self, key: tuple[str, str], re: Any) -> None:  # Any: vitessapi protobuf messages (generated code: no types for mypy)
         plan = self._plans.get(key)
         if plan is None:
             return
@@ -300,7 +305,7 @@ class SignalTap:
             if rc.HasField("after") and not rc.HasField("before"):
                 self._pending.append((plan, rc))
 
-    def commit(self, vgtid_json: str = "", vgtid: Any = None, shard: str = "", before: Any = None) -> None:
+    def commit(self, vgtid_json: str = "", vgtid: Any = None, shard: str = "", before: Any = None) -> None:  # Any: vitessapi protobuf messages (generated code: no types for mypy)
         """The transaction of the pending rows committed at ``vgtid`` on ``shard`` (the stream's
         previous VGTID was ``before``): act on them, unless they are the signal table's initial
         copy (old signals, read by a copy batch)."""
@@ -319,7 +324,7 @@ class SignalTap:
             if self._relay is not None:
                 self._relay.publish(signal)
 
-    def _lastpk(self, vgtid: Any, shard: str) -> Any:
+    def _lastpk(self, vgtid: Vgtid, shard: str) -> Any:  # Any: vitessapi protobuf messages (generated code: no types for mypy)
         """The signal table's copy progress on ``shard`` in ``vgtid`` (None: not copying it).
 
         A copy batch of the signal table moves it; a new row (also a catch-up row during the copy
@@ -377,7 +382,7 @@ class KafkaSignalChannel:
         self._thread.start()
         return self
 
-    def _on_assign(self, consumer: Any, partitions: list[Any]) -> None:
+    def _on_assign(self, consumer: Any, partitions: list[Any]) -> None:  # Any: confluent-kafka's Consumer and TopicPartitions as its on_assign callback passes them
         for tp in partitions:
             if tp.partition in self._offsets:
                 tp.offset = self._offsets[tp.partition]

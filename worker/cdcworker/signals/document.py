@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any
 
+from cdcworker.jsontypes import JsonMapping, JsonValue
 from cdcworker.snapshot import SnapshotRequest, validate_condition
 from cdcworker.textcut import quote
 
@@ -34,7 +34,7 @@ class SignalError(ValueError):
     """A signal whose document has the wrong shape; the message names the field."""
 
 
-def parse_data(raw: Any) -> Mapping[str, Any]:
+def parse_data(raw: object) -> JsonMapping:
     """A signal's ``data``: a JSON object, given as one or as its JSON text (``{}`` when empty)."""
     if raw is None or raw == "" or raw == b"":
         return {}
@@ -50,7 +50,7 @@ def parse_data(raw: Any) -> Mapping[str, Any]:
     return _object(_json(raw, "data"), "data")
 
 
-def parse_record(value: bytes) -> Mapping[str, Any]:
+def parse_record(value: bytes) -> JsonMapping:
     """A Kafka signal record's value: a JSON object ``{"id", "type", "data"}``."""
     try:
         text = value.decode()
@@ -59,7 +59,7 @@ def parse_record(value: bytes) -> Mapping[str, Any]:
     return _object(_json(text, "the record value"), "the record value")
 
 
-def snapshot_request(signal_id: str, data: Mapping[str, Any]) -> SnapshotRequest:
+def snapshot_request(signal_id: str, data: JsonMapping) -> SnapshotRequest:
     """The ``execute-snapshot`` request a signal's ``data`` asks for."""
     collections = _collections(data)
     if not collections:
@@ -89,12 +89,12 @@ def snapshot_request(signal_id: str, data: Mapping[str, Any]) -> SnapshotRequest
     return SnapshotRequest(signal_id, collections, conditions, kind.lower())
 
 
-def stop_collections(data: Mapping[str, Any]) -> tuple[str, ...]:
+def stop_collections(data: JsonMapping) -> tuple[str, ...]:
     """The collections a ``stop-snapshot`` names (empty: all of them)."""
     return _collections(data)
 
 
-def log_message(data: Mapping[str, Any]) -> str:
+def log_message(data: JsonMapping) -> str:
     message = data.get("message", "")
     return message if isinstance(message, str) else json.dumps(message, default=str)
 
@@ -102,7 +102,7 @@ def log_message(data: Mapping[str, Any]) -> str:
 # --- helpers ------------------------------------------------------------------------------------
 
 
-def _json(text: str, what: str) -> Any:
+def _json(text: str, what: str) -> JsonValue:
     try:
         return json.loads(text)
     except RecursionError:
@@ -111,13 +111,13 @@ def _json(text: str, what: str) -> Any:
         raise SignalError(f"{what} is not JSON ({exc}): {quote(text)}") from None
 
 
-def _object(parsed: Any, what: str) -> Mapping[str, Any]:
+def _object(parsed: object, what: str) -> JsonMapping:
     if not isinstance(parsed, Mapping):
         raise SignalError(f"{what} must be a JSON object, got {_kind(parsed)} {quote(parsed)}")
     return parsed
 
 
-def _collections(data: Mapping[str, Any]) -> tuple[str, ...]:
+def _collections(data: JsonMapping) -> tuple[str, ...]:
     value = data.get("data-collections")
     if value is None or value == "":
         return ()
@@ -128,7 +128,7 @@ def _collections(data: Mapping[str, Any]) -> tuple[str, ...]:
     return tuple(value)
 
 
-def _condition_item(i: int, item: Any) -> tuple[str, str]:
+def _condition_item(i: int, item: object) -> tuple[str, str]:
     where = f'"additional-conditions"[{i}]'
     if not isinstance(item, Mapping):
         raise SignalError(f'{where} must be an object {{"data-collection": "ks.t", "filter": "<where>"}}, '
@@ -148,7 +148,7 @@ def _where(text: str, field: str) -> str:
         raise SignalError(f"{field}: {exc}") from None
 
 
-def _kind(value: Any) -> str:
+def _kind(value: object) -> str:
     """The JSON name of a value's type, as a user reading the document would say it."""
     if value is None:
         return "null"

@@ -23,11 +23,14 @@ import logging
 import threading
 import time
 from collections.abc import Mapping
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from cdcworker import kafkaclients
 from cdcworker.backfill.progress import SignalRecord
 from cdcworker.snapshot import SnapshotRequest
+
+if TYPE_CHECKING:
+    from cdcworker.signals import Signal
 
 log = logging.getLogger(__name__)
 
@@ -53,13 +56,13 @@ class TopicWriter:
     """Writes records to a one-partition topic and waits for Kafka to hold them (thread-safe),
     creating the topic on first use and retrying a failed write with a backoff."""
 
-    def __init__(self, client_config: Mapping[str, Any], topic: str, replication_factor: int = -1,
+    def __init__(self, client_config: Mapping[str, object], topic: str, replication_factor: int = -1,
                  topic_config: Mapping[str, str] | None = None) -> None:
         from cdcworker.backfill.store import ProgressStore
 
         self.store = ProgressStore(dict(client_config), topic, replication_factor, topic_config)
         self._lock = threading.Lock()
-        self._producer: Any = None
+        self._producer: Any = None  # Any: the native C producer or confluent-kafka's client (no common type)
         self._topic_ready = False
         self._interrupted = threading.Event()
 
@@ -72,7 +75,7 @@ class TopicWriter:
         """A write in progress gives up at its next attempt (the task is stopping; thread-safe)."""
         self._interrupted.set()
 
-    def _write(self, rec: Any, what: str) -> None:
+    def _write(self, rec: object, what: str) -> None:
         from confluent_kafka import KafkaException
 
         with self._lock:
@@ -99,7 +102,7 @@ class TopicWriter:
 class BackfillSignalForwarder(TopicWriter):
     """Writes snapshot signals to the progress topic (thread-safe; each call waits for Kafka)."""
 
-    def __init__(self, client_config: Mapping[str, Any], topic: str, keyspace: str,
+    def __init__(self, client_config: Mapping[str, object], topic: str, keyspace: str,
                  replication_factor: int = -1) -> None:
         super().__init__(client_config, topic, replication_factor)
         self.keyspace = keyspace
@@ -128,10 +131,10 @@ class BackfillSignalForwarder(TopicWriter):
     def active(self) -> bool:
         return False  # nothing runs in the task
 
-    def pump(self, processor: Any) -> None:
+    def pump(self, processor: object) -> None:
         """Nothing to pump: the operator runs the backfill."""
 
-    def restore(self, offset_fields: Any) -> None:
+    def restore(self, offset_fields: object) -> None:
         """No state in the offsets: the progress topic holds it."""
 
 
@@ -148,14 +151,14 @@ class SignalRelay(TopicWriter):
     its shards. Debezium's connector acts on the signal in that one task only.
     """
 
-    def __init__(self, client_config: Mapping[str, Any], prefix: str, origin: str, replication_factor: int = -1) -> None:
+    def __init__(self, client_config: Mapping[str, object], prefix: str, origin: str, replication_factor: int = -1) -> None:
         super().__init__(client_config, prefix + RELAY_SUFFIX, replication_factor,
                          topic_config={"cleanup.policy": "delete"})  # every signal kept (one key)
         self.prefix = prefix
         self.origin = origin
         self.relayed: list[str] = []  # signal ids, for status and tests
 
-    def publish(self, signal: Any) -> None:
+    def publish(self, signal: Signal) -> None:
         from cdcworker.signals import relay_value
 
         self._write(_Record(self.prefix.encode(), relay_value(signal, self.origin)), f"signal {signal.id}")

@@ -18,6 +18,7 @@ from cdcworker.config import WorkerConfig
 from cdcworker.events import EncoderConfig
 from cdcworker.filters import FailureHandler, FilterPolicy, vstream_rules
 from cdcworker.filters.failure import FailureMode, topic_limits
+from cdcworker.jsontypes import JsonMapping
 from cdcworker.offsets.value import Checkpoint, with_offset_fields
 from cdcworker.signals import (
     SIGNAL_OFFSETS_KEY,
@@ -39,7 +40,7 @@ from cdcworker.snapshot.vstream_copy import STATE_KEYS, VStreamCopyEngine
 if TYPE_CHECKING:
     from cdcworker.observability.metrics import ErroneousCounter, SignalMetrics
     from cdcworker.offsets import Vgtid
-    from cdcworker.streaming import StreamProcessor
+    from cdcworker.streaming import Features, StreamProcessor
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +83,7 @@ class TaskExtras:
         cls,
         cfg: WorkerConfig,
         encoder: EncoderConfig,
-        open_stream: Callable[[Any], Any],
+        open_stream: Callable[[Any], Any],  # Any: vitessapi protobuf messages (generated code: no types for mypy)
         shards: Callable[[], Sequence[str]],
         metrics: SignalMetrics | None = None,
     ) -> TaskExtras:
@@ -139,7 +140,7 @@ class TaskExtras:
             extras.channels.append(KafkaSignalChannel(client, sig.kafka_topic, group, cfg.topic_prefix, extras.dispatcher))
         return extras
 
-    def install(self, features: Any) -> None:
+    def install(self, features: Features) -> None:
         """Hand the stream processor what it needs (``streaming.Features``)."""
         features.policy = self.policy
         features.failures = self.failures
@@ -147,7 +148,7 @@ class TaskExtras:
         if self.dispatcher is not None:
             features.decorate = self.decorate
 
-    def decorate(self, position: Any) -> Any:
+    def decorate(self, position: Any) -> Any:  # Any: the commit point the stream sealed (commit_point), handed back as given
         """``position`` with the state to resume from in its offset fields: the ad-hoc snapshots
         (``VStreamCopyEngine.state_fields``) and where the Kafka signal channels have read to
         (also channels this task does not read, e.g. the relay in a one-task generation: carried
@@ -157,7 +158,7 @@ class TaskExtras:
         channels = self.dispatcher.offsets_field() if self.dispatcher is not None else ()
         return with_offset_fields(position, engine + channels, _OWNED_KEYS)
 
-    def restore(self, own: Mapping[str, Any] | None, inherited: Mapping[str, Mapping[str, Any]] | None = None) -> None:
+    def restore(self, own: JsonMapping | None, inherited: Mapping[str, JsonMapping] | None = None) -> None:
         """Resume from the task's stored offset fields (``own``), or, for a task key without one
         (a new generation), from the offset fields its shards come from (``inherited``, shard ->
         fields): the ad-hoc snapshots that were queued or running, and the Kafka signal channel's
@@ -189,7 +190,7 @@ class TaskExtras:
         """A snapshot is running: the task polls more often."""
         return self.engine is not None and self.engine.active
 
-    def poll(self, processor: Any) -> None:
+    def poll(self, processor: StreamProcessor) -> None:
         d = self.dispatcher
         if d is not None:
             d.poll()
@@ -202,7 +203,7 @@ class TaskExtras:
         if self.engine is not None and self.engine.active:
             self.engine.pump(processor)
 
-    def on_abort(self, durable: Any) -> None:
+    def on_abort(self, durable: object) -> None:
         """The exactly-once sink aborted its open Kafka transaction: what the signals since
         ``durable`` started is gone with it, so the snapshots start over from ``durable``'s state
         and the Kafka channels read again from its positions (signals acted on since are replayed)."""

@@ -43,16 +43,22 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cdcworker.events import EncoderConfig, SourceContext, TablePlan
 from cdcworker.filters.failure import EventLocation, FailureHandler
 from cdcworker.filters.tables import table_rule
+from cdcworker.jsontypes import JsonMapping, JsonObject
 from cdcworker.offsets import ShardGtid, Vgtid
 from cdcworker.offsets.copyresume import CopyResume
 from cdcworker.offsets.value import Checkpoint, with_offset_fields
 from cdcworker.snapshot import SnapshotRequest
 from vitessapi import binlogdata_pb2, vtgate_pb2
+
+if TYPE_CHECKING:
+    from cdcworker.offsets import Vgtid
+    from cdcworker.sink import KafkaSink
+    from cdcworker.streaming import StreamProcessor
 
 log = logging.getLogger(__name__)
 
@@ -87,21 +93,21 @@ class _WatchingSink:
     # No ``rows_sender`` here sends every live record through ``send`` while a snapshot runs.
     rows_sender = None
 
-    def __init__(self, inner: Any, topics: set[str], seen: set[tuple[str, bytes]]) -> None:
+    def __init__(self, inner: Any, topics: set[str], seen: set[tuple[str, bytes]]) -> None:  # Any: the live sink (KafkaSink or the native sink: no common base)
         self.inner = inner
         self._topics = topics
         self.seen = seen
 
-    def send(self, topic: str, key: bytes | None, value: bytes | None, headers: Any) -> None:
+    def send(self, topic: str, key: bytes | None, value: bytes | None, headers: Any) -> None:  # Any: the wrapped sink's headers, passed through
         if key is not None and topic in self._topics:
             self.seen.add((topic, key))
         self.inner.send(topic, key, value, headers)
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> Any:  # Any: any attribute of the wrapped sink
         return getattr(self.inner, name)
 
 
-def _stored_requests(offset_fields: Any) -> list[tuple[SnapshotRequest, str, set[str]]]:
+def _stored_requests(offset_fields: JsonMapping | None) -> list[tuple[SnapshotRequest, str, set[str]]]:
     """The snapshot requests of a stored offset (``state_fields``): (request, copy VGTID, stopped tables)."""
     raw = offset_fields.get(STATE_KEY) if offset_fields else None
     if not isinstance(raw, str):
@@ -121,7 +127,7 @@ def _stored_requests(offset_fields: Any) -> list[tuple[SnapshotRequest, str, set
 class _Run:
     """One request being copied."""
 
-    def __init__(self, request: SnapshotRequest, call: Any, topics: set[str], depth: int, resume: str = "") -> None:
+    def __init__(self, request: SnapshotRequest, call: Any, topics: set[str], depth: int, resume: str = "") -> None:  # Any: vitessapi protobuf messages (generated code: no types for mypy)
         self.request = request
         # Copy VGTIDs (JSON): of the newest flushed batch, and the resume point: every row up to
         # it has been handed to the sink (or superseded), so a restart may continue after it.
@@ -132,16 +138,16 @@ class _Run:
         self.topics = topics
         self.seen: set[tuple[str, bytes]] = set()
         self.stopped_tables: set[str] = set()
-        self.queue: queue.Queue[Any] = queue.Queue(maxsize=depth)
+        self.queue: queue.Queue[Any] = queue.Queue(maxsize=depth)  # Any: vitessapi protobuf messages (generated code: no types for mypy)
         self.plans: dict[tuple[str, str], TablePlan] = {}
-        self.rows: list[tuple[TablePlan, Any]] = []
-        self.held: tuple[TablePlan, Any, int, str] | None = None
+        self.rows: list[tuple[TablePlan, Any]] = []  # Any: vitessapi protobuf messages (generated code: no types for mypy)
+        self.held: tuple[TablePlan, Any, int, str] | None = None  # Any: vitessapi protobuf messages (generated code: no types for mypy)
         self.vgtid_json = ""
         self.vgtid: Vgtid | None = None  # the newest VGTID of the copy stream
         self.copy = CopyResume(())  # resume points of the shards copied (set by _launch)
         # Per shard, the copy state (table_p_ks) at the last COMMIT: a transaction that does not
         # move it is the tablet's catch-up of binlog changes, not a copy batch.
-        self.pks: dict[str, Any] = {}
+        self.pks: JsonObject = {}
         self.catchup_rows = 0
         self.cancelled = False
         self.emitted = 0
@@ -169,7 +175,7 @@ class VStreamCopyEngine:
 
     def __init__(
         self,
-        open_stream: Callable[[vtgate_pb2.VStreamRequest], Any],
+        open_stream: Callable[[vtgate_pb2.VStreamRequest], Any],  # Any: vitessapi protobuf messages (generated code: no types for mypy)
         keyspace: str,
         shards: Callable[[], Sequence[str]],
         encoder: EncoderConfig,
@@ -189,7 +195,7 @@ class VStreamCopyEngine:
         self._queued: deque[SnapshotRequest] = deque()
         self._resume: dict[str, str] = {}  # request id -> copy VGTID to resume from (restored)
         self._stopped: dict[str, set[str]] = {}  # request id -> tables a stop-snapshot removed (restored)
-        self._state_cache: tuple[Any, tuple[tuple[str, str], ...]] | None = None
+        self._state_cache: tuple[tuple[tuple[str, str, int], ...], tuple[tuple[str, str], ...]] | None = None
         self._run: _Run | None = None
         self._stopped_run: _Run | None = None  # stopped by a signal: its held row still to emit as "last"
         self.completed: list[str] = []  # request ids, in completion order
@@ -252,12 +258,12 @@ class VStreamCopyEngine:
         self._state_cache = (cache_key, fields)
         return fields
 
-    def decorate(self, position: Any) -> Any:
+    def decorate(self, position: Vgtid) -> Any:  # Any: the commit point the stream sealed (commit_point), handed back as given
         """``position`` with the snapshot state now in its offset fields (``offsets.Checkpoint.extra``);
         a state that ended is removed."""
         return with_offset_fields(position, self.state_fields(), STATE_KEYS)
 
-    def restore(self, offset_fields: Any) -> None:
+    def restore(self, offset_fields: JsonMapping | None) -> None:
         """Queue the snapshots a previous run of this task stored in its offset (``state_fields``)."""
         for request, vgtid, stopped in _stored_requests(offset_fields):
             if vgtid:
@@ -267,7 +273,7 @@ class VStreamCopyEngine:
             self._queued.append(request)
             log.info("snapshot %s restored from the offset (%s)", request.id, "resuming" if vgtid else "from the start")
 
-    def restore_inherited(self, values: Mapping[str, Mapping[str, Any]]) -> None:
+    def restore_inherited(self, values: Mapping[str, JsonMapping]) -> None:
         """A new generation's task: resume the snapshots the tasks its shards come from had queued
         or running (``values``: shard -> the offset fields it was inherited with). Each shard
         resumes from its own entry of the old copy position; a shard with none (its old task had
@@ -294,7 +300,7 @@ class VStreamCopyEngine:
             log.info("snapshot %s inherited from the previous generation (%d of %d shards resuming)",
                      rid, sum(1 for s in shards if s in have), len(shards))
 
-    def on_abort(self, durable: Any) -> None:
+    def on_abort(self, durable: Any) -> None:  # Any: the commit point the stream sealed (commit_point), handed back as given
         """The exactly-once sink aborted its open Kafka transaction (a reconnect inside a streamed
         transaction): snapshot records since ``durable`` are gone with it, while the live stream
         rewinds there. The snapshots start over from the state ``durable`` carries, as after a
@@ -357,6 +363,7 @@ class VStreamCopyEngine:
 
     # --- processing thread ------------------------------------------------------------------
 
+    # Any: pump swaps the processor's sink for a _WatchingSink, a duck of KafkaSink that StreamProcessor.sink does not admit
     def pump(self, processor: Any, max_responses: int = 32) -> int:
         """Emit what the snapshot stream delivered, between live transactions; returns records sent."""
         if processor is None or not processor.between_transactions:
@@ -407,7 +414,7 @@ class VStreamCopyEngine:
             processor.seal(dataclasses.replace(processor.position))
         return run.emitted - before
 
-    def _finish_stopped(self, processor: Any) -> None:
+    def _finish_stopped(self, processor: StreamProcessor) -> None:
         """After a ``stop-snapshot``: the held row goes out as ``"last"``, then a commit point."""
         run, self._stopped_run = self._stopped_run, None
         assert run is not None
@@ -469,7 +476,7 @@ class VStreamCopyEngine:
         else:
             log.info("snapshot %s stopped after %d records", run.request.id, run.emitted)
 
-    def _events(self, run: _Run, response: Any, sink: Any) -> bool:
+    def _events(self, run: _Run, response: Any, sink: KafkaSink) -> bool:  # Any: vitessapi protobuf messages (generated code: no types for mypy)
         """Handle one snapshot-stream response; True at the final COPY_COMPLETED."""
         for ev in response.events:
             t = ev.type
@@ -520,7 +527,7 @@ class VStreamCopyEngine:
                 run.rows = []
         run.pks = now
 
-    def _flush(self, run: _Run, sink: Any, commit_ts: int) -> None:
+    def _flush(self, run: _Run, sink: KafkaSink, commit_ts: int) -> None:
         """Emit the rows of a copy batch, always holding the newest one back: it may be the last.
 
         Moves the resume point: to this batch's VGTID when nothing is held, else to the VGTID of
@@ -540,7 +547,7 @@ class VStreamCopyEngine:
             run.flushed_vgtid = run.copy.resumable(run.vgtid).to_json()
         run.resume_vgtid = run.held_prev if run.held is not None else run.flushed_vgtid
 
-    def _superseded(self, run: _Run, plan: TablePlan, rc: Any, ts: int) -> bool:
+    def _superseded(self, run: _Run, plan: TablePlan, rc: Any, ts: int) -> bool:  # Any: vitessapi protobuf messages (generated code: no types for mypy)
         """The live stream already emitted this row's key (as new or newer): drop the read."""
         if not run.seen:
             return False
@@ -554,7 +561,7 @@ class VStreamCopyEngine:
             return True
         return False
 
-    def _emit_held(self, run: _Run, sink: Any, marker: str) -> None:
+    def _emit_held(self, run: _Run, sink: KafkaSink, marker: str) -> None:
         held, run.held = run.held, None
         if held is None:
             return

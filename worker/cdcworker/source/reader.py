@@ -20,10 +20,10 @@ END = object()  # VTGate completed the stream
 
 
 class ResponseReader:
-    def __init__(self, call: Any, depth: int = 16, max_bytes: int = 0, items: Iterable[Any] | None = None) -> None:
+    def __init__(self, call: Any, depth: int = 16, max_bytes: int = 0, items: Iterable[Any] | None = None) -> None:  # Any: vitessapi protobuf messages (generated code: no types for mypy)
         """``items``: what the thread iterates, if not ``call`` itself (a wrapper of its responses)."""
         # A C SimpleQueue bounded by a semaphore: a fraction of queue.Queue's per-item locking.
-        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()  # Any: responses (bytes or vitessapi messages) and the reader's end and error markers
         self._room = threading.BoundedSemaphore(depth)
         self._max_bytes = max_bytes
         # Byte accounting only when bounded by bytes: a lock per response is not free.
@@ -38,7 +38,7 @@ class ResponseReader:
         self._thread = threading.Thread(target=target, args=(call if items is None else items,), name="vstream-reader", daemon=True)
         self._thread.start()
 
-    def _run(self, responses: Iterable[Any]) -> None:
+    def _run(self, responses: Iterable[Any]) -> None:  # Any: vitessapi protobuf messages (generated code: no types for mypy)
         put = self._queue.put
         room = self._room.acquire
         try:
@@ -49,7 +49,7 @@ class ResponseReader:
         except BaseException as exc:  # handed to the processing thread, which decides
             put(exc)
 
-    def _run_bounded(self, responses: Iterable[Any]) -> None:
+    def _run_bounded(self, responses: Iterable[Any]) -> None:  # Any: vitessapi protobuf messages (generated code: no types for mypy)
         put = self._queue.put
         room = self._room.acquire
         budget = self._budget
@@ -86,7 +86,7 @@ class ResponseReader:
             self._closed = True
             self._budget.notify()
 
-    def next(self, timeout: float) -> Any:
+    def next(self, timeout: float) -> Any:  # Any: vitessapi protobuf messages (generated code: no types for mypy)
         try:
             item = self._queue.get(timeout=timeout)
         except queue.Empty:

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from cdcworker.config import WorkerConfig
 from cdcworker.config.clients import channel_settings
+from cdcworker.jsontypes import JsonObject
 from cdcworker.offsets import ShardGtid, Vgtid
 from cdcworker.offsets.store import OffsetStore
 from cdcworker.sink import TransactionalSink
@@ -87,7 +88,7 @@ def processor_class(task: WorkerTask) -> type[StreamProcessor]:
     return HandoffProcessor
 
 
-def processor_kwargs(task: WorkerTask) -> dict[str, Any]:  # Any: StreamProcessor's keyword arguments
+def processor_kwargs(task: WorkerTask) -> JsonObject:  # Any: StreamProcessor's keyword arguments
     return {"handoffs": task.handoff.states} if task.handoff is not None and handing_off(task) else {}
 
 

@@ -6,10 +6,10 @@ import json
 import logging
 import os
 import time
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from cdcworker import exitcodes
+from cdcworker.jsontypes import JsonMapping
 from cdcworker.offsets import Vgtid
 from cdcworker.offsets.store import OffsetStoreError
 from cdcworker.sink import SinkError
@@ -18,7 +18,7 @@ from cdcworker.stages.outcomes import TaskResult
 from cdcworker.streaming import ReassignmentNeeded, StreamProcessor
 
 if TYPE_CHECKING:
-    from cdcworker.observability import TaskMetrics
+    from cdcworker.observability import StageMetrics
     from cdcworker.stages.connect import Connection
     from cdcworker.stages.stream import Session
     from cdcworker.task import WorkerTask
@@ -96,7 +96,7 @@ def close(task: WorkerTask, conn: Connection, refused: bool) -> None:
     conn.close(1.0 if task.stopping or refused else None)
 
 
-def report_journal(metrics: TaskMetrics, exc: ReassignmentNeeded) -> None:
+def report_journal(metrics: StageMetrics, exc: ReassignmentNeeded) -> None:
     """Tell the operator where the reshard leads: in /status and in the pod's termination message."""
     journal = {
         "participants": sorted(p.shard for p in exc.journal.participants),
@@ -106,7 +106,7 @@ def report_journal(metrics: TaskMetrics, exc: ReassignmentNeeded) -> None:
     write_termination_message({"journal": journal})
 
 
-def write_termination_message(doc: Mapping[str, Any]) -> None:  # Any: a JSON document
+def write_termination_message(doc: JsonMapping) -> None:  # Any: a JSON document
     """The pod's termination message (``terminationMessagePath``), read by the operator."""
     path = os.environ.get("SHARDCDC_TERMINATION_LOG", "/dev/termination-log")
     try:

@@ -32,7 +32,7 @@ from cdcworker.stages.resume import NOTHING_TO_COPY, without_empty_copies
 from cdcworker.streaming import Features, StreamProcessor
 
 if TYPE_CHECKING:
-    from cdcworker.observability import TaskMetrics
+    from cdcworker.observability import StageMetrics
     from cdcworker.task import WorkerTask
 
 log = logging.getLogger(__name__)
@@ -103,7 +103,7 @@ def prepare(task: WorkerTask, conn: Connection, position: Vgtid, stored_start: b
     return session
 
 
-def idle_probe(task: WorkerTask, metrics: TaskMetrics, sink: KafkaSink) -> IdleProbe:
+def idle_probe(task: WorkerTask, metrics: StageMetrics, sink: KafkaSink) -> IdleProbe:
     """The low watermark's proof for idle shards, reading each shard's PRIMARY position."""
     from cdcworker.backfill.vtgate import VTGateClient
 
@@ -123,7 +123,7 @@ def idle_probe(task: WorkerTask, metrics: TaskMetrics, sink: KafkaSink) -> IdleP
     return IdleProbe(positions, lambda: sink.durable, metrics.mark_idle, interval=interval)
 
 
-def _on_heartbeat(metrics: TaskMetrics, probe: IdleProbe | None, ev: Any) -> None:  # Any: a VEvent (upb or raw)
+def _on_heartbeat(metrics: StageMetrics, probe: IdleProbe | None, ev: Any) -> None:  # Any: a VEvent (upb or raw)
     metrics.on_heartbeat(ev.timestamp)
     if probe is not None:
         probe.request()
@@ -188,7 +188,7 @@ def stream_once(task: WorkerTask, conn: Connection, session: Session, processor:
             session.next_flush = next_flush_at(task)
 
 
-def _process(task: WorkerTask, session: Session, processor: StreamProcessor, item: Any) -> bool:  # Any: a response (bytes or upb)
+def _process(task: WorkerTask, session: Session, processor: StreamProcessor, item: object) -> bool:  # a response (bytes or upb), handed to the processor
     """One response; True when an initial_only copy finished at it."""
     metrics = task.metrics
     assert metrics is not None

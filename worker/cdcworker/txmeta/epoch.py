@@ -24,6 +24,7 @@ import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
+from cdcworker.jsontypes import JsonMapping, JsonValue
 from cdcworker.keyrange import parse_shard
 from cdcworker.offsets.vgtid import CURRENT_GTID, EMPTY_GTID, Vgtid
 from cdcworker.txmeta.rank import parse_gtid, simple_gtid
@@ -244,8 +245,8 @@ class EpochProvider:
             raise EpochError(f"shard {shard!r} is not in the transaction VGTID {current}") from None
 
     def begin_natively(
-        self, tx_begin: Callable[..., Any], shape: tuple[Any, ...], id_json: bytes, ts_ms: int, current: Vgtid, shard: str
-    ) -> Any:
+        self, tx_begin: Callable[..., Any], shape: tuple[Any, ...], id_json: bytes, ts_ms: int, current: Vgtid, shard: str  # Any: the C extension's begin function and its argument shape (cdcworker._rowenc, no stubs)
+    ) -> Any:  # Any: the C extension's begin function and its argument shape (cdcworker._rowenc, no stubs)
         """``_rowenc.tx_begin``'s result for a transaction at ``current`` when the map stays as it
         is (then ``current`` becomes the previous VGTID, as ``epoch`` does), else None: the
         Python path decides."""
@@ -278,7 +279,7 @@ class EpochProvider:
     @classmethod
     def restore(
         cls,
-        stored: Mapping[str, Any] | None,
+        stored: JsonMapping | None,
         start_vgtid: Vgtid | str,
         *,
         connector_generation: int = 0,
@@ -310,7 +311,7 @@ class EpochProvider:
             epochs = ShardEpochMap(base)
         return cls(epochs, previous, inherit)
 
-    def offset_items(self, connector_generation: int) -> list[tuple[str, Any]]:
+    def offset_items(self, connector_generation: int) -> list[tuple[str, JsonValue]]:
         """The offset fields this state adds (``transaction_epoch``, ``connector_generation``)."""
         return [
             (TRANSACTION_EPOCH_KEY, self.epochs.to_json()),

@@ -43,6 +43,7 @@ import orjson
 from cdcworker.events import native
 from cdcworker.events.encoder import OutRecord
 from cdcworker.events.jsonfmt import dumps
+from cdcworker.jsontypes import JsonMapping, JsonObject, JsonValue
 from cdcworker.offsets.javacompat import java_hashmap_order
 from cdcworker.offsets.value import TRANSACTION_COUNT_PREFIX, TRANSACTION_ID_KEY, VGTID_KEY, OffsetValue
 from cdcworker.offsets.vgtid import Vgtid
@@ -79,10 +80,10 @@ def transaction_block_payload(
     epoch: int | None = None,
     rank_value: str | int | None = None,
     exclude: Collection[str] = (),
-) -> dict[str, Any]:
+) -> JsonObject:
     """The ``transaction`` block as a dict (pass ``epoch`` and ``rank_value`` for the ordered factory;
     ``rank_value`` already in JsonConverter form, see ``rank.decimal_json``)."""
-    items: list[tuple[str, Any]] = [
+    items: list[tuple[str, JsonValue]] = [
         ("id", transaction_id),
         ("total_order", total_order),
         ("data_collection_order", data_collection_order),
@@ -131,7 +132,7 @@ class TxOffsetFields(NamedTuple):
 
     transaction_id: str | None = None
     collection_counts: Mapping[str, int] = MappingProxyType({})
-    extra: tuple[tuple[str, Any], ...] = ()
+    extra: tuple[tuple[str, JsonValue], ...] = ()
 
     def to_offset(self, vgtid: Vgtid) -> OffsetValue:
         return OffsetValue.build(vgtid, self.transaction_id, self.collection_counts, self.extra)
@@ -142,7 +143,7 @@ class EndResult(NamedTuple):
     offset: TxOffsetFields  # what Debezium stores with the END record
 
 
-def _ended_at(transaction_id: str, stored_vgtid: Any) -> bool:
+def _ended_at(transaction_id: str, stored_vgtid: object) -> bool:
     """The restored offset was stored at the END of the transaction it names: its restart VGTID
     is that transaction's own VGTID, so nothing of it is replayed. Only an offset stored inside a
     transaction (restart VGTID before it, as Debezium's per-record offsets are) resumes one; an
@@ -162,7 +163,7 @@ def _positions(v: Vgtid) -> set[tuple[str, str, str]]:
     return {(sg.keyspace, sg.shard, sg.gtid) for sg in v}
 
 
-def _resume_point(restored: Mapping[str, Any]) -> tuple[str | None, dict[str, int], str | None]:
+def _resume_point(restored: JsonMapping) -> tuple[str | None, dict[str, int], str | None]:
     """The transaction a restored offset was stored inside (its id, the data records of each
     collection already delivered, and its shard if one shard holds them all), or nothing when the
     offset names no transaction or was stored at its END (``_ended_at``)."""
@@ -176,7 +177,7 @@ def _resume_point(restored: Mapping[str, Any]) -> tuple[str | None, dict[str, in
     return tx, counts, shards.pop() if len(shards) == 1 else None
 
 
-def _epoch_provider(opts: TxMetaOptions, restored: Mapping[str, Any] | None,
+def _epoch_provider(opts: TxMetaOptions, restored: JsonMapping | None,
                     start_vgtid: Vgtid | str | None) -> EpochProvider | None:
     """The ordered factory's epochs (None without it), restored from the offset; the first epoch is
     computed against where the stream starts, so that is required."""
@@ -199,7 +200,7 @@ class TransactionMonitor:
     def __init__(
         self,
         opts: TxMetaOptions,
-        restored: Mapping[str, Any] | None = None,
+        restored: JsonMapping | None = None,
         start_vgtid: Vgtid | str | None = None,
     ) -> None:
         """``restored``: the task's stored offset fields; ``start_vgtid``: where the stream starts
@@ -236,7 +237,7 @@ class TransactionMonitor:
         self._shape_block()
         # The epoch fields of the offset, per epoch map (the map object changes only on a reshard
         # or a host change; it is stored with every commit point).
-        self._epoch_items: tuple[object, tuple[tuple[str, Any], ...]] = (None, ())
+        self._epoch_items: tuple[object, tuple[tuple[str, JsonValue], ...]] = (None, ())
         if restored:
             self._resume_id, self._restored_counts, self._resume_shard = _resume_point(restored)
         self.epochs: EpochProvider | None = _epoch_provider(opts, restored, start_vgtid)
@@ -306,7 +307,7 @@ class TransactionMonitor:
         """Transaction fields of the offset as of now (``TransactionContext.store`` + epochs)."""
         return TxOffsetFields(self.transaction_id, dict(self.counts), self._epoch_fields())
 
-    def _epoch_fields(self) -> tuple[tuple[str, Any], ...]:
+    def _epoch_fields(self) -> tuple[tuple[str, JsonValue], ...]:
         if self.epochs is None:
             return ()
         epochs = self.epochs.epochs
@@ -318,7 +319,7 @@ class TransactionMonitor:
 
     # -- events ------------------------------------------------------------------------------
 
-    def begin(self, *args: Any, **kwargs: Any) -> OutRecord | None:
+    def begin(self, *args: Any, **kwargs: Any) -> OutRecord | None:  # Any: the C extension's begin function and its argument shape (cdcworker._rowenc, no stubs)
         """A BEGIN: start counting; the BEGIN record, or None (filtered, or a resumed transaction).
         The arguments are ``begin_value``'s."""
         value = self.begin_value(*args, **kwargs)
@@ -429,6 +430,7 @@ class TransactionMonitor:
             out = epochs.begin_natively(self._native_begin, self._begin_shape, id_json, ts_ms, vgtid, shard)  # type: ignore[arg-type]
         if out is None:
             return False
+        value: bytes | bool | None  # the C call's record value (see _native_begin)
         self.epoch, self.rank, self.boundary_key, value, head, tail = out
         self.transaction_id = transaction_id
         self._id_json = id_json
@@ -472,7 +474,7 @@ class TransactionMonitor:
         value, transaction_id, _, extra = self.finish(ts_ms)
         return EndResult(None if value is None else self._out(value), TxOffsetFields(transaction_id, counts, extra))
 
-    def finish(self, ts_ms: int) -> tuple[bytes | None, str | None, tuple[tuple[str, int], ...], tuple[tuple[str, Any], ...]]:
+    def finish(self, ts_ms: int) -> tuple[bytes | None, str | None, tuple[tuple[str, int], ...], tuple[tuple[str, JsonValue], ...]]:
         """``end`` for the streaming loop, once per transaction without building records: the END
         record's value (None: filtered, or no transaction open) and the offset fields it carries
         (transaction id, counters per data collection, epoch fields), as ``Checkpoint`` takes them."""
@@ -560,7 +562,7 @@ class TransactionMonitor:
     def _raw_value(self, body: bytes) -> bytes:
         return self._value_prefix + body + b"}" if self._value_prefix else body
 
-    def _value(self, value: dict[str, Any]) -> bytes:
+    def _value(self, value: JsonObject) -> bytes:
         if self._top_exclude:
             value = remove_fields_payload(value, self._value_schema_orig, self.opts.remove_fields)
         return self._raw_value(dumps(value))

@@ -13,9 +13,9 @@
 from __future__ import annotations
 
 from collections.abc import Collection
-from typing import Any
 
-from cdcworker.events.types import connect_schema
+from cdcworker.events.types import as_field, connect_schema
+from cdcworker.jsontypes import JsonObject
 
 __all__ = [
     "DECIMAL_SCHEMA_NAME",
@@ -34,27 +34,22 @@ EVENT_COUNT_COLLECTION_SCHEMA_NAME = "event.collection"
 DECIMAL_SCHEMA_NAME = "org.apache.kafka.connect.data.Decimal"
 
 
-def _f(schema: dict[str, Any], name: str) -> dict[str, Any]:
-    schema["field"] = name
-    return schema
-
-
-def transaction_key_schema() -> dict[str, Any]:
+def transaction_key_schema() -> JsonObject:
     return {
         "type": "struct",
-        "fields": [_f(connect_schema("string", False), "id")],
+        "fields": [as_field(connect_schema("string", False), "id")],
         "optional": False,
         "name": TRANSACTION_KEY_SCHEMA_NAME,
         "version": 1,
     }
 
 
-def transaction_value_schema() -> dict[str, Any]:
+def transaction_value_schema() -> JsonObject:
     per_collection = {
         "type": "struct",
         "fields": [
-            _f(connect_schema("string", False), "data_collection"),
-            _f(connect_schema("int64", False), "event_count"),
+            as_field(connect_schema("string", False), "data_collection"),
+            as_field(connect_schema("int64", False), "event_count"),
         ],
         "optional": True,
         "name": EVENT_COUNT_COLLECTION_SCHEMA_NAME,
@@ -63,11 +58,11 @@ def transaction_value_schema() -> dict[str, Any]:
     return {
         "type": "struct",
         "fields": [
-            _f(connect_schema("string", False), "status"),
-            _f(connect_schema("string", False), "id"),
-            _f(connect_schema("int64", True), "event_count"),
+            as_field(connect_schema("string", False), "status"),
+            as_field(connect_schema("string", False), "id"),
+            as_field(connect_schema("int64", True), "event_count"),
             {"type": "array", "items": per_collection, "optional": True, "field": "data_collections"},
-            _f(connect_schema("int64", False), "ts_ms"),
+            as_field(connect_schema("int64", False), "ts_ms"),
         ],
         "optional": False,
         "name": TRANSACTION_VALUE_SCHEMA_NAME,
@@ -75,21 +70,21 @@ def transaction_value_schema() -> dict[str, Any]:
     }
 
 
-def transaction_block_schema(ordered: bool = False, exclude: Collection[str] = ()) -> dict[str, Any]:
+def transaction_block_schema(ordered: bool = False, exclude: Collection[str] = ()) -> JsonObject:
     """The envelope's ``transaction`` field schema (without the ``"field"`` key).
 
     ``exclude`` names block fields removed by Debezium's ``RemoveField`` (``transaction.id`` →
     ``"id"``); that SMT rebuilds the struct with the same name, version and optionality.
     """
     candidates = [
-        _f(connect_schema("string", False), "id"),
-        _f(connect_schema("int64", False), "total_order"),
-        _f(connect_schema("int64", False), "data_collection_order"),
+        as_field(connect_schema("string", False), "id"),
+        as_field(connect_schema("int64", False), "total_order"),
+        as_field(connect_schema("int64", False), "data_collection_order"),
     ]
     if ordered:
-        candidates.append(_f(connect_schema("int64", False), "transaction_epoch"))
+        candidates.append(as_field(connect_schema("int64", False), "transaction_epoch"))
         candidates.append(
-            _f(connect_schema("bytes", False, DECIMAL_SCHEMA_NAME, 1, {"scale": "0"}), "transaction_rank")
+            as_field(connect_schema("bytes", False, DECIMAL_SCHEMA_NAME, 1, {"scale": "0"}), "transaction_rank")
         )
     fields = [f for f in candidates if f["field"] not in exclude]
     return {

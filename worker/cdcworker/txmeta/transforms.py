@@ -19,10 +19,11 @@ building, so nothing is serialized twice:
 from __future__ import annotations
 
 import functools
-from collections.abc import Collection, Mapping
+from collections.abc import Collection
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from cdcworker.jsontypes import JsonMapping, JsonObject
 from cdcworker.offsets.vgtid import Vgtid
 
 if TYPE_CHECKING:
@@ -52,8 +53,8 @@ def _path(prefix: str, name: str) -> str:
 
 
 def remove_fields_schema(
-    schema: Mapping[str, Any], paths: Collection[str], _prefix: str = ""
-) -> dict[str, Any]:
+    schema: JsonMapping, paths: Collection[str], _prefix: str = ""
+) -> JsonObject:
     """A struct schema (JsonConverter JSON form) as ``RemoveField`` rebuilds it."""
     fields = []
     for f in schema["fields"]:
@@ -62,7 +63,7 @@ def remove_fields_schema(
             fields.append(remove_fields_schema(f, paths, full))
         elif full not in paths:
             fields.append(f)
-    out: dict[str, Any] = {"type": "struct", "fields": fields, "optional": schema["optional"]}
+    out: JsonObject = {"type": "struct", "fields": fields, "optional": schema["optional"]}
     # SchemaBuilder.struct().version(v).name(n): doc, parameters and default are not carried over.
     if schema.get("name") is not None:
         out["name"] = schema["name"]
@@ -74,10 +75,10 @@ def remove_fields_schema(
 
 
 def remove_fields_payload(
-    value: Mapping[str, Any], schema: Mapping[str, Any], paths: Collection[str], _prefix: str = ""
-) -> dict[str, Any]:
+    value: JsonMapping, schema: JsonMapping, paths: Collection[str], _prefix: str = ""
+) -> JsonObject:
     """The payload of a struct under the *original* ``schema``, with ``paths`` removed."""
-    out: dict[str, Any] = {}
+    out: JsonObject = {}
     for f in schema["fields"]:
         name = f["field"]
         full = _path(_prefix, name)
