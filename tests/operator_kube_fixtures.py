@@ -19,6 +19,7 @@ from polling import wait_for as wait_for  # re-exported: the operator tests impo
 from kubetest.fakenodes import FakeNodes as FakeNodes  # re-exported, as above
 from kubetest.fakenodes import streaming_doc as streaming_doc
 
+_ROOT = Path(__file__).resolve().parents[1]
 # Arguments of the chart's Deployment that name in-pod ports and paths; a test run replaces them.
 _POD_ARGS = ("--liveness=", "--metrics-port=", "--webhook-port=", "--webhook-cert-dir=")
 
@@ -89,3 +90,15 @@ def chart_operator(kube: Any, chart_args: list[str], kubeconfig: Path | None, lo
     finally:
         stop_group(proc, timeout=20)
     assert proc.returncode is not None
+
+
+def install_operator(plane: Any, namespace: str, kubeconfig: Path) -> Path:
+    """The CRD, the operator's RBAC and namespaces in ``plane`` (a ``KubeControlPlane``); a kubeconfig
+    at ``kubeconfig`` for the operator's ServiceAccount (least privilege), watching ``namespace``."""
+    for ns in ("shardcdc-system", namespace):
+        plane.ensure_namespace(ns)
+    plane.kubectl("apply", "-f", str(_ROOT / "crds" / "shardcdc.io_cdcconnectors.yaml"), check=True)
+    plane.kubectl("apply", "-f", str(_ROOT / "operator" / "rbac.yaml"), check=True)
+    plane.wait_established("cdcconnectors.shardcdc.io")
+    token = plane.service_account_token("shardcdc-system", "shardcdc-operator")
+    return Path(plane.write_kubeconfig(kubeconfig, user="shardcdc-operator", token=token, namespace=namespace))

@@ -31,6 +31,7 @@ class ApiKubelet:
         self.errors: list[str] = []
         self.live_generations: list[tuple[str, frozenset[int]]] = []  # (connector, generations with processes)
         self._written: dict[str, Any] = {}  # pod name -> status last written
+        self._specs: dict[str, Any] = {}  # pod name -> spec of the Pod object in the API server
         self.kubelet = ProcessKubelet(self._source, self._resolve, workdir, period=period, restart_backoff=restart_backoff,
                                       extra_env=extra_env, on_change=lambda _bodies: self.kubelet.wake())
 
@@ -76,11 +77,19 @@ class ApiKubelet:
         for body in bodies:
             name = body["metadata"]["name"]
             names.add(name)
+            if name in self._written and self._specs.get(name) != body["spec"]:
+                # A restarted container gets fresh host ports (ProcessKubelet), but a Pod's spec is
+                # immutable: the Pod is created again with them, or the operator would keep reading
+                # /status on the old port (and never see the worker's reshard journal).
+                self.kube.request("DELETE", self._path("pods", name), {"gracePeriodSeconds": 0}, allow=(404,))
+                del self._written[name]
             if name not in self._written:
                 meta = {k: v for k, v in body["metadata"].items() if k not in ("deletionTimestamp", "creationTimestamp")}
                 pod = {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": body["spec"]}
-                self.kube.request("POST", self._path("pods"), pod, allow=(409,))
+                if self.kube.request("POST", self._path("pods"), pod, allow=(409,)) is None:
+                    continue  # the old object is still being deleted: the next pass creates it
                 self._written[name] = None
+                self._specs[name] = json.loads(json.dumps(body["spec"]))
             if self._written[name] != body["status"]:
                 self.kube.request("PATCH", self._path("pods", name, "status"), {"status": body["status"]},
                                 content_type="application/merge-patch+json")
@@ -88,6 +97,7 @@ class ApiKubelet:
         for name in set(self._written) - names:
             self.kube.request("DELETE", self._path("pods", name), {"gracePeriodSeconds": 0}, allow=(404,))
             del self._written[name]
+            self._specs.pop(name, None)
 
     def pods(self) -> list[dict[str, Any]]:
         return [b for b in self.kubelet.pods() if b["metadata"]["annotations"].get(DEPLOYMENT_ANNOTATION)]

@@ -3,11 +3,14 @@ conftest), its tables, a workload through VTGate, and "the topic equals the sour
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
 import subprocess
 import sys
+import threading
+import time
 import urllib.request
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -15,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 from confluent_kafka import KafkaException
 from polling import wait_for
@@ -24,6 +28,7 @@ from cdcworker.config import property_to_env
 from localkafka import ConsumedRecord, KafkaBroker, consume_all
 from localkafka.broker import free_port
 from realvitess import VTGateClient, VTTestServer
+from realvitess.client import VTGateError
 from realvitess.cluster import VitessCluster
 from realvitess.single import hash_vschema
 from shardcdc_cli.materialise import Materialised, compare, materialise
@@ -199,3 +204,47 @@ def topic_equals_source(broker: KafkaBroker, client: VTGateClient, prefix: str, 
 
     return wait_for(same, timeout=timeout, what=f"topic {topic_of(prefix, table, keyspace)} to equal the source",
                     period=0.5)
+
+
+@contextmanager
+def workload(writer: Writer) -> Iterator[None]:
+    """Writes in a thread while the block runs. Writes refused while traffic switches are skipped:
+    the source truth is read at the end."""
+    stop = threading.Event()
+
+    def work() -> None:
+        while not stop.is_set():
+            with contextlib.suppress(VTGateError, grpc.RpcError):  # refused while a process is down
+                writer.step()
+            stop.wait(0.05)  # pacing the workload, not synchronisation
+
+    thread = threading.Thread(target=work, name="workload", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(60)
+
+
+def switch_traffic(vt: VitessCluster, keyspace: str, workflow: str, verb: str = "SwitchTraffic",
+                   timeout: float = 300.0) -> None:
+    """``Reshard … SwitchTraffic`` (or ``ReverseTraffic``) once vtctldclient accepts it: it refuses
+    while the workflow (or the reverse one) copies or lags."""
+    deadline, last = time.monotonic() + timeout, ""
+    while time.monotonic() < deadline:
+        try:
+            vt.vtctldclient("Reshard", "--workflow", workflow, "--target-keyspace", keyspace, verb)
+            return
+        except RuntimeError as exc:
+            last = str(exc)[-500:]
+        time.sleep(2)  # polling the workflow's state with a deadline
+    raise AssertionError(f"{verb} not accepted within {timeout}s: {last}")
+
+
+def reshard_create(vt: VitessCluster, keyspace: str, workflow: str, sources: Sequence[str],
+                   targets: Sequence[str]) -> None:
+    """``Reshard … create`` from ``sources`` to ``targets`` (their tablets up: ``vt.add_shards``), PRIMARY only."""
+    vt.vtctldclient("Reshard", "--workflow", workflow, "--target-keyspace", keyspace, "create",
+                    "--source-shards", ",".join(sources), "--target-shards", ",".join(targets),
+                    "--tablet-types", "PRIMARY")

@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
 import urllib.request
 from collections.abc import Mapping, Sequence
@@ -212,9 +213,14 @@ class VitessCluster:
         kill_strays(self.procs.data / f"vt_{uid:010d}")
 
     def stop(self) -> None:
-        for shard in list(self.tablets):
-            uid = self.tablets[shard]
-            self.procs.stop(f"vttablet-{uid}")
+        # In parallel: a vttablet waits for its OnTermSync hooks (--onterm-timeout, 10 s) after
+        # SIGTERM, which one after the other made a six-tablet cluster's stop take a minute.
+        stoppers = [threading.Thread(target=self.procs.stop, args=(f"vttablet-{uid}",), daemon=True)
+                    for uid in self.tablets.values()]
+        for t in stoppers:
+            t.start()
+        for t in stoppers:
+            t.join(60)
         self.procs.stop_all()
         shutil.rmtree(self.root, ignore_errors=True)
 

@@ -15,105 +15,24 @@ import json
 import threading
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
 
 import pytest
-from operator_kube_fixtures import env_var, operator_runner, wait_for
-from operator_kubelet import ApiKubelet
+from operator_e2e_fixtures import Cluster, operator_cluster, worker_logs
+from operator_kube_fixtures import wait_for
 
-from cdcoperator.apply import KubeApi
 from cdcworker.offsets.keys import parse_offset_record_key
-from kubetest import KubeControlPlane, kube_control_plane_fixture
-from kubetest.controlplane import free_port
 from localkafka import KafkaBroker, consume_all
 from shardcdc_cli.materialise import compare, materialise
 from vtgatesim import VTGateSim
 from vtgatesim.workload import Workload
 
-ROOT = Path(__file__).resolve().parents[3]
-CRD_PATH = ROOT / "crds" / "shardcdc.io_cdcconnectors.yaml"
-RBAC_PATH = ROOT / "operator" / "rbac.yaml"
 NS = "e2e"
 STEP_TIMEOUT = 60.0
 
 
-class Cluster:
-    def __init__(self, plane: KubeControlPlane, kube: KubeApi, kubelet: ApiKubelet) -> None:
-        self.plane, self.kube, self.kubelet = plane, kube, kubelet
-
-    def kubectl(self, *args: str, input: str | None = None) -> str:
-        r = self.plane.kubectl("-n", NS, *args, input=input)
-        assert r.returncode == 0, r.stderr
-        return r.stdout
-
-    def get(self, name: str) -> dict[str, Any] | None:
-        return self.kube.request("GET", f"/apis/shardcdc.io/v1alpha1/namespaces/{NS}/cdcconnectors/{name}",
-                               allow=(404,))
-
-    def status(self, name: str) -> dict[str, Any]:
-        return dict((self.get(name) or {}).get("status") or {})
-
-    def ready(self, name: str, generation: int, tasks: int, shards: int) -> dict[str, Any] | None:
-        status = self.status(name)
-        a = status.get("assignment") or {}
-        ready = next((c for c in status.get("conditions") or () if c["type"] == "Ready"), {})
-        ok = (ready.get("status") == "True" and a.get("generation") == generation and a.get("tasks") == tasks
-              and len(a.get("shards") or ()) == shards)
-        return a if ok else None
-
-    def positions(self, name: str) -> dict[str, str]:
-        out = {}
-        for task in (self.status(name).get("assignment") or {}).get("taskStates") or ():
-            for part in (task.get("position") or "").split(";"):
-                if "@" in part:
-                    shard, gtid = part.split("@", 1)
-                    out[shard] = gtid
-        return out
-
-    def events(self, name: str) -> list[tuple[str, str, str]]:
-        out = self.kube.request("GET", f"/api/v1/namespaces/{NS}/events",
-                              query={"fieldSelector": f"involvedObject.name={name}"})
-        items = sorted((out or {}).get("items") or [], key=lambda e: int(e["metadata"]["resourceVersion"]))
-        return [(e["type"], e["reason"], e.get("message") or "") for e in items]
-
-    def pods(self) -> list[dict[str, Any]]:
-        out = self.kube.request("GET", f"/api/v1/namespaces/{NS}/pods")
-        return list((out or {}).get("items") or [])
-
-
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    for plane in kube_control_plane_fixture():
-        for ns in ("shardcdc-system", NS):
-            plane.ensure_namespace(ns)
-        plane.kubectl("apply", "-f", str(CRD_PATH), check=True)
-        plane.kubectl("apply", "-f", str(RBAC_PATH), check=True)
-        plane.wait_established("cdcconnectors.shardcdc.io")
-        token = plane.service_account_token("shardcdc-system", "shardcdc-operator")
-        sa_config = plane.write_kubeconfig(tmp_path_factory.mktemp("sa") / "operator.kubeconfig",
-                                           user="shardcdc-operator", token=token, namespace=NS)
-        liveness = f"http://127.0.0.1:{free_port()}/healthz"
-        workdir = tmp_path_factory.mktemp("pods")
-        with plane.api_client() as admin:
-            kube = KubeApi(admin)
-            with (
-                # Containers that exit come back at once (a kubelet restarts them after the reshard
-                # exit too): the operator must stop them before the next generation starts.
-                ApiKubelet(kube, NS, workdir, extra_env={"SHARDCDC_LOG_LEVEL": "INFO"}, restart_backoff=0.05) as kubelet,
-                env_var("SHARDCDC_OPERATOR_RESYNC_SECONDS", "0.5"),
-                plane.kubeconfig_env(sa_config),
-                operator_runner(NS, liveness, timeout=60) as runner,
-            ):
-                yield Cluster(plane, kube, kubelet)
-            assert kubelet.errors == []
-        assert runner.exception is None, runner.output[-3000:]
-        # Not a bare "403": log timestamps end in milliseconds like ",403".
-        assert "Forbidden" not in runner.output, runner.output[-3000:]
-
-
-def _logs(workdir: Path) -> str:
-    return "\n".join(f"--- {p}\n{p.read_text()[-1500:]}" for p in sorted(workdir.rglob("container.log")))
+    yield from operator_cluster(tmp_path_factory, NS)
 
 
 def test_cr_to_operator_to_worker_processes_to_kafka(cluster: Cluster, kafka_broker: KafkaBroker) -> None:
@@ -170,7 +89,7 @@ def test_cr_to_operator_to_worker_processes_to_kafka(cluster: Cluster, kafka_bro
             wait_for(lambda: (cluster.status("orders").get("assignment") or {}).get("stoppedCleanly"),
                      STEP_TIMEOUT, "stoppedCleanly")
         except AssertionError as exc:
-            raise AssertionError(f"{exc}\nevents: {cluster.events('orders')}\n{_logs(workdir)}") from None
+            raise AssertionError(f"{exc}\nevents: {cluster.events('orders')}\n{worker_logs(workdir)}") from None
         finally:
             workload.stop()
             writer.join(30)

@@ -15,11 +15,17 @@ import socket
 import threading
 import urllib.request
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-from operator_kube_fixtures import FakeNodes, env_var, operator_runner, streaming_doc, wait_for
+from operator_kube_fixtures import (
+    FakeNodes,
+    env_var,
+    install_operator,
+    operator_runner,
+    streaming_doc,
+    wait_for,
+)
 
 from cdcoperator.apply import KubeApi
 from cdcworker import exitcodes
@@ -28,9 +34,6 @@ from kubetest.controlplane import free_port
 from localkafka import KafkaBroker
 from vtgatesim import VTGateSim
 
-ROOT = Path(__file__).resolve().parents[3]
-CRD_PATH = ROOT / "crds" / "shardcdc.io_cdcconnectors.yaml"
-RBAC_PATH = ROOT / "operator" / "rbac.yaml"
 NS = "shop"
 SA = "system:serviceaccount:shardcdc-system:shardcdc-operator"
 
@@ -117,14 +120,7 @@ def connector(name: str, keyspace: str, env: Env, tasks: int = 2, vtctld: bool =
 def env(tmp_path_factory: pytest.TempPathFactory, kafka_broker: KafkaBroker) -> Iterator[Env]:
     with VTGateSim() as sim:
         for plane in kube_control_plane_fixture():
-            plane.ensure_namespace("shardcdc-system")
-            plane.ensure_namespace(NS)
-            plane.kubectl("apply", "-f", str(CRD_PATH), check=True)
-            plane.kubectl("apply", "-f", str(RBAC_PATH), check=True)
-            plane.wait_established("cdcconnectors.shardcdc.io")
-            token = plane.service_account_token("shardcdc-system", "shardcdc-operator")
-            sa_config = plane.write_kubeconfig(tmp_path_factory.mktemp("sa") / "operator.kubeconfig",
-                                               user="shardcdc-operator", token=token, namespace=NS)
+            sa_config = install_operator(plane, NS, tmp_path_factory.mktemp("sa") / "operator.kubeconfig")
             port = free_port()
             liveness = f"http://127.0.0.1:{port}/healthz"
             with plane.api_client() as admin, FakeNodes(KubeApi(admin), NS) as nodes:

@@ -15,14 +15,11 @@ The restart test runs first: the split and merge leave the keyspace on new table
 
 from __future__ import annotations
 
-import contextlib
-import threading
 import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-import grpc
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from local_mode_fixtures import Run, control, ready
@@ -33,15 +30,17 @@ from realvitess_fixtures import (
     Writer,
     per_key_order_kept,
     records,
+    reshard_create,
+    switch_traffic,
     topic_equals_source,
     worker_props,
+    workload,
     write_properties,
 )
 
 from cdcoperator.discovery import discover_via_vtctld
 from cdcoperator.local.children import stop_group
 from localkafka import KafkaBroker
-from realvitess.client import VTGateError
 from realvitess.cluster import VitessCluster
 from realvitess.single import hash_vschema
 from vtgatesim.topology import keyspace_id
@@ -53,40 +52,6 @@ TARGETS = ["-40", "40-80", "80-c0", "c0-"]
 # A split 2 -> 4, then a merge back 4 -> 2 (new tablets for -80 and 80-: the old shards are gone).
 PLAN = [("split", ["-80", "80-"], TARGETS), ("merge", TARGETS, ["-80", "80-"])]
 STEP = 180.0
-
-
-@contextlib.contextmanager
-def _workload(writer: Writer) -> Iterator[None]:
-    """Writes in a thread while the block runs. Writes refused while traffic switches are skipped:
-    the source truth is read at the end."""
-    stop = threading.Event()
-
-    def work() -> None:
-        while not stop.is_set():
-            with contextlib.suppress(VTGateError, grpc.RpcError):  # refused while a process is down
-                writer.step()
-            stop.wait(0.05)  # pacing the workload, not synchronisation
-
-    thread = threading.Thread(target=work, name="workload", daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join(60)
-
-
-def _switch_traffic(vt: VitessCluster, workflow: str, timeout: float = 300.0) -> None:
-    """SwitchTraffic once the copy is done (vtctldclient refuses it while the workflow copies or lags)."""
-    deadline, last = time.monotonic() + timeout, ""
-    while time.monotonic() < deadline:
-        try:
-            vt.vtctldclient("Reshard", "--workflow", workflow, "--target-keyspace", KS, "SwitchTraffic")
-            return
-        except RuntimeError as exc:
-            last = str(exc)[-500:]
-        time.sleep(2)  # polling the workflow's state with a deadline
-    raise AssertionError(f"SwitchTraffic not accepted within {timeout}s: {last}")
 
 
 @pytest.fixture(scope="module")
@@ -144,7 +109,7 @@ def test_a_tablet_and_vtgate_restarted_mid_stream_lose_nothing(
     stalls: dict[str, float] = {}
     try:
         wait_for(worker.streaming, timeout=180, what="the worker streaming", period=0.2)
-        with _workload(writer):
+        with workload(writer):
             wait_for(lambda: worker.sent() > 60, timeout=120, what="the workload streaming")
             vt.kill_tablet("-80")  # the primary vttablet and its mariadbd, SIGKILL
             vt.start_tablet("-80")
@@ -198,12 +163,10 @@ spec:
         ctl = wait_for(lambda: run.alive() or control(state, "cust"), STEP, "the control endpoint")
         wait_for(lambda: ready(ctl, 0, 2, 2), STEP, "generation 0 streaming 2 shards")
         for generation, (workflow, sources, targets) in enumerate(PLAN, start=1):
-            with _workload(writer):
+            with workload(writer):
                 vt.add_shards(targets)
-                vt.vtctldclient("Reshard", "--workflow", workflow, "--target-keyspace", KS, "create",
-                                "--source-shards", ",".join(sources), "--target-shards", ",".join(targets),
-                                "--tablet-types", "PRIMARY")
-                _switch_traffic(vt, workflow)
+                reshard_create(vt, KS, workflow, sources, targets)
+                switch_traffic(vt, KS, workflow)
                 a = wait_for(lambda g=generation, t=targets: ready(ctl, g, 2, len(t)), STEP,
                              f"generation {generation} over {targets}")
                 assert sorted(s for t in a["taskStates"] for s in t["shards"]) == sorted(targets)
