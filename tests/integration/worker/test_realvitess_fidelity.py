@@ -70,8 +70,8 @@ def test_execute_errors(sim: VTGateSim, real_vitess: VTTestServer) -> None:
         assert tm.startswith("target: commerce.0.primary: ")
         # With the table in its schema tracking, VTGate's planner answers before any tablet does.
         assert _error(real, "select nope from fid") == (3, "column 'nope' not found in table 'fid'")
-        assert _error(test, "select nope from fid") == (3, "target: commerce.0.primary: vttablet: rpc error: code = "
-                                                           "InvalidArgument desc = Unknown column 'nope' in 'field "
+        assert _error(test, "select nope from fid") == (5, "target: commerce.0.primary: vttablet: rpc error: code = "
+                                                           "NotFound desc = Unknown column 'nope' in 'field "
                                                            "list' (errno 1054) (sqlstate 42S22)")
         assert _error(real, "select * from nope") == _error(test, "select * from nope") == (2, "table nope not found")
         assert _error(real, "update fid set id = id where id = 100") == (
