@@ -35,7 +35,8 @@ from vitessapi import binlogdata_pb2, vtgate_pb2, vtgateservice_pb2_grpc
 KEYSPACE = "commerce"
 SHARDS = 2
 # One table per test (tests share the session's cluster): created at start, ``hash`` vindex on id.
-TABLES = ("items_alo", "items_eos", "items_kill", "items_bf", "fid", "big_alo", "big_eos", "bf_two", "bf_three")
+TABLES = ("items_alo", "items_eos", "items_kill", "items_bf", "fid", "big_alo", "big_eos", "bf_two", "bf_three",
+          "demo_items")
 COLUMNS = ("id", "name", "qty", "price")
 TABLE_DDL = ("create table {t} (id bigint not null, name varchar(64), qty int, price decimal(10,2), "
              "primary key (id))")
