@@ -5,7 +5,9 @@ normalised only for GTIDs, timestamps and server ids:
 * ``Execute`` results and errors (code and message) of a script of the statements users run;
 * VStream event sequences from ``current`` (types and order, FIELD metadata of every column type,
   row images), a DDL included;
-* the copy phase of two tables (``table_p_ks`` in VGTID events, COPY_COMPLETED, the order).
+* the copy phase of two tables (``table_p_ks`` in VGTID events, COPY_COMPLETED, the order) and of
+  every column type (the copy's text rendering);
+* HEARTBEAT events of an idle stream.
 
 Every difference is either equal here or pinned as docs/fidelity.md lists it (its entry number in a
 comment), so that a change on either side is seen."""
@@ -23,7 +25,7 @@ from realvitess_fixtures import KEYSPACE, OWN_TABLES, vstream_queue
 
 from realvitess import VTGateClient, VTTestServer
 from realvitess.client import VTGateError
-from vitessapi import binlogdata_pb2, query_pb2
+from vitessapi import binlogdata_pb2, query_pb2, vtgate_pb2
 from vtgatesim import VTGateSim
 from vtgatesim.wire import row_values
 
@@ -327,3 +329,43 @@ def test_copy_phase_of_two_tables(both: dict[str, tuple[VTGateClient, str]]) -> 
     assert real == test
     lastpks = [e[1][0][3] for e in real["80-"] if e[0] == "VGTID" and e[1][0][3]]
     assert lastpks == [(("diff_copy_a", ("id",), ((b"6",),)),), (("diff_copy_b", ("id",), ((b"6",),)),)]
+
+
+def test_copy_phase_of_every_column_type(both: dict[str, tuple[VTGateClient, str]]) -> None:
+    """The copy phase of diff_types (its rows as test_vstream_every_column_type left them): the
+    copy's row images (MySQL's text protocol, not the binlog's rendering) equal on both."""
+    stop = threading.Event()
+    got = {}
+    try:
+        for name, (_, address) in both.items():
+            q = vstream_queue(address, [("-80", "")], ["diff_types"], stop)
+            got[name] = collect(q, lambda seen: any(e[0] == "COPY_COMPLETED" and not e[2] for _, e in seen))
+    finally:
+        stop.set()
+    rows = {n: [e for _, e in evs if e[0] == "ROW"] for n, evs in got.items()}
+    assert [r[3][0] for r in rows["real"]] == [b"1", b"3"]
+    assert rows["real"] == rows["test"]
+
+
+def test_heartbeats_of_an_idle_stream(both: dict[str, tuple[VTGateClient, str]]) -> None:
+    """``heartbeat_interval`` 1 s on an idle stream: HEARTBEAT events, and nothing else, on both."""
+    stop = threading.Event()
+    got = {}
+    try:
+        for name, (_, address) in both.items():
+            q = vstream_queue(address, [("-80", "current")], ["diff_copy_a"], stop,
+                              flags=vtgate_pb2.VStreamFlags(heartbeat_interval=1))
+            seen: list[Any] = []
+            while sum(1 for e in seen if e.type == T.HEARTBEAT) < 2:
+                ev = q.get(timeout=30)
+                assert not isinstance(ev, Exception), ev
+                seen.append(ev)
+            got[name] = [(T.Name(e.type), e.keyspace, e.shard, bool(e.timestamp), bool(e.current_time)) for e in seen]
+    finally:
+        stop.set()
+    # The positioning OTHER carries no timestamp and no current_time on real Vitess (fidelity 14)
+    assert got["real"][1] == ("OTHER", KEYSPACE, "-80", False, False)
+    assert got["test"][1] == ("OTHER", KEYSPACE, "-80", True, True)
+    got["test"][1] = got["real"][1]
+    assert got["real"] == got["test"] == [("VGTID", KEYSPACE, "-80", False, False), got["real"][1],
+                                          ("HEARTBEAT", "", "", True, True), ("HEARTBEAT", "", "", True, True)]
