@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import queue
 import random
 import subprocess
 import sys
@@ -32,21 +33,34 @@ from realvitess.client import VTGateError
 from realvitess.cluster import VitessCluster
 from realvitess.single import hash_vschema
 from shardcdc_cli.materialise import Materialised, compare, materialise
+from vitessapi import binlogdata_pb2, vtgate_pb2, vtgateservice_pb2_grpc
 
 KEYSPACE = "commerce"
 SHARDS = 2
 # One table per test (tests share the session's cluster): created at start, ``hash`` vindex on id.
-TABLES = ("items_alo", "items_eos", "items_kill", "items_bf", "fid", "big_alo", "big_eos", "bf_two", "bf_three")
+TABLES = ("items_alo", "items_eos", "items_kill", "items_bf", "fid", "big_alo", "big_eos", "bf_two", "bf_three",
+          "demo_items")
 COLUMNS = ("id", "name", "qty", "price")
 TABLE_DDL = ("create table {t} (id bigint not null, name varchar(64), qty int, price decimal(10,2), "
              "primary key (id))")
+# Tables with columns of their own (the differential suite: every column type, the copy phase, DDL).
+OWN_TABLES = {
+    "diff_types": (
+        "create table diff_types (id bigint not null, ti tinyint, tb tinyint(1), su smallint unsigned, mi mediumint, "
+        "i int, bu bigint unsigned, fl float, db double, dc decimal(12,4), d date, t time(3), dtm datetime(6), "
+        "ts timestamp(3) null default null, yr year, ch char(8), vc varchar(32), tx text, bn binary(4), "
+        "vb varbinary(16), bl blob, js json, en enum('a','b','c'), st set('x','y','z'), bt bit(8), "
+        "u8 varchar(16) character set utf8mb4, lt varchar(16) character set latin1, primary key (id))"),
+    **{t: TABLE_DDL.format(t=t) for t in ("diff_copy_a", "diff_copy_b", "diff_ddl")},
+}
 
 pytestmark = pytest.mark.realvitess
 
 
 @contextmanager
 def start_commerce() -> Iterator[VTTestServer]:
-    with VTTestServer(KEYSPACE, SHARDS, [TABLE_DDL.format(t=t) for t in TABLES], hash_vschema(TABLES)) as vt:
+    ddl = [TABLE_DDL.format(t=t) for t in TABLES] + list(OWN_TABLES.values())
+    with VTTestServer(KEYSPACE, SHARDS, ddl, hash_vschema((*TABLES, *OWN_TABLES))) as vt:
         yield vt
 
 
@@ -248,3 +262,30 @@ def reshard_create(vt: VitessCluster, keyspace: str, workflow: str, sources: Seq
     vt.vtctldclient("Reshard", "--workflow", workflow, "--target-keyspace", keyspace, "create",
                     "--source-shards", ",".join(sources), "--target-shards", ",".join(targets),
                     "--tablet-types", "PRIMARY")
+
+
+def vstream_queue(address: str, shard_gtids: Sequence[tuple[str, str]], tables: Sequence[str], stop: threading.Event,
+                  keyspace: str = KEYSPACE, flags: vtgate_pb2.VStreamFlags | None = None) -> queue.Queue[Any]:
+    """A VStream of ``keyspace``'s shards [(shard, gtid)] and ``tables`` (``select *`` rules) from any
+    VTGate (real or the test server), its events read in a thread into a queue (an RpcError ends
+    it) until ``stop`` is set."""
+    channel = grpc.insecure_channel(address)
+    call = vtgateservice_pb2_grpc.VitessStub(channel).VStream(vtgate_pb2.VStreamRequest(
+        tablet_type=1, vgtid=binlogdata_pb2.VGtid(shard_gtids=[
+            binlogdata_pb2.ShardGtid(keyspace=keyspace, shard=s, gtid=g) for s, g in shard_gtids]),
+        filter=binlogdata_pb2.Filter(rules=[binlogdata_pb2.Rule(match=t, filter=f"select * from {t}")
+                                            for t in tables]), flags=flags))
+    out: queue.Queue[Any] = queue.Queue()
+
+    def read() -> None:
+        try:
+            for resp in call:
+                for ev in resp.events:
+                    out.put(ev)
+        except grpc.RpcError as exc:
+            out.put(exc)
+        channel.close()
+
+    threading.Thread(target=read, daemon=True).start()
+    threading.Thread(target=lambda: (stop.wait(), call.cancel()), daemon=True).start()
+    return out

@@ -8,7 +8,9 @@ does), splits the keyspace into 8 shards, then stops the workload, lets every ta
 stops the connector and checks that the topic, materialised, equals the source table.
 
 ``--quick`` runs each step for a few seconds (tests and CI); without a terminal (or with
-``--plain``) the view is printed as lines instead of redrawn.
+``--plain``) the view is printed as lines instead of redrawn. ``--real-vitess`` streams real Vitess
+v24 (a ``vttestserver`` of ``make vitess``; ``--vtgate`` one already running) instead of the test
+server, without the reshard step (``sources.py``).
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
+
+from .sources import COLUMNS, DemoSource
 
 # `shardcdc demo` is registered from devkit (pyproject's `shardcdc.commands` entry points): the demo
 # starts a broker and the VTGate test server, and product code (the CLI included) never imports devkit.
@@ -54,6 +58,13 @@ def register(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], 
     parser.add_argument("--prometheus-port", type=int, default=0, metavar="PORT",
                         help="Prometheus's port on 127.0.0.1 with --prometheus (default: a free one)")
     parser.add_argument("--step-timeout", type=float, default=180.0, help="give up when a step takes longer")
+    parser.add_argument("--real-vitess", action="store_true",
+                        help="stream real Vitess v24 (a vttestserver; `make vitess` builds it) instead of the test "
+                             "server: no reshard step (a single-process cluster cannot reshard)")
+    parser.add_argument("--vtgate", default=None, metavar="HOST:PORT",
+                        help="real Vitess already running: this VTGate, whose keyspace commerce has --table in its "
+                             "VSchema (implies --real-vitess)")
+    parser.add_argument("--table", default=TABLE, help="the table the workload writes (default items)")
     return run
 
 
@@ -176,8 +187,9 @@ def run(args: argparse.Namespace) -> int:
     from cdcoperator.local.runner import LocalRunner, RunnerThread
     from localkafka import KafkaBroker, consume_all
     from shardcdc_cli.materialise import compare, materialise
-    from vtgatesim import VTGateSim
     from vtgatesim.workload import Workload
+
+    from .sources import SourceError, real_source, require_vitess, sim_source
 
     duration = args.duration if args.duration is not None else (2.0 if args.quick else 10.0)
     rate = args.rate if args.rate is not None else (60.0 if args.quick else 100.0)
@@ -197,21 +209,35 @@ def run(args: argparse.Namespace) -> int:
         events.append(line)
         say(line)
 
+    real = args.real_vitess or args.vtgate is not None
+    if real and not args.vtgate:
+        try:
+            require_vitess()  # before anything starts: one line saying to run `make vitess`
+        except SourceError as exc:
+            console.print(f"demo failed: {exc}", markup=False, highlight=False, soft_wrap=True)
+            return 1
     with contextlib.ExitStack() as stack:
         if args.bootstrap:
             bootstrap = args.bootstrap
         else:
             say("starting a Kafka broker")
             bootstrap = stack.enter_context(KafkaBroker()).bootstrap
-        sim = stack.enter_context(VTGateSim())
-        sim.create_keyspace(KEYSPACE, SHARDS)
-        workload = Workload(sim, KEYSPACE, table=TABLE, seed=42, large_every=250, large_rows=500)
-        workload.ensure_table()
+        if real and not args.vtgate:
+            say(f"starting real Vitess (vttestserver, {len(SHARDS)} shards, about a minute)")
+        try:
+            source = stack.enter_context(real_source(KEYSPACE, args.table, len(SHARDS), args.vtgate) if real
+                                         else sim_source(KEYSPACE, args.table, SHARDS))
+        except SourceError as exc:
+            console.print(f"demo failed: {exc}", markup=False, highlight=False, soft_wrap=True)
+            return 1
+        shards = source.shards
+        topic = f"{args.prefix}.{KEYSPACE}.{args.table}"
+        workload = Workload(source.target, KEYSPACE, table=args.table, seed=42, large_every=250, large_rows=500)
         workload.run(transactions=100)  # history for the initial snapshot (VStream copy)
         state_dir = args.state_dir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="shardcdc-demo-")))
-        body = manifest(sim.address, bootstrap, args.prefix, args.tasks)
+        body = manifest(source.vtgate, bootstrap, args.prefix, args.tasks)
         (state_dir / "connector.yaml").write_text(json.dumps(body, indent=2) + "\n")
-        say(f"Kafka {bootstrap}, VTGate test server {sim.address}, keyspace {KEYSPACE} ({len(SHARDS)} shards); "
+        say(f"Kafka {bootstrap}, {source.label} {source.vtgate}, keyspace {KEYSPACE} ({len(shards)} shards); "
             f"connector manifest {state_dir / 'connector.yaml'}")
         runner = LocalRunner(body, state_dir, resync=1.0, restart_backoff=2.0, on_event=on_event,
                              metrics_port=0 if args.prometheus else None)
@@ -260,29 +286,31 @@ def run(args: argparse.Namespace) -> int:
             wait(f"{duration:.0f}s of workload", lambda: time.monotonic() >= end)
             say(table_text(obs))
 
+        steps = 4 if source.reshard is not None else 3  # a vttestserver cannot reshard
         try:
-            tasks0 = min(args.tasks, len(SHARDS))
-            step = f"1/4 start: {tasks0} tasks over {len(SHARDS)} shards"
+            tasks0 = min(args.tasks, len(shards))
+            step = f"1/{steps} start: {tasks0} tasks over {len(shards)} shards"
             say(step)
-            wait("generation 0 to stream", ready(0, tasks0, len(SHARDS)))
+            wait("generation 0 to stream", ready(0, tasks0, len(shards)))
             hold()
-            tasks1 = min(args.scale_to, len(SHARDS))
-            step = f"2/4 scale: shardcdc scale {NAME} --tasks {args.scale_to}"
+            tasks1 = min(args.scale_to, len(shards))
+            step = f"2/{steps} scale: shardcdc scale {NAME} --tasks {args.scale_to}"
             say(step)
             client.scale(args.scale_to)
-            wait("generation 1 to stream", ready(1, tasks1, len(SHARDS)))
+            wait("generation 1 to stream", ready(1, tasks1, len(shards)))
             hold()
-            step = f"3/4 reshard: split {KEYSPACE} into {args.split_to} shards"
-            say(step)
-            sim.reshard(KEYSPACE, args.split_to)
-            wait("generation 2 to stream the new shards", ready(2, min(args.scale_to, args.split_to), args.split_to))
-            hold()
-            step = "4/4 stop the workload and let every task catch up"
+            if source.reshard is not None:
+                step = f"3/{steps} reshard: split {KEYSPACE} into {args.split_to} shards"
+                say(step)
+                source.reshard(args.split_to)
+                wait("generation 2 to stream the new shards",
+                     ready(2, min(args.scale_to, args.split_to), args.split_to))
+                hold()
+            step = f"{steps}/{steps} stop the workload and let every task catch up"
             say(step)
             workload.stop()
             writer.join(60)
-            final = sim.positions(KEYSPACE)
-            wait("every task to reach the source's final positions", lambda: obs.positions() == final)
+            wait("every task to catch up with the source", caught_up(source, obs, bootstrap, topic))
             say(table_text(obs))
         except DemoError as exc:
             console.print(f"[bold red]demo failed:[/] {exc}")
@@ -294,11 +322,11 @@ def run(args: argparse.Namespace) -> int:
         step = "stopping the connector"
         say("stopping the connector (every worker flushes and commits its offsets)")
         runner_thread.stop()
-        records = consume_all(bootstrap, f"{args.prefix}.{KEYSPACE}.{TABLE}")
+        records = consume_all(bootstrap, topic)
         state = materialise(records)
-        diff = compare(state, sim.source_truth(KEYSPACE, TABLE), "id", ["id", "name", "qty", "price"])
+        diff = compare(state, source.truth(), "id", list(COLUMNS))
         console.print(
-            f"consumed {len(records)} records from {args.prefix}.{KEYSPACE}.{TABLE}; materialised {len(state.rows)} "
+            f"consumed {len(records)} records from {topic}; materialised {len(state.rows)} "
             f"rows; {state.duplicates} duplicate deliveries; workload: {workload.stats.transactions} transactions",
             soft_wrap=True,
         )
@@ -307,6 +335,19 @@ def run(args: argparse.Namespace) -> int:
             return 0
         console.print(f"[bold red]mismatch[/]\n{diff.summary()}")
         return 1
+
+
+def caught_up(source: DemoSource, obs: Observer, bootstrap: str, topic: str) -> Callable[[], bool]:
+    """After the workload stopped: every task at the test server's final positions; on real Vitess
+    (whose positions the demo does not read) the topic, materialised, equal to the source table."""
+    if source.positions is not None:
+        final = source.positions()
+        return lambda: obs.positions() == final
+    from localkafka import consume_all
+    from shardcdc_cli.materialise import compare, materialise
+
+    truth = source.truth()
+    return lambda: compare(materialise(consume_all(bootstrap, topic)), truth, "id", list(COLUMNS)).empty
 
 
 @contextlib.contextmanager

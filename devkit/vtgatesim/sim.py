@@ -108,6 +108,9 @@ class VTGateSim:
         res, _ = self.executor.execute_batch([(s, target, binds or {}) for s in statements], commit=True)
         return res
 
+    def is_sharded(self, keyspace: str) -> bool:
+        return self.topo.keyspace(keyspace).sharded
+
     def source_truth(self, keyspace: str, table: str) -> list[dict[str, bytes | None]]:
         """All rows of a table across the serving shards, as MySQL text, ordered by primary key
         (by the copy key for a table without one: PK equivalent or all columns)."""

@@ -9,12 +9,24 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from . import binlog as bl
 from . import mysqltypes
-from .executor import binlog_image
+from .executor import Result, binlog_image
 from .sim import VTGateSim
+
+
+class SQLTarget(Protocol):
+    """Where a workload writes: the test server (VTGateSim) or a client of another VTGate (the demo's
+    real Vitess) answering with the test server's ``Result``."""
+
+    def execute(self, sql: str, target: str = "", binds: dict[str, Any] | None = None) -> Result: ...
+
+    def execute_transaction(self, statements: list[str], target: str = "",
+                            binds: dict[str, Any] | None = None) -> Result: ...
+
+    def is_sharded(self, keyspace: str) -> bool: ...
 
 TABLE_DDL = ("create table {t} (id bigint not null, name varchar(64), qty int, price decimal(10,2), "
              "primary key (id))")
@@ -35,12 +47,12 @@ class Step:
     ids: tuple[int, ...]
 
 
-def change_id(sim: VTGateSim, keyspace: str, table: str, old: int, new: int) -> None:
+def change_id(sim: SQLTarget, keyspace: str, table: str, old: int, new: int) -> None:
     """Give row ``old`` of ``table`` the id ``new``, as an application on Vitess can: an UPDATE of
     the primary key in an unsharded keyspace; in a sharded one, where the id is the primary vindex
     column and Vitess refuses to UPDATE it (VT12001), a DELETE and an INSERT of the row in one
     transaction (the row may move to another shard)."""
-    if not sim.topo.keyspaces[keyspace].sharded:
+    if not sim.is_sharded(keyspace):
         sim.execute(f"update {table} set id = {new} where id = {old}", keyspace)
         return
     res = sim.execute(f"select * from {table} where id = {old}", keyspace)
@@ -63,7 +75,7 @@ class Workload:
     """`clock` (monotonic seconds) and `sleep` pace `run`; tests pass a fake pair to count what a
     rate produces without waiting. The default sleep returns early on stop()."""
 
-    def __init__(self, sim: VTGateSim, keyspace: str, table: str = "items", seed: int = 1,
+    def __init__(self, sim: SQLTarget, keyspace: str, table: str = "items", seed: int = 1,
                  large_every: int = 0, large_rows: int = 1000, batch_max: int = 5,
                  clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], object] | None = None) -> None:
         self.sim, self.keyspace, self.table = sim, keyspace, table

@@ -9,12 +9,15 @@ shared by the module, keyspace ``customer`` over ``-80, 80-``:
    ``SwitchTraffic``, ``complete``), while local mode (``shardcdc run``, 2 tasks) streams under a
    workload. After each switch the workers follow the journal, local mode starts the next
    generation over the new shards, the topic equals the source (no duplicate, per-key order kept),
-   and the operator's discovery sees exactly the new shards.
+   and the operator's discovery sees exactly the new shards. Beside the split, a VStream of the
+   source shards catches the real journal, compared with the test server's journal of the same
+   split (docs/fidelity.md, the differential suite).
 
 The restart test runs first: the split and merge leave the keyspace on new tablets."""
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -33,6 +36,7 @@ from realvitess_fixtures import (
     reshard_create,
     switch_traffic,
     topic_equals_source,
+    vstream_queue,
     worker_props,
     workload,
     write_properties,
@@ -43,6 +47,8 @@ from cdcoperator.local.children import stop_group
 from localkafka import KafkaBroker
 from realvitess.cluster import VitessCluster
 from realvitess.single import hash_vschema
+from vitessapi import binlogdata_pb2, vtgate_pb2
+from vtgatesim import VTGateSim
 from vtgatesim.topology import keyspace_id
 
 pytestmark = pytest.mark.realvitess
@@ -52,6 +58,48 @@ TARGETS = ["-40", "40-80", "80-c0", "c0-"]
 # A split 2 -> 4, then a merge back 4 -> 2 (new tablets for -80 and 80-: the old shards are gone).
 PLAN = [("split", ["-80", "80-"], TARGETS), ("merge", TARGETS, ["-80", "80-"])]
 STEP = 180.0
+
+
+class JournalWatch:
+    """A VStream of the source shards from ``current`` with ``include_reshard_journal_events``, once
+    positioned: the first JOURNAL event it sees (the differential suite's journal, docs/fidelity.md)."""
+
+    def __init__(self, address: str, shards: list[str]) -> None:
+        self.stop = threading.Event()
+        self.events = vstream_queue(address, [(s, "current") for s in shards], [TABLE], self.stop, keyspace=KS,
+                                    flags=vtgate_pb2.VStreamFlags(include_reshard_journal_events=True))
+        first = self.events.get(timeout=STEP)  # positioned: later writes (and the journal) are streamed
+        assert not isinstance(first, Exception), first
+
+    def journal(self, timeout: float = STEP) -> binlogdata_pb2.Journal:
+        deadline = time.monotonic() + timeout
+        try:
+            while True:
+                ev = self.events.get(timeout=max(0.0, deadline - time.monotonic()))
+                assert not isinstance(ev, Exception), ev
+                if ev.type == binlogdata_pb2.VEventType.JOURNAL:
+                    return ev.journal
+        finally:
+            self.stop.set()
+
+
+def journal_structure(j: binlogdata_pb2.Journal) -> dict[str, object]:
+    """A journal without its values (GTIDs, positions, the id and workflow names)."""
+    return {"migration_type": binlogdata_pb2.MigrationType.Name(j.migration_type), "tables": list(j.tables),
+            # sorted: Vitess lists the target shards in Go map order (measured: 80-c0, c0-, -40, 40-80)
+            "shard_gtids": sorted((g.keyspace, g.shard, bool(g.gtid), len(g.table_p_ks)) for g in j.shard_gtids),
+            "participants": [(p.keyspace, p.shard) for p in j.participants], "local_position": bool(j.local_position),
+            "source_workflows": len(j.source_workflows)}
+
+
+def sim_journal(sources: list[str], targets: list[str]) -> binlogdata_pb2.Journal:
+    """The test server's journal of the same split, as a VStream of its sources sees it."""
+    with VTGateSim() as sim:
+        sim.create_keyspace(KS, sources, ddl=[TABLE_DDL.format(t=TABLE)])
+        watch = JournalWatch(sim.address, sources)
+        sim.execute(f"insert into {TABLE} (id, name) values (1, 'a')", KS)
+        sim.reshard(KS, targets)
+        return watch.journal(timeout=30)
 
 
 @pytest.fixture(scope="module")
@@ -163,6 +211,7 @@ spec:
         ctl = wait_for(lambda: run.alive() or control(state, "cust"), STEP, "the control endpoint")
         wait_for(lambda: ready(ctl, 0, 2, 2), STEP, "generation 0 streaming 2 shards")
         for generation, (workflow, sources, targets) in enumerate(PLAN, start=1):
+            watch = JournalWatch(vt.vtgate, sources) if generation == 1 else None
             with workload(writer):
                 vt.add_shards(targets)
                 reshard_create(vt, KS, workflow, sources, targets)
@@ -170,6 +219,12 @@ spec:
                 a = wait_for(lambda g=generation, t=targets: ready(ctl, g, 2, len(t)), STEP,
                              f"generation {generation} over {targets}")
                 assert sorted(s for t in a["taskStates"] for s in t["shards"]) == sorted(targets)
+                if watch is not None:  # the real Reshard's journal against the test server's
+                    real = watch.journal()
+                    test = sim_journal(sources, targets)
+                    assert journal_structure(real) == journal_structure(test), (real, test)
+                    # and the id, workflow.HashStreams over the targets' stream ids: measured equal
+                    assert real.id == test.id, (real, test)
             writer.run(10)  # after the switch, on the new shards
             materialised = topic_equals_source(kafka_broker, client, prefix, TABLE, keyspace=KS, timeout=STEP)
             # The workflow ends: the source shards go; the operator's discovery sees the new ones.

@@ -11,13 +11,12 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-import grpc
 import pytest
-from realvitess_fixtures import KEYSPACE, TABLE_DDL
+from realvitess_fixtures import KEYSPACE, TABLE_DDL, vstream_queue
 
 from realvitess import VTGateClient, VTTestServer
 from realvitess.client import VTGateError
-from vitessapi import binlogdata_pb2, vtgate_pb2
+from vitessapi import binlogdata_pb2
 from vtgatesim import VTGateSim
 from vtgatesim.wire import row_values
 
@@ -70,8 +69,8 @@ def test_execute_errors(sim: VTGateSim, real_vitess: VTTestServer) -> None:
         assert tm.startswith("target: commerce.0.primary: ")
         # With the table in its schema tracking, VTGate's planner answers before any tablet does.
         assert _error(real, "select nope from fid") == (3, "column 'nope' not found in table 'fid'")
-        assert _error(test, "select nope from fid") == (3, "target: commerce.0.primary: vttablet: rpc error: code = "
-                                                           "InvalidArgument desc = Unknown column 'nope' in 'field "
+        assert _error(test, "select nope from fid") == (5, "target: commerce.0.primary: vttablet: rpc error: code = "
+                                                           "NotFound desc = Unknown column 'nope' in 'field "
                                                            "list' (errno 1054) (sqlstate 42S22)")
         assert _error(real, "select * from nope") == _error(test, "select * from nope") == (2, "table nope not found")
         assert _error(real, "update fid set id = id where id = 100") == (
@@ -81,26 +80,7 @@ def test_execute_errors(sim: VTGateSim, real_vitess: VTTestServer) -> None:
 def _events(address: str, start: str, stop: threading.Event) -> queue.Queue[Any]:
     """A VStream of shard -80 from ``start``, table fid only, read in a thread into a queue; returns
     once the stream is positioned (its first VGTID)."""
-    channel = grpc.insecure_channel(address)
-    from vitessapi import vtgateservice_pb2_grpc
-
-    call = vtgateservice_pb2_grpc.VitessStub(channel).VStream(vtgate_pb2.VStreamRequest(
-        tablet_type=1, vgtid=binlogdata_pb2.VGtid(shard_gtids=[
-            binlogdata_pb2.ShardGtid(keyspace=KEYSPACE, shard="-80", gtid=start)]),
-        filter=binlogdata_pb2.Filter(rules=[binlogdata_pb2.Rule(match=TABLE, filter=f"select * from {TABLE}")])))
-    out: queue.Queue[Any] = queue.Queue()
-
-    def read() -> None:
-        try:
-            for resp in call:
-                for ev in resp.events:
-                    out.put(ev)
-        except grpc.RpcError as exc:
-            out.put(exc)
-        channel.close()
-
-    threading.Thread(target=read, daemon=True).start()
-    threading.Thread(target=lambda: (stop.wait(), call.cancel()), daemon=True).start()
+    out = vstream_queue(address, [("-80", start)], [TABLE], stop)
     first = out.get(timeout=60)  # positioned at "current": later writes are streamed
     assert not isinstance(first, Exception) and first.type == T.VGTID, first
     return out
