@@ -3,7 +3,7 @@
 ``FakeNodes`` stands in for the Deployment controller and the kubelet, and nothing else: for every
 Deployment of a namespace it keeps exactly as many pods as ``spec.replicas`` says (0 or 1), with the
 pod template's labels and a ``metrics`` container port, and marks each pod Running/Ready on
-127.0.0.1. Each task gets a small HTTP server on that port serving the worker's ``/status``
+127.0.0.1. Each task gets its own port (all served by one thread) serving the worker's ``/status``
 document (streaming by default), whose content a test scripts (``set_doc``). A pod can also be made
 to "exit" with a status and termination message (``exit_pod``), as the kubelet reports a container
 in CrashLoopBackOff. A template change (the restart annotation's ``restartedAt``) recreates the
@@ -21,13 +21,13 @@ its work does not hold the operator's interpreter lock).
 from __future__ import annotations
 
 import argparse
+import asyncio
 import hashlib
 import json
 import signal
 import sys
 import threading
 from collections.abc import Mapping, Sequence
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from cdcoperator.apply import ApiError, KubeApi
@@ -38,31 +38,61 @@ __all__ = ["TEMPLATE_HASH", "FakeNodes", "main", "streaming_doc"]
 TEMPLATE_HASH = "fake-nodes/template"
 
 
-class _StatusServer:
-    def __init__(self, owner: FakeNodes, deployment: str) -> None:
-        nodes = owner
+class _StatusServers:
+    """Every task's status port, served by one thread running one asyncio loop: at 10 connectors of
+    256 shards a thread per port (2,560 of them) made the harness, not the operator, the machine's
+    load. Each port answers ``GET /status`` with its Deployment's document and closes the connection
+    (``Connection: close``; the operator's aiohttp session then opens a new one, as it may)."""
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                nodes.count_read(deployment)
-                body = json.dumps(nodes.doc_for(deployment)).encode()
-                self.send_response(200 if self.path == "/status" else 404)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+    def __init__(self, nodes: FakeNodes) -> None:
+        self._nodes = nodes
+        self._loop = asyncio.new_event_loop()
+        self._servers: dict[str, asyncio.Server] = {}
+        self.ports: dict[str, int] = {}
+        self._thread = threading.Thread(target=self._loop.run_forever, name="status-servers", daemon=True)
+        self._thread.start()
 
-            def log_message(self, *args: Any) -> None:
-                pass
+    def port(self, deployment: str) -> int:
+        """The port serving ``deployment``'s document, listening from the first call on."""
+        if deployment not in self.ports:
+            future = asyncio.run_coroutine_threadsafe(self._listen(deployment), self._loop)
+            self.ports[deployment] = future.result(30)
+        return self.ports[deployment]
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = int(self.server.server_address[1])
-        self.thread = threading.Thread(target=self.server.serve_forever, name=f"status-{deployment}", daemon=True)
-        self.thread.start()
+    async def _listen(self, deployment: str) -> int:
+        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await self._answer(deployment, reader, writer)
+
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        self._servers[deployment] = server
+        return int(server.sockets[0].getsockname()[1])
+
+    async def _answer(self, deployment: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+            parts = head.split(b"\r\n", 1)[0].split()
+            path = parts[1].decode() if len(parts) > 1 else ""
+            self._nodes.count_read(deployment)
+            body = json.dumps(self._nodes.doc_for(deployment)).encode()
+            status = "200 OK" if path == "/status" else "404 Not Found"
+            writer.write(f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\n"
+                         f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode() + body)
+            await writer.drain()
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
+            pass  # the client went away mid-request: nothing to answer
+        finally:
+            writer.close()
 
     def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        async def shut() -> None:
+            for server in self._servers.values():
+                server.close()
+
+        asyncio.run_coroutine_threadsafe(shut(), self._loop).result(30)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+        if not self._thread.is_alive():
+            self._loop.close()
 
 
 def streaming_doc(lag_ms: int = 1500) -> dict[str, Any]:
@@ -78,7 +108,7 @@ class FakeNodes:
         self.period = period
         self._docs: dict[str, dict[str, Any]] = {}
         self._exits: dict[str, tuple[int, str]] = {}
-        self._servers: dict[str, _StatusServer] = {}
+        self._servers = _StatusServers(self)
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="fake-nodes", daemon=True)
@@ -106,6 +136,10 @@ class FakeNodes:
         with self._lock:
             return self.status_reads.get(deployment, 0)
 
+    def status_port(self, deployment: str) -> int:
+        """The port serving this task's ``/status`` document (listening from the first call on)."""
+        return self._servers.port(deployment)
+
     def exit_pod(self, deployment: str, exit_code: int, message: str) -> None:
         """From now on the task's container keeps exiting with ``exit_code`` (CrashLoopBackOff)."""
         with self._lock:
@@ -126,12 +160,7 @@ class FakeNodes:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join(10)
-        # In parallel: each shutdown waits for its server's poll (up to 0.5 s), hundreds at 256 shards.
-        closers = [threading.Thread(target=server.close, daemon=True) for server in self._servers.values()]
-        for t in closers:
-            t.start()
-        for t in closers:
-            t.join(10)
+        self._servers.close()
 
     def _loop(self) -> None:
         while not self._stop.is_set():
@@ -185,17 +214,12 @@ class FakeNodes:
         for connector, g in gens.items():
             self.live_generations.append((connector, frozenset(g)))
 
-    def _server(self, deployment: str) -> _StatusServer:
-        if deployment not in self._servers:
-            self._servers[deployment] = _StatusServer(self, deployment)
-        return self._servers[deployment]
-
     def _create_pod(self, dep: Mapping[str, Any]) -> None:
         name = dep["metadata"]["name"]
         count = self.pods_created.get(name, 0)
         tpl = dep["spec"]["template"]
         container = tpl["spec"]["containers"][0]
-        port = self._server(name).port
+        port = self.status_port(name)
         pod: dict[str, Any] = {
             "apiVersion": "v1",
             "kind": "Pod",
