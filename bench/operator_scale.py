@@ -202,8 +202,7 @@ def main() -> int:
 
     plane = shared_control_plane()
     plane.kubectl("apply", "-f", str(ROOT / "crds" / "shardcdc.io_cdcconnectors.yaml"), check=True)
-    plane.kubectl("wait", "--for=condition=Established", "crd/cdcconnectors.shardcdc.io", "--timeout=60s",
-                  check=True)
+    plane.wait_established("cdcconnectors.shardcdc.io")
     plane.ensure_namespace(NS)
     results: dict[int, Results] = {}
     with (VTGateSim() as sim, KafkaBroker() as broker, plane.api_client() as admin,
