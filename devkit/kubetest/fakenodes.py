@@ -44,8 +44,7 @@ WORKERS = 8  # API writes in flight at once (pods created, deleted, status set)
 class _StatusServers:
     """Every task's status port, served by one thread running one asyncio loop: at 10 connectors of
     256 shards a thread per port (2,560 of them) made the harness, not the operator, the machine's
-    load. Each port answers ``GET /status`` with its Deployment's document and closes the connection
-    (``Connection: close``; the operator's aiohttp session then opens a new one, as it may)."""
+    load. Each port answers ``GET /status`` with its Deployment's document."""
 
     def __init__(self, nodes: FakeNodes) -> None:
         self._nodes = nodes
@@ -71,18 +70,27 @@ class _StatusServers:
         return int(server.sockets[0].getsockname()[1])
 
     async def _answer(self, deployment: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """HTTP/1.1 with keep-alive, as the worker's own server (``protocol_version = "HTTP/1.1"``):
+        the operator's aiohttp session reuses its connections across reconciles."""
         try:
-            head = await reader.readuntil(b"\r\n\r\n")
-            parts = head.split(b"\r\n", 1)[0].split()
-            path = parts[1].decode() if len(parts) > 1 else ""
-            self._nodes.count_read(deployment)
-            body = json.dumps(self._nodes.doc_for(deployment)).encode()
-            status = "200 OK" if path == "/status" else "404 Not Found"
-            writer.write(f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\n"
-                         f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode() + body)
-            await writer.drain()
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                lines = head.decode("latin-1").split("\r\n")
+                parts = lines[0].split()
+                path = parts[1] if len(parts) > 1 else ""
+                close = parts[-1:] == ["HTTP/1.0"] or any(
+                    h.lower().replace(" ", "") == "connection:close" for h in lines[1:])
+                self._nodes.count_read(deployment)
+                body = json.dumps(self._nodes.doc_for(deployment)).encode()
+                status = "200 OK" if path == "/status" else "404 Not Found"
+                ending = "Connection: close\r\n\r\n" if close else "\r\n"
+                writer.write(f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\n"
+                             f"Content-Length: {len(body)}\r\n{ending}".encode() + body)
+                await writer.drain()
+                if close:
+                    break
         except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
-            pass  # the client went away mid-request: nothing to answer
+            pass  # the client closed the connection (between requests, or mid-request)
         finally:
             writer.close()
 

@@ -1,11 +1,13 @@
 """FakeNodes' status ports: every task's ``/status`` served by one thread, whatever the task count.
 
 At 10 connectors of 256 shards a thread per port made the harness the machine's load; the ports
-must stay one thread, each answer its own Deployment's scripted document, and count the reads.
+must stay one thread, each answer its own Deployment's scripted document, count the reads and keep
+a connection open across requests, as the worker's server does.
 """
 
 from __future__ import annotations
 
+import http.client
 import json
 import threading
 import urllib.error
@@ -42,6 +44,14 @@ def test_status_ports_share_one_thread_and_answer_their_own_document() -> None:
         assert get(ports["d8"], "/metrics")[0] == 404
         assert (nodes.reads("d7"), nodes.reads("d8"), nodes.reads("d9")) == (1, 2, 0)
         assert nodes.status_port("d7") == ports["d7"]  # a Deployment keeps its port
+        # Keep-alive, as the worker's own server: two requests on one connection (aiohttp reuses it).
+        conn = http.client.HTTPConnection("127.0.0.1", ports["d9"], timeout=10)
+        for _ in range(2):
+            conn.request("GET", "/status")
+            resp = conn.getresponse()
+            assert (resp.status, json.load(resp)) == (200, streaming_doc())
+        conn.close()
+        assert nodes.reads("d9") == 2
     finally:
         nodes._servers.close()
     with pytest.raises(OSError):
