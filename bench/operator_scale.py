@@ -132,20 +132,10 @@ class Probe:
         return time.monotonic() - since
 
 
-def proc_cpu_seconds(pid: int, tid: str = "") -> float:
-    """utime + stime of the process, or of its thread ``tid`` (fields 14 and 15 of stat, after the command name)."""
-    stat = Path(f"/proc/{pid}/task/{tid}/stat" if tid else f"/proc/{pid}/stat")
-    fields = stat.read_text().rsplit(")", 1)[1].split()
+def proc_cpu_seconds(pid: int) -> float:
+    """utime + stime of the process (fields 14 and 15 of /proc/<pid>/stat, after the command name)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def thread_cpu(pid: int) -> dict[str, float]:
-    """CPU seconds of the process's threads so far, summed by thread name (the loop vs the API client's pool)."""
-    out: dict[str, float] = {}
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        comm = (task / "comm").read_text().strip().rstrip("0123456789_-")
-        out[comm] = round(out.get(comm, 0.0) + proc_cpu_seconds(pid, task.name), 2)
-    return out
 
 
 def free_port() -> int:
@@ -256,7 +246,7 @@ def main() -> int:
                     res.loads.append(os.getloadavg()[0])
                     line = one_run(plane, probe, sim.address, broker.bootstrap, n, res, lambda: proc_cpu_seconds(op.pid))
                     print(f"shards={n} run={run}: {line} (load {res.loads[-1]:.2f})", file=sys.stderr, flush=True)
-            print(f"operator CPU-s by thread: {thread_cpu(op.pid)}", file=sys.stderr, flush=True)
+            print(f"operator CPU-s in all: {proc_cpu_seconds(op.pid):.2f}", file=sys.stderr, flush=True)
         finally:
             stop_group(op, timeout=30)
             stop_group(nodes, timeout=30)
