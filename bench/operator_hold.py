@@ -29,15 +29,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
-from operator_scale import NS, Probe  # noqa: E402  (bench/ is not a package)
-
-CLK_TCK = os.sysconf("SC_CLK_TCK")
-
-
-def proc_cpu_seconds(pid: int) -> float:
-    """utime + stime of the process (fields 14 and 15 of /proc/<pid>/stat, after the command name)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+from operator_scale import NS, Probe, proc_cpu_seconds  # noqa: E402  (bench/ is not a package)
 
 
 def proc_memory_mib(pid: int) -> tuple[float, float]:

@@ -3,7 +3,7 @@
 ``FakeNodes`` stands in for the Deployment controller and the kubelet, and nothing else: for every
 Deployment of a namespace it keeps exactly as many pods as ``spec.replicas`` says (0 or 1), with the
 pod template's labels and a ``metrics`` container port, and marks each pod Running/Ready on
-127.0.0.1. Each task gets a small HTTP server on that port serving the worker's ``/status``
+127.0.0.1. Each task gets its own port (all served by one thread) serving the worker's ``/status``
 document (streaming by default), whose content a test scripts (``set_doc``). A pod can also be made
 to "exit" with a status and termination message (``exit_pod``), as the kubelet reports a container
 in CrashLoopBackOff. A template change (the restart annotation's ``restartedAt``) recreates the
@@ -21,48 +21,89 @@ its work does not hold the operator's interpreter lock).
 from __future__ import annotations
 
 import argparse
+import asyncio
+import functools
 import hashlib
 import json
 import signal
 import sys
 import threading
-from collections.abc import Mapping, Sequence
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from cdcoperator.apply import ApiError, KubeApi
+from cdcoperator.apply import ApiError, KubeApi, new_api_client
 from cdcoperator.naming import LABEL_CONNECTOR, LABEL_GENERATION
 
 __all__ = ["TEMPLATE_HASH", "FakeNodes", "main", "streaming_doc"]
 
 TEMPLATE_HASH = "fake-nodes/template"
+WORKERS = 8  # API writes in flight at once (pods created, deleted, status set)
 
 
-class _StatusServer:
-    def __init__(self, owner: FakeNodes, deployment: str) -> None:
-        nodes = owner
+class _StatusServers:
+    """Every task's status port, served by one thread running one asyncio loop: at 10 connectors of
+    256 shards a thread per port (2,560 of them) made the harness, not the operator, the machine's
+    load. Each port answers ``GET /status`` with its Deployment's document."""
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                nodes.count_read(deployment)
-                body = json.dumps(nodes.doc_for(deployment)).encode()
-                self.send_response(200 if self.path == "/status" else 404)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+    def __init__(self, nodes: FakeNodes) -> None:
+        self._nodes = nodes
+        self._loop = asyncio.new_event_loop()
+        self._servers: dict[str, asyncio.Server] = {}
+        self.ports: dict[str, int] = {}
+        self._thread = threading.Thread(target=self._loop.run_forever, name="status-servers", daemon=True)
+        self._thread.start()
 
-            def log_message(self, *args: Any) -> None:
-                pass
+    def port(self, deployment: str) -> int:
+        """The port serving ``deployment``'s document, listening from the first call on."""
+        if deployment not in self.ports:
+            future = asyncio.run_coroutine_threadsafe(self._listen(deployment), self._loop)
+            self.ports[deployment] = future.result(30)
+        return self.ports[deployment]
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = int(self.server.server_address[1])
-        self.thread = threading.Thread(target=self.server.serve_forever, name=f"status-{deployment}", daemon=True)
-        self.thread.start()
+    async def _listen(self, deployment: str) -> int:
+        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await self._answer(deployment, reader, writer)
+
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        self._servers[deployment] = server
+        return int(server.sockets[0].getsockname()[1])
+
+    async def _answer(self, deployment: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """HTTP/1.1 with keep-alive, as the worker's own server (``protocol_version = "HTTP/1.1"``):
+        the operator's aiohttp session reuses its connections across reconciles."""
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                lines = head.decode("latin-1").split("\r\n")
+                parts = lines[0].split()
+                path = parts[1] if len(parts) > 1 else ""
+                close = parts[-1:] == ["HTTP/1.0"] or any(
+                    h.lower().replace(" ", "") == "connection:close" for h in lines[1:])
+                self._nodes.count_read(deployment)
+                body = json.dumps(self._nodes.doc_for(deployment)).encode()
+                status = "200 OK" if path == "/status" else "404 Not Found"
+                ending = "Connection: close\r\n\r\n" if close else "\r\n"
+                writer.write(f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\n"
+                             f"Content-Length: {len(body)}\r\n{ending}".encode() + body)
+                await writer.drain()
+                if close:
+                    break
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
+            pass  # the client closed the connection (between requests, or mid-request)
+        finally:
+            writer.close()
 
     def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        async def shut() -> None:
+            for server in self._servers.values():
+                server.close()
+
+        asyncio.run_coroutine_threadsafe(shut(), self._loop).result(30)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+        if not self._thread.is_alive():
+            self._loop.close()
 
 
 def streaming_doc(lag_ms: int = 1500) -> dict[str, Any]:
@@ -72,13 +113,14 @@ def streaming_doc(lag_ms: int = 1500) -> dict[str, Any]:
 class FakeNodes:
     """A Deployment controller + kubelet for one namespace, driven from a thread."""
 
-    def __init__(self, kube: KubeApi, namespace: str, period: float = 0.1) -> None:
+    def __init__(self, kube: KubeApi, namespace: str, period: float = 0.1, workers: int = WORKERS) -> None:
         self.kube = kube
         self.namespace = namespace
         self.period = period
         self._docs: dict[str, dict[str, Any]] = {}
         self._exits: dict[str, tuple[int, str]] = {}
-        self._servers: dict[str, _StatusServer] = {}
+        self._servers = _StatusServers(self)
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="fake-kubelet")
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="fake-nodes", daemon=True)
@@ -106,6 +148,10 @@ class FakeNodes:
         with self._lock:
             return self.status_reads.get(deployment, 0)
 
+    def status_port(self, deployment: str) -> int:
+        """The port serving this task's ``/status`` document (listening from the first call on)."""
+        return self._servers.port(deployment)
+
     def exit_pod(self, deployment: str, exit_code: int, message: str) -> None:
         """From now on the task's container keeps exiting with ``exit_code`` (CrashLoopBackOff)."""
         with self._lock:
@@ -126,12 +172,8 @@ class FakeNodes:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join(10)
-        # In parallel: each shutdown waits for its server's poll (up to 0.5 s), hundreds at 256 shards.
-        closers = [threading.Thread(target=server.close, daemon=True) for server in self._servers.values()]
-        for t in closers:
-            t.start()
-        for t in closers:
-            t.join(10)
+        self._pool.shutdown(wait=True)
+        self._servers.close()
 
     def _loop(self) -> None:
         while not self._stop.is_set():
@@ -160,24 +202,32 @@ class FakeNodes:
         for pod in pods:
             by_dep.setdefault(pod["metadata"]["annotations"].get("fake-nodes/deployment", ""), []).append(pod)
         alive: list[Mapping[str, str]] = []  # labels of the pods left after this pass (no second list)
+        deletes: list[Callable[[], None]] = []  # this pass's API writes, independent of one another
         for name, pod_list in by_dep.items():
             dep = deployments.get(name)
             for pod in pod_list:
                 stale = dep is None or int(dep["spec"].get("replicas") or 0) == 0 or (
                     pod["metadata"]["annotations"].get(TEMPLATE_HASH) != _template_hash(dep))
                 if stale:
-                    self._delete_pod(pod["metadata"]["name"])
+                    deletes.append(functools.partial(self._delete_pod, pod["metadata"]["name"]))
                 else:
                     alive.append(pod["metadata"]["labels"])
+        calls: list[Callable[[], None]] = []
         for name, dep in deployments.items():
             live = [p for p in by_dep.get(name, []) if p["metadata"]["annotations"].get(TEMPLATE_HASH)
                     == _template_hash(dep)]
             if int(dep["spec"].get("replicas") or 0) >= 1:
                 if not live:
-                    self._create_pod(dep)  # created, or it already existed (409): alive either way
+                    calls.append(functools.partial(self._create_pod, dep))  # created, or it existed (409)
                     alive.append(dep["spec"]["template"]["metadata"]["labels"])
-                else:
-                    self._update_exit(name, live[0])
+                elif name in self._exits:  # read without the lock: a pass later is soon enough
+                    calls.append(functools.partial(self._update_exit, name, live[0]))
+        # Kubelets on many nodes start and stop pods in parallel: one at a time, the fake's own
+        # ~2 calls per pod (create, status) made a 256-shard scale wait seconds on the harness.
+        # Deletions first, as ``Recreate`` has the old pod gone before the new one starts.
+        for batch in (deletes, calls):
+            for future in [self._pool.submit(call) for call in batch]:
+                future.result()
         # Which generations have pods now, per connector.
         gens: dict[str, set[int]] = {}
         for labels in alive:
@@ -185,17 +235,12 @@ class FakeNodes:
         for connector, g in gens.items():
             self.live_generations.append((connector, frozenset(g)))
 
-    def _server(self, deployment: str) -> _StatusServer:
-        if deployment not in self._servers:
-            self._servers[deployment] = _StatusServer(self, deployment)
-        return self._servers[deployment]
-
     def _create_pod(self, dep: Mapping[str, Any]) -> None:
         name = dep["metadata"]["name"]
         count = self.pods_created.get(name, 0)
         tpl = dep["spec"]["template"]
         container = tpl["spec"]["containers"][0]
-        port = self._server(name).port
+        port = self.status_port(name)
         pod: dict[str, Any] = {
             "apiVersion": "v1",
             "kind": "Pod",
@@ -246,8 +291,20 @@ class FakeNodes:
             self._set_running(pod["metadata"]["name"], pod["spec"]["containers"][0]["image"], deployment)
 
 
+_HASHES: dict[tuple[str, int], str] = {}  # (uid, generation) -> template hash
+
+
 def _template_hash(dep: Mapping[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(dep["spec"]["template"], sort_keys=True).encode()).hexdigest()[:16]
+    """The pod template's digest. Every pass hashes every Deployment (2,560 ten times a second in
+    the hold benchmark), so it is kept per object uid and generation, which a template change bumps."""
+    meta = dep["metadata"]
+    key = (str(meta.get("uid") or ""), int(meta.get("generation") or 0))
+    digest = _HASHES.get(key) if key[0] else None
+    if digest is None:
+        digest = hashlib.sha256(json.dumps(dep["spec"]["template"], sort_keys=True).encode()).hexdigest()[:16]
+        if key[0]:
+            _HASHES[key] = digest
+    return digest
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -257,12 +314,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--kubeconfig", required=True)
     parser.add_argument("--period", type=float, default=0.1, help="seconds between passes")
     args = parser.parse_args(argv)
-    from kubernetes import config
-
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    with FakeNodes(KubeApi(config.new_client_from_config(config_file=args.kubeconfig)), args.namespace,
+    # A pooled connection per writer (the client's default of 4 would discard the rest, with a warning each).
+    with FakeNodes(KubeApi(new_api_client(args.kubeconfig, concurrency=WORKERS)), args.namespace,
                    args.period) as nodes:
         print(f"fake nodes serving namespace {args.namespace}", flush=True)
         stop.wait()

@@ -269,32 +269,45 @@ def _gen_task(obj: JsonMapping) -> tuple[int, int] | None:
         return None
 
 
-def completes_transition(pods: Sequence[PodSummary], changed: PodSummary, deleted: bool) -> bool:
+def completes_transition(pods: Iterable[PodSummary], changed: PodSummary, deleted: bool) -> bool:
     """Whether a worker pod's event ends a step the planner waits on, so the connector is reconciled
     now instead of at the next resync (which bounds scale -> new generation otherwise): the last
     pod of a generation is gone (a drain finished: the next generation may start), or every pod
     of the pod's generation is Running and ready and no older generation's pod is left (the new
     generation is up: Ready can be said). ``pods``: the connector's worker pods (the index);
     ``changed`` replaces its own entry there, ``deleted`` removes it."""
-    current = [p for p in pods if p.name != changed.name] + ([] if deleted else [changed])
     gen = changed.generation
-    if deleted:
-        return not any(p.generation == gen for p in current)
-    mine = [p for p in current if p.generation == gen]
-    return (changed.ready and all(p.ready and p.phase == "Running" and not p.deleting for p in mine)
-            and not any(p.generation < gen for p in current))
+
+    def up(p: PodSummary) -> bool:
+        return p.ready and p.phase == "Running" and not p.deleting
+
+    if not deleted and not up(changed):
+        return False
+    # One pass that stops at the first pod still in the way: a generation of N pods sends ~N
+    # events, and building the index's list anew for each was O(N²) per scale (issue 30: 1,024 shards).
+    for p in pods:
+        if p.name == changed.name:
+            continue
+        if deleted and p.generation == gen:
+            return False  # the drain goes on
+        if not deleted and (p.generation < gen or (p.generation == gen and not up(p))):
+            return False  # an older worker is left, or one of this generation is not up yet
+    return True
 
 
 async def _observe_tasks(
     ctx: ReconcileContext, namespace: str, connector: str, deployments: Sequence[JsonMapping]
 ) -> list[TaskReport]:
-    pods = list(ctx.pods(namespace, connector))
+    # Grouped once: a scan of every pod per Deployment was O(N²) per reconcile (issue 30: 1,024 shards).
+    by_task: dict[tuple[int, int], list[PodSummary]] = {}
+    for pod in ctx.pods(namespace, connector):
+        by_task.setdefault((pod.generation, pod.task), []).append(pod)
 
     async def one(dep: JsonMapping) -> TaskReport | None:
         key = _gen_task(dep)
         if key is None:
             return None
-        mine = [p for p in pods if (p.generation, p.task) == key]
+        mine = by_task.get(key, [])
         live = [p for p in mine if p.phase == "Running" and not p.deleting]
         doc = await fetch_status(ctx.http, live[0]) if live else None
         replicas = int((dep.get("spec") or {}).get("replicas") or 0)
