@@ -305,7 +305,7 @@ def start_shardcdc_tasks(stack: ExitStack, kafka_broker: KafkaBroker, configs: l
     Offsets topics are made up front: two tasks creating theirs at the same moment would race the
     broker's metadata (UNKNOWN_TOPIC_OR_PART while describing), which only slows the start down.
     """
-    offsets_topics = [c.kafka.offsets_topic for c in configs]
+    offsets_topics = list(dict.fromkeys(c.kafka.offsets_topic for c in configs))  # tasks may share one
     create_topics(kafka_broker.bootstrap, offsets_topics, config={"cleanup.policy": "compact"})
     _wait_for(lambda: _configs_visible(kafka_broker, offsets_topics), 30, "offsets topics to be describable")
     tasks = [stack.enter_context(running_task(cfg)) for cfg in configs]

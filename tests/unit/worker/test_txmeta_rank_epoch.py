@@ -12,6 +12,7 @@ from cdcworker.txmeta.epoch import (
     epoch_for_gtid,
     inherited_epoch,
     next_epoch_map,
+    unrankable,
 )
 from cdcworker.txmeta.rank import decimal_json, host_key, parse_gtid, rank, rank_json
 
@@ -235,3 +236,26 @@ def test_provider_previous_vgtid_is_the_stored_transaction_id() -> None:
     # Without it, the restart VGTID is the previous one.
     q = EpochProvider.restore(stored('{"-80":2}', 0), restart)
     assert q.previous_vgtid == restart
+
+
+_WHAT_TO_CHANGE = (r"^Error parsing GTID: MariaDB/0-1-6: transaction.metadata.factory=VitessOrderedTransactionMetadataFactory "
+                   r".* use the default transaction.metadata.factory$")
+
+
+def test_mariadb_gtids_have_no_epoch_and_the_error_says_what_to_change() -> None:
+    """Debezium's ``Gtid`` reads MySQL56 sets only and fails its task on a MariaDB GTID (seen on real
+    Vitess: docs/conformance.md, "On real Vitess"); so does shardcdc, in one line naming the setting."""
+    start = Vgtid.from_json('[{"keyspace":"ks","shard":"0","gtid":"MariaDB/0-1-5"}]')
+    vgtid = Vgtid.from_json('[{"keyspace":"ks","shard":"0","gtid":"MariaDB/0-1-6"}]')
+    with pytest.raises(EpochError, match=_WHAT_TO_CHANGE):
+        EpochProvider(ShardEpochMap({"0": 0}), start).epoch("0", vgtid)
+
+
+def test_a_mariadb_gtid_has_no_rank_and_the_error_says_what_to_change() -> None:
+    """After a start from ``current`` the epoch needs no parse; the rank does (the monitor raises this)."""
+    with pytest.raises(ValueError, match="Error parsing GTID") as caught:
+        rank("MariaDB/0-1-6")
+    assert caught.value is not None
+    with pytest.raises(EpochError, match=_WHAT_TO_CHANGE):
+        raise unrankable(caught.value, "MariaDB/0-1-6")
+    assert str(unrankable(ValueError("Error parsing GTID: x"), "MySQL56/")) == "Error parsing GTID: x"

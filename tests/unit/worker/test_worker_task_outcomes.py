@@ -17,6 +17,7 @@ from cdcworker.offsets.migration import StoredOffsetError
 from cdcworker.stages.outcomes import SETUP_FAILURES, HandoffChange, Outcome, StreamEnded, outcome_of
 from cdcworker.streaming import ProtocolError, ReassignmentNeeded
 from cdcworker.task import HANDLERS
+from cdcworker.txmeta import EpochError
 from vitessapi import binlogdata_pb2
 
 
@@ -36,6 +37,7 @@ class _Rpc(grpc.RpcError):
     (SinkError("Kafka rejected 1 record(s)"), Outcome.FAIL),
     (KafkaAccessError("SASL authentication failed"), Outcome.FAIL),  # the task also stops writing offsets
     (EventConversionError("cannot convert column c"), Outcome.FAIL),
+    (EpochError("Error parsing GTID: MariaDB/0-1-5"), Outcome.FAIL),  # ordered metadata on MariaDB GTIDs
 ])
 def test_each_kind_maps_to_its_outcome(exc: BaseException, outcome: Outcome) -> None:
     assert outcome_of(exc) is outcome

@@ -20,6 +20,7 @@ from cdcworker.offsets import Vgtid
 from cdcworker.offsets.migration import StoredOffsetError
 from cdcworker.sink import SinkError
 from cdcworker.streaming import ProtocolError, ReassignmentNeeded
+from cdcworker.txmeta import EpochError
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +58,7 @@ OUTCOMES: tuple[tuple[type[BaseException], Outcome], ...] = (
     (ProtocolError, Outcome.FAIL),
     (SinkError, Outcome.FAIL),
     (EventConversionError, Outcome.FAIL),
+    (EpochError, Outcome.FAIL),  # ordered transaction metadata on a position it cannot rank
 )
 
 # Set-up errors that fail the task with one clear message and no traceback.

@@ -39,6 +39,7 @@ __all__ = [
     "inherited_epoch",
     "is_override",
     "next_epoch_map",
+    "unrankable",
 ]
 
 TRANSACTION_EPOCH_KEY = "transaction_epoch"
@@ -129,8 +130,19 @@ def epoch_for_gtid(previous_epoch: int, previous_gtid: str, gtid: str) -> int:
     try:
         hosts, previous_hosts = _hosts(gtid), _hosts(previous_gtid)
     except ValueError as exc:
-        raise EpochError(str(exc)) from exc
+        raise unrankable(exc, gtid) from exc
     return previous_epoch if hosts >= previous_hosts else previous_epoch + 1
+
+
+def unrankable(exc: ValueError, gtid: str) -> EpochError:
+    """Debezium's message, and for a MariaDB GTID (``MariaDB/<domain>-<server>-<seq>``, no ``:``)
+    what to change: its ``Gtid`` parser reads MySQL56 GTID sets only and fails the task the same
+    way (docs/conformance.md, "On real Vitess")."""
+    if not gtid.startswith("MariaDB/"):
+        return EpochError(str(exc))
+    return EpochError(f"{exc}: transaction.metadata.factory=VitessOrderedTransactionMetadataFactory ranks MySQL56 GTID "
+                      "sets only (as Debezium's does) and this source has MariaDB GTIDs; use the default "
+                      "transaction.metadata.factory")
 
 
 def _hosts(gtid: str) -> frozenset[str]:

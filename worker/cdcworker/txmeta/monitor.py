@@ -47,7 +47,7 @@ from cdcworker.jsontypes import JsonMapping, JsonObject, JsonValue
 from cdcworker.offsets.javacompat import java_hashmap_order
 from cdcworker.offsets.value import TRANSACTION_COUNT_PREFIX, TRANSACTION_ID_KEY, VGTID_KEY, OffsetValue
 from cdcworker.offsets.vgtid import Vgtid
-from cdcworker.txmeta.epoch import EpochProvider
+from cdcworker.txmeta.epoch import EpochProvider, unrankable
 from cdcworker.txmeta.rank import decimal_json_bytes, rank
 from cdcworker.txmeta.schemas import transaction_key_schema, transaction_value_schema
 from cdcworker.txmeta.transforms import block_exclusions, remove_fields_payload, remove_fields_schema
@@ -369,7 +369,10 @@ class TransactionMonitor:
             self.epoch = self.epochs.epoch(shard, parsed)
             sg = parsed.get(shard)
             assert sg is not None  # epoch() checked it
-            self.rank = rank(sg.gtid)
+            try:
+                self.rank = rank(sg.gtid)
+            except ValueError as exc:  # Debezium's rank provider fails the task too
+                raise unrankable(exc, sg.gtid) from exc
             if self._with_epoch:
                 order_parts.append(b'"transaction_epoch":%d' % self.epoch)
             if self._with_rank:
