@@ -182,6 +182,19 @@ def misplaced() -> list[str]:
         if want != p:
             problems.append(f"{p.relative_to(ROOT)}: the rule places it at {want.relative_to(ROOT)} "
                             f"(move it, or pin it in OVERRIDES in scripts/test_tiers.py with a reason)")
+    return problems + same_names()
+
+
+def same_names() -> list[str]:
+    """Test files sharing a file name: pytest's default import mode imports a basename once, so the
+    second fails to collect and stops the whole run (two branches each added a test_operator_apply.py)."""
+    seen: dict[str, Path] = {}
+    problems = []
+    for p in sorted(TESTS.rglob("test_*.py")):
+        if p.name in seen:
+            problems.append(f"{p.relative_to(ROOT)}: the same file name as {seen[p.name].relative_to(ROOT)}; "
+                            "rename one (test file names are unique across the tiers)")
+        seen.setdefault(p.name, p)
     return problems
 
 
