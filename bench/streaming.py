@@ -1215,9 +1215,11 @@ def run_debezium(broker: Any, source: SimProcess | ReplaySource, rows: int, heap
 
 def _race_side(args: argparse.Namespace, broker: Any, source: SimProcess | ReplaySource,
                side: str) -> tuple[dict[str, Any], str]:
-    """One timed run of one side of the race: its result and a note for the run's line."""
-    if side == "debezium":
-        tuned = args.tuned
+    """One timed run of one side of the race: its result and a note for the run's line. Sides:
+    ``debezium`` (Connect's and Debezium's defaults, or tuned with ``--tuned``), ``debezium-tuned``
+    (always tuned), ``shardcdc`` / ``shardcdc-at-least-once``, ``shardcdc-exactly-once``."""
+    if side.startswith("debezium"):
+        tuned = args.tuned or side == "debezium-tuned"
         r = run_debezium(broker, source, args.rows, args.heap, args.test_jvm,
                          {**(DEBEZIUM_TUNED if tuned else {}), **_kv(args.dbz_props)},
                          {**(CONNECT_TUNED if tuned else {}), **_kv(args.connect_props)})
@@ -1268,19 +1270,22 @@ def debezium(args: argparse.Namespace) -> None:
 
 def _race_report(args: argparse.Namespace, sides: list[str], got: dict[str, list[float]],
                  cpu: dict[str, list[float]]) -> None:
+    """Each shardcdc side against each Debezium side, round by round (the runs of one round ran
+    back to back, so a ratio pairs runs under the same machine load)."""
     summary: dict[str, Any] = {"args": vars(args), "rows_per_s": got, "cpu_us_per_row": cpu, "ratios": {}}
     for side in sides:
         print(_median_line(side, got[side], "rows/s") + f"; cpu median {statistics.median(cpu[side]):.1f} us/row",
               flush=True)
-    for side in (s for s in sides if s != "debezium" and "debezium" in sides):
-        speed = [a / b for a, b in zip(got[side], got["debezium"], strict=True)]
-        thrift = [b / a for a, b in zip(cpu[side], cpu["debezium"], strict=True)]
-        lo, hi = median_ci(speed)
-        clo, chi = median_ci(thrift)
-        summary["ratios"][side] = {"rows_per_s": [statistics.median(speed), lo, hi, speed],
-                                   "cpu_per_row": [statistics.median(thrift), clo, chi, thrift]}
-        print(f"{side} / Debezium, per round: rows/s {statistics.median(speed):.2f}x (95 % {lo:.2f}-{hi:.2f}); "
-              f"{statistics.median(thrift):.2f}x less CPU per row (95 % {clo:.2f}-{chi:.2f})", flush=True)
+    for dbz in (s for s in sides if s.startswith("debezium")):
+        for side in (s for s in sides if s.startswith("shardcdc")):
+            speed = [a / b for a, b in zip(got[side], got[dbz], strict=True)]
+            thrift = [b / a for a, b in zip(cpu[side], cpu[dbz], strict=True)]
+            lo, hi = median_ci(speed)
+            clo, chi = median_ci(thrift)
+            summary["ratios"][f"{side}/{dbz}"] = {"rows_per_s": [statistics.median(speed), lo, hi, speed],
+                                                  "cpu_per_row": [statistics.median(thrift), clo, chi, thrift]}
+            print(f"{side} / {dbz}, per round: rows/s {statistics.median(speed):.2f}x (95 % {lo:.2f}-{hi:.2f}); "
+                  f"{statistics.median(thrift):.2f}x less CPU per row (95 % {clo:.2f}-{chi:.2f})", flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(summary, indent=1))
 
@@ -1347,7 +1352,8 @@ def main() -> None:
     p.add_argument("--shards", default="-80,80-")
     p.add_argument("--runs", type=int, default=1)
     p.add_argument("--sides", default="debezium,shardcdc", help="which connectors to run, interleaved run by run: "
-                   "debezium, shardcdc (at-least-once), shardcdc-exactly-once")
+                   "debezium (defaults; tuned with --tuned), debezium-tuned, shardcdc (at-least-once), "
+                   "shardcdc-exactly-once")
     p.add_argument("--source", choices=("sim", "replay"), default="sim",
                    help="replay: both sides read the Go replay of the test server's responses, so neither is "
                         "bounded by Python gRPC's per-response cost (vstreamreplay serves any VStream request)")
