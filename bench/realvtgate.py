@@ -86,6 +86,49 @@ def current_positions(address: str, shards: list[str], timeout: float = 120.0) -
     raise RuntimeError(f"no position for every shard of {shards} from {address}")
 
 
+MARKER_DDL = "CREATE TABLE marker (id BIGINT NOT NULL, PRIMARY KEY (id))"
+
+
+def end_positions(vt: VTTestServer, before: dict[str, str], timeout: float = 120.0) -> dict[str, str]:
+    """Where each shard's stream ends: one ``marker`` row per shard is written after the load, and a
+    VStream from ``before`` reads each shard's position after its marker's commit. (``current`` is
+    not it: vttestserver's MariaDB holds every shard and Vitess's own tables, so the server's last
+    GTID may be a transaction no shard stream carries, and a worker would wait for it forever.)"""
+    ids: dict[str, int] = {}
+    i = 1 << 40
+    while len(ids) < len(vt.shards):
+        kid = keyspace_id(i)
+        shard = next(s for s in vt.shards if bytes.fromhex(s.split("-")[0] or "00") <= kid
+                     < bytes.fromhex(s.split("-")[1] or "ff" * 9))
+        ids.setdefault(shard, i)
+        i += 1
+    with vt.client() as client:
+        for n in ids.values():
+            client.execute(f"insert into marker (id) values ({n})", target=KEYSPACE)
+    out: dict[str, str] = {}
+    seen: set[str] = set()
+    with grpc.insecure_channel(vt.vtgate, options=[("grpc.max_receive_message_length", 64 << 20)]) as channel:
+        call = vtgateservice_pb2_grpc.VitessStub(channel).VStream(vtgate_pb2.VStreamRequest(
+            tablet_type=1, vgtid=binlogdata_pb2.VGtid(shard_gtids=[
+                binlogdata_pb2.ShardGtid(keyspace=KEYSPACE, shard=s, gtid=g) for s, g in before.items()]),
+            filter=binlogdata_pb2.Filter(rules=[binlogdata_pb2.Rule(match="marker", filter="select * from marker")])),
+            timeout=timeout)
+        try:
+            for resp in call:
+                for ev in resp.events:
+                    if ev.type == binlogdata_pb2.VEventType.ROW:
+                        seen.add(ev.shard)
+                    elif ev.type == binlogdata_pb2.VEventType.VGTID:
+                        for sg in ev.vgtid.shard_gtids:
+                            if sg.shard in seen:
+                                out.setdefault(sg.shard, sg.gtid)
+                if len(out) == len(vt.shards):
+                    return out
+        finally:
+            call.cancel()
+    raise RuntimeError(f"no end position for every shard: {out}")
+
+
 def _literal(v: object) -> str:
     return "NULL" if v is None else str(v) if isinstance(v, int | float) else "'" + str(v).replace("'", "''") + "'"
 
@@ -142,12 +185,12 @@ def _debezium_side(broker: Any, source: RealSource, rows: int, tuned: bool) -> d
 
 
 def one_shard_count(args: argparse.Namespace, broker: Any, shards: int, tmp: str) -> dict[str, Any]:
-    vt = VTTestServer(KEYSPACE, shards, ddl=[DDL], vschema=hash_vschema(["bench"])).start()
+    vt = VTTestServer(KEYSPACE, shards, ddl=[DDL, MARKER_DDL], vschema=hash_vschema(["bench", "marker"])).start()
     sim = SimProcess(args.rows, args.per_txn, ",".join(vt.shards))
     try:
         start = current_positions(vt.vtgate, vt.shards)
         took = load(vt, args.rows, args.per_txn)
-        source = RealSource(vt, start, current_positions(vt.vtgate, vt.shards), took)
+        source = RealSource(vt, start, end_positions(vt, start), took)
         replay = ReplaySource(sim, {}, tmp)
         print(f"# {shards} shards: {args.rows} rows loaded into vttestserver in {took:.1f}s "
               f"({args.rows / took:,.0f} rows/s through VTGate)", flush=True)

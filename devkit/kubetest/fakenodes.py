@@ -98,6 +98,13 @@ class _StatusServers:
         async def shut() -> None:
             for server in self._servers.values():
                 server.close()
+            # The connections' tasks end here, while the loop runs: left to the garbage collector,
+            # each closed its writer on a closed loop ("Event loop is closed", 20 warnings a run).
+            current = asyncio.current_task()
+            pending = [t for t in asyncio.all_tasks() if t is not current]
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
 
         asyncio.run_coroutine_threadsafe(shut(), self._loop).result(30)
         self._loop.call_soon_threadsafe(self._loop.stop)
