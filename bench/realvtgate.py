@@ -66,14 +66,19 @@ class RealSource:
         self.info = {"start": start, "final": final, "load_seconds": load_seconds}
 
 
+def _vstream(channel: grpc.Channel, positions: dict[str, str], table: str, timeout: float) -> Any:
+    """A VStream of ``table`` (keyspace ``bench``) from ``positions`` ({shard: gtid or "current"})."""
+    return vtgateservice_pb2_grpc.VitessStub(channel).VStream(vtgate_pb2.VStreamRequest(
+        tablet_type=1, vgtid=binlogdata_pb2.VGtid(shard_gtids=[
+            binlogdata_pb2.ShardGtid(keyspace=KEYSPACE, shard=s, gtid=g) for s, g in positions.items()]),
+        filter=binlogdata_pb2.Filter(rules=[binlogdata_pb2.Rule(match=table, filter=f"select * from {table}")])),
+        timeout=timeout)
+
+
 def current_positions(address: str, shards: list[str], timeout: float = 120.0) -> dict[str, str]:
     """Every shard's position now: a VStream from ``current`` until its VGTID names them all."""
     with grpc.insecure_channel(address) as channel:
-        call = vtgateservice_pb2_grpc.VitessStub(channel).VStream(vtgate_pb2.VStreamRequest(
-            tablet_type=1, vgtid=binlogdata_pb2.VGtid(shard_gtids=[
-                binlogdata_pb2.ShardGtid(keyspace=KEYSPACE, shard=s, gtid="current") for s in shards]),
-            filter=binlogdata_pb2.Filter(rules=[binlogdata_pb2.Rule(match="bench", filter="select * from bench")])),
-            timeout=timeout)
+        call = _vstream(channel, {s: "current" for s in shards}, "bench", timeout)
         try:
             for resp in call:
                 for ev in resp.events:
@@ -108,11 +113,7 @@ def end_positions(vt: VTTestServer, before: dict[str, str], timeout: float = 120
     out: dict[str, str] = {}
     seen: set[str] = set()
     with grpc.insecure_channel(vt.vtgate, options=[("grpc.max_receive_message_length", 64 << 20)]) as channel:
-        call = vtgateservice_pb2_grpc.VitessStub(channel).VStream(vtgate_pb2.VStreamRequest(
-            tablet_type=1, vgtid=binlogdata_pb2.VGtid(shard_gtids=[
-                binlogdata_pb2.ShardGtid(keyspace=KEYSPACE, shard=s, gtid=g) for s, g in before.items()]),
-            filter=binlogdata_pb2.Filter(rules=[binlogdata_pb2.Rule(match="marker", filter="select * from marker")])),
-            timeout=timeout)
+        call = _vstream(channel, before, "marker", timeout)
         try:
             for resp in call:
                 for ev in resp.events:
