@@ -27,9 +27,12 @@ import urllib.request
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .sources import COLUMNS, DemoSource
+
+if TYPE_CHECKING:
+    from promlocal import Prometheus
 
 # `shardcdc demo` is registered from devkit (pyproject's `shardcdc.commands` entry points): the demo
 # starts a broker and the VTGate test server, and product code (the CLI included) never imports devkit.
@@ -243,9 +246,10 @@ def run(args: argparse.Namespace) -> int:
                              metrics_port=0 if args.prometheus else None)
         runner_thread = RunnerThread(runner).start()
         stack.callback(runner_thread.stop)
+        prom = None
         if args.prometheus:
             try:
-                stack.enter_context(_prometheus(runner.targets_dir, state_dir, args.prometheus_port, console))
+                prom = stack.enter_context(_prometheus(runner.targets_dir, state_dir, args.prometheus_port, console))
             except DemoError as exc:
                 console.print(f"[bold red]demo failed:[/] {exc}")
                 return 1
@@ -312,6 +316,9 @@ def run(args: argparse.Namespace) -> int:
             writer.join(60)
             wait("every task to catch up with the source", caught_up(source, obs, bootstrap, topic))
             say(table_text(obs))
+            if prom is not None:  # its graphs show this run: the running workers scraped before they stop
+                wait("Prometheus to scrape the workers' records", lambda: _records_sent(prom) > 0)
+                say(f"Prometheus: {_records_sent(prom):,.0f} records sent, scraped from the running workers")
         except DemoError as exc:
             console.print(f"[bold red]demo failed:[/] {exc}")
             console.print(f"worker logs: {runner.dir / 'pods'}")
@@ -351,7 +358,7 @@ def caught_up(source: DemoSource, obs: Observer, bootstrap: str, topic: str) -> 
 
 
 @contextlib.contextmanager
-def _prometheus(targets_dir: Path, state_dir: Path, port: int, console: Any) -> Iterator[None]:
+def _prometheus(targets_dir: Path, state_dir: Path, port: int, console: Any) -> Iterator[Prometheus]:
     """Prometheus beside the demo, over local mode's target files; stopped with the demo."""
     from promlocal import PrometheusError, for_local_mode
 
@@ -364,9 +371,19 @@ def _prometheus(targets_dir: Path, state_dir: Path, port: int, console: Any) -> 
                   f"loaded; try {prom.url}/graph?g0.expr=shardcdc_milliseconds_behind_source and {prom.url}/alerts)",
                   soft_wrap=True, markup=False, highlight=False)
     try:
-        yield
+        yield prom
     finally:
         prom.stop()
+
+
+def _records_sent(prom: Prometheus) -> float:
+    from promlocal import PrometheusError
+
+    try:
+        result = prom.query('sum(shardcdc_records_sent_total{job="shardcdc-workers"})')
+    except (OSError, PrometheusError):
+        return 0.0  # asked again at the next refresh
+    return float(result[0]["value"][1]) if result else 0.0
 
 
 def table_text(obs: Observer) -> str:
