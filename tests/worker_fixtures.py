@@ -33,6 +33,17 @@ def worker_config(
     prefix: str | None = None,
     extra: Mapping[str, str] | None = None,
 ) -> WorkerConfig:
+    return load_config([], env={}, overrides=worker_properties(broker, vtgate, keyspace, prefix, extra))
+
+
+def worker_properties(
+    broker: KafkaBroker,
+    vtgate: str,
+    keyspace: str,
+    prefix: str | None = None,
+    extra: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """``worker_config``'s properties (for a worker started as a process: ``-c`` file)."""
     host, port = vtgate.rsplit(":", 1)
     prefix = prefix or f"p{uuid.uuid4().hex[:8]}"
     props = {
@@ -51,7 +62,7 @@ def worker_config(
         "shardcdc.metrics.port": "0",  # several tasks share this process
         **(extra or {}),
     }
-    return load_config([], env={}, overrides=props)
+    return props
 
 
 def insert_customers(sim: VTGateSim, ids: range, keyspace: str = "commerce") -> None:

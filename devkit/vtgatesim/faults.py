@@ -33,11 +33,28 @@ class FaultPlan:
     tablet_fail_code: int = 14  # UNAVAILABLE
     tablet_fail_message: str = "vttablet: rpc error: code = Unavailable desc = injected tablet fault"
     tablet_failures: int = 1
+    # A lagging tablet: the tablet streams of these shards send nothing until release_lag() (or the
+    # client cancels), the others stream on; what vtgate does with each shard's events (journals
+    # included) is unchanged. `lagging` is set when one of them starts waiting.
+    lag_shards: tuple[str, ...] = ()
     released: threading.Event = field(default_factory=threading.Event)
     stalled: threading.Event = field(default_factory=threading.Event)  # set when a stream starts stalling
+    lag_released: threading.Event = field(default_factory=threading.Event)
+    lagging: threading.Event = field(default_factory=threading.Event)
 
     def release(self) -> None:
         self.released.set()
+
+    def release_lag(self) -> None:
+        self.lag_released.set()
+
+    def lag(self, vs: VStream, shard: str) -> None:
+        """Hold a lagging shard's tablet stream (called before each binlog entry it would read)."""
+        if shard not in self.lag_shards or self.lag_released.is_set():
+            return
+        self.lagging.set()
+        while not self.lag_released.wait(0.05) and not vs.cancelled.is_set():
+            pass
 
     def apply(self, vs: VStream, responses: list[bytes], counts: list[int]) -> list[bytes]:
         """Called under the stream lock before a group of responses is queued."""

@@ -629,7 +629,10 @@ class ShardStream:
         the copy `plans`: see iter_txn_items); returns the next index."""
         binlog = self.shard.binlog
         entries = binlog.entries
+        fault = self.vs.fault
         while stop is None or index < stop:
+            if fault is not None and fault.lag_shards:
+                fault.lag(self.vs, self.sg.shard)
             self.check_cancel()
             if not self.shard.unthrottled.is_set():
                 # The tablet throttler: the vstreamer sends only heartbeats (with throttled=true),

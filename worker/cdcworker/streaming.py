@@ -53,6 +53,7 @@ from cdcworker.filters.failure import (
     FailureHandler,
     is_oversized,
 )
+from cdcworker.journals import JournalMismatch, JournalProgress, names, reassigned
 from cdcworker.offsets import Vgtid
 from cdcworker.offsets.copyresume import CopyResume
 from cdcworker.offsets.javacompat import jackson_dumps
@@ -195,6 +196,7 @@ class StreamProcessor:
         start: Vgtid,
         lookahead_rows: int = 8192,
         journal_stops: bool = False,
+        journals: JournalProgress | None = None,
         on_heartbeat: Callable[[binlogdata_pb2.VEvent], None] | None = None,
         metrics: StreamMetrics | None = None,
         features: Features | None = None,
@@ -206,6 +208,10 @@ class StreamProcessor:
         # max.queue.size.in.bytes: row-change bytes a transaction may hold before it is streamed.
         self.max_queue_bytes = max_queue_bytes
         self.journal_stops = journal_stops
+        # A reshard journal some held source shards delivered (kept across reconnects), and
+        # whether the events after one up to its COMMIT are being skipped.
+        self.journals = journals
+        self._journal_tail = False
         self.on_heartbeat = on_heartbeat
         self.plans: dict[tuple[str, str], TablePlan] = {}
         # Plans whose topic may not exist yet (topic.creation.*): moved to ``plans`` by the table's
@@ -322,6 +328,9 @@ class StreamProcessor:
     def _event(self, ev: Any) -> None:  # Any: vitessapi protobuf messages (generated code: no types for mypy)
         """Every event but ROW: rare per transaction (a handful per commit)."""
         t = ev.type
+        if self._journal_tail:
+            self._skip_journal_tail(t)
+            return
         if t == VGTID:
             self._pending_vgtid = ev.vgtid
             self._pending_shard = ev.shard
@@ -348,7 +357,7 @@ class StreamProcessor:
             if self.features.heartbeats is not None:
                 self.tick()
         elif t == JOURNAL:
-            self._journal(ev.journal)
+            self._journal(ev)
         elif t == COPY_COMPLETED:
             if ev.shard:
                 self.stats.copy_completed_shards.add(ev.shard)
@@ -605,6 +614,9 @@ class StreamProcessor:
     def seal(self, position: Vgtid) -> None:
         """``position`` becomes the current one and a commit point of the sink, with the task's
         offset fields (``Features.decorate``) as they are now."""
+        journals = self.journals
+        if journals is not None and journals.done:
+            position = journals.pin(position)
         decorate = self.features.decorate
         if decorate is not None:
             position = decorate(position)
@@ -673,13 +685,38 @@ class StreamProcessor:
         # A fresh object for the same position: the sink seals (and, exactly-once, commits) it.
         self.seal(dataclasses.replace(self.position))
 
-    def _journal(self, journal: binlogdata_pb2.Journal) -> None:
+    def _journal(self, ev: Any) -> None:  # Any: a VEvent (upb)
+        """A source shard's reshard journal: the task stops for reassignment once every source
+        shard of it the task holds has delivered it (``journals``); until then the shard is done
+        (pinned before its journal) and the others stream on."""
+        journal = ev.journal
         if not self.journal_stops or journal.migration_type != binlogdata_pb2.MigrationType.SHARDS:
             return
-        gone = {(p.keyspace, p.shard) for p in journal.participants}
-        kept = tuple(sg for sg in self.position if (sg.keyspace, sg.shard) not in gone)
-        targets = Vgtid.from_proto(binlogdata_pb2.VGtid(shard_gtids=list(journal.shard_gtids)))
-        raise ReassignmentNeeded(Vgtid(kept).update(targets), journal)
+        progress = self.journals
+        if progress is not None:
+            if not ev.shard:
+                raise ProtocolError(f"reshard journal {journal.id} without the shard that delivered it")
+            try:
+                complete = progress.reached(journal, (ev.keyspace, ev.shard), self.position)
+            except JournalMismatch as exc:
+                raise ProtocolError(str(exc)) from None
+            if not complete:
+                # The journal's own VGTID and COMMIT would move the shard past it: skipped.
+                self._journal_tail = True
+                log.info("reshard journal %d: shard %s/%s reached it; streaming %s until each reaches it too, so "
+                         "none of their changes before the cut-over is skipped", journal.id, ev.keyspace, ev.shard,
+                         names(progress.pending))
+                if self.metrics is not None:
+                    self.metrics.awaiting_journal = progress.report()
+                return
+        raise ReassignmentNeeded(reassigned(self.position, journal), journal)
+
+    def _skip_journal_tail(self, t: int) -> None:
+        """The events after a done shard's JOURNAL up to its COMMIT (VTGate sends them together)."""
+        if t == COMMIT:
+            self._journal_tail = False
+            self._in_txn = False
+            self._pending_vgtid = None
 
     def abandon_transaction(self) -> None:
         """Forget a partly received transaction (the stream broke); it is replayed on reconnect."""

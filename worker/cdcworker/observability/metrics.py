@@ -111,6 +111,7 @@ class StreamMetrics(ErroneousCounter, Protocol):
     queue_remaining: int
     queue_bytes: int
     records_sent: int
+    awaiting_journal: JsonObject | None  # a reshard journal some held source shards delivered
 
     def queue(self, capacity: int, remaining: int, size_bytes: int = 0, max_bytes: int = 0) -> None: ...
 
@@ -404,6 +405,8 @@ class TaskMetrics:
         self.state = "starting"
         self.reason = ""
         self.journal: JsonObject | None = None  # set when a reshard journal needs a reassignment
+        # Set while some held source shards of a reshard delivered its journal and others stream on.
+        self.awaiting_journal: JsonObject | None = None
         self.state_since = now
         self.read_position: PositionSource | None = None
         self.durable_position: PositionSource | None = None

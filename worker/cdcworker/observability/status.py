@@ -110,4 +110,6 @@ def build_status(tm: TaskMetrics) -> JsonObject:
     }
     if getattr(tm, "journal", None) is not None:
         doc["journal"] = tm.journal
+    if getattr(tm, "awaiting_journal", None) is not None:
+        doc["awaitingJournal"] = tm.awaiting_journal
     return doc

@@ -35,11 +35,18 @@ class Verdict:
     reason: str
 
 
-def classify(error: grpc.RpcError) -> Verdict:
-    """Decide whether a VStream failure is worth a reconnect, with an actionable reason if not."""
+def classify(error: grpc.RpcError, follows_journals: bool = False) -> Verdict:
+    """Decide whether a VStream failure is worth a reconnect, with an actionable reason if not.
+
+    ``follows_journals``: the task reads reshard journals itself (per-task mode). VTGate ends the
+    stream after a journal whose other source shards it does not stream; the task reconnects
+    without the shards that delivered it (``cdcworker.journals``) or, if the error overtook the
+    journal event, from the same position, where the journal comes again."""
     code = error.code() if hasattr(error, "code") else grpc.StatusCode.UNKNOWN
     details = (error.details() if hasattr(error, "details") else str(error)) or ""
     if JOURNAL_PARTICIPANTS_MESSAGE in details:
+        if follows_journals:
+            return Verdict(True, "reshard journal: streaming the task's other source shards up to it")
         return Verdict(False, f"reshard journal spans shards outside this task ({details}); reassignment needed")
     if code == grpc.StatusCode.RESOURCE_EXHAUSTED and "message larger than max" in details.lower():
         return Verdict(False, f"a VStream response exceeded vitess.grpc.max_inbound_message_size ({details}); raise it")

@@ -103,6 +103,7 @@ def report_journal(metrics: StageMetrics, exc: ReassignmentNeeded) -> None:
         "positions": [{"shard": g.shard, "gtid": g.gtid} for g in exc.journal.shard_gtids],
     }
     metrics.journal = journal
+    metrics.awaiting_journal = None
     write_termination_message({"journal": journal})
 
 

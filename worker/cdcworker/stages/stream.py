@@ -6,7 +6,7 @@ import functools
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import grpc
@@ -18,6 +18,7 @@ from cdcworker.events import EncoderConfig
 from cdcworker.features import build_features
 from cdcworker.filters import AnonymisedColumns
 from cdcworker.idleprobe import IdleProbe
+from cdcworker.journals import JournalProgress, names
 from cdcworker.kafkaerrors import KafkaAccessError
 from cdcworker.offsets import Vgtid
 from cdcworker.signals.runtime import TaskExtras
@@ -55,6 +56,9 @@ class Session:
     # follow the journal for it, but the operator plans the shards of every generation and would
     # wait for a journal that is never reported.
     journal_stops: bool
+    # Per-task mode: the source shards of a reshard that delivered its journal while the task's
+    # other source shards of it stream on (cdcworker.journals).
+    journals: JournalProgress = field(default_factory=JournalProgress)
     result: TaskResult | None = None
     refused: bool = False  # the cluster refused the login or certificate mid-stream (KafkaAccessError)
     next_flush: float = 0.0
@@ -140,6 +144,7 @@ def new_processor(task: WorkerTask, session: Session) -> StreamProcessor:
         lookahead_rows=cfg.behaviour.max_queue_size if not handing else 1 << 30,
         max_queue_bytes=cfg.behaviour.max_queue_size_in_bytes if not handing else 0,
         journal_stops=session.journal_stops,
+        journals=session.journals if session.journal_stops else None,
         metrics=metrics,
         on_heartbeat=functools.partial(_on_heartbeat, metrics, session.probe),
         features=session.features,
@@ -154,7 +159,9 @@ def stream_once(task: WorkerTask, conn: Connection, session: Session, processor:
     assert sink is not None and metrics is not None and extras is not None
     # Parsed responses while handing off: the hand-off processor reads FIELD events.
     stream_fn = conn.stub.VStream if handoff.handing_off(task) else conn.vstream
-    call = stream_fn(vstream_request(cfg, session.position, session.journal_stops, task.rules), metadata=conn.metadata)
+    # Source shards that delivered a reshard journal stay out: they are never read past it.
+    request = vstream_request(cfg, session.journals.streamed(session.position), session.journal_stops, task.rules)
+    call = stream_fn(request, metadata=conn.metadata)
     task.set_call(call)
     responses = ResponseReader(call, max_bytes=cfg.behaviour.max_queue_size_in_bytes)
     task.set_call(responses)  # cancels the call and wakes its reader
@@ -215,6 +222,10 @@ def reconnect(task: WorkerTask, _conn: Connection, session: Session, processor: 
     metrics.set_connected(False)
     processor.abandon_transaction()
     session.position = position = rewind(task, sink, processor)
+    undone = session.journals.rewound(position)
+    if undone:
+        log.info("reshard journal: %s resume before the journal again (the Kafka transaction was aborted); "
+                 "streaming them up to it again", names(undone))
     if task.stopping:
         return False
     if isinstance(exc, grpc.RpcError) and NOTHING_TO_COPY in (exc.details() or ""):
@@ -233,7 +244,7 @@ def reconnect(task: WorkerTask, _conn: Connection, session: Session, processor: 
     code = exc.code().name if isinstance(exc, grpc.RpcError) else "EOF"
     metrics.on_error(code)
     if isinstance(exc, grpc.RpcError):
-        verdict = classify(exc)
+        verdict = classify(exc, follows_journals=session.journal_stops)
         if not verdict.retriable:
             session.result = TaskResult(exitcodes.FAILED, verdict.reason, position)
             return False
