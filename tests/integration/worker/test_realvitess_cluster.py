@@ -9,7 +9,8 @@ shared by the module, keyspace ``customer`` over ``-80, 80-``:
    ``SwitchTraffic``, ``complete``), while local mode (``shardcdc run``, 2 tasks) streams under a
    workload. After each switch the workers follow the journal, local mode starts the next
    generation over the new shards, the topic equals the source (no duplicate, per-key order kept),
-   and the operator's discovery sees exactly the new shards. Beside the split, a VStream of the
+   and the operator's discovery sees exactly the new shards; in the merge each task holds 2 of its
+   4 source shards and reads both up to their own journals. Beside the split, a VStream of the
    source shards catches the real journal, compared with the test server's journal of the same
    split (docs/fidelity.md, the differential suite).
 
@@ -241,3 +242,9 @@ spec:
     assert "generation 1 started: 2 tasks over 4 shards" in run.output()
     assert "generation 2 started: 2 tasks over 2 shards" in run.output()
     assert materialised.applied > 40 and materialised.duplicates == 0
+    # Generation 1's tasks held 2 of the merge's 4 source shards each: each read the first up to
+    # its journal, then (VTGate ended the stream: not all participants in it) streamed the other
+    # one alone up to its own journal before stopping (docs/operations.md, Resharding).
+    for task in ("t0", "t1"):
+        worker_log = next(state.rglob(f"cust-g1-{task}-*/container.log")).read_text()
+        assert "reached it; streaming customer/" in worker_log, worker_log[-3000:]
