@@ -21,9 +21,10 @@ from types import TracebackType
 
 import grpc
 
+from cdcoperator.local.ports import free_port_block
+
 from .client import VTGateClient, VTGateError
 from .env import MARIADB_ROOT, Processes, VitessEnv, kill_strays, vitess_env
-from .single import free_port_block
 
 CELL = "zone1"
 
