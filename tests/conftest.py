@@ -37,6 +37,19 @@ def kafka_broker() -> Iterator[KafkaBroker]:
 
 
 @pytest.fixture(scope="session")
+def debezium_kafka_broker() -> Iterator[KafkaBroker]:
+    """The broker Debezium writes to in the conformance comparisons (its topics have the names of
+    shardcdc's, which go to ``kafka_broker``); shared by the session like that one: every pair's topic
+    prefix is its own."""
+    broker = KafkaBroker()
+    broker.start()
+    try:
+        yield broker
+    finally:
+        broker.close()
+
+
+@pytest.fixture(scope="session")
 def secure_kafka_broker() -> Iterator[KafkaBroker]:
     """A broker whose extra listeners check passwords (SASL PLAIN, SCRAM-SHA-512) and serve TLS
     (``kafka_security_fixtures`` has the user and the CA's helpers); shared by the session."""

@@ -28,3 +28,18 @@ def wait_for(fn: Callable[[], T], timeout: float = 30.0, what: str = "condition"
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}; last: {last!r}")
         time.sleep(period)
+
+
+def eventually(check: Callable[[], None], timeout: float = 30.0, what: str = "the assertions") -> None:
+    """Run ``check`` (a block of asserts) until it passes; fail with its last assertion after ``timeout``.
+
+    For state that another process publishes after the one the test waited on: kopf posts a handler's
+    Events from a background task, so they can reach the API server after the status, annotation or
+    deletion that the same handler wrote.
+    """
+
+    def passed() -> bool:
+        check()
+        return True
+
+    wait_for(passed, timeout, what)

@@ -14,6 +14,10 @@ from vitessapi import binlogdata_pb2, query_pb2, vtgate_pb2, vtgateservice_pb2_g
 from vtgatesim import VTGateSim, wire
 
 T = binlogdata_pb2.VEventType
+# How long a test waits for a response or a state it expects: it comes in milliseconds, but the
+# suite's 2 cores may be busy (a broker's or Vitess's JVM or Go GC); a wait that expects nothing
+# passes its own shorter timeout.
+WAIT = 30.0
 
 
 class Reader:
@@ -34,7 +38,7 @@ class Reader:
             self.error = e
         self.q.put(None)
 
-    def next(self, timeout: float = 5.0) -> vtgate_pb2.VStreamResponse:
+    def next(self, timeout: float = WAIT) -> vtgate_pb2.VStreamResponse:
         r = self.q.get(timeout=timeout)
         assert r is not None, f"stream ended: {self.error}"
         return r
@@ -42,7 +46,7 @@ class Reader:
     def types(self, n: int) -> list[list[str]]:
         return [[T.Name(e.type) for e in self.next().events] for _ in range(n)]
 
-    def end(self, timeout: float = 5.0) -> grpc.RpcError | None:
+    def end(self, timeout: float = WAIT) -> grpc.RpcError | None:
         while True:
             r = self.q.get(timeout=timeout)
             if r is None:

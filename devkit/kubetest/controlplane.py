@@ -16,7 +16,6 @@ import json
 import os
 import secrets
 import shutil
-import socket
 import ssl
 import subprocess
 import sys
@@ -32,6 +31,7 @@ from typing import TYPE_CHECKING
 import yaml
 
 from cdcoperator.local.children import start_bound, stop_group
+from cdcoperator.local.ports import free_port as free_port  # re-exported: tests import it from here
 from kubetest import pki
 from kubetest.binaries import KubeBinaries, find_binaries, kube_home
 
@@ -47,11 +47,6 @@ ADVERTISE_ADDRESS = "192.0.2.1"
 SERVICE_CIDR = "10.0.0.0/24"
 
 
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class KubeControlPlane:

@@ -20,6 +20,7 @@ from types import TracebackType
 from typing import Any
 
 from cdcoperator.local.children import start_bound, stop_group
+from cdcoperator.local.ports import free_port as free_port  # re-exported: tests import it from here
 from localkafka.security import BrokerSecurity, TlsFiles, listener_config, make_tls, scram_format_args
 
 DEFAULT_VERSION = "3.9.1"
@@ -51,11 +52,6 @@ def kafka_home() -> Path:
     cache = Path(os.environ.get("SHARDCDC_CACHE", Path.home() / ".cache" / "shardcdc"))
     return cache / f"kafka-{DEFAULT_VERSION}"
 
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 WORKDIR_PREFIX = "shardcdc-kafka-"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import time
 import urllib.error
@@ -16,6 +15,7 @@ from typing import Any
 import yaml
 
 from cdcoperator.local.children import start_bound, stop_group
+from cdcoperator.local.ports import free_port
 from promlocal.files import (
     RULES_FILE,
     SCRAPE_FILE,
@@ -31,11 +31,6 @@ class PrometheusError(RuntimeError):
     """Prometheus did not start, or its API answered with an error."""
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
 
 class Prometheus:
     """``prometheus`` with ``scrape_configs`` and ``rules`` (rule-file format) in ``workdir``.
@@ -48,7 +43,7 @@ class Prometheus:
                  rules: Mapping[str, Any] | None = None, *, interval: str = "15s", port: int = 0,
                  retention: str = "1d") -> None:
         self.workdir = Path(workdir)
-        self.port = port or _free_port()
+        self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.scrape_configs = [dict(job) for job in scrape_configs]
         self.rules = rules

@@ -130,9 +130,9 @@ class Processes:
         if proc is not None:
             stop_group(proc, timeout, kill)
 
-    def stop_all(self, timeout: float = 30.0) -> None:
+    def stop_all(self, timeout: float = 30.0, kill: bool = False) -> None:
         for name in reversed(list(self.procs)):
-            self.stop(name, timeout)
+            self.stop(name, timeout, kill)
         kill_strays(self.root)
 
 

@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import itertools
 import json
-import random
 import re
 import shutil
-import socket
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
@@ -19,6 +17,8 @@ from pathlib import Path
 from types import TracebackType
 
 import grpc
+
+from cdcoperator.local.ports import free_port_block
 
 from .client import VTGateClient, VTGateError
 from .env import Processes, VitessEnv, vitess_env
@@ -37,42 +37,6 @@ def hash_vschema(tables: Sequence[str], column: str = "id") -> dict[str, object]
     """Every table sharded by a ``hash`` vindex (named ``hash``) on ``column``."""
     return {"sharded": True, "vindexes": {"hash": {"type": "hash"}},
             "tables": {t: {"column_vindexes": [{"column": column, "name": "hash"}]} for t in tables}}
-
-
-def free_port_block(count: int, tries: int = 200) -> int:
-    """A base port with ``count`` consecutive free ports above it on 127.0.0.1, below the kernel's
-    ephemeral range: a port taken from that range (``bind(0)``) can become the local port of any
-    outgoing connection on the machine in the seconds before the Vitess process binds it (a tablet's
-    ``mysqlctl init`` runs first), which failed tablet starts with "address already in use" on a
-    machine busy with other tests."""
-    low, high = _below_ephemeral()
-    for _ in range(tries):
-        base = random.randrange(low, high - count)
-        socks = []
-        try:
-            for p in range(base, base + count):
-                s = socket.socket()
-                socks.append(s)
-                s.bind(("127.0.0.1", p))
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-    raise RuntimeError(f"no {count} consecutive free ports found in {low}-{high}")
-
-
-def _below_ephemeral(floor: int = 10000) -> tuple[int, int]:
-    """Ports from ``floor`` up to the start of ``net.ipv4.ip_local_port_range`` (32768 by default),
-    or above its end when it starts too low to leave room."""
-    try:
-        start, end = (int(v) for v in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[:2])
-    except (OSError, ValueError):
-        start, end = 32768, 60999
-    if start - floor >= 1000:
-        return floor, start
-    return (end + 1, 65535) if 65535 - end >= 1000 else (floor, 65535)
 
 
 class VTTestServer:

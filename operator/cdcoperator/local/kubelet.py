@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cdcoperator.local.children import start_bound
+from cdcoperator.local.ports import free_port
 from cdcworker.jsontypes import JsonMapping, JsonObject
 
 __all__ = [
@@ -132,14 +133,6 @@ class _Pod:
     def container(self) -> JsonMapping:
         container: JsonMapping = self.template["spec"]["containers"][0]
         return container
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((LOCAL_IP, 0))
-        return int(sock.getsockname()[1])
 
 
 def map_mount_paths(text: str, mounts: Sequence[tuple[str, str]]) -> str:
@@ -313,7 +306,7 @@ class ProcessKubelet:
         pod = _Pod(name, namespace, deployment, template, digest, self.workdir / namespace / name, grace)
         for container in (spec.get("containers") or [])[:1]:
             for port in container.get("ports") or ():
-                pod.ports[str(port.get("name") or port["containerPort"])] = _free_port()
+                pod.ports[str(port.get("name") or port["containerPort"])] = free_port()
         self._pods.append(pod)
         return pod
 
@@ -323,7 +316,7 @@ class ProcessKubelet:
             # one since it was picked (a crash loop on "address in use", probes answered by that
             # process), so every restart gets fresh ones; the pod body reports them.
             for port_name in pod.ports:
-                pod.ports[port_name] = _free_port()
+                pod.ports[port_name] = free_port()
         try:
             argv, env, cwd = self.prepare(pod)
         except (PodSpecError, LookupError, OSError) as exc:

@@ -352,13 +352,12 @@ class Run:
 
 
 @pytest.fixture(scope="module")
-def run(kafka_broker: KafkaBroker) -> Iterator[Run]:
+def run(kafka_broker: KafkaBroker, debezium_kafka_broker: KafkaBroker) -> Iterator[Run]:
     home = debezium_home()
     if not (home / ".complete").is_file():
         raise RuntimeError(f"Debezium jars missing in {home}: run `make debezium` first")
     with ExitStack() as stack:
-        dbz_broker = stack.enter_context(KafkaBroker())  # Debezium's topics: same names as ours
-        brokers = {"dbz": dbz_broker, "ours": kafka_broker}
+        brokers = {"dbz": debezium_kafka_broker, "ours": kafka_broker}
         sim = stack.enter_context(VTGateSim())
         for ks, shards in KEYSPACES.items():
             sim.create_keyspace(ks, shards, ddl=DDL)
@@ -375,7 +374,7 @@ def run(kafka_broker: KafkaBroker) -> Iterator[Run]:
         tasks = start_shardcdc_tasks(stack, kafka_broker, configs)
 
         connect = ConnectStandalone(
-            dbz_broker.bootstrap,
+            debezium_kafka_broker.bootstrap,
             [vitess_connector_config(cfg.name, p.prefix, sim.address, p.keyspace, p.settings)
              for cfg, p in zip(configs, PAIRS, strict=True)],
         )
@@ -401,7 +400,7 @@ def run(kafka_broker: KafkaBroker) -> Iterator[Run]:
             # Debezium may legitimately write a different number of records; then the comparison
             # shows which. Wait for as many a bounded time, then compare what is there.
             deadline = time.monotonic() + 30
-            while len(dbz := consume_all(dbz_broker.bootstrap, p.topics)) < len(ours) and time.monotonic() < deadline:
+            while len(dbz := consume_all(debezium_kafka_broker.bootstrap, p.topics)) < len(ours) and time.monotonic() < deadline:
                 connect.check()
                 time.sleep(0.2)  # polling the topics: Debezium offers no other progress signal
             records[("ours", p.name)] = ours

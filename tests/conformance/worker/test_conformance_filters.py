@@ -107,15 +107,14 @@ class Run:
 
 
 @pytest.fixture(scope="module")
-def run(kafka_broker: KafkaBroker) -> Iterator[Run]:
+def run(kafka_broker: KafkaBroker, debezium_kafka_broker: KafkaBroker) -> Iterator[Run]:
     home = debezium_home()
     if not (home / ".complete").is_file():
         raise RuntimeError(f"Debezium jars missing in {home}: run `make debezium` first")
     with ExitStack() as stack:
-        dbz_broker = stack.enter_context(KafkaBroker())
         sim = stack.enter_context(VTGateSim())
         sim.create_keyspace(KEYSPACE, ["-80", "80-"], ddl=DDL)
-        for broker in (dbz_broker, kafka_broker):
+        for broker in (debezium_kafka_broker, kafka_broker):
             create_topics(broker.bootstrap, [t for p in PAIRS for t in p.topics], partitions=PARTITIONS)
         configs = [
             worker_config(kafka_broker, sim.address, KEYSPACE, p.prefix,
@@ -124,7 +123,7 @@ def run(kafka_broker: KafkaBroker) -> Iterator[Run]:
         ]
         tasks = start_shardcdc_tasks(stack, kafka_broker, configs)
         connect = ConnectStandalone(
-            dbz_broker.bootstrap,
+            debezium_kafka_broker.bootstrap,
             [vitess_connector_config(cfg.name, p.prefix, sim.address, KEYSPACE, {"snapshot.mode": "never", **p.settings})
              for cfg, p in zip(configs, PAIRS, strict=True)],
         )
@@ -137,7 +136,7 @@ def run(kafka_broker: KafkaBroker) -> Iterator[Run]:
         play_workload(sim, KEYSPACE, SEED + CHANGES, tasks, 2 * len(PAIRS), state)
         records: dict[tuple[str, str], list[ConsumedRecord]] = {}
         for p in PAIRS:
-            ours, dbz = read_both(kafka_broker.bootstrap, dbz_broker.bootstrap, p.topics, connect.check)
+            ours, dbz = read_both(kafka_broker.bootstrap, debezium_kafka_broker.bootstrap, p.topics, connect.check)
             records[("ours", p.name)] = ours
             records[("dbz", p.name)] = dbz
         connect.check()

@@ -187,7 +187,7 @@ class Run:
 
 
 @pytest.fixture(scope="module")
-def run(kafka_broker: KafkaBroker, real_vitess: VTTestServer) -> Iterator[Run]:
+def run(kafka_broker: KafkaBroker, debezium_kafka_broker: KafkaBroker, real_vitess: VTTestServer) -> Iterator[Run]:
     if not (debezium_home() / ".complete").is_file():
         raise RuntimeError(f"Debezium jars missing in {debezium_home()}: run `make debezium` first")
     vt = real_vitess
@@ -198,14 +198,13 @@ def run(kafka_broker: KafkaBroker, real_vitess: VTTestServer) -> Iterator[Run]:
             _wait_for(lambda stmt=stmt: _executed(c, stmt), 60, f"VTGate to take {stmt[:40]}")
     sides = connectors(RV_PAIRS, list(vt.shards), start)
     with ExitStack() as stack:
-        dbz_broker = stack.enter_context(KafkaBroker())
-        for broker in (dbz_broker, kafka_broker):
+        for broker in (debezium_kafka_broker, kafka_broker):
             create_topics(broker.bootstrap, [t for p in RV_PAIRS for t in p.topics], partitions=PARTITIONS)
         configs = [worker_config(kafka_broker, vt.vtgate, KEYSPACE, s.pair.prefix, {
             **s.settings, "name": s.name, "offset.storage.topic": f"offsets-{_RV}", "shardcdc.metrics.port": "0",
         }) for s in sides]
         tasks = start_shardcdc_tasks(stack, kafka_broker, configs)
-        connect = ConnectStandalone(dbz_broker.bootstrap, [
+        connect = ConnectStandalone(debezium_kafka_broker.bootstrap, [
             vitess_connector_config(s.name, s.pair.prefix, vt.vtgate, KEYSPACE, s.settings) for s in sides])
         stack.callback(connect.close)
         connect.start(timeout=240)
@@ -214,7 +213,7 @@ def run(kafka_broker: KafkaBroker, real_vitess: VTTestServer) -> Iterator[Run]:
             if side.pair in copying:
                 _wait_for(lambda task=task: _copied(task), 120, f"shardcdc {side.name} to copy", connect.tail)
         for p in copying:  # the copy's records, on both sides, before any change is made
-            _wait_for(lambda p=p: _same_count(kafka_broker, dbz_broker, p, connect), 120, f"{p.name}'s copy", connect.tail)
+            _wait_for(lambda p=p: _same_count(kafka_broker, debezium_kafka_broker, p, connect), 120, f"{p.name}'s copy", connect.tail)
         with vt.client() as c:
             for stmt in CHANGES:
                 c.execute(stmt, KEYSPACE)
@@ -224,7 +223,7 @@ def run(kafka_broker: KafkaBroker, real_vitess: VTTestServer) -> Iterator[Run]:
         records = {}
         for p in RV_PAIRS:
             records[("ours", p.name)], records[("dbz", p.name)] = read_both(
-                kafka_broker.bootstrap, dbz_broker.bootstrap, p.topics, connect.check, wait=60)
+                kafka_broker.bootstrap, debezium_kafka_broker.bootstrap, p.topics, connect.check, wait=60)
         connect.check()
         ordered = run_ordered(stack, kafka_broker, connect, vt, start)
         yield Run(records, connect.tail(200), start, ordered)

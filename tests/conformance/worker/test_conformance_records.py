@@ -136,14 +136,13 @@ def _last_heartbeat_at(broker: KafkaBroker, pair: Pair, vgtid: str) -> bool:
 
 
 @pytest.fixture(scope="module")
-def run(kafka_broker: KafkaBroker) -> Iterator[Run]:
+def run(kafka_broker: KafkaBroker, debezium_kafka_broker: KafkaBroker) -> Iterator[Run]:
     home = debezium_home()
     if not (home / ".complete").is_file():
         raise RuntimeError(f"Debezium jars missing in {home}: run `make debezium` first")
     started_ms = time.time_ns() // 1_000_000
     with ExitStack() as stack:
-        dbz_broker = stack.enter_context(KafkaBroker())
-        brokers = {"dbz": dbz_broker, "ours": kafka_broker}
+        brokers = {"dbz": debezium_kafka_broker, "ours": kafka_broker}
         sim = stack.enter_context(VTGateSim())
         sim.create_keyspace(KEYSPACE, SHARDS, ddl=DDL)
         for broker in brokers.values():
@@ -154,7 +153,7 @@ def run(kafka_broker: KafkaBroker) -> Iterator[Run]:
         ]
         tasks = start_shardcdc_tasks(stack, kafka_broker, configs)
         connect = ConnectStandalone(
-            dbz_broker.bootstrap,
+            debezium_kafka_broker.bootstrap,
             [vitess_connector_config(cfg.name, p.prefix, sim.address, KEYSPACE, p.settings)
              for cfg, p in zip(configs, PAIRS, strict=True)],
         )
@@ -171,7 +170,7 @@ def run(kafka_broker: KafkaBroker) -> Iterator[Run]:
         positions = [_vgtid(sim.positions(KEYSPACE))]
         # The idle source before the first change: a first heartbeat on both sides (Debezium's
         # names the start position of one shard only, see test_first_heartbeat_...).
-        _wait_for(lambda: _heartbeats(dbz_broker, hb), 30, "Debezium's first heartbeat", state)
+        _wait_for(lambda: _heartbeats(debezium_kafka_broker, hb), 30, "Debezium's first heartbeat", state)
         _wait_for(functools.partial(_last_heartbeat_at, kafka_broker, hb, positions[0]), 30, "a first heartbeat", state)
         for stmt, target in WORKLOAD:
             sim.execute(stmt, target)
@@ -187,11 +186,11 @@ def run(kafka_broker: KafkaBroker) -> Iterator[Run]:
             data = [t for t in p.topics if t != p.heartbeat_topic]
             ours = consume_all(kafka_broker.bootstrap, data)
             deadline = time.monotonic() + 30
-            while len(dbz := consume_all(dbz_broker.bootstrap, data)) < len(ours) and time.monotonic() < deadline:
+            while len(dbz := consume_all(debezium_kafka_broker.bootstrap, data)) < len(ours) and time.monotonic() < deadline:
                 connect.check()
                 time.sleep(0.2)  # polling the topics: Debezium offers no other progress signal
             records[("ours", p.name)] = ours + _heartbeats(kafka_broker, p)
-            records[("dbz", p.name)] = dbz + _heartbeats(dbz_broker, p)
+            records[("dbz", p.name)] = dbz + _heartbeats(debezium_kafka_broker, p)
         connect.check()
         yield Run(records, positions, started_ms, time.time_ns() // 1_000_000, connect.tail(200))
 

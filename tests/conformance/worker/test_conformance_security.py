@@ -120,12 +120,12 @@ class Run:
 
 
 @contextmanager
-def _session(ours_broker: KafkaBroker, support: str) -> Iterator[Run]:
-    """The pairs of one Connect worker (``exactly.once.source.support=support``): its own broker,
-    test server and workload; yields the records once both sides wrote everything."""
+def _session(ours_broker: KafkaBroker, dbz_broker: KafkaBroker, support: str) -> Iterator[Run]:
+    """The pairs of one Connect worker (``exactly.once.source.support=support``): its own Connect group
+    and topics on Debezium's broker, test server and workload; yields the records once both sides wrote
+    everything."""
     pairs = [p for p in PAIRS if p.worker == support]
     with ExitStack() as stack:
-        dbz_broker = stack.enter_context(KafkaBroker(security=BrokerSecurity({USER: PASSWORD})))
         sim = stack.enter_context(VTGateSim())
         sim.create_keyspace(KEYSPACE, ["-80", "80-"], ddl=DDL)
         for broker in (dbz_broker, ours_broker):
@@ -171,10 +171,11 @@ def run(secure_kafka_broker: KafkaBroker) -> Iterator[Run]:
     home = debezium_home()
     if not (home / ".complete").is_file():
         raise RuntimeError(f"Debezium jars missing in {home}: run `make debezium` first")
-    with _session(secure_kafka_broker, "preparing") as prep:
-        done = Run(dict(prep.records), dict(prep.markers), None, prep.vtgate)
-    with _session(secure_kafka_broker, "enabled") as run:
-        yield Run({**done.records, **run.records}, {**done.markers, **run.markers}, run.connect, run.vtgate)
+    with KafkaBroker(security=BrokerSecurity({USER: PASSWORD})) as dbz_broker:  # one for both workers, in turn
+        with _session(secure_kafka_broker, dbz_broker, "preparing") as prep:
+            done = Run(dict(prep.records), dict(prep.markers), None, prep.vtgate)
+        with _session(secure_kafka_broker, dbz_broker, "enabled") as run:
+            yield Run({**done.records, **run.records}, {**done.markers, **run.markers}, run.connect, run.vtgate)
 
 
 def _end_offsets(broker: KafkaBroker, topics: list[str]) -> int:

@@ -13,6 +13,7 @@ import grpc
 import pytest
 from vtgatesim_fixtures import (
     CUSTOMER,
+    WAIT,
     Reader,
     request,
     sim_fixture,  # noqa: F401
@@ -43,7 +44,7 @@ def test_stall_until_release(sim: VTGateSim, stub: Any) -> None:
     r = Reader(stub, request(("commerce", "0", "current")))
     assert names(r.next()) == ["VGTID", "OTHER"]  # 2 events: the next group stalls
     insert(sim, 1)
-    assert plan.stalled.wait(5)
+    assert plan.stalled.wait(WAIT)
     assert r.q.empty()  # the stalled group was never queued
     plan.release()
     assert names(r.next()) == ["BEGIN", "FIELD", "ROW", "VGTID", "COMMIT"]
@@ -169,7 +170,7 @@ def _big_txn(sim: VTGateSim, stub: Any, chunk: int) -> tuple[FaultPlan, Reader]:
 
 def test_transaction_chunk_size_sends_chunks_before_commit_without_interleaving(sim: VTGateSim, stub: Any) -> None:
     plan, r = _big_txn(sim, stub, chunk=1)
-    assert plan.stalled.wait(5)
+    assert plan.stalled.wait(WAIT)
     # chunking kicked in at the first packet: it went out alone, the stall hit the second
     first = r.next()
     assert names(first)[:2] == ["BEGIN", "FIELD"] and "COMMIT" not in names(first)
@@ -181,7 +182,7 @@ def test_transaction_chunk_size_sends_chunks_before_commit_without_interleaving(
         done.set()
 
     threading.Thread(target=other_shard, daemon=True).start()
-    assert done.wait(5)  # committed on 80- while -80 holds the stream mid-transaction
+    assert done.wait(WAIT)  # committed on 80- while -80 holds the stream mid-transaction
     plan.release()
     rest = []
     while True:
@@ -212,7 +213,7 @@ def test_without_chunking_the_transaction_goes_out_whole(sim: VTGateSim, stub: A
     assert sum(len(e.row_event.row_changes) for x in resps for e in x.events if e.type == T.ROW) == 600
     assert not plan.stalled.is_set()
     insert(sim, 1000, "commerce:80-")
-    assert plan.stalled.wait(5) and r.q.empty()
+    assert plan.stalled.wait(WAIT) and r.q.empty()
     plan.release()
     other = r.next()
     assert names(other) == ["BEGIN", "FIELD", "ROW", "VGTID", "COMMIT"] and other.events[0].shard == "80-"

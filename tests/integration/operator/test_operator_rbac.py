@@ -25,6 +25,7 @@ import pytest
 import yaml
 from helm_fixtures import by_kind, render
 from operator_kube_fixtures import FakeNodes, chart_operator, wait_for
+from polling import eventually
 
 from cdcoperator.apply import KubeApi
 from kubetest import KubeControlPlane
@@ -123,9 +124,13 @@ def assert_reconciles(plane: Plane, namespace: str, name: str, keyspace: str, si
             (policy,) = plane.get(namespace, "networkpolicies", selector=selector)["items"]
             assert policy["metadata"]["name"] == f"{name}-workers"
             assert policy["spec"]["podSelector"] == {"matchLabels": {"shardcdc.io/connector": name}}
-        events = plane.get(namespace, "events", selector="")["items"]
-        reasons = {e["reason"] for e in events if e["involvedObject"]["name"] == name}
-        assert {"Created", "GenerationStarted"} <= reasons
+
+        def posted() -> None:  # kopf posts Events from a background task: they may trail the status
+            events = plane.get(namespace, "events", selector="")["items"]
+            reasons = {e["reason"] for e in events if e["involvedObject"]["name"] == name}
+            assert {"Created", "GenerationStarted"} <= reasons, reasons
+
+        eventually(posted, 20, f"{namespace}/{name}: the reconcile's events")
 
         plane.kubectl("-n", namespace, "delete", "cdc", name, "--wait=false")
         def gone() -> bool:

@@ -26,6 +26,7 @@ from operator_kube_fixtures import (
     streaming_doc,
     wait_for,
 )
+from polling import eventually
 
 from cdcoperator.apply import KubeApi
 from cdcworker import exitcodes
@@ -206,12 +207,16 @@ def test_create_starts_generation_zero(env: Env) -> None:
                      "vitess.keyspace=orders", f"database.port={env.sim.port}"):
             assert line in text.splitlines(), (line, text)
 
-    # Events of one reconcile are posted concurrently: their order is not asserted, their set is.
-    events = env.events("orders")
-    assert sorted(m for _, r, m in events if r == "Created") == [
-        "created ConfigMap orders-g0-t0", "created ConfigMap orders-g0-t1",
-        "created Deployment orders-g0-t0", "created Deployment orders-g0-t1"]
-    assert [m for _, r, m in events if r == "GenerationStarted"] == ["generation 0 started: 2 tasks over 2 shards"]
+    # Events of one reconcile are posted concurrently (by kopf's background task, so they may trail
+    # the status): their order is not asserted, their set is.
+    def created() -> None:
+        events = env.events("orders")
+        assert sorted(m for _, r, m in events if r == "Created") == [
+            "created ConfigMap orders-g0-t0", "created ConfigMap orders-g0-t1",
+            "created Deployment orders-g0-t0", "created Deployment orders-g0-t1"]
+        assert [m for _, r, m in events if r == "GenerationStarted"] == ["generation 0 started: 2 tasks over 2 shards"]
+
+    eventually(created, 20, "the creation's events")
 
     # Level-based but quiet: further resyncs write nothing while nothing changes. Measured from
     # kopf's last write of the creation cycle (its handled-configuration annotation, progress
@@ -255,12 +260,17 @@ def test_kubectl_scale_starts_the_next_generation_after_a_drain(env: Env) -> Non
     seen = [g for c, g in env.nodes.live_generations if c == "scaled"]
     assert frozenset({0}) in seen and frozenset({1}) in seen
     assert all(len(g) == 1 for g in seen)
-    reasons = [r for _, r, _ in env.events("scaled")]
-    i = reasons.index("Draining")
-    assert reasons.index("GenerationStarted", i) > i
-    assert "Deleted" in reasons[i:]
-    drain = next(m for _, r, m in env.events("scaled") if r == "Draining")
-    assert drain == "stopping the 2 workers of generation 0 to start generation 1; tasks 2 -> 4 (Scale)"
+
+    def drained() -> None:
+        events = env.events("scaled")
+        reasons = [r for _, r, _ in events]
+        assert "Draining" in reasons, reasons
+        after = reasons[reasons.index("Draining"):]
+        assert "GenerationStarted" in after and "Deleted" in after, reasons
+        assert next(m for _, r, m in events if r == "Draining") == (
+            "stopping the 2 workers of generation 0 to start generation 1; tasks 2 -> 4 (Scale)")
+
+    eventually(drained, 20, "the scale's events")
     # Back to 2: generation 2 also records generation 0 (kept by the status schema), and its workers
     # get it, so a generation-1 task that never stored an offset cannot block them.
     env.kubectl("scale", "cdc/scaled", "--replicas=2")
@@ -296,8 +306,12 @@ def test_reshard_waits_for_the_journal_then_follows_it(env: Env) -> None:
     env.wait_condition("resharded", "Ready", "True", "AllTasksStreaming")
     env.wait_condition("resharded", "Resharding", "False", "NoReshard")
     assert sorted(env.children("deployments", "resharded")) == ["resharded-g1-t0", "resharded-g1-t1"]
-    started = [m for _, r, m in env.events("resharded") if r == "GenerationStarted"]
-    assert started[-1] == "generation 1 started: 2 tasks over 4 shards (previous tasks 2; Reshard)"
+
+    def started() -> None:  # kopf posts Events from a background task: they may trail the status
+        started = [m for _, r, m in env.events("resharded") if r == "GenerationStarted"]
+        assert started[-1:] == ["generation 1 started: 2 tasks over 4 shards (previous tasks 2; Reshard)"]
+
+    eventually(started, 20, "the GenerationStarted event")
 
 
 def test_pause_resume_and_restart_annotation(env: Env) -> None:
@@ -344,16 +358,24 @@ def test_pause_resume_and_restart_annotation(env: Env) -> None:
              == (3, 4), 20, "both pods recreated")
     env.wait_condition("pausable", "Ready", "True", "AllTasksStreaming")
     assert env.assignment("pausable")["generation"] == 0
-    assert [m for _, r, m in env.events("pausable") if r == "Restarted"] == [
-        "restarted task 1 of generation 0", "restarted tasks 0, 1 of generation 0"]
+
+    def restarted() -> None:
+        assert [m for _, r, m in env.events("pausable") if r == "Restarted"] == [
+            "restarted task 1 of generation 0", "restarted tasks 0, 1 of generation 0"]
+
+    eventually(restarted, 20, "the Restarted events")
     # stopped: like paused, and once every worker has exited the offsets are recorded as final.
     env.kubectl("patch", "cdc/pausable", "--type=merge", "-p", '{"spec": {"state": "stopped"}}')
     a = wait_for(lambda: (a := env.assignment("pausable")).get("stoppedCleanly") and a, 20, "stoppedCleanly")
     assert (a["phase"], a["generation"]) == ("Stopped", 0)
     assert [t["phase"] for t in a["taskStates"]] == ["Exited", "Exited"]
-    reasons = [r for _, r, _ in env.events("pausable")]
-    assert [r for r in reasons if r in ("Paused", "Resumed", "Restarted", "Stopped", "StoppedCleanly")] == [
-        "Paused", "Resumed", "Restarted", "Restarted", "Stopped", "StoppedCleanly"]
+
+    def state_changes() -> None:
+        reasons = [r for _, r, _ in env.events("pausable")]
+        assert [r for r in reasons if r in ("Paused", "Resumed", "Restarted", "Stopped", "StoppedCleanly")] == [
+            "Paused", "Resumed", "Restarted", "Restarted", "Stopped", "StoppedCleanly"]
+
+    eventually(state_changes, 20, "the state changes' events")
 
 
 class SlamDoor:
@@ -443,7 +465,11 @@ def test_unreachable_source_is_a_clear_condition_and_one_warning(env: Env) -> No
     # Planned again on every resync (each asks the source anew), reported once.
     n = door.accepted
     wait_for(lambda: door.accepted >= n + 4, 20, "more discovery attempts")
-    assert [(t, r) for t, r, _ in env.events("nowhere")] == [("Warning", "SourceUnreachable")]
+
+    def one_warning() -> None:  # kopf's background task posts it: it may trail the condition
+        assert [(t, r) for t, r, _ in env.events("nowhere")] == [("Warning", "SourceUnreachable")]
+
+    eventually(one_warning, 20, "one SourceUnreachable warning")
     door.sock.close()
 
 
@@ -463,15 +489,19 @@ def test_deletion_removes_children_and_keeps_offsets(env: Env) -> None:
     # Offsets are touched only after the worker pods are gone (FakeNodes removes them after their Deployment).
     wait_for(lambda: env.get("secured") is None, 15, "the DeleteOffsets connector to be deleted")
     assert env.children("deployments", "secured") == {} and env.children("configmaps", "secured") == {}
-    assert [(t, m) for t, r, m in env.events("secured") if r.startswith("Offsets")] == [
-        ("Warning", "offsets of secured in topic shardcdc-offsets were kept: the Kafka cluster of secured needs "
-                    "the credentials in Secret shop/kafka, which the operator reads only when installed with "
-                    "rbac.kafkaSecrets=true; delete the records with `shardcdc offsets reset`")]
     assert env.children("deployments", "doomed") == {} and env.children("configmaps", "doomed") == {}
-    msgs = {r: m for _, r, m in env.events("doomed")}
-    assert msgs["Deleted"] == ("removed 4 worker objects: deployments/doomed-g0-t0, deployments/doomed-g0-t1, "
-                               "configmaps/doomed-g0-t0, configmaps/doomed-g0-t1")
-    assert msgs["OffsetsKept"] == "offsets are kept (spec.deletionPolicy: Retain)"
+
+    def deletion_events() -> None:  # posted by kopf's background task, possibly after the finalizer went
+        assert [(t, m) for t, r, m in env.events("secured") if r.startswith("Offsets")] == [
+            ("Warning", "offsets of secured in topic shardcdc-offsets were kept: the Kafka cluster of secured needs "
+                        "the credentials in Secret shop/kafka, which the operator reads only when installed with "
+                        "rbac.kafkaSecrets=true; delete the records with `shardcdc offsets reset`")]
+        msgs = {r: m for _, r, m in env.events("doomed")}
+        assert msgs.get("Deleted") == ("removed 4 worker objects: deployments/doomed-g0-t0, deployments/doomed-g0-t1, "
+                                       "configmaps/doomed-g0-t0, configmaps/doomed-g0-t1")
+        assert msgs.get("OffsetsKept") == "offsets are kept (spec.deletionPolicy: Retain)"
+
+    eventually(deletion_events, 20, "the deletion's events")
 
 
 def test_offsets_lost_condition_and_restore_on_the_api_server(env: Env) -> None:
@@ -516,9 +546,13 @@ def test_offsets_lost_condition_and_restore_on_the_api_server(env: Env) -> None:
     with OffsetStore({"bootstrap.servers": env.bootstrap}, cr.spec.kafka.offsets_topic) as store:
         store.load()
         stored = store.get("lostoffs", OffsetPartition.for_task("lostoffs", 0, 1, 0))
-    events = json.loads(env.kubectl("get", "events", "--field-selector", "involvedObject.name=lostoffs", "-o", "json"))
-    said = {e["reason"]: e["message"] for e in events["items"]}
-    assert said.get("OffsetsRestored") == "wrote back the last known positions: task0_1_0: -80@MySQL56/a:1-9;80-@MySQL56/b:1-4", said
+
+    def restored() -> None:  # kopf posts Events from a background task: they may trail the annotation's removal
+        said = {r: m for _, r, m in env.events("lostoffs")}
+        assert said.get("OffsetsRestored") == ("wrote back the last known positions: "
+                                               "task0_1_0: -80@MySQL56/a:1-9;80-@MySQL56/b:1-4"), said
+
+    eventually(restored, 20, "the OffsetsRestored event")
     assert stored is not None and stored.vgtid == Vgtid.of("ol", {"-80": "MySQL56/a:1-9", "80-": "MySQL56/b:1-4"})
     wait_for(lambda: env.nodes.pods_created["lostoffs-g0-t0"] > created, 20, "the task restarted")
     env.wait_condition("lostoffs", "Ready", "True")

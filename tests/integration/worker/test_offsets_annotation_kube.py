@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 import yaml
 from operator_kube_fixtures import FakeNodes, env_var, operator_runner, wait_for
+from polling import eventually
 
 from cdcoperator.apply import KubeApi
 from cdcworker.offsets import OffsetPartition, OffsetValue, Vgtid, offset_record_key
@@ -89,6 +90,15 @@ class Env:
                               query={"fieldSelector": f"involvedObject.name={name}"})
         items = sorted((out or {}).get("items") or [], key=lambda e: int(e["metadata"]["resourceVersion"]))
         return [(e["type"], e["reason"], e.get("message") or "") for e in items]
+
+    def posted(self, name: str, event: tuple[str, str, str]) -> None:
+        """Wait for ``event``: kopf posts Events from a background task, so one can reach the API
+        server after the annotation's removal that ``annotate`` waited on."""
+
+        def seen() -> None:
+            assert event in self.events(name), self.events(name)
+
+        eventually(seen, 20, f"the event {event[:2]}")
 
     def annotate(self, name: str, value: str) -> None:
         self.kubectl("annotate", "--overwrite", f"cdc/{name}", f"shardcdc.io/offsets={value}")
@@ -170,13 +180,17 @@ def test_offsets_annotation_and_cli_on_a_live_connector(env: Env, capsys: Any,
     assert cm["data"]["result"] == f"listed 2 offset records of {name} from topic {topic}"
     owner = cm["metadata"]["ownerReferences"][0]
     assert (owner["kind"], owner["name"], owner["controller"]) == ("CdcConnector", name, True)
-    assert ("Normal", "OffsetsListed", cm["data"]["result"]) in env.events(name)
+    env.posted(name, ("Normal", "OffsetsListed", cm["data"]["result"]))
 
     # reset while running: refused by the operator and by the CLI (exit code 3); nothing written.
     env.annotate(name, "reset")
-    refused = [m for t, r, m in env.events(name) if r == "OffsetsRefused"]
-    assert refused == ["shardcdc.io/offsets=reset: spec.state is 'running'; set it to 'stopped' first "
-                       "(kubectl patch cdc/<name> --type=merge -p '{\"spec\":{\"state\":\"stopped\"}}')"]
+
+    def refused_once() -> None:
+        assert [m for t, r, m in env.events(name) if r == "OffsetsRefused"] == [
+            "shardcdc.io/offsets=reset: spec.state is 'running'; set it to 'stopped' first "
+            "(kubectl patch cdc/<name> --type=merge -p '{\"spec\":{\"state\":\"stopped\"}}')"]
+
+    eventually(refused_once, 20, "the OffsetsRefused event")
     rc, _, err = shardcdc(capsys, "offsets", "reset", name, *kube_args, "--yes")
     assert rc == 3 and f"refusing to change the offsets of {NS}/{name}: spec.state is 'running'" in err
     assert env.records(topic) == seeded
@@ -201,15 +215,15 @@ def test_offsets_annotation_and_cli_on_a_live_connector(env: Env, capsys: Any,
     env.annotate(name, "alter")
     key = offset_record_key(name, OffsetPartition.for_task(name, 1, 2, 0))
     assert env.records(topic) == {**seeded, key: OffsetValue.build(Vgtid.of("ks", {"80-": G2})).to_bytes()}
-    assert ("Normal", "OffsetsAltered", f"wrote 1 offset records of {name} in topic {topic}") in env.events(name)
+    env.posted(name, ("Normal", "OffsetsAltered", f"wrote 1 offset records of {name} in topic {topic}"))
 
     # Hand-back to Debezium with 2 tasks (shardcdc's count, which Debezium refuses on shardcdc's own
     # generation): two new generations above the recorded one; nothing else changes.
     before = env.records(topic)
     gen = env.connector(name)["status"]["assignment"]["generation"]
     env.annotate(name, "handback:x")
-    assert ("Warning", "OffsetsRefused", "shardcdc.io/offsets=handback:x: 'x' is not a tasks.max; give handback, "
-            "handback:<tasks.max> or handback:no-per-task") in env.events(name)
+    env.posted(name, ("Warning", "OffsetsRefused", "shardcdc.io/offsets=handback:x: 'x' is not a tasks.max; give "
+                      "handback, handback:<tasks.max> or handback:no-per-task"))
     env.annotate(name, "handback")
     handed = {offset_record_key(name, OffsetPartition.for_task(name, i, n, g)): OffsetValue.build(Vgtid.of("ks", v))
               .to_bytes() for i, n, g, v in ((0, 1, gen + 1, {"-80": G1, "80-": G2}), (0, 2, gen + 2, {"-80": G1}),
@@ -218,7 +232,7 @@ def test_offsets_annotation_and_cli_on_a_live_connector(env: Env, capsys: Any,
     settings = (f"vitess.offset.storage.per.task=true, vitess.offset.storage.task.key.gen={gen + 2}, "
                 "vitess.prev.num.tasks=1, tasks.max=2")
     message = f"wrote 3 offset records of {name} in topic {topic}; Debezium settings: topic.prefix={name}, {settings}"
-    assert ("Normal", "OffsetsHandedBack", message) in env.events(name)
+    env.posted(name, ("Normal", "OffsetsHandedBack", message))
     cm = env.get(f"/api/v1/namespaces/{NS}/configmaps/{name}-offsets")
     assert cm is not None and cm["data"]["result"] == message
     assert cm["data"]["debezium.properties"] == f"name={name}\ntopic.prefix={name}\n" + settings.replace(", ", "\n") + "\n"
@@ -233,11 +247,16 @@ def test_offsets_annotation_and_cli_on_a_live_connector(env: Env, capsys: Any,
     # looking for the previous generation's deleted keys.
     assert "assignment" not in (env.connector(name).get("status") or {})
     # (cdcoperator.offsets is not imported here: importing it registers its kopf handlers twice.)
-    assert any(e[:2] == ("Normal", "GenerationRecordCleared") and "generation 0" in e[2] for e in env.events(name))
+
+    def record_cleared() -> None:
+        events = env.events(name)
+        assert any(e[:2] == ("Normal", "GenerationRecordCleared") and "generation 0" in e[2] for e in events), events
+
+    eventually(record_cleared, 20, "the GenerationRecordCleared event")
 
     # The CLI now agrees to act (nothing left to change) and an unknown action is reported.
     rc, out, _ = shardcdc(capsys, "offsets", "reset", name, *kube_args, "--yes")
     assert rc == 0 and "nothing to change" in out
     env.annotate(name, "rewind")
-    assert ("Warning", "OffsetsRefused", "shardcdc.io/offsets=rewind: shardcdc.io/offsets='rewind' is not one of "
-            "list, reset, alter, handback") in env.events(name)
+    env.posted(name, ("Warning", "OffsetsRefused", "shardcdc.io/offsets=rewind: shardcdc.io/offsets='rewind' is not "
+                      "one of list, reset, alter, handback"))

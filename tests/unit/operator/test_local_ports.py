@@ -1,0 +1,32 @@
+"""The ports that local mode and the dev kit choose (cdcoperator.local.ports: the real-Vitess fixtures,
+brokers, API servers, Prometheus, pods) come from below the kernel's ephemeral range, where no outgoing
+connection can take them between their choice and the child process's bind, and never twice while
+they may still be waiting for that bind."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+from cdcoperator.local.ports import free_port, free_port_block
+
+
+def test_port_blocks_are_free_and_outside_the_ephemeral_range() -> None:
+    start, end = (int(v) for v in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[:2])
+    for _ in range(20):
+        base = free_port_block(7)
+        assert not start <= base <= end and not start <= base + 6 <= end, (base, start, end)
+        socks = [socket.socket() for _ in range(7)]
+        try:
+            for i, s in enumerate(socks):
+                s.bind(("127.0.0.1", base + i))  # every port of the block is free
+        finally:
+            for s in socks:
+                s.close()
+
+
+def test_ports_chosen_before_any_is_bound_all_differ() -> None:
+    start, end = (int(v) for v in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[:2])
+    ports = [free_port() for _ in range(500)] + [free_port_block(3) + i for _ in range(50) for i in range(3)]
+    assert len(set(ports)) == len(ports)
+    assert not [p for p in ports if start <= p <= end]
