@@ -165,10 +165,10 @@ spark() {
   while phase=$(backfill_phase initial); [ "$phase" != Succeeded ]; do
     [ "$phase" != Failed ] || die "backfill initial failed: $(kc -n "$NS" get cdc e2e -o jsonpath='{.status.backfills}')"
     [ $SECONDS -lt $deadline ] || die "backfill initial not Succeeded within $TIMEOUT (phase ${phase:-none})"
-    # Executors are deleted when the application ends: note them while it runs.
-    [ -n "$executors" ] || executors=$(kc -n "$NS" get pods -l shardcdc.io/backfill=initial,spark-role=executor -o name 2>/dev/null)
     sleep 3
   done
+  # The patch keeps executor pods after the application ends (deleteOnTermination false).
+  executors=$(kc -n "$NS" get pods -l shardcdc.io/backfill=initial,spark-role=executor -o name 2>/dev/null)
   kc -n "$NS" get pods -l shardcdc.io/backfill=initial -o wide
   kc -n "$NS" get cdc e2e -o jsonpath='{.status.backfills}'; echo
   [ -n "$executors" ] || die "backfill initial succeeded but no executor pod was seen (spark-role=executor)"
