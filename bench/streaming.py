@@ -614,7 +614,9 @@ def run_worker(broker: Any, sim: SimProcess | ReplaySource, final: dict[str, str
         if ack_log:
             cmd.append("--ack-log")
         if profile:
-            cmd = ["/tmp/pyspy/bin/py-spy", "record", "-r", "200", "-o", profile, "-f", "speedscope", "--", *cmd]
+            # py-spy from the venv when installed there (pip install py-spy), else the old scratch venv
+            spy = Path(sys.executable).with_name("py-spy")
+            cmd = [str(spy) if spy.exists() else "/tmp/pyspy/bin/py-spy", "record", "-r", "200", "-o", profile, "-f", "speedscope", "--", *cmd]
         load0 = os.getloadavg()[0]
         # The other processes' CPU over the worker's life (start-up included, a small share): what
         # a variant costs the broker and the source, which share the machine's cores with it.

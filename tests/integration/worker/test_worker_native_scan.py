@@ -221,6 +221,110 @@ def test_scan_leaves_unusual_encodings_to_upb() -> None:
     assert scan(b"") == []
 
 
+def _vgtid_commits(shards: int) -> Iterator[tuple[str, vtgate_pb2.VStreamResponse]]:
+    """VGTID + COMMIT responses over ``shards`` shards, one shard moving per commit, then the odd
+    cases: copy progress (table_p_ks) on one entry and gone again, a shard added, one removed, the
+    order changed, a shard renamed in place, a GTID that needs JSON escapes, and a duplicate shard
+    (twice: the second differs from the first in one entry only)."""
+    names = [f"{i * 4:02x}-{i * 4 + 4:02x}" for i in range(shards - 1)] + [f"{(shards - 1) * 4:02x}-"]
+    gtids = {s: f"MySQL56/{UUID_A}:1-{i + 1}" for i, s in enumerate(names)}
+    lastpk = binlogdata_pb2.TableLastPK(table_name="t", lastpk=query_pb2.QueryResult())
+
+    def commit(label: str, entries: list[binlogdata_pb2.ShardGtid]) -> tuple[str, vtgate_pb2.VStreamResponse]:
+        vg = binlogdata_pb2.VGtid(shard_gtids=entries)
+        return label, vtgate_pb2.VStreamResponse(events=[
+            binlogdata_pb2.VEvent(type=_T.VGTID, vgtid=vg, shard=entries[-1].shard),
+            binlogdata_pb2.VEvent(type=_T.COMMIT, timestamp=1_700_000_000, shard=entries[-1].shard),
+        ])
+
+    def plain(order: list[str]) -> list[binlogdata_pb2.ShardGtid]:
+        return [binlogdata_pb2.ShardGtid(keyspace="ks", shard=s, gtid=gtids[s]) for s in order]
+
+    for n in range(2 * shards):
+        s = names[(n * 7) % shards]
+        gtids[s] += f",{UUID_B}:{n + 1}"
+        yield commit(f"move {s}", plain(names))
+    copying = plain(names)
+    copying[1].table_p_ks.append(lastpk)
+    yield commit("copy progress", copying)
+    yield commit("copy done", plain(names))
+    gtids["ff-"] = f"MySQL56/{UUID_B}:1-5"
+    yield commit("shard added", plain([*names, "ff-"]))
+    yield commit("shard removed", plain(names[1:]))
+    yield commit("order changed", plain(names[::-1]))
+    renamed = plain(names)
+    renamed[0].shard = "-04x"
+    yield commit("shard renamed in place", renamed)
+    gtids[names[0]] = 'odd "gtid" \\ \u00e9'
+    yield commit("escaped gtid", plain(names))
+    yield commit("duplicate shard", plain([*names, names[0]]))
+    gtids[names[0]] += "x"
+    yield commit("duplicate shard again", plain([*names, names[0]]))
+
+
+@pytest.mark.parametrize("txmeta", [False, True], ids=["core", "txmeta"])
+def test_vgtid_events_read_natively_give_the_parsed_positions(txmeta: bool) -> None:
+    """The native VGTID reader (``vgtid_entries``, only changed entries parsed) gives the commit
+    points, VGTID JSON and transaction ids upb's full parse gives, over 64 shards and when the
+    shard set, the order or copy progress changes; a duplicate shard fails the same way."""
+    from cdcworker._rowenc import scan, vgtid_entries  # type: ignore[attr-defined]
+
+    commits = list(_vgtid_commits(64))
+    start = Vgtid.from_proto(commits[0][1].events[0].vgtid)
+    runs = []
+    for raw in (True, False):
+        sink = RecordingSink()
+        features = Features()
+        if txmeta:
+            features.txmeta = TransactionMonitor(TxMetaOptions(topic="p.transaction", ordered=True), None, start)
+        proc = StreamProcessor(EncoderConfig("p"), sink, start, features=features)
+        seen = []
+        for label, resp in commits:
+            data = resp.SerializeToString()
+            if raw:
+                _, s0, s1 = scan(data)[0]
+                assert vgtid_entries(data, s0, s1, ()) is not None, label  # the native reader, not upb
+            try:
+                proc.process(data if raw else resp)
+                seen.append((label, proc.position, proc._raw.to_json()))
+            except ValueError as exc:
+                seen.append((label, "error", str(exc)))
+        runs.append((seen, sink.points, sink.records))
+    assert runs[0] == runs[1]
+    for _, pos, text in runs[0][0][-2:]:  # the second one too: a failed VGTID is not trusted later
+        assert pos == "error" and "duplicate shard" in text
+    # Every commit moved the position, but "copy done" (back to the last move's VGTID).
+    assert len({repr(pos) for _, pos, _ in runs[0][0][:-2]}) == len(commits) - 3
+
+
+def test_vgtid_entries_reuse_unchanged_entries_and_leave_odd_events_to_upb() -> None:
+    from cdcworker._rowenc import vgtid_entries  # type: ignore[attr-defined]
+
+    vg = _vgtid({"-80": f"MySQL56/{UUID_A}:1-3", "80-": f"MySQL56/{UUID_A}:1-4"})
+    ev = binlogdata_pb2.VEvent(type=_T.VGTID, vgtid=vg, shard="80-").SerializeToString()
+    shard, first, changed = vgtid_entries(ev, 0, len(ev), ())
+    assert (shard, changed) == ("80-", [0, 1])
+    assert [binlogdata_pb2.ShardGtid.FromString(e) for e in first] == list(vg.shard_gtids)
+    vg.shard_gtids[1].gtid = f"MySQL56/{UUID_A}:1-5"
+    ev2 = binlogdata_pb2.VEvent(type=_T.VGTID, vgtid=vg, shard="80-").SerializeToString()
+    _, second, changed = vgtid_entries(b"xy" + ev2, 2, 2 + len(ev2), first)
+    assert changed == [1] and second[0] is first[0] and second[1] != first[1]
+    # Two vgtid fields (protobuf merges them), another sub-message, bad UTF-8, not a VGTID event,
+    # an unknown VGtid field, truncation, a range outside the buffer: None, upb decides.
+    vg_bytes = vg.SerializeToString()
+    odd = [
+        _tag(1, 0) + bytes([_T.VGTID]) + _ld(7, vg_bytes) + _ld(7, vg_bytes),
+        _tag(1, 0) + bytes([_T.VGTID]) + _ld(7, vg_bytes) + _ld(6, b""),
+        _tag(1, 0) + bytes([_T.VGTID]) + _ld(7, vg_bytes) + _ld(23, b"\xff"),
+        _tag(1, 0) + bytes([_T.COMMIT]) + _ld(7, vg_bytes),
+        _tag(1, 0) + bytes([_T.VGTID]) + _ld(7, vg_bytes + _ld(2, b"x")),
+        ev[:-1],
+    ]
+    for data in odd:
+        assert vgtid_entries(data, 0, len(data), first) is None, data
+    assert vgtid_entries(ev, 0, len(ev) + 1, ()) is None
+
+
 def test_masked_columns_run_the_constant_op() -> None:
     from cdcworker.filters import columns
 

@@ -193,11 +193,16 @@ def _compile_key(names: Sequence[str]) -> Callable[[JsonObject], JsonObject]:
 
 
 def _envelope_tail(source: orjson.Fragment, transaction: bytes, op: str, now_ns: int) -> bytes:
-    """``,"source":…,"transaction":…,"op":…,"ts_ms":…,"ts_us":…,"ts_ns":…}`` of an envelope."""
-    return fix_escapes(b"".join((
-        b',"source":', orjson.dumps(source), b',"transaction":', transaction,
+    """``,"source":…,"transaction":…,"op":…,"ts_ms":…,"ts_us":…,"ts_ns":…}`` of an envelope.
+
+    The source block is already in Jackson's escapes (``SourceContext.fragment`` writes it with
+    ``jsonfmt.dumps``) and the rest is ASCII without backslashes, so only ``transaction`` is
+    fixed: scanning the whole tail again cost ~6 us per transaction over 64 shards (a VGTID of
+    ~7 KB, full of escaped quotes)."""
+    return b"".join((
+        b',"source":', orjson.dumps(source), b',"transaction":', fix_escapes(transaction),
         b',"op":"', op.encode(), b'","ts_ms":%d,"ts_us":%d,"ts_ns":%d}' % (now_ns // 1_000_000, now_ns // 1000, now_ns),
-    )))
+    ))
 
 
 class TablePlan:

@@ -51,6 +51,10 @@ def _surrogate_escape(m: re.Match[str]) -> str:
 
 
 def _jstr(s: str, utf8: bool) -> str:
+    if s.isascii() and s.isprintable() and "\\" not in s:
+        # Printable ASCII without backslashes (a VGTID's JSON, names, GTIDs): only quotes to
+        # escape. translate() went character by character, ~0.2 ms for a 64-shard VGTID.
+        return '"' + s.replace('"', '\\"') + '"'
     out = s.translate(_ESCAPES)
     if utf8 and not out.isascii():
         out = _SUPPLEMENTARY.sub(_surrogate_escape, out)
