@@ -86,6 +86,10 @@ class PodIndex:
         return done
 
 
+class _Expired(Exception):
+    """The watch's resource version is too old (410 Gone): list again."""
+
+
 class _NamespaceWatch:
     """The list + watch of one namespace's worker pods, read in a thread of its own."""
 
@@ -122,6 +126,8 @@ class _NamespaceWatch:
             try:
                 version = self._list()
                 self._watch(version)
+            except _Expired:
+                continue  # the usual end of a long watch: list again at once
             except Exception as exc:  # any failure: list again after a pause, as kopf does
                 if self._stop.is_set():
                     return
@@ -161,6 +167,8 @@ class _NamespaceWatch:
                     obj = event.get("object") or {}
                     kind = event.get("type")
                     if kind == "ERROR":  # 410 Gone: the version is too old; anything else: start over
+                        if obj.get("code") == 410:
+                            raise _Expired()
                         raise RuntimeError(f"watch error: {obj.get('message') or obj}")
                     version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
                     if kind != "BOOKMARK":
