@@ -26,7 +26,7 @@ For each shard count N, per run (the connector ``cN`` is deleted after each run)
 
 The drain takes a second reconcile after the workers exited, and Ready a third once the new
 workers are ready: the pod events that complete those steps trigger them
-(``handlers.worker_pod_event``), so the resync interval (``--resync``, default 1 s; the chart's
+(``podwatch`` kicks ``handlers._kick``), so the resync interval (``--resync``, default 1 s; the chart's
 default is 10 s) no longer bounds the scale time (``--resync 30`` gives the same figures). Polling
 the API every 20 ms is the measurement's resolution.
 """
@@ -49,10 +49,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cdcoperator.apply import METADATA_LIST
+
 ROOT = Path(__file__).resolve().parent.parent
 NS = "bench"
 GROUP_PATH = f"/apis/shardcdc.io/v1alpha1/namespaces/{NS}/cdcconnectors"
-METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
 
 # Figure -> its table heading, in print order.
 FIGURES = {
@@ -203,6 +204,7 @@ def main() -> int:
     parser.add_argument("--resync", type=float, default=1.0)
     parser.add_argument("--timeout", type=float, default=300.0)
     parser.add_argument("--profile", default="", help="run the operator under cProfile, its stats written here at exit")
+    parser.add_argument("--logs", default="", help="keep the operator's and FakeNodes' logs in this directory")
     parser.add_argument("--json", default="", help="write every run's figures and load average to this file")
     args = parser.parse_args()
     os.environ["SHARDCDC_OPERATOR_RESYNC_SECONDS"] = str(args.resync)
@@ -219,7 +221,9 @@ def main() -> int:
     plane.ensure_namespace(NS)
     results: dict[int, Results] = {}
     with (VTGateSim() as sim, KafkaBroker() as broker, plane.api_client() as admin,
-          tempfile.TemporaryDirectory() as tmp):
+          tempfile.TemporaryDirectory() as scratch):
+        tmp = args.logs or scratch
+        Path(tmp).mkdir(parents=True, exist_ok=True)
         for n in args.shards:
             sim.create_keyspace(f"ks{n}", n)
         nodes_log = Path(tmp) / "fakenodes.log"

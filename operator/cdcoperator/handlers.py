@@ -5,9 +5,10 @@ remedy (``docs/reconciliation.rst``) is what this module does: create, update an
 trigger an immediate reconcile, and a timer re-runs it every ``SHARDCDC_OPERATOR_RESYNC_SECONDS``
 so that workers exiting, pods appearing and Vitess resharding are picked up without any event on
 the CdcConnector itself. A worker pod's event that completes a drain or a new generation's start
-reconciles its connector at once (``worker_pod_event``), so a scale does not wait for the timer.
-A per-connector lock serialises the timer with the handlers and those events. Worker pods are
-held in a kopf index, so observing tasks costs no API reads.
+reconciles its connector at once (``_kick``), so a scale does not wait for the timer. A
+per-connector lock serialises the timer with the handlers and those kicks. Worker pods are held in
+an index fed by one plain watch per namespace (``cdcoperator.podwatch``, not kopf's per-event
+handler machinery), so observing tasks costs no API reads.
 
 Settings production needs are set in :func:`configure` (with the reasons next to them).
 """
@@ -18,7 +19,6 @@ import asyncio
 import logging
 import os
 import weakref
-from collections.abc import Mapping
 from typing import Any
 
 import aiohttp
@@ -29,9 +29,9 @@ from cdcoperator.apply import CONFIG_MAPS, DEPLOYMENTS, PLURAL, ApiError, KubeAp
 from cdcoperator.discovery import DEFAULT_TIMEOUT
 from cdcoperator.model import GROUP, VERSION, ConnectorResource, DeletionPolicy, SpecError
 from cdcoperator.networkpolicy import load_network_policy
+from cdcoperator.podwatch import PodWatch
 from cdcoperator.policy import load_policy
-from cdcoperator.reconcile import ReconcileContext, completes_transition, reconcile
-from cdcoperator.taskstatus import PodSummary, summarize_pod
+from cdcoperator.reconcile import ReconcileContext, reconcile
 from cdcworker.jsontypes import JsonMapping
 
 __all__ = ["RESYNC_SECONDS", "STORAGE_PREFIX", "configure"]
@@ -86,7 +86,11 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: objec
     # for it on the lock anyway), and past that bound re-check every second. Also on operator exit.
     settings.background.instant_exit_timeout = INSTANT_EXIT_TIMEOUT
     settings.background.cancellation_polling = 1.0
-    memo.kube = KubeApi(new_api_client(os.environ.get("SHARDCDC_OPERATOR_KUBECONFIG")), REQUEST_TIMEOUT)
+    kubeconfig = os.environ.get("SHARDCDC_OPERATOR_KUBECONFIG")
+    memo.kube = KubeApi(new_api_client(kubeconfig), REQUEST_TIMEOUT)
+    memo.pods = PodWatch(lambda: new_api_client(kubeconfig), lambda ns, name: _kick(memo, ns, name))
+    memo.kicks = {}  # (namespace, connector) -> the kicked reconcile not started yet (_kick)
+    memo.warned = {}  # (namespace, connector) -> reasons of standing warnings (ReconcileContext.warned)
     memo.http = aiohttp.ClientSession()
     memo.policy = load_policy()  # $SHARDCDC_OPERATOR_POLICY (the chart's policy values); None: unrestricted
     memo.network_policy = load_network_policy()  # $SHARDCDC_OPERATOR_NETWORK_POLICY; None: no workers' policy
@@ -101,6 +105,9 @@ async def close(memo: kopf.Memo, **_: object) -> None:
     kube = memo.get("kube")
     if kube is not None:
         kube.close()
+    pods = memo.get("pods")
+    if pods is not None:
+        pods.close()
 
 
 @kopf.on.probe(id="reconciles")
@@ -109,30 +116,15 @@ def probe(memo: kopf.Memo, **_: object) -> int:
     return int(memo.stats["reconciles"])
 
 
-@kopf.index("pods", labels={naming.LABEL_CONNECTOR: kopf.PRESENT})
-def worker_pods(body: kopf.Body, namespace: str | None, labels: Mapping[str, str], **_: object) -> Any:  # Any: kopf's index holds what the indexing handler returns (kopf.Index is not generic over it)
-    """(namespace, connector) -> PodSummary of each worker pod."""
-    summary = summarize_pod(body)
-    if summary is None:
-        return None
-    return {(namespace, labels[naming.LABEL_CONNECTOR]): summary}
-
-
 def _emit(body: JsonMapping, type_: str, reason: str, message: str) -> None:
     kopf.event(body, type=type_, reason=reason, message=message[:1024])  # type: ignore[arg-type]
 
 
-def _context(memo: kopf.Memo, pods: kopf.Index[Any, Any]) -> ReconcileContext:  # Any: kopf's index holds what the indexing handler returns (kopf.Index is not generic over it)
-    def pods_of(namespace: str, connector: str) -> list[PodSummary]:
-        store = pods.get((namespace, connector))
-        return list(store) if store is not None else []
-
-    warned = memo.get("warned")
-    if warned is None:
-        warned = memo["warned"] = set()
-    return ReconcileContext(kube=memo.kube, http=memo.http, emit=_emit, pods=pods_of, discovery_timeout=DISCOVERY_TIMEOUT,
-                            warned=warned, policy=memo.get("policy"),
-                            network_policy=memo.get("network_policy"))
+def _context(memo: kopf.Memo, namespace: str, name: str) -> ReconcileContext:
+    pods: PodWatch = memo.pods
+    return ReconcileContext(kube=memo.kube, http=memo.http, emit=_emit, pods=pods.indexed,
+                            discovery_timeout=DISCOVERY_TIMEOUT, warned=memo.warned.setdefault((namespace, name), set()),
+                            policy=memo.get("policy"), network_policy=memo.get("network_policy"))
 
 
 # One lock per connector, shared by its handlers, its timer and its worker pods' events (kopf's
@@ -147,23 +139,42 @@ def _lock(namespace: str, name: str) -> asyncio.Lock:
     return locks.setdefault((namespace, name), asyncio.Lock())
 
 
-async def _run(memo: kopf.Memo, worker_pods: kopf.Index[Any, Any], namespace: str, name: str,  # Any: kopf's index holds what the indexing handler returns (kopf.Index is not generic over it)
-               stopped: object = None) -> None:
+async def _run(memo: kopf.Memo, namespace: str, name: str, stopped: object = None) -> None:
+    await memo.pods.pods(namespace, name)  # the namespace's pods listed: never plan from an empty index
     async with _lock(namespace, name):
         if stopped:  # the timer was stopped (deletion, operator exit) while waiting for the lock
             return
+        memo.kicks.pop((namespace, name), None)  # a kick from here on asks for another reconcile
         try:
-            await reconcile(_context(memo, worker_pods), namespace, name)
+            await reconcile(_context(memo, namespace, name), namespace, name)
         except (ApiError, aiohttp.ClientError, OSError) as exc:
             raise kopf.TemporaryError(f"reconcile failed: {exc}", delay=RETRY_DELAY) from exc
     memo.stats["reconciles"] += 1
+
+
+def _kick(memo: kopf.Memo, namespace: str, name: str) -> None:
+    """A drain's last worker gone, or a new generation's last worker ready (``podwatch``): reconcile
+    the connector now rather than at its next resync. One kicked reconcile waits at most: more
+    kicks before it starts are served by it (it reads everything afresh)."""
+    key = (namespace, name)
+    if key in memo.kicks:
+        return
+    memo.kicks[key] = task = asyncio.create_task(_kicked(memo, namespace, name))
+    task.add_done_callback(lambda _: memo.kicks.get(key) is task and memo.kicks.pop(key))
+
+
+async def _kicked(memo: kopf.Memo, namespace: str, name: str) -> None:
+    try:
+        await _run(memo, namespace, name)
+    except kopf.TemporaryError as exc:  # the resync timer tries again
+        log.warning("%s/%s: %s", namespace, name, exc)
 
 
 @kopf.on.resume(*RESOURCE)
 @kopf.on.create(*RESOURCE)
 @kopf.on.update(*RESOURCE)
 async def changed(memo: kopf.Memo, namespace: str | None, name: str, **kwargs: Any) -> None:  # Any: kopf's keyword arguments, passed on as kopf gives them
-    await _run(memo, kwargs["worker_pods"], namespace or "default", name)
+    await _run(memo, namespace or "default", name)
 
 
 @kopf.timer(*RESOURCE, interval=RESYNC_SECONDS)
@@ -171,23 +182,9 @@ async def resync(memo: kopf.Memo, namespace: str | None, name: str, **kwargs: An
     # ``stopped`` (kopf.DaemonStopped) is set when the deletion starts: no reconcile may begin after that (reconcile()
     # also returns early on a deletionTimestamp; one already running completes under the lock,
     # before the delete handler lists the children it removes).
-    await _run(memo, kwargs["worker_pods"], namespace or "default", name, kwargs["stopped"])
+    await _run(memo, namespace or "default", name, kwargs["stopped"])
     if not kwargs["stopped"] and _offsets.has_offsets_annotation(kwargs["body"]):
-        await _offsets.process_offsets_annotation(memo, namespace or "default", name, kwargs["worker_pods"])
-
-
-@kopf.on.event("pods", labels={naming.LABEL_CONNECTOR: kopf.PRESENT})
-async def worker_pod_event(memo: kopf.Memo, event: JsonMapping, body: kopf.Body, namespace: str | None,
-                           labels: Mapping[str, str], **kwargs: Any) -> None:  # Any: kopf's keyword arguments, passed on as kopf gives them
-    """A drain's last worker gone, or a new generation's last worker ready: reconcile the connector
-    now rather than at its next resync (``reconcile.completes_transition``)."""
-    changed = summarize_pod(body)
-    if changed is None:
-        return
-    ns, connector = namespace or "default", labels[naming.LABEL_CONNECTOR]
-    pods = kwargs["worker_pods"].get((ns, connector))
-    if completes_transition(list(pods or ()), changed, event.get("type") == "DELETED"):
-        await _run(memo, kwargs["worker_pods"], ns, connector)
+        await _offsets.process_offsets_annotation(memo, namespace or "default", name)
 
 
 @kopf.on.delete(*RESOURCE)
@@ -202,7 +199,7 @@ async def deleted(memo: kopf.Memo, body: kopf.Body, namespace: str | None, name:
     async with _lock(namespace, name):
         removed: list[str] = []
         for kind in (DEPLOYMENTS, CONFIG_MAPS):
-            for obj in await kube.list_children(kind, namespace, name):
+            for obj in await kube.list_children(kind, namespace, name, metadata_only=True):
                 if await kube.delete(kind, namespace, obj["metadata"]["name"]):
                     removed.append(f"{kind.plural}/{obj['metadata']['name']}")
         _emit(body, "Normal", "Deleted", f"removed {len(removed)} worker objects: {', '.join(removed) or 'none'}")
@@ -213,9 +210,9 @@ async def deleted(memo: kopf.Memo, body: kopf.Body, namespace: str | None, name:
         if policy is DeletionPolicy.DELETE_OFFSETS:
             from cdcoperator.offsets import delete_offsets
 
-            pods = kwargs["worker_pods"].get((namespace, name))
+            pods = await memo.pods.pods(namespace, name)
             if pods:
-                raise kopf.TemporaryError(f"waiting for {len(list(pods))} worker pods to exit before deleting "
+                raise kopf.TemporaryError(f"waiting for {len(pods)} worker pods to exit before deleting "
                                           "offsets", delay=RETRY_DELAY)
             ok, message = await delete_offsets(body, memo.kube.read_secret)
             _emit(body, "Normal" if ok else "Warning", "OffsetsDeleted" if ok else "OffsetsNotDeleted", message)

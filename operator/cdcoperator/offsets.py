@@ -315,13 +315,12 @@ def has_offsets_annotation(body: JsonMapping) -> bool:
     return OFFSETS_ANNOTATION in ((body.get("metadata") or {}).get("annotations") or {})
 
 
-async def process_offsets_annotation(memo: kopf.Memo, namespace: str, name: str, worker_pods: Any) -> None:  # Any: kopf's index holds what the indexing handler returns (kopf.Index is not generic over it)
+async def process_offsets_annotation(memo: kopf.Memo, namespace: str, name: str) -> None:
     """Handle the annotation if the connector (read fresh, under the operator's lock) still has it."""
     # Call-time import: handlers imports this module when it registers the kopf handlers.
     from cdcoperator.handlers import _emit, _lock
 
-    pods = worker_pods.get((namespace, name))
-    live = len(list(pods)) if pods else 0  # a pod shutting down still flushes offsets
+    live = len(await memo.pods.pods(namespace, name))  # a pod shutting down still flushes offsets
     async with _lock(namespace, name):
         fresh = await memo.kube.get_connector(namespace, name)
         if fresh is None or not has_offsets_annotation(fresh):
@@ -336,4 +335,4 @@ async def process_offsets_annotation(memo: kopf.Memo, namespace: str, name: str,
 @kopf.on.create(GROUP, VERSION, PLURAL, annotations={OFFSETS_ANNOTATION: kopf.PRESENT})
 @kopf.on.update(GROUP, VERSION, PLURAL, annotations={OFFSETS_ANNOTATION: kopf.PRESENT})
 async def offsets_annotation(memo: kopf.Memo, body: kopf.Body, namespace: str | None, name: str, **kwargs: object) -> None:
-    await process_offsets_annotation(memo, namespace or "default", name, kwargs["worker_pods"])
+    await process_offsets_annotation(memo, namespace or "default", name)

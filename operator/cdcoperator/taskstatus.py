@@ -1,6 +1,6 @@
 """What each task's worker is doing: its ``/status`` document, or its pod when the document is unreachable.
 
-Inputs per task: the task's Deployment (desired replicas), the pods of the task (from a kopf index
+Inputs per task: the task's Deployment (desired replicas), the pods of the task (from the operator's index
 of pods labelled ``shardcdc.io/connector``, so no API reads), and the worker's status document
 (``GET http://<podIP>:<metrics port>/status``, see ``cdcworker.observability.status``). The pure
 :func:`task_report` turns them into the planner's :class:`TaskReport`.
@@ -56,7 +56,7 @@ _CRASH_REASONS = frozenset({"CrashLoopBackOff", "ErrImagePull", "ImagePullBackOf
 
 @dataclass(frozen=True, slots=True)
 class PodSummary:
-    """The few fields of a worker pod the operator needs (kept in the kopf index)."""
+    """The few fields of a worker pod the operator needs (kept in the pod index, ``cdcoperator.podwatch``)."""
 
     name: str
     generation: int

@@ -68,7 +68,7 @@ runs the operator with nothing more:
   cdcconnectors/status     patch: conditions, assignment, shards (the status subresource)
   deployments, configmaps  each task's children: list (by label), get (after a create conflict),
                            create, patch (scale, config roll-out, restart), delete (old generations)
-  pods                     list/watch: kopf's index of worker pods (task phases, exit codes)
+  pods                     list/watch: the operator's index of worker pods (task phases, exit codes)
   events                   create: an event for each step
   sparkapplications, jobs  backfills (cdcoperator.backfill, rbac.backfills.*): list (by label),
                            create (once, 409 = it exists), delete (cancellation); get for kubectl

@@ -212,8 +212,9 @@ class LocalCluster:
             del new["metadata"]["annotations"][key]
             self._store(current, new)
 
-    async def list_children(self, kind: Kind, namespace: str, connector: str) -> list[JsonObject]:
-        return self.children(kind, namespace, connector)
+    async def list_children(self, kind: Kind, namespace: str, connector: str,
+                            metadata_only: bool = False) -> list[JsonObject]:
+        return self.children(kind, namespace, connector)  # whole objects: metadata included
 
     def children(self, kind: Kind, namespace: str | None = None, connector: str | None = None) -> list[JsonObject]:
         with self._lock:

@@ -5,7 +5,7 @@ The operator runs in-process with ``KopfRunner`` under the least-privilege ident
 There is no kubelet: ``FakeNodes`` (devkit/kubetest/fakenodes.py) keeps one pod per Deployment
 replica, Running on 127.0.0.1 with a status-document server per task whose content tests script;
 task phases (streaming, reshard journals, exits) are simulated through exactly what the operator
-reads: the pods (kopf index) and the ``/status`` documents.
+reads: the pods (the operator's pod watch) and the ``/status`` documents.
 """
 
 from __future__ import annotations
@@ -207,13 +207,12 @@ def test_create_starts_generation_zero(env: Env) -> None:
                      "vitess.keyspace=orders", f"database.port={env.sim.port}"):
             assert line in text.splitlines(), (line, text)
 
-    # Events of one reconcile are posted concurrently (by kopf's background task, so they may trail
-    # the status): their order is not asserted, their set is.
+    # One event per kind of change and reconcile, naming the objects (posted concurrently by kopf's
+    # background task, so they may trail the status: their order is not asserted, their set is).
     def created() -> None:
         events = env.events("orders")
         assert sorted(m for _, r, m in events if r == "Created") == [
-            "created ConfigMap orders-g0-t0", "created ConfigMap orders-g0-t1",
-            "created Deployment orders-g0-t0", "created Deployment orders-g0-t1"]
+            "created ConfigMap: orders-g0-t0, orders-g0-t1", "created Deployment: orders-g0-t0, orders-g0-t1"]
         assert [m for _, r, m in events if r == "GenerationStarted"] == ["generation 0 started: 2 tasks over 2 shards"]
 
     eventually(created, 20, "the creation's events")
@@ -265,8 +264,12 @@ def test_kubectl_scale_starts_the_next_generation_after_a_drain(env: Env) -> Non
         events = env.events("scaled")
         reasons = [r for _, r, _ in events]
         assert "Draining" in reasons, reasons
-        after = reasons[reasons.index("Draining"):]
-        assert "GenerationStarted" in after and "Deleted" in after, reasons
+        i = reasons.index("Draining")
+        assert "GenerationStarted" in reasons[i:] and "Deleted" in reasons[i:], reasons
+        assert [m for _, r, m in events if r == "StoppedWorker"] == [
+            "Deployment replicas 1 -> 0: scaled-g0-t0, scaled-g0-t1"]
+        assert [m for _, r, m in events if r == "Deleted"] == [
+            "deleted the Deployment and ConfigMap of generation 0 (it has exited): scaled-g0-t0, scaled-g0-t1"]
         assert next(m for _, r, m in events if r == "Draining") == (
             "stopping the 2 workers of generation 0 to start generation 1; tasks 2 -> 4 (Scale)")
 

@@ -1,5 +1,6 @@
 """KubeApi.apply: an object already applied (same hash, same replicas) costs no API call and no patch
-built; a changed one is patched with the merge patch; a missing one is created."""
+built; a changed one is patched with the merge patch (one whose replicas alone changed, with those
+alone); a missing one is created."""
 
 from __future__ import annotations
 
@@ -58,9 +59,20 @@ def test_a_changed_or_rescaled_object_is_patched_and_a_missing_one_created() -> 
     assert patch["metadata"]["annotations"][APPLIED_HASH_ANNOTATION] != live["metadata"]["annotations"][
         APPLIED_HASH_ANNOTATION]
     # Same hash, but a `kubectl scale`/stop changed the replicas: brought back.
+    # Only the replica count is sent then: the rest is as applied (a drain stops a whole generation).
     stopped = {**live, "spec": {**live["spec"], "replicas": 0}}
     assert asyncio.run(api.apply(deployment(1), stopped)) == "patched"
-    assert api.calls[-1][2]["spec"]["replicas"] == 1
+    digest = live["metadata"]["annotations"][APPLIED_HASH_ANNOTATION]
+    assert api.calls[-1][2] == {"metadata": {"annotations": {APPLIED_HASH_ANNOTATION: digest}}, "spec": {"replicas": 1}}
+    stop = prepare_apply(deployment(0), None)[2]  # the hash a full apply of the stopped object records
+    assert asyncio.run(api.apply(deployment(0), live)) == "patched"
+    assert api.calls[-1] == ("PATCH", "/apis/apps/v1/namespaces/ns/deployments/c-g0-t0",
+                             {"metadata": {"annotations": {APPLIED_HASH_ANNOTATION: stop}}, "spec": {"replicas": 0}})
+    # Stopped that way, it is applied: nothing sent again.
+    stopped_live = {**live, "metadata": {**live["metadata"], "annotations": {
+        **live["metadata"]["annotations"], APPLIED_HASH_ANNOTATION: stop}}, "spec": {**live["spec"], "replicas": 0}}
+    calls = len(api.calls)
+    assert asyncio.run(api.apply(deployment(0), stopped_live)) == "unchanged" and len(api.calls) == calls
     assert asyncio.run(api.apply(deployment(1), None)) == "created"
     assert api.calls[-1][:2] == ("POST", "/apis/apps/v1/namespaces/ns/deployments")
     api.pool.shutdown()
