@@ -297,10 +297,11 @@ class StreamProcessor:
             if len(item) == 7:
                 _, s, e, table, shard, internal, rcs = item
                 self._rows(shard, table, internal, rcs, (data, s, e))
-            elif item[0] == VGTID and _vgtid_entries is not None and (
+            elif item[0] == VGTID and not self._journal_tail and _vgtid_entries is not None and (
                 got := _vgtid_entries(data, item[1], item[2], self._vg_entries)
             ) is not None:
-                # One per commit: read without upb, only its changed entries parsed (_vgtid_of_entries).
+                # One per commit: read without upb, only its changed entries parsed (_vgtid_of_entries);
+                # a done shard's journal tail goes through _event, which skips it.
                 self._pending_shard, self._pending_vgtid, changed = got
                 self._vg_changed = changed
             else:
