@@ -57,6 +57,8 @@ class JournalProgress:
         self.journal: binlogdata_pb2.Journal | None = None
         self.held: frozenset[ShardKey] = frozenset()
         self.done: dict[ShardKey, ShardGtid] = {}  # shard -> its position before the journal
+        self._done_at_error = 0  # len(done) at VTGate's last "not all journaling participants"
+        self._blind_errors = 0  # such errors in a row with no shard delivering the journal between
 
     @property
     def pending(self) -> list[ShardKey]:
@@ -78,12 +80,30 @@ class JournalProgress:
                 f"reshard journal {journal.id} arrived while shards {names(self.pending)} were still "
                 f"streaming towards journal {self.journal.id}"
             )
-        if self.journal is None:
-            self.journal, self.held = journal, held_participants(journal, position)
+        held = self.held if self.journal is not None else held_participants(journal, position)
         before = position.get(shard[1], shard[0])
-        if shard in self.held and before is not None:
-            self.done.setdefault(shard, before)
+        if shard not in held or before is None:
+            # Ignored, the stream would go on past the cut-over (VTGate follows a journal itself
+            # when the request holds every participant): refused instead.
+            raise JournalMismatch(
+                f"reshard journal {journal.id} delivered by {names([shard])}, which is not one of its source "
+                f"shards that this task streams ({names(sorted(held)) or 'none'})"
+            )
+        if self.journal is None:
+            self.journal, self.held = journal, held
+        self.done.setdefault(shard, before)
         return not self.pending
+
+    def participants_error(self) -> bool:
+        """VTGate ended the stream with "not all journaling participants are in the stream": True
+        when a reconnect can help. It can when a shard delivered the journal since the last such
+        error (that shard is left out now), or once without one (the error may have overtaken its
+        journal event). Two in a row with no journal delivered between would reconnect forever:
+        the task fails instead, with the reassignment message."""
+        progressed = len(self.done) != self._done_at_error
+        self._done_at_error = len(self.done)
+        self._blind_errors = 0 if progressed else self._blind_errors + 1
+        return self._blind_errors <= 1
 
     def pin(self, position: Vgtid) -> Vgtid:
         """``position`` with every done shard at its position before the journal (a commit point

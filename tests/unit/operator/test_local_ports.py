@@ -8,14 +8,26 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
-from cdcoperator.local.ports import free_port, free_port_block
+from cdcoperator.local.ports import below_ephemeral, free_port, free_port_block
+
+
+def _ephemeral() -> tuple[int, int]:
+    start, end = (int(v) for v in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[:2])
+    return start, end
+
+
+def test_the_range_lies_outside_the_ephemeral_range() -> None:
+    start, end = _ephemeral()
+    low, high = below_ephemeral()
+    assert high <= start or low > end, (low, high, start, end)
+    assert below_ephemeral(floor=10000) == (10000, start) or start - 10000 < 1000
 
 
 def test_port_blocks_are_free_and_outside_the_ephemeral_range() -> None:
-    start, end = (int(v) for v in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[:2])
+    low, high = below_ephemeral()
     for _ in range(20):
         base = free_port_block(7)
-        assert not start <= base <= end and not start <= base + 6 <= end, (base, start, end)
+        assert low <= base and base + 6 < high, (base, low, high)
         socks = [socket.socket() for _ in range(7)]
         try:
             for i, s in enumerate(socks):
@@ -26,7 +38,7 @@ def test_port_blocks_are_free_and_outside_the_ephemeral_range() -> None:
 
 
 def test_ports_chosen_before_any_is_bound_all_differ() -> None:
-    start, end = (int(v) for v in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[:2])
+    low, high = below_ephemeral()
     ports = [free_port() for _ in range(500)] + [free_port_block(3) + i for _ in range(50) for i in range(3)]
     assert len(set(ports)) == len(ports)
-    assert not [p for p in ports if start <= p <= end]
+    assert not [p for p in ports if not low <= p < high]

@@ -106,3 +106,26 @@ def test_the_participants_error_is_a_reconnect_only_for_a_task_following_journal
     assert classify(_Error(), follows_journals=True).retriable
     refused = classify(_Error())
     assert not refused.retriable and "reassignment needed" in refused.reason
+
+
+def test_a_journal_from_a_shard_the_task_does_not_stream_is_refused() -> None:
+    """Ignored, the task would stream on past the cut-over (VTGate follows a journal itself when the
+    request holds every participant)."""
+    progress = JournalProgress()
+    with pytest.raises(JournalMismatch, match=r"delivered by ks/80-c0, which is not one of its source shards "
+                                              r"that this task streams \(ks/-40, ks/40-80\)"):
+        progress.reached(_journal(), (KS, "80-c0"), _pos({"-40": 5, "40-80": 9}))
+    with pytest.raises(JournalMismatch, match=r"delivered by ks/-40, .* \(none\)"):
+        progress.reached(_journal(sources=["80-c0", "c0-"]), (KS, "-40"), _pos({"-40": 5}))
+    assert progress.journal is None and progress.done == {}
+
+
+def test_the_participants_error_is_retried_while_shards_deliver_the_journal_then_fails() -> None:
+    """Each reconnect after a shard delivered the journal is needed; one more without it is allowed
+    (the error may overtake the journal event); two in a row without would loop forever."""
+    progress = JournalProgress()
+    assert progress.participants_error() is True  # the error overtook the journal event
+    progress.reached(_journal(), (KS, "-40"), _pos({"-40": 5, "40-80": 9}))
+    assert progress.participants_error() is True  # -40 done since: left out now
+    assert progress.participants_error() is True  # once more without: allowed
+    assert progress.participants_error() is False  # twice in a row without a journal: fail

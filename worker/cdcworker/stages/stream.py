@@ -24,7 +24,7 @@ from cdcworker.offsets import Vgtid
 from cdcworker.signals.runtime import TaskExtras
 from cdcworker.sink import KafkaSink
 from cdcworker.source.reader import END, IDLE, ResponseReader
-from cdcworker.source.retry import Backoff, classify
+from cdcworker.source.retry import JOURNAL_PARTICIPANTS_MESSAGE, Backoff, classify
 from cdcworker.stages import handoff
 from cdcworker.stages.commit import flush_offsets, next_flush_at, rewind, store_position
 from cdcworker.stages.connect import Connection, vstream_request
@@ -244,7 +244,10 @@ def reconnect(task: WorkerTask, _conn: Connection, session: Session, processor: 
     code = exc.code().name if isinstance(exc, grpc.RpcError) else "EOF"
     metrics.on_error(code)
     if isinstance(exc, grpc.RpcError):
-        verdict = classify(exc, follows_journals=session.journal_stops)
+        details = (exc.details() if hasattr(exc, "details") else str(exc)) or ""
+        follows = session.journal_stops and (
+            JOURNAL_PARTICIPANTS_MESSAGE not in details or session.journals.participants_error())
+        verdict = classify(exc, follows_journals=follows)
         if not verdict.retriable:
             session.result = TaskResult(exitcodes.FAILED, verdict.reason, position)
             return False
