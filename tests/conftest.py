@@ -25,15 +25,19 @@ for _folder in sorted(Path(__file__).parent.glob("*/*")):
 logging.getLogger("py4j").setLevel(logging.WARNING)
 
 
-@pytest.fixture(scope="session")
-def kafka_broker() -> Iterator[KafkaBroker]:
-    """One single-node KRaft broker shared by the whole test session (started lazily on first use)."""
+def _started_broker() -> Iterator[KafkaBroker]:
     broker = KafkaBroker()
     broker.start()
     try:
         yield broker
     finally:
         broker.close()
+
+
+@pytest.fixture(scope="session")
+def kafka_broker() -> Iterator[KafkaBroker]:
+    """One single-node KRaft broker shared by the whole test session (started lazily on first use)."""
+    yield from _started_broker()
 
 
 @pytest.fixture(scope="session")
@@ -41,12 +45,7 @@ def debezium_kafka_broker() -> Iterator[KafkaBroker]:
     """The broker Debezium writes to in the conformance comparisons (its topics have the names of
     shardcdc's, which go to ``kafka_broker``); shared by the session like that one: every pair's topic
     prefix is its own."""
-    broker = KafkaBroker()
-    broker.start()
-    try:
-        yield broker
-    finally:
-        broker.close()
+    yield from _started_broker()
 
 
 @pytest.fixture(scope="session")
