@@ -223,7 +223,8 @@ def reconnect(task: WorkerTask, _conn: Connection, session: Session, processor: 
     processor.abandon_transaction()
     session.position = position = rewind(task, sink, processor)
     undone = session.journals.rewound(position)
-    if undone:
+    if undone:  # /status shows what is still done
+        metrics.awaiting_journal = session.journals.report() if session.journals.done else None
         log.info("reshard journal: %s resume before the journal again (the Kafka transaction was aborted); "
                  "streaming them up to it again", names(undone))
     if task.stopping:
