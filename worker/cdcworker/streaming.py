@@ -125,8 +125,8 @@ class ReassignmentNeeded(Exception):
     """A reshard journal names shards outside this stream: the next positions are in ``vgtid``."""
 
     def __init__(self, vgtid: Vgtid, journal: binlogdata_pb2.Journal) -> None:
-        participants = ", ".join(f"{p.keyspace}/{p.shard}" for p in journal.participants)
-        targets = ", ".join(f"{g.keyspace}/{g.shard}" for g in journal.shard_gtids)
+        participants = names((p.keyspace, p.shard) for p in journal.participants)
+        targets = names((g.keyspace, g.shard) for g in journal.shard_gtids)
         super().__init__(f"reshard journal {journal.id}: shards [{participants}] were replaced by [{targets}]")
         self.vgtid = vgtid
         self.journal = journal

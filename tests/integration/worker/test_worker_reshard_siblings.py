@@ -30,11 +30,11 @@ import pytest
 from worker_fixtures import RunningTask, running_task, wait_for, worker_config, worker_properties
 
 from cdcoperator.local.children import start_bound
+from cdcoperator.local.ports import free_port
 from cdcworker import exitcodes, keyrange
 from cdcworker.config import WorkerConfig
 from cdcworker.offsets import OffsetPartition, OffsetValue, offset_record_key
 from localkafka import KafkaBroker, consume_all
-from localkafka.broker import free_port
 from shardcdc_cli.materialise import compare, materialise
 from vtgatesim import FaultPlan, VTGateSim
 
