@@ -295,14 +295,28 @@ def test_vstream_ddl_mid_stream(both: dict[str, tuple[VTGateClient, str]]) -> No
 def _per_shard(events: list[tuple[str, tuple[Any, ...]]]) -> dict[str, list[tuple[Any, ...]]]:
     """Each shard's events, a VGTID reduced to that shard's entry (the others' depend on how the
     shards' copies interleave), a FIELD to its column names and types (the metadata is compared
-    column by column in test_vstream_every_column_type)."""
+    column by column in test_vstream_every_column_type).
+
+    A VGTID equal to the shard's previous one once reduced (only its GTID moved, and GTIDs are
+    normalised) is left out, and so is the BEGIN/COMMIT pair it leaves empty: real Vitess sends one
+    whenever the binlog moved between two tables' copies, and vttestserver's shards share one
+    binlog that writes outside the script also move (fidelity 4; seen once in a CI run); the test
+    server's binlog has only the script's writes."""
     out: dict[str, list[tuple[Any, ...]]] = {}
+    last_vgtid: dict[str, tuple[Any, ...]] = {}
     for shard, e in events:
+        evs = out.setdefault(shard, [])
         if e[0] == "VGTID":
             e = (e[0], tuple(sg for sg in e[1] if sg[1] == shard))
+            if last_vgtid.get(shard) == e:
+                continue
+            last_vgtid[shard] = e
         elif e[0] == "FIELD":
             e = (e[0], e[1], tuple(f[:2] for f in e[2]))
-        out.setdefault(shard, []).append(e)
+        elif e[0] == "COMMIT" and evs and evs[-1] == ("BEGIN",):
+            evs.pop()
+            continue
+        evs.append(e)
     return out
 
 
