@@ -57,6 +57,10 @@ class JournalProgress:
         self.journal: binlogdata_pb2.Journal | None = None
         self.held: frozenset[ShardKey] = frozenset()
         self.done: dict[ShardKey, ShardGtid] = {}  # shard -> its position before the journal
+        # Each shard's place in the task's VGTID when the journal first arrived: a done shard
+        # VTGate no longer reports is pinned back there, not at the end, so the stored offset
+        # keeps one shard order through the reshard.
+        self._rank: dict[ShardKey, int] = {}
         self._done_at_error = 0  # len(done) at VTGate's last "not all journaling participants"
         self._blind_errors = 0  # such errors in a row with no shard delivering the journal between
 
@@ -91,6 +95,7 @@ class JournalProgress:
             )
         if self.journal is None:
             self.journal, self.held = journal, held
+            self._rank = {(sg.keyspace, sg.shard): i for i, sg in enumerate(position)}
         self.done.setdefault(shard, before)
         return not self.pending
 
@@ -111,8 +116,10 @@ class JournalProgress:
         past the journal."""
         if not self.done:
             return position
-        pinned = Vgtid(position.shard_gtids).update(self.done.values())
-        return dataclasses.replace(position, shard_gtids=pinned.shard_gtids)
+        pinned = Vgtid(position.shard_gtids).update(self.done.values()).shard_gtids
+        rank, last = self._rank, len(self._rank)
+        ordered = tuple(sorted(pinned, key=lambda sg: rank.get((sg.keyspace, sg.shard), last)))
+        return dataclasses.replace(position, shard_gtids=ordered)
 
     def streamed(self, position: Vgtid) -> Vgtid:
         """The VStream request's position: the done shards left out, so none is read past its

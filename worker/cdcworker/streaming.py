@@ -56,9 +56,8 @@ from cdcworker.filters.failure import (
 from cdcworker.journals import JournalMismatch, JournalProgress, names, reassigned
 from cdcworker.offsets import Vgtid
 from cdcworker.offsets.copyresume import CopyResume
-from cdcworker.offsets.javacompat import jackson_dumps
 from cdcworker.offsets.value import Checkpoint
-from cdcworker.offsets.vgtid import ShardGtid
+from cdcworker.offsets.vgtid import ShardGtid, entry_json
 from cdcworker.records import (
     HEARTBEAT_PARTITION,
     SCHEMA_CHANGE_PARTITION,
@@ -211,10 +210,10 @@ class StreamProcessor:
         # max.queue.size.in.bytes: row-change bytes a transaction may hold before it is streamed.
         self.max_queue_bytes = max_queue_bytes
         self.journal_stops = journal_stops
-        # A reshard journal some held source shards delivered (kept across reconnects), and
-        # whether the events after one up to its COMMIT are being skipped.
+        # A reshard journal some held source shards delivered (kept across reconnects), and the
+        # done shard whose events after its journal, up to that transaction's COMMIT, are skipped.
         self.journals = journals
-        self._journal_tail = False
+        self._journal_tail: str | None = None
         self.on_heartbeat = on_heartbeat
         self.plans: dict[tuple[str, str], TablePlan] = {}
         # Plans whose topic may not exist yet (topic.creation.*): moved to ``plans`` by the table's
@@ -241,7 +240,6 @@ class StreamProcessor:
         self._vg_texts: list[str] = []
         self._vg_escs: list[bytes] = []
         self._vg_changed: list[int] = []  # indices of the pending VGTID's entries that differ from _vg_entries
-        self._shard_json_heads: dict[tuple[str, str], tuple[str, bytes]] = {}  # see _shard_entry
         self._streaming_txn = False  # this transaction outgrew the lookahead and is streamed
         self._begin_ts = 0
         self._pending_shard = ""
@@ -297,7 +295,7 @@ class StreamProcessor:
             if len(item) == 7:
                 _, s, e, table, shard, internal, rcs = item
                 self._rows(shard, table, internal, rcs, (data, s, e))
-            elif item[0] == VGTID and not self._journal_tail and _vgtid_entries is not None and (
+            elif item[0] == VGTID and self._journal_tail is None and _vgtid_entries is not None and (
                 got := _vgtid_entries(data, item[1], item[2], self._vg_entries)
             ) is not None:
                 # One per commit: read without upb, only its changed entries parsed (_vgtid_of_entries);
@@ -346,7 +344,7 @@ class StreamProcessor:
     def _event(self, ev: Any) -> None:  # Any: vitessapi protobuf messages (generated code: no types for mypy)
         """Every event but ROW: rare per transaction (a handful per commit)."""
         t = ev.type
-        if self._journal_tail:
+        if self._journal_tail is not None and ev.shard == self._journal_tail:
             self._skip_journal_tail(t)
             return
         if t == VGTID:
@@ -701,21 +699,10 @@ class StreamProcessor:
         return vgtid, text, id_json
 
     def _shard_entry(self, keyspace: str, shard: str, gtid: str, escaped: bool) -> tuple[ShardGtid, str, bytes]:
-        """A shard position, its JSON (= ``jackson_dumps(sg.to_json())`` without copy progress)
-        and, with ``escaped``, that JSON as the body of a JSON string (``json_string_body``)."""
-        heads = self._shard_json_heads.get((keyspace, shard))
-        if heads is None:  # '{"keyspace":...,"shard":...,"gtid":' once per shard
-            head = jackson_dumps({"keyspace": keyspace, "shard": shard})[:-1] + ',"gtid":'
-            heads = self._shard_json_heads[(keyspace, shard)] = (head, json_string_body(head + '"'))
-        head, esc_head = heads
-        if gtid.isascii() and gtid.isprintable() and '"' not in gtid and "\\" not in gtid:
-            # Nothing in it for a JSON writer to escape (a real GTID set): no writer call.
-            text = head + '"' + gtid + '","table_p_ks":[]}'
-            esc = esc_head + gtid.encode() + b'\\",\\"table_p_ks\\":[]}' if escaped else b""
-        else:
-            text = head + jackson_dumps(gtid) + ',"table_p_ks":[]}'
-            esc = json_string_body(text) if escaped else b""
-        return ShardGtid(keyspace, shard, gtid), text, esc
+        """A shard position, its JSON (``entry_json``) and, with ``escaped``, that JSON as the
+        body of a JSON string (``json_string_body``)."""
+        text = entry_json(keyspace, shard, gtid)
+        return ShardGtid(keyspace, shard, gtid), text, json_string_body(text) if escaped else b""
 
     def tick(self) -> None:
         """A heartbeat record if one is due (after commits, on VTGate heartbeats, while idle).
@@ -754,7 +741,7 @@ class StreamProcessor:
                 raise ProtocolError(str(exc)) from None
             if not complete:
                 # The journal's own VGTID and COMMIT would move the shard past it: skipped.
-                self._journal_tail = True
+                self._journal_tail = ev.shard
                 log.info("reshard journal %d: shard %s/%s reached it; streaming %s until each reaches it too, so "
                          "none of their changes before the cut-over is skipped", journal.id, ev.keyspace, ev.shard,
                          names(progress.pending))
@@ -764,9 +751,10 @@ class StreamProcessor:
         raise ReassignmentNeeded(reassigned(self.position, journal), journal)
 
     def _skip_journal_tail(self, t: int) -> None:
-        """The events after a done shard's JOURNAL up to its COMMIT (VTGate sends them together)."""
+        """The done shard's events after its JOURNAL up to its COMMIT (VTGate sends them together;
+        another shard's events are streamed as usual)."""
         if t == COMMIT:
-            self._journal_tail = False
+            self._journal_tail = None
             self._in_txn = False
             self._pending_vgtid = None
 
@@ -774,6 +762,7 @@ class StreamProcessor:
         """Forget a partly received transaction (the stream broke); it is replayed on reconnect."""
         self._clear_deferred()
         self._pending_vgtid = None
+        self._journal_tail = None  # the done shard is left out of the next request
         if self._signals is not None:
             self._signals.rollback()
         if self._txmeta is not None:

@@ -152,7 +152,7 @@ def test_the_id_escape_equals_the_json_writer(text: str) -> None:
     "gtid", [f"MySQL56/{U1}:1-42", "current", "", 'q"uote', "back\\slash", "ctl\x01", "uni-é✓", "del\x7f", "a/b:1-2,c:3"]
 )
 def test_a_commit_vgtid_json_and_id_equal_the_general_writers(gtid: str) -> None:
-    """The streaming loop's per-shard cache (``_shard_entry``) against ``jackson_dumps`` of the
+    """The streaming loop's per-shard cache (``_shard_entry``, ``entry_json``) against ``jackson_dumps`` of the
     VGTID and ``dumps`` of that JSON (the transaction id), for GTID texts with and without
     characters a JSON writer escapes."""
     from cdcworker.offsets.javacompat import jackson_dumps
@@ -160,7 +160,7 @@ def test_a_commit_vgtid_json_and_id_equal_the_general_writers(gtid: str) -> None
     from vitessapi import binlogdata_pb2 as b
 
     proc = StreamProcessor.__new__(StreamProcessor)
-    proc._shard_gtids, proc._shard_json_heads = {}, {}
+    proc._shard_gtids = {}
     proc._txmeta = object()  # type: ignore[assignment]
     pb = b.VGtid(shard_gtids=[b.ShardGtid(keyspace="k\"s", shard="-80", gtid=gtid),
                               b.ShardGtid(keyspace="ks", shard="80-", gtid=f"MySQL56/{U2}:1-7")])

@@ -3,14 +3,19 @@ done, which are pending, what the commit points, the VStream request and the rea
 
 from __future__ import annotations
 
+import json
+
 import grpc
 import pytest
+from events_fixtures import field, field_event, insert
 
+from cdcworker.events import EncoderConfig
 from cdcworker.journals import JournalMismatch, JournalProgress, held_participants, reassigned
 from cdcworker.offsets import ShardGtid, Vgtid
 from cdcworker.offsets.value import Checkpoint
 from cdcworker.source.retry import JOURNAL_PARTICIPANTS_MESSAGE, classify
-from vitessapi import binlogdata_pb2
+from cdcworker.streaming import StreamProcessor
+from vitessapi import binlogdata_pb2, vtgate_pb2
 
 KS = "ks"
 MERGE = ["-40", "40-80", "80-c0", "c0-"]  # 4 -> 2: this task holds the first two
@@ -56,8 +61,9 @@ def test_a_task_holding_one_source_shard_completes_at_its_journal() -> None:
 def test_done_shards_stay_before_their_journal_in_every_commit_point() -> None:
     progress = JournalProgress()
     progress.reached(_journal(), (KS, "-40"), _pos({"-40": 5, "40-80": 9}))
-    # VTGate's VGTID without -40 (left out of the request) or with -40 past its journal.
-    assert progress.pin(_pos({"40-80": 11})) == _pos({"40-80": 11, "-40": 5})
+    # VTGate's VGTID without -40 (left out of the request) or with -40 past its journal; -40
+    # keeps its place in the VGTID (the stored offset's shard order does not change).
+    assert progress.pin(_pos({"40-80": 11})) == _pos({"-40": 5, "40-80": 11})
     assert progress.pin(_pos({"-40": 6, "40-80": 11})) == _pos({"-40": 5, "40-80": 11})
     point = Checkpoint.at(_pos({"40-80": 11}).shard_gtids, "txn", (("t", 1),), ())
     pinned = progress.pin(point)
@@ -129,3 +135,55 @@ def test_the_participants_error_is_retried_while_shards_deliver_the_journal_then
     assert progress.participants_error() is True  # -40 done since: left out now
     assert progress.participants_error() is True  # once more without: allowed
     assert progress.participants_error() is False  # twice in a row without a journal: fail
+
+
+class _Sink:
+    """The sink interface the processor uses, recording records and commit points."""
+
+    def __init__(self) -> None:
+        self.records: list[tuple[str, bytes | None, bytes | None]] = []
+        self.positions: list[Vgtid] = []
+        self.records_sent = 0
+
+    def send(self, topic: str, key: bytes | None, value: bytes | None, headers: object) -> None:
+        self.records.append((topic, key, value))
+        self.records_sent += 1
+
+    def send_to_partition(self, topic: str, partition: int, key: bytes | None, value: bytes | None,
+                          headers: object) -> None:
+        self.send(topic, key, value, headers)
+
+    def commit_point(self, position: Vgtid) -> None:
+        self.positions.append(position)
+
+
+def _txn_events(shard: str, gtid: str, *rows: bytes) -> list[binlogdata_pb2.VEvent]:
+    """One shard's transaction of ``t`` rows (the FIELD first) in VTGate's event order."""
+    def ev(t: int, **kw: object) -> binlogdata_pb2.VEvent:
+        return binlogdata_pb2.VEvent(type=t, keyspace=KS, shard=shard, **kw)  # type: ignore[arg-type]
+
+    fields = [field("id", "INT64", "bigint", flags=1 | 2)]
+    out = [ev(binlogdata_pb2.BEGIN), ev(binlogdata_pb2.FIELD, field_event=field_event("ks.t", fields, KS, shard))]
+    if rows:
+        rc = [insert(r) for r in rows]
+        out.append(ev(binlogdata_pb2.ROW, row_event=binlogdata_pb2.RowEvent(
+            table_name="ks.t", keyspace=KS, shard=shard, row_changes=rc)))
+    vgtid = binlogdata_pb2.VGtid(shard_gtids=[binlogdata_pb2.ShardGtid(keyspace=KS, shard=shard, gtid=gtid)])
+    return [*out, ev(binlogdata_pb2.VGTID, vgtid=vgtid), ev(binlogdata_pb2.COMMIT, timestamp=1_700_000_001)]
+
+
+def test_a_done_shards_journal_tail_skips_only_that_shards_events() -> None:
+    """-40 delivers the journal; its VGTID and COMMIT after it are skipped, while a transaction of
+    its sibling 40-80 arriving in between is streamed and committed, -40 pinned before its journal."""
+    sink = _Sink()
+    proc = StreamProcessor(EncoderConfig("p"), sink, _pos({"-40": 5, "40-80": 9}),  # type: ignore[arg-type]  # the sink's interface
+                           journal_stops=True, journals=JournalProgress())
+    journal = binlogdata_pb2.VEvent(type=binlogdata_pb2.JOURNAL, keyspace=KS, shard="-40", journal=_journal())
+    sibling = _txn_events("40-80", "MySQL56/u:1-10", b"1")
+    tail = [e for e in _txn_events("-40", "MySQL56/u:1-6") if e.type in (binlogdata_pb2.VGTID, binlogdata_pb2.COMMIT)]
+    proc.process(vtgate_pb2.VStreamResponse(events=[journal, *sibling, *tail]))
+    assert [json.loads(r[2])["payload"]["after"]["id"] for r in sink.records if r[2]] == [1]
+    assert [Vgtid(p.shard_gtids) for p in sink.positions] == [_pos({"-40": 5, "40-80": 10})]
+    # -40's tail ended at its COMMIT: 40-80 streams on.
+    proc.process(vtgate_pb2.VStreamResponse(events=_txn_events("40-80", "MySQL56/u:1-11", b"2")))
+    assert Vgtid(sink.positions[-1].shard_gtids) == _pos({"-40": 5, "40-80": 11})

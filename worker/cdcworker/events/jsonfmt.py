@@ -11,6 +11,8 @@ import re
 
 import orjson
 
+from cdcworker.offsets.javacompat import escapes_only_quotes
+
 Fragment = orjson.Fragment
 
 
@@ -69,8 +71,8 @@ def dumps(obj: object) -> bytes:
 
 
 def json_string_body(text: str) -> bytes:
-    """``dumps(text)`` without its quotes. Printable ASCII without backslashes (a VGTID's JSON)
-    needs only its quotes escaped: done without the JSON writer's buffer."""
-    if text.isascii() and text.isprintable() and "\\" not in text:
+    """``dumps(text)`` without its quotes; done without the JSON writer's buffer when only its
+    quotes need escaping (a VGTID's JSON)."""
+    if escapes_only_quotes(text):
         return text.replace('"', '\\"').encode()
     return dumps(text)[1:-1]

@@ -20,6 +20,7 @@ from typing import Any
 
 __all__ = [
     "JsonValue",
+    "escapes_only_quotes",
     "jackson_bytes",
     "jackson_dumps",
     "java_hashmap_order",
@@ -50,10 +51,15 @@ def _surrogate_escape(m: re.Match[str]) -> str:
     return f"\\u{0xD800 + (cp >> 10):04X}\\u{0xDC00 + (cp & 0x3FF):04X}"
 
 
+def escapes_only_quotes(s: str) -> bool:
+    """Whether a JSON writer (Jackson, orjson) escapes nothing in ``s`` but its double quotes:
+    printable ASCII without backslashes (names, GTIDs, a VGTID's JSON). The writers' fast path:
+    translate() goes character by character, ~0.2 ms for a 64-shard VGTID."""
+    return s.isascii() and s.isprintable() and "\\" not in s
+
+
 def _jstr(s: str, utf8: bool) -> str:
-    if s.isascii() and s.isprintable() and "\\" not in s:
-        # Printable ASCII without backslashes (a VGTID's JSON, names, GTIDs): only quotes to
-        # escape. translate() went character by character, ~0.2 ms for a 64-shard VGTID.
+    if escapes_only_quotes(s):
         return '"' + s.replace('"', '\\"') + '"'
     out = s.translate(_ESCAPES)
     if utf8 and not out.isascii():

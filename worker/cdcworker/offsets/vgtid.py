@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from cdcworker.jsontypes import JsonMapping, JsonObject, JsonValue
-from cdcworker.offsets.javacompat import jackson_dumps
+from cdcworker.offsets.javacompat import escapes_only_quotes, jackson_dumps
 from cdcworker.textcut import quote
 
 if TYPE_CHECKING:
@@ -214,20 +214,28 @@ class ShardGtid:
         return cls(pb.keyspace, pb.shard, pb.gtid, tuple(tpks))
 
 
-_ENTRY_JSON: dict[ShardGtid, str] = {}
+_ENTRY_HEADS: dict[tuple[str, str], str] = {}
+
+
+def entry_json(keyspace: str, shard: str, gtid: str) -> str:
+    """``jackson_dumps(ShardGtid(keyspace, shard, gtid).to_json())`` without copy progress: the
+    one home of a position entry's JSON text. Its ``{"keyspace":…,"shard":…,"gtid":`` head is
+    written once per shard (a commit moves one shard's GTID; offsets and heartbeats write a
+    64-shard VGTID whose entries rarely move), and a GTID set needs no JSON writer."""
+    head = _ENTRY_HEADS.get((keyspace, shard))
+    if head is None:
+        if len(_ENTRY_HEADS) >= 4096:
+            _ENTRY_HEADS.clear()
+        head = _ENTRY_HEADS[(keyspace, shard)] = jackson_dumps({"keyspace": keyspace, "shard": shard})[:-1] + ',"gtid":'
+    quoted = '"' + gtid + '"' if '"' not in gtid and escapes_only_quotes(gtid) else jackson_dumps(gtid)
+    return head + quoted + ',"table_p_ks":[]}'
 
 
 def _entry_json(sg: ShardGtid) -> str:
-    """``jackson_dumps(sg.to_json())``, kept for the positions seen lately (copy progress not kept)."""
+    """``jackson_dumps(sg.to_json())``."""
     if sg.table_p_ks:
         return jackson_dumps(sg.to_json())
-    text = _ENTRY_JSON.get(sg)
-    if text is None:
-        text = jackson_dumps(sg.to_json())
-        if len(_ENTRY_JSON) >= 4096:
-            _ENTRY_JSON.clear()
-        _ENTRY_JSON[sg] = text
-    return text
+    return entry_json(sg.keyspace, sg.shard, sg.gtid)
 
 
 @dataclass(frozen=True, slots=True)
