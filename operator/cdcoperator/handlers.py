@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import os
+import time
 import weakref
 from typing import Any
 
@@ -90,6 +92,8 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: objec
     memo.kube = KubeApi(new_api_client(kubeconfig), REQUEST_TIMEOUT)
     memo.pods = PodWatch(lambda: new_api_client(kubeconfig), lambda ns, name: _kick(memo, ns, name))
     memo.kicks = {}  # (namespace, connector) -> the kicked reconcile not started yet (_kick)
+    memo.kicked = set()  # every kicked reconcile not done yet, started or not (cancelled at exit)
+    memo.served = {}  # (namespace, connector) -> when the last completed reconcile began (monotonic; _run)
     memo.warned = {}  # (namespace, connector) -> reasons of standing warnings (ReconcileContext.warned)
     memo.http = aiohttp.ClientSession()
     memo.policy = load_policy()  # $SHARDCDC_OPERATOR_POLICY (the chart's policy values); None: unrestricted
@@ -99,15 +103,21 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: objec
 
 @kopf.on.cleanup()
 async def close(memo: kopf.Memo, **_: object) -> None:
+    pods = memo.get("pods")
+    if pods is not None:
+        pods.close()  # no more kicks
+    # Kicked reconciles end before the clients they use close: one in flight at exit found the
+    # API client's pool shut ("cannot schedule new futures after shutdown").
+    kicked = list(memo.get("kicked") or ())
+    for task in kicked:
+        task.cancel()
+    await asyncio.gather(*kicked, return_exceptions=True)
     http = memo.get("http")
     if http is not None:
         await http.close()
     kube = memo.get("kube")
     if kube is not None:
         kube.close()
-    pods = memo.get("pods")
-    if pods is not None:
-        pods.close()
 
 
 @kopf.on.probe(id="reconciles")
@@ -124,7 +134,8 @@ def _context(memo: kopf.Memo, namespace: str, name: str) -> ReconcileContext:
     pods: PodWatch = memo.pods
     return ReconcileContext(kube=memo.kube, http=memo.http, emit=_emit, pods=pods.indexed,
                             discovery_timeout=DISCOVERY_TIMEOUT, warned=memo.warned.setdefault((namespace, name), set()),
-                            policy=memo.get("policy"), network_policy=memo.get("network_policy"))
+                            policy=memo.get("policy"), network_policy=memo.get("network_policy"),
+                            expect=pods.expect)
 
 
 # One lock per connector, shared by its handlers, its timer and its worker pods' events (kopf's
@@ -139,16 +150,29 @@ def _lock(namespace: str, name: str) -> asyncio.Lock:
     return locks.setdefault((namespace, name), asyncio.Lock())
 
 
-async def _run(memo: kopf.Memo, namespace: str, name: str, stopped: object = None) -> None:
+async def _run(memo: kopf.Memo, namespace: str, name: str, stopped: object = None, why: str = "changed",
+               coalesce: bool = False) -> None:
+    """One reconcile under the connector's lock. ``coalesce``: skip it if a reconcile that began after
+    this one was asked for has completed meanwhile (the timer and pod kicks: reconcile is level-based
+    and reads everything afresh, so that one served this request; at 1,024 shards each pass takes
+    seconds, and the timer's passes queued behind kicked ones doubled the work of a scale)."""
     await memo.pods.pods(namespace, name)  # the namespace's pods listed: never plan from an empty index
+    key = (namespace, name)
+    asked = time.monotonic()
     async with _lock(namespace, name):
         if stopped:  # the timer was stopped (deletion, operator exit) while waiting for the lock
             return
-        memo.kicks.pop((namespace, name), None)  # a kick from here on asks for another reconcile
+        if coalesce and memo.served.get(key, -math.inf) >= asked:
+            return
+        memo.kicks.pop(key, None)  # a kick from here on asks for another reconcile
+        began = time.monotonic()
         try:
-            await reconcile(_context(memo, namespace, name), namespace, name)
+            p = await reconcile(_context(memo, namespace, name), namespace, name)
         except (ApiError, aiohttp.ClientError, OSError) as exc:
             raise kopf.TemporaryError(f"reconcile failed: {exc}", delay=RETRY_DELAY) from exc
+        memo.served[key] = began
+        log.debug("%s/%s reconciled (%s): %s in %.2f s after %.2f s waiting", namespace, name, why,
+                  p.action.value if p is not None else "nothing", time.monotonic() - began, began - asked)
     memo.stats["reconciles"] += 1
 
 
@@ -160,12 +184,14 @@ def _kick(memo: kopf.Memo, namespace: str, name: str) -> None:
     if key in memo.kicks:
         return
     memo.kicks[key] = task = asyncio.create_task(_kicked(memo, namespace, name))
+    memo.kicked.add(task)
     task.add_done_callback(lambda _: memo.kicks.get(key) is task and memo.kicks.pop(key))
+    task.add_done_callback(memo.kicked.discard)
 
 
 async def _kicked(memo: kopf.Memo, namespace: str, name: str) -> None:
     try:
-        await _run(memo, namespace, name)
+        await _run(memo, namespace, name, why="kicked", coalesce=True)
     except kopf.TemporaryError as exc:  # the resync timer tries again
         log.warning("%s/%s: %s", namespace, name, exc)
 
@@ -182,7 +208,7 @@ async def resync(memo: kopf.Memo, namespace: str | None, name: str, **kwargs: An
     # ``stopped`` (kopf.DaemonStopped) is set when the deletion starts: no reconcile may begin after that (reconcile()
     # also returns early on a deletionTimestamp; one already running completes under the lock,
     # before the delete handler lists the children it removes).
-    await _run(memo, namespace or "default", name, kwargs["stopped"])
+    await _run(memo, namespace or "default", name, kwargs["stopped"], why="resync", coalesce=True)
     if not kwargs["stopped"] and _offsets.has_offsets_annotation(kwargs["body"]):
         await _offsets.process_offsets_annotation(memo, namespace or "default", name)
 
