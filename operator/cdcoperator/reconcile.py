@@ -40,7 +40,7 @@ from cdcoperator.discovery import DEFAULT_TIMEOUT, Discovery, DiscoveryError, di
 from cdcoperator.kafkaaccess import KafkaAccess, kafka_access
 from cdcoperator.model import ConnectorResource, SpecError, State
 from cdcoperator.networkpolicy import NetworkPolicySettings, ensure_network_policy, network_policy_name
-from cdcoperator.objects import build_task_objects
+from cdcoperator.objects import build_config_map, build_task_objects
 from cdcoperator.offsetslost import LostTasks, kept_positions, settle_offsets_lost
 from cdcoperator.planner import (
     Action,
@@ -548,7 +548,15 @@ async def _apply(
                         continue
                 changes.setdefault((outcome.capitalize(), f"{outcome} {obj['kind']}"), []).append(obj["metadata"]["name"])
 
-    await asyncio.gather(*(worker(t) for t in p.workers))
+    async def config_ahead(task: TaskPlan) -> None:
+        cm = build_config_map(cr, task)
+        name = cm["metadata"]["name"]
+        outcome = await kube.apply(cm, live_cms.get(name))
+        if outcome != "unchanged":
+            what = f"{outcome} ConfigMap ahead of generation {task.generation}'s start"
+            changes.setdefault((outcome.capitalize(), what), []).append(name)
+
+    await asyncio.gather(*(worker(t) for t in p.workers), *(config_ahead(t) for t in p.prepare))
     planned = {(t.generation, t.task_id) for t in p.workers}
     await asyncio.gather(*(kube.set_replicas(cr.namespace, naming.task_object_name(cr.name, ref.generation, ref.task_id), 0)
                            for ref in p.stop if (ref.generation, ref.task_id) not in planned))
@@ -569,8 +577,14 @@ async def _apply(
         what = f"deleted the Deployment and ConfigMap of generation {generation} (it has exited)"
         changes.setdefault(("Deleted", what), []).extend(names)
 
+    async def unprepare(generation: int) -> None:
+        names = await kube.delete_generation(CONFIG_MAPS, cr.namespace, cr.name, generation)
+        what = f"deleted ConfigMaps written ahead of generation {generation}, which is not starting"
+        changes.setdefault(("Deleted", what), []).extend(names)
+
     whole, single = whole_generations(p.remove, deployments)
-    await asyncio.gather(*(remove_generation(g) for g in whole), *(remove(r) for r in single))
+    await asyncio.gather(*(remove_generation(g) for g in whole), *(remove(r) for r in single),
+                         *(unprepare(g) for g in configs_ahead(p, deployments, config_maps)))
     for (reason, what), names in changes.items():
         ctx.emit(body, "Normal", reason, change_message(what, names))
 
@@ -587,6 +601,16 @@ def whole_generations(remove: Iterable[TaskRef], deployments: Iterable[JsonMappi
     partial = {gen for gen, _ in kept}
     whole = sorted({r.generation for r in refs} - partial)
     return whole, [r for r in refs if r.generation in partial]
+
+
+def configs_ahead(p: Plan, deployments: Iterable[JsonMapping], config_maps: Iterable[JsonMapping]) -> list[int]:
+    """Generations newer than the plan's with ConfigMaps but no Deployment, which the plan does not
+    prepare: written ahead during a drain whose change was undone before the start (pure)."""
+    if p.generation is None:
+        return []
+    keep = {t.generation for t in p.prepare} | {key[0] for key in map(_gen_task, deployments) if key is not None}
+    ahead = {key[0] for key in map(_gen_task, config_maps) if key is not None and key[0] > p.generation.generation}
+    return sorted(ahead - keep)
 
 
 CHANGE_NAMES_LISTED = 10  # an event's message lists this many names, then counts the rest
