@@ -24,6 +24,10 @@ For each shard count N, per run (the connector ``cN`` is deleted after each run)
   (``observedGeneration``) and still says Ready for generation 0 with one task, and the script
   checks that no generation-1 object appeared.
 
+Besides wall times (which follow the machine's load), each run reports the operator's CPU seconds
+and, for a scale, its API writes by verb and resource from the API server's own
+``apiserver_request_total`` (the kinds only the operator writes), which a loaded machine does not move.
+
 The drain takes a second reconcile after the workers exited, and Ready a third once the new
 workers are ready: the pod events that complete those steps trigger them
 (``podwatch`` kicks ``handlers._kick``), so the resync interval (``--resync``, default 1 s; the chart's

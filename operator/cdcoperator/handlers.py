@@ -6,7 +6,8 @@ trigger an immediate reconcile, and a timer re-runs it every ``SHARDCDC_OPERATOR
 so that workers exiting, pods appearing and Vitess resharding are picked up without any event on
 the CdcConnector itself. A worker pod's event that completes a drain or a new generation's start
 reconciles its connector at once (``_kick``), so a scale does not wait for the timer. A
-per-connector lock serialises the timer with the handlers and those kicks. Worker pods are held in
+per-connector lock serialises the timer with the handlers and those kicks; a timer pass or kick
+that a reconcile begun after it was asked for has served is dropped (``_run``). Worker pods are held in
 an index fed by one plain watch per namespace (``cdcoperator.podwatch``, not kopf's per-event
 handler machinery), so observing tasks costs no API reads.
 
