@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import os
 import time
 import weakref
@@ -32,9 +31,11 @@ from cdcoperator.apply import CONFIG_MAPS, DEPLOYMENTS, PLURAL, ApiError, KubeAp
 from cdcoperator.discovery import DEFAULT_TIMEOUT
 from cdcoperator.model import GROUP, VERSION, ConnectorResource, DeletionPolicy, SpecError
 from cdcoperator.networkpolicy import load_network_policy
+from cdcoperator.planner import Plan
 from cdcoperator.podwatch import PodWatch
 from cdcoperator.policy import load_policy
 from cdcoperator.reconcile import ReconcileContext, reconcile
+from cdcoperator.serialrun import Served
 from cdcworker.jsontypes import JsonMapping
 
 __all__ = ["RESYNC_SECONDS", "STORAGE_PREFIX", "configure"]
@@ -94,7 +95,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: objec
     memo.pods = PodWatch(lambda: new_api_client(kubeconfig), lambda ns, name: _kick(memo, ns, name))
     memo.kicks = {}  # (namespace, connector) -> the kicked reconcile not started yet (_kick)
     memo.kicked = set()  # every kicked reconcile not done yet, started or not (cancelled at exit)
-    memo.served = {}  # (namespace, connector) -> when the last completed reconcile began (monotonic; _run)
+    memo.served = Served()  # when each connector's last completed reconcile began (_run)
     memo.warned = {}  # (namespace, connector) -> reasons of standing warnings (ReconcileContext.warned)
     memo.http = aiohttp.ClientSession()
     memo.policy = load_policy()  # $SHARDCDC_OPERATOR_POLICY (the chart's policy values); None: unrestricted
@@ -153,28 +154,27 @@ def _lock(namespace: str, name: str) -> asyncio.Lock:
 
 async def _run(memo: kopf.Memo, namespace: str, name: str, stopped: object = None, why: str = "changed",
                coalesce: bool = False) -> None:
-    """One reconcile under the connector's lock. ``coalesce``: skip it if a reconcile that began after
-    this one was asked for has completed meanwhile (the timer and pod kicks: reconcile is level-based
-    and reads everything afresh, so that one served this request; at 1,024 shards each pass takes
-    seconds, and the timer's passes queued behind kicked ones doubled the work of a scale)."""
+    """One reconcile under the connector's lock; ``coalesce`` (the timer, pod kicks): skipped when a
+    reconcile begun after it was asked for has completed meanwhile (``cdcoperator.serialrun``)."""
     await memo.pods.pods(namespace, name)  # the namespace's pods listed: never plan from an empty index
     key = (namespace, name)
+    served: Served = memo.served
     asked = time.monotonic()
-    async with _lock(namespace, name):
-        if stopped:  # the timer was stopped (deletion, operator exit) while waiting for the lock
-            return
-        if coalesce and memo.served.get(key, -math.inf) >= asked:
-            return
-        memo.kicks.pop(key, None)  # a kick from here on asks for another reconcile
-        began = time.monotonic()
+
+    async def once() -> Plan | None:
         try:
-            p = await reconcile(_context(memo, namespace, name), namespace, name)
+            return await reconcile(_context(memo, namespace, name), namespace, name)
         except (ApiError, aiohttp.ClientError, OSError) as exc:
             raise kopf.TemporaryError(f"reconcile failed: {exc}", delay=RETRY_DELAY) from exc
-        memo.served[key] = began
-        log.debug("%s/%s reconciled (%s): %s in %.2f s after %.2f s waiting", namespace, name, why,
-                  p.action.value if p is not None else "nothing", time.monotonic() - began, began - asked)
-    memo.stats["reconciles"] += 1
+
+    # ``stopped``: the timer was stopped (deletion, operator exit) while waiting for the lock.
+    # A kick from the moment it starts on asks for another reconcile (``_kick``).
+    ran, p = await served.run(key, _lock(namespace, name), once, coalesce=coalesce, stopped=lambda: bool(stopped),
+                              starting=lambda: memo.kicks.pop(key, None))
+    if ran:
+        log.debug("%s/%s reconciled (%s): %s, %.2f s after it was asked for", namespace, name, why,
+                  p.action.value if p is not None else "nothing", time.monotonic() - asked)
+        memo.stats["reconciles"] += 1
 
 
 def _kick(memo: kopf.Memo, namespace: str, name: str) -> None:

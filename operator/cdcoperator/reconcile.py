@@ -556,37 +556,51 @@ async def _apply(
             what = f"{outcome} ConfigMap ahead of generation {task.generation}'s start"
             changes.setdefault((outcome.capitalize(), what), []).append(name)
 
-    await asyncio.gather(*(worker(t) for t in p.workers), *(config_ahead(t) for t in p.prepare))
+    # What is removed belongs to generations whose workers have all exited (or is configuration no
+    # Deployment mounts): deleted beside the creations, not after them. A deletecollection of 1,024
+    # objects is serial in the API server, and after the creations it doubled a start (issue 30).
+    await asyncio.gather(*(worker(t) for t in p.workers), *_removals(kube, cr, p, deployments, config_maps, changes))
     planned = {(t.generation, t.task_id) for t in p.workers}
     await asyncio.gather(*(kube.set_replicas(cr.namespace, naming.task_object_name(cr.name, ref.generation, ref.task_id), 0)
                            for ref in p.stop if (ref.generation, ref.task_id) not in planned))
+    # After the drain's replica patches: its workers exit while the next generation's
+    # configuration is written (interleaved with them, the drain finished later).
+    await asyncio.gather(*(config_ahead(t) for t in p.prepare))
+    for (reason, what), names in changes.items():
+        ctx.emit(body, "Normal", reason, change_message(what, names))
+
+
+def _removals(kube: ClusterApi, cr: ConnectorResource, p: Plan, deployments: Sequence[JsonMapping],
+              config_maps: Sequence[JsonMapping], changes: dict[tuple[str, str], list[str]]
+              ) -> list[Awaitable[None]]:
+    """The deletions ``p`` asks for (exited generations, whole or task by task, and configuration
+    written ahead of a start that is not coming), each recording what it deleted in ``changes``."""
+
+    def deleted(what: str, names: Iterable[str]) -> None:
+        changes.setdefault(("Deleted", what), []).extend(names)
+
+    def exited(generation: int) -> str:
+        return f"deleted the Deployment and ConfigMap of generation {generation} (it has exited)"
 
     async def remove(ref: TaskRef) -> None:
         obj_name = naming.task_object_name(cr.name, ref.generation, ref.task_id)
         gone_dep = await kube.delete(DEPLOYMENTS, cr.namespace, obj_name)
         gone_cm = await kube.delete(CONFIG_MAPS, cr.namespace, obj_name)
         if gone_dep or gone_cm:
-            deleted(ref.generation, [obj_name])
+            deleted(exited(ref.generation), [obj_name])
 
     async def remove_generation(generation: int) -> None:
         names = await asyncio.gather(*(kube.delete_generation(kind, cr.namespace, cr.name, generation)
                                        for kind in (DEPLOYMENTS, CONFIG_MAPS)))
-        deleted(generation, sorted(set(names[0]) | set(names[1])))
-
-    def deleted(generation: int, names: Iterable[str]) -> None:
-        what = f"deleted the Deployment and ConfigMap of generation {generation} (it has exited)"
-        changes.setdefault(("Deleted", what), []).extend(names)
+        deleted(exited(generation), sorted(set(names[0]) | set(names[1])))
 
     async def unprepare(generation: int) -> None:
         names = await kube.delete_generation(CONFIG_MAPS, cr.namespace, cr.name, generation)
-        what = f"deleted ConfigMaps written ahead of generation {generation}, which is not starting"
-        changes.setdefault(("Deleted", what), []).extend(names)
+        deleted(f"deleted ConfigMaps written ahead of generation {generation}, which is not starting", names)
 
     whole, single = whole_generations(p.remove, deployments)
-    await asyncio.gather(*(remove_generation(g) for g in whole), *(remove(r) for r in single),
-                         *(unprepare(g) for g in configs_ahead(p, deployments, config_maps)))
-    for (reason, what), names in changes.items():
-        ctx.emit(body, "Normal", reason, change_message(what, names))
+    return [*(remove_generation(g) for g in whole), *(remove(r) for r in single),
+            *(unprepare(g) for g in configs_ahead(p, deployments, config_maps))]
 
 
 def whole_generations(remove: Iterable[TaskRef], deployments: Iterable[JsonMapping]
