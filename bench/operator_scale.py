@@ -24,6 +24,10 @@ For each shard count N, per run (the connector ``cN`` is deleted after each run)
   (``observedGeneration``) and still says Ready for generation 0 with one task, and the script
   checks that no generation-1 object appeared.
 
+Besides wall times (which follow the machine's load), each run reports the operator's CPU seconds
+and, for a scale, its API writes by verb and resource from the API server's own
+``apiserver_request_total`` (the kinds only the operator writes), which a loaded machine does not move.
+
 The drain takes a second reconcile after the workers exited, and Ready a third once the new
 workers are ready: the pod events that complete those steps trigger them
 (``podwatch`` kicks ``handlers._kick``), so the resync interval (``--resync``, default 1 s; the chart's
@@ -34,8 +38,10 @@ the API every 20 ms is the measurement's resolution.
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
+import re
 import socket
 import statistics
 import subprocess
@@ -55,6 +61,9 @@ ROOT = Path(__file__).resolve().parent.parent
 NS = "bench"
 GROUP_PATH = f"/apis/shardcdc.io/v1alpha1/namespaces/{NS}/cdcconnectors"
 
+OPERATOR_KINDS = ("deployments", "configmaps", "cdcconnectors", "events")
+WRITE_VERBS = ("POST", "PATCH", "DELETE", "DELETECOLLECTION")
+
 # Figure -> its table heading, in print order.
 FIGURES = {
     "apply_deployments": "apply -> all Deployments",
@@ -65,6 +74,7 @@ FIGURES = {
     "scale_observed": "scale 1->2 -> observed, same gen Ready",
     "apply_cpu": "operator CPU-s, apply -> Ready",
     "scale_cpu": "operator CPU-s, scale -> Ready",
+    "scale_writes": "operator API writes, scale -> Ready",
 }
 
 
@@ -77,6 +87,9 @@ class Results:
         cells = []
         for key in FIGURES:
             xs = self.figures[key]
+            if key.endswith("_writes"):  # a count of requests, not seconds
+                cells.append(f"{statistics.median(xs):.0f} ({', '.join(f'{x:.0f}' for x in xs)})" if xs else "n/a")
+                continue
             cells.append(f"{statistics.median(xs):.2f} s ({', '.join(f'{x:.2f}' for x in xs)})" if xs else "n/a")
         return f"| {shards} | " + " | ".join(cells) + " |"
 
@@ -105,6 +118,22 @@ class Probe:
         if resp.status != 200:
             raise SystemExit(f"listing {kind}: HTTP {resp.status}: {resp.read()[:300]!r}")
         return len(json.loads(resp.read())["items"] or ())
+
+    def writes(self) -> collections.Counter[str]:
+        """The API server's count of the operator's write requests so far (``apiserver_request_total``):
+        every POST/PATCH/DELETE/DELETECOLLECTION on the kinds only the operator writes (FakeNodes
+        writes pods, the probe only reads), by verb and resource; robust where wall times are not."""
+        api = self.kube.api
+        method, url, headers, body, post = api.param_serialize(
+            "GET", "/metrics", header_params={"Accept": "text/plain"}, auth_settings=["BearerToken"])
+        text = api.call_api(method, url, headers, body, post, _request_timeout=30).read().decode()
+        out: collections.Counter[str] = collections.Counter()
+        for m in re.finditer(r'^apiserver_request_total\{(.*)\} (\S+)$', text, re.M):
+            labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1)))
+            if labels.get("resource") in OPERATOR_KINDS and labels.get("verb") in WRITE_VERBS:
+                sub = f"/{labels['subresource']}" if labels.get("subresource") else ""
+                out[f"{labels['verb']} {labels['resource']}{sub}"] += int(float(m.group(2)))
+        return out
 
     def deployments(self, name: str, gen: int) -> int:
         return self._count("deployments", name, gen)
@@ -172,14 +201,17 @@ def one_run(plane: Any, probe: Probe, sim_address: str, bootstrap: str, n: int, 
     f["apply_cpu"].append(cpu() - c0)
     if n > 1:
         half = n // 2
-        t0, c0 = time.monotonic(), cpu()
+        t0, c0, w0 = time.monotonic(), cpu(), probe.writes()
         plane.kubectl("-n", NS, "scale", f"cdc/{name}", f"--replicas={half}", check=True)
         f["scale_deployments"].append(probe.wait(lambda: probe.deployments(name, 1) == half, "gen 1 objects", t0))
         f["scale_pods"].append(probe.wait(lambda: probe.running_pods(name, 1) == half, "gen 1 pods", t0))
         f["scale_ready"].append(probe.wait(lambda: probe.ready(name, 1, half), f"{name} Ready in gen 1", t0))
         f["scale_cpu"].append(cpu() - c0)
+        writes = probe.writes() - w0
+        f["scale_writes"].append(float(sum(writes.values())))
         note = (f"scale {n}->{half}: Deployments {f['scale_deployments'][-1]:.2f}s, pods {f['scale_pods'][-1]:.2f}s, "
-                f"Ready {f['scale_ready'][-1]:.2f}s, operator CPU {f['scale_cpu'][-1]:.2f}s")
+                f"Ready {f['scale_ready'][-1]:.2f}s, operator CPU {f['scale_cpu'][-1]:.2f}s, "
+                f"API writes {dict(sorted(writes.items()))}")
     else:
         t0 = time.monotonic()
         plane.kubectl("-n", NS, "scale", f"cdc/{name}", "--replicas=2", check=True)

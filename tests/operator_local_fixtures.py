@@ -31,6 +31,7 @@ class Scripted:
     discovered: tuple[str, ...]
     pods: list[PodSummary] = field(default_factory=list)
     events: list[tuple[str, str, str]] = field(default_factory=list)
+    expected: list[tuple[int, int]] = field(default_factory=list)  # what each plan ran: (generation, workers)
 
     def context(self, cluster: LocalCluster, http: aiohttp.ClientSession) -> ReconcileContext:
         async def discover(_cr: Any) -> Discovery:
@@ -43,7 +44,8 @@ class Scripted:
             self.events.append((type_, reason, message))
 
         return ReconcileContext(kube=cluster, http=http, emit=emit, pods=lambda _ns, _c: self.pods,
-                                discover=discover, scan_offsets=scan)
+                                discover=discover, scan_offsets=scan,
+                                expect=lambda _ns, _c, gen, running: self.expected.append((gen, running)))
 
 
 def pod(name: str, generation: int, task: int, phase: str = "Running", deleting: bool = False, **kw: Any) -> PodSummary:

@@ -6,7 +6,8 @@ trigger an immediate reconcile, and a timer re-runs it every ``SHARDCDC_OPERATOR
 so that workers exiting, pods appearing and Vitess resharding are picked up without any event on
 the CdcConnector itself. A worker pod's event that completes a drain or a new generation's start
 reconciles its connector at once (``_kick``), so a scale does not wait for the timer. A
-per-connector lock serialises the timer with the handlers and those kicks. Worker pods are held in
+per-connector lock serialises the timer with the handlers and those kicks; a timer pass or kick
+that a reconcile begun after it was asked for has served is dropped (``_run``). Worker pods are held in
 an index fed by one plain watch per namespace (``cdcoperator.podwatch``, not kopf's per-event
 handler machinery), so observing tasks costs no API reads.
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
 import weakref
 from typing import Any
 
@@ -29,9 +31,11 @@ from cdcoperator.apply import CONFIG_MAPS, DEPLOYMENTS, PLURAL, ApiError, KubeAp
 from cdcoperator.discovery import DEFAULT_TIMEOUT
 from cdcoperator.model import GROUP, VERSION, ConnectorResource, DeletionPolicy, SpecError
 from cdcoperator.networkpolicy import load_network_policy
+from cdcoperator.planner import Plan
 from cdcoperator.podwatch import PodWatch
 from cdcoperator.policy import load_policy
 from cdcoperator.reconcile import ReconcileContext, reconcile
+from cdcoperator.serialrun import Served
 from cdcworker.jsontypes import JsonMapping
 
 __all__ = ["RESYNC_SECONDS", "STORAGE_PREFIX", "configure"]
@@ -90,6 +94,8 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: objec
     memo.kube = KubeApi(new_api_client(kubeconfig), REQUEST_TIMEOUT)
     memo.pods = PodWatch(lambda: new_api_client(kubeconfig), lambda ns, name: _kick(memo, ns, name))
     memo.kicks = {}  # (namespace, connector) -> the kicked reconcile not started yet (_kick)
+    memo.kicked = set()  # every kicked reconcile not done yet, started or not (cancelled at exit)
+    memo.served = Served()  # when each connector's last completed reconcile began (_run)
     memo.warned = {}  # (namespace, connector) -> reasons of standing warnings (ReconcileContext.warned)
     memo.http = aiohttp.ClientSession()
     memo.policy = load_policy()  # $SHARDCDC_OPERATOR_POLICY (the chart's policy values); None: unrestricted
@@ -99,15 +105,21 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: objec
 
 @kopf.on.cleanup()
 async def close(memo: kopf.Memo, **_: object) -> None:
+    pods = memo.get("pods")
+    if pods is not None:
+        pods.close()  # no more kicks
+    # Kicked reconciles end before the clients they use close: one in flight at exit found the
+    # API client's pool shut ("cannot schedule new futures after shutdown").
+    kicked = list(memo.get("kicked") or ())
+    for task in kicked:
+        task.cancel()
+    await asyncio.gather(*kicked, return_exceptions=True)
     http = memo.get("http")
     if http is not None:
         await http.close()
     kube = memo.get("kube")
     if kube is not None:
         kube.close()
-    pods = memo.get("pods")
-    if pods is not None:
-        pods.close()
 
 
 @kopf.on.probe(id="reconciles")
@@ -124,7 +136,8 @@ def _context(memo: kopf.Memo, namespace: str, name: str) -> ReconcileContext:
     pods: PodWatch = memo.pods
     return ReconcileContext(kube=memo.kube, http=memo.http, emit=_emit, pods=pods.indexed,
                             discovery_timeout=DISCOVERY_TIMEOUT, warned=memo.warned.setdefault((namespace, name), set()),
-                            policy=memo.get("policy"), network_policy=memo.get("network_policy"))
+                            policy=memo.get("policy"), network_policy=memo.get("network_policy"),
+                            expect=pods.expect)
 
 
 # One lock per connector, shared by its handlers, its timer and its worker pods' events (kopf's
@@ -139,17 +152,29 @@ def _lock(namespace: str, name: str) -> asyncio.Lock:
     return locks.setdefault((namespace, name), asyncio.Lock())
 
 
-async def _run(memo: kopf.Memo, namespace: str, name: str, stopped: object = None) -> None:
+async def _run(memo: kopf.Memo, namespace: str, name: str, stopped: object = None, why: str = "changed",
+               coalesce: bool = False) -> None:
+    """One reconcile under the connector's lock; ``coalesce`` (the timer, pod kicks): skipped when a
+    reconcile begun after it was asked for has completed meanwhile (``cdcoperator.serialrun``)."""
     await memo.pods.pods(namespace, name)  # the namespace's pods listed: never plan from an empty index
-    async with _lock(namespace, name):
-        if stopped:  # the timer was stopped (deletion, operator exit) while waiting for the lock
-            return
-        memo.kicks.pop((namespace, name), None)  # a kick from here on asks for another reconcile
+    key = (namespace, name)
+    served: Served = memo.served
+    asked = time.monotonic()
+
+    async def once() -> Plan | None:
         try:
-            await reconcile(_context(memo, namespace, name), namespace, name)
+            return await reconcile(_context(memo, namespace, name), namespace, name)
         except (ApiError, aiohttp.ClientError, OSError) as exc:
             raise kopf.TemporaryError(f"reconcile failed: {exc}", delay=RETRY_DELAY) from exc
-    memo.stats["reconciles"] += 1
+
+    # ``stopped``: the timer was stopped (deletion, operator exit) while waiting for the lock.
+    # A kick from the moment it starts on asks for another reconcile (``_kick``).
+    ran, p = await served.run(key, _lock(namespace, name), once, coalesce=coalesce, stopped=lambda: bool(stopped),
+                              starting=lambda: memo.kicks.pop(key, None))
+    if ran:
+        log.debug("%s/%s reconciled (%s): %s, %.2f s after it was asked for", namespace, name, why,
+                  p.action.value if p is not None else "nothing", time.monotonic() - asked)
+        memo.stats["reconciles"] += 1
 
 
 def _kick(memo: kopf.Memo, namespace: str, name: str) -> None:
@@ -160,12 +185,14 @@ def _kick(memo: kopf.Memo, namespace: str, name: str) -> None:
     if key in memo.kicks:
         return
     memo.kicks[key] = task = asyncio.create_task(_kicked(memo, namespace, name))
+    memo.kicked.add(task)
     task.add_done_callback(lambda _: memo.kicks.get(key) is task and memo.kicks.pop(key))
+    task.add_done_callback(memo.kicked.discard)
 
 
 async def _kicked(memo: kopf.Memo, namespace: str, name: str) -> None:
     try:
-        await _run(memo, namespace, name)
+        await _run(memo, namespace, name, why="kicked", coalesce=True)
     except kopf.TemporaryError as exc:  # the resync timer tries again
         log.warning("%s/%s: %s", namespace, name, exc)
 
@@ -182,7 +209,7 @@ async def resync(memo: kopf.Memo, namespace: str | None, name: str, **kwargs: An
     # ``stopped`` (kopf.DaemonStopped) is set when the deletion starts: no reconcile may begin after that (reconcile()
     # also returns early on a deletionTimestamp; one already running completes under the lock,
     # before the delete handler lists the children it removes).
-    await _run(memo, namespace or "default", name, kwargs["stopped"])
+    await _run(memo, namespace or "default", name, kwargs["stopped"], why="resync", coalesce=True)
     if not kwargs["stopped"] and _offsets.has_offsets_annotation(kwargs["body"]):
         await _offsets.process_offsets_annotation(memo, namespace or "default", name)
 

@@ -26,6 +26,7 @@ __all__ = [
     "MANAGED_BY",
     "MAX_NAME_LENGTH",
     "RESTART_ANNOTATION",
+    "generation_labels",
     "metadata_name_problems",
     "selector",
     "selector_labels",
@@ -107,6 +108,11 @@ def selector_labels(connector: str) -> dict[str, str]:
 def selector(connector: str) -> str:
     """``status.selector`` (the scale subresource's label selector) in string form."""
     return ",".join(f"{k}={v}" for k, v in selector_labels(connector).items())
+
+
+def generation_labels(connector: str, generation: int) -> dict[str, str]:
+    """Labels every object of one generation of a connector carries (a label selector for all of them)."""
+    return {**selector_labels(connector), LABEL_GENERATION: str(generation)}
 
 
 def task_labels(connector: str, generation: int, task_id: int) -> dict[str, str]:

@@ -232,6 +232,10 @@ class Plan:
     refusals: tuple[Refusal, ...] = ()
     events: tuple[Event, ...] = field(default=())
     desired_shards: tuple[str, ...] | None = None
+    # While a drain waits: the next generation's workers as the pending change would start them,
+    # whose ConfigMaps may be written ahead (nothing mounts them before their Deployments exist,
+    # which only the start creates), so the start has half the objects left to create.
+    prepare: tuple[TaskPlan, ...] = ()
 
     @property
     def ready(self) -> bool:
@@ -432,6 +436,7 @@ class _Step:
     stop: tuple[TaskRef, ...]
     remove: tuple[TaskRef, ...]
     events: tuple[Event, ...] = ()
+    prepare: tuple[TaskPlan, ...] = ()
 
 
 def _plan(
@@ -470,7 +475,7 @@ def _plan(
     if not running:
         step = _stopping(spec, current, change, alive, leftovers)
     elif change is not None and alive:
-        step = _draining(current, change, alive, journals, leftovers)
+        step = _draining(spec, current, change, alive, journals, leftovers)
     elif change is not None:
         step = _starting(spec, current, change, mine, leftovers)
         mine = []  # the new generation has no reports yet; the old one's are being removed
@@ -499,6 +504,7 @@ def _plan(
         refusals=tuple(refusals),
         events=tuple(events),
         desired_shards=wanted,
+        prepare=step.prepare,
     )
 
 
@@ -525,7 +531,7 @@ def _stopping(spec: ConnectorSpec, current: Generation, change: PendingChange | 
                  events=tuple(events))
 
 
-def _draining(current: Generation, change: PendingChange, alive: Sequence[TaskReport],
+def _draining(spec: ConnectorSpec, current: Generation, change: PendingChange, alive: Sequence[TaskReport],
               journals: Sequence[Journal], leftovers: tuple[TaskRef, ...]) -> _Step:
     """A change is due but workers of the current generation still run: drain them first, so two
     generations never run at once and the old one's offsets are durable before the next starts."""
@@ -545,7 +551,10 @@ def _draining(current: Generation, change: PendingChange, alive: Sequence[TaskRe
         events = (Event("Normal", "Draining", _describe_change(current, change)),)
     workers = tuple(replace(w, run=w.task_id in behind) for w in _workers(record, run=True))
     stop = tuple(TaskRef(cur_gen, r.task_id) for r in alive if r.task_id not in behind)
-    return _Step(Action.DRAIN, record, workers, stop=stop, remove=leftovers, events=events)
+    # Awaiting a journal, the pending change still moves (the journals it follows); otherwise it
+    # is what the start will use, and the next generation's configuration can be written now.
+    prepare = () if behind else _workers(_next_record(spec, current, change), run=True)
+    return _Step(Action.DRAIN, record, workers, stop=stop, remove=leftovers, events=events, prepare=prepare)
 
 
 def _starting(spec: ConnectorSpec, current: Generation, change: PendingChange,
@@ -553,20 +562,25 @@ def _starting(spec: ConnectorSpec, current: Generation, change: PendingChange,
     """A change is due and every worker of the current generation has exited: start generation
     ``gen+1`` (previous task count = the old one's) and remove the old generation's objects."""
     cur_gen = current.generation
-    record = _new_generation(
-        cur_gen + 1,
-        change.shards,
-        spec.tasks,
-        current.task_count,
-        journal_positions=tuple(sorted(p for j in change.journals for p in j.positions)),
-        history=((cur_gen, current.task_count), *current.history),
-    )
+    record = _next_record(spec, current, change)
     event = Event("Normal", "GenerationStarted",
                   f"generation {record.generation} started: {record.task_count} tasks over "
                   f"{len(record.shards)} shards (previous tasks {record.prev_task_count}; {change.reason})")
     remove = tuple(sorted(set(leftovers) | {TaskRef(cur_gen, r.task_id) for r in mine},
                           key=lambda t: (t.generation, t.task_id)))
     return _Step(Action.START, record, _workers(record, run=True), stop=(), remove=remove, events=(event,))
+
+
+def _next_record(spec: ConnectorSpec, current: Generation, change: PendingChange) -> Generation:
+    """The record of the generation ``change`` starts after ``current`` (previous task count = its)."""
+    return _new_generation(
+        current.generation + 1,
+        change.shards,
+        spec.tasks,
+        current.task_count,
+        journal_positions=tuple(sorted(p for j in change.journals for p in j.positions)),
+        history=((current.generation, current.task_count), *current.history),
+    )
 
 
 def _keeping(current: Generation, leftovers: tuple[TaskRef, ...]) -> _Step:

@@ -58,6 +58,8 @@ class PodIndex:
 
     def __init__(self) -> None:
         self._pods: dict[str, dict[str, PodSummary]] = {}
+        # connector -> (generation, pods it runs), as the connector's last plan said (``expect``).
+        self._expected: dict[str, tuple[int, int]] = {}
 
     def pods(self, connector: str) -> list[PodSummary]:
         return list(self._pods.get(connector, {}).values())
@@ -71,12 +73,18 @@ class PodIndex:
     def clear(self) -> None:
         self._pods.clear()
 
+    def expect(self, connector: str, generation: int, running: int) -> None:
+        """The connector's plan runs ``running`` workers of ``generation``: until that many of its
+        pods are up, a pod coming up does not complete the generation's start."""
+        self._expected[connector] = (generation, running)
+
     def update(self, connector: str, pod: PodSummary, deleted: bool) -> bool:
         """Record a pod's event; True when it completes a transition of its connector."""
         mine = self._pods.setdefault(connector, {})
         if not deleted and mine.get(pod.name) == pod:
             return False  # nothing the operator reads changed (another field of the pod did)
-        done = completes_transition(mine.values(), pod, deleted)
+        gen, running = self._expected.get(connector, (None, None))
+        done = completes_transition(mine.values(), pod, deleted, running if gen == pod.generation else None)
         if deleted:
             mine.pop(pod.name, None)
             if not mine:
@@ -249,6 +257,12 @@ class PodWatch:
             watch.start()
         await watch.listed.wait()
         return watch.index.pods(connector)
+
+    def expect(self, namespace: str, connector: str, generation: int, running: int) -> None:
+        """What the connector's last plan runs (``PodIndex.expect``); before the namespace's first list: nothing."""
+        watch = self._watches.get(namespace)
+        if watch is not None:
+            watch.index.expect(connector, generation, running)
 
     def indexed(self, namespace: str, connector: str) -> list[PodSummary]:
         """What the index holds now (after :meth:`pods` has been awaited for the namespace)."""

@@ -40,7 +40,7 @@ from cdcoperator.discovery import DEFAULT_TIMEOUT, Discovery, DiscoveryError, di
 from cdcoperator.kafkaaccess import KafkaAccess, kafka_access
 from cdcoperator.model import ConnectorResource, SpecError, State
 from cdcoperator.networkpolicy import NetworkPolicySettings, ensure_network_policy, network_policy_name
-from cdcoperator.objects import build_task_objects
+from cdcoperator.objects import build_config_map, build_task_objects
 from cdcoperator.offsetslost import LostTasks, kept_positions, settle_offsets_lost
 from cdcoperator.planner import (
     Action,
@@ -111,6 +111,9 @@ class ReconcileContext:
     policy: Policy | None = None
     # The workers' NetworkPolicy (the chart's networkPolicy values; cdcoperator.networkpolicy); None: none.
     network_policy: NetworkPolicySettings | None = None
+    # Told what each plan runs: (namespace, connector, generation, workers running); the pod index
+    # needs the count to tell the new generation's last pod up from the first (completes_transition).
+    expect: Callable[[str, str, int, int], None] | None = None
 
 
 # --- pure helpers -----------------------------------------------------------------------------------
@@ -269,14 +272,20 @@ def _gen_task(obj: JsonMapping) -> tuple[int, int] | None:
         return None
 
 
-def completes_transition(pods: Iterable[PodSummary], changed: PodSummary, deleted: bool) -> bool:
+def completes_transition(pods: Iterable[PodSummary], changed: PodSummary, deleted: bool,
+                         expected: int | None = None) -> bool:
     """Whether a worker pod's event ends a step the planner waits on, so the connector is reconciled
     now instead of at the next resync (which bounds scale -> new generation otherwise): the last
     pod of a generation is gone (a drain finished: the next generation may start), or every pod
     of the pod's generation is Running and ready and no older generation's pod is left (the new
     generation is up: Ready can be said). ``pods``: the connector's worker pods (the index);
-    ``changed`` replaces its own entry there, ``deleted`` removes it."""
+    ``changed`` replaces its own entry there, ``deleted`` removes it. ``expected``: how many pods
+    of ``changed``'s generation the last plan runs (None: not known). Fewer up is not "every pod
+    up": pods are created one by one, and without the count each pod up while the rest did not
+    exist yet looked like the last one (issue 30: at 1,024 shards a dozen reconciles of ~4 s each
+    were kicked that way, and the one that mattered queued behind them)."""
     gen = changed.generation
+    up_count = 1  # ``changed`` itself, in the "up" case
 
     def up(p: PodSummary) -> bool:
         return p.ready and p.phase == "Running" and not p.deleting
@@ -292,7 +301,8 @@ def completes_transition(pods: Iterable[PodSummary], changed: PodSummary, delete
             return False  # the drain goes on
         if not deleted and (p.generation < gen or (p.generation == gen and not up(p))):
             return False  # an older worker is left, or one of this generation is not up yet
-    return True
+        up_count += p.generation == gen
+    return deleted or expected is None or up_count >= expected
 
 
 async def _observe_tasks(
@@ -393,6 +403,9 @@ async def reconcile(ctx: ReconcileContext, namespace: str, name: str) -> Plan | 
     p = plan(cr.spec, discovery.serving if discovery is not None else None, current, reports,
              source_error=source_error, adopted=adopted if current is None else None, offsets_error=offsets_error)
 
+    if ctx.expect is not None and p.generation is not None:
+        planned = p.generation.generation
+        ctx.expect(namespace, name, planned, sum(1 for w in p.workers if w.run and w.generation == planned))
     strays = stray_pods(ctx.pods(namespace, name), filter(None, (_gen_task(d) for d in deployments)))
     stray_events = (Event("Warning", STRAY_REASON, _stray_message(strays)),) if strays else ()
     lost = await _offsets_lost(ctx, body, cr, p, reports)
@@ -535,22 +548,83 @@ async def _apply(
                         continue
                 changes.setdefault((outcome.capitalize(), f"{outcome} {obj['kind']}"), []).append(obj["metadata"]["name"])
 
-    await asyncio.gather(*(worker(t) for t in p.workers))
+    async def config_ahead(task: TaskPlan) -> None:
+        cm = build_config_map(cr, task)
+        name = cm["metadata"]["name"]
+        outcome = await kube.apply(cm, live_cms.get(name))
+        if outcome != "unchanged":
+            what = f"{outcome} ConfigMap ahead of generation {task.generation}'s start"
+            changes.setdefault((outcome.capitalize(), what), []).append(name)
+
+    # What is removed belongs to generations whose workers have all exited (or is configuration no
+    # Deployment mounts): deleted beside the creations, not after them. A deletecollection of 1,024
+    # objects is serial in the API server, and after the creations it doubled a start (issue 30).
+    await asyncio.gather(*(worker(t) for t in p.workers), *_removals(kube, cr, p, deployments, config_maps, changes))
     planned = {(t.generation, t.task_id) for t in p.workers}
     await asyncio.gather(*(kube.set_replicas(cr.namespace, naming.task_object_name(cr.name, ref.generation, ref.task_id), 0)
                            for ref in p.stop if (ref.generation, ref.task_id) not in planned))
+    # After the drain's replica patches: its workers exit while the next generation's
+    # configuration is written (interleaved with them, the drain finished later).
+    await asyncio.gather(*(config_ahead(t) for t in p.prepare))
+    for (reason, what), names in changes.items():
+        ctx.emit(body, "Normal", reason, change_message(what, names))
+
+
+def _removals(kube: ClusterApi, cr: ConnectorResource, p: Plan, deployments: Sequence[JsonMapping],
+              config_maps: Sequence[JsonMapping], changes: dict[tuple[str, str], list[str]]
+              ) -> list[Awaitable[None]]:
+    """The deletions ``p`` asks for (exited generations, whole or task by task, and configuration
+    written ahead of a start that is not coming), each recording what it deleted in ``changes``."""
+
+    def deleted(what: str, names: Iterable[str]) -> None:
+        changes.setdefault(("Deleted", what), []).extend(names)
+
+    def exited(generation: int) -> str:
+        return f"deleted the Deployment and ConfigMap of generation {generation} (it has exited)"
 
     async def remove(ref: TaskRef) -> None:
         obj_name = naming.task_object_name(cr.name, ref.generation, ref.task_id)
         gone_dep = await kube.delete(DEPLOYMENTS, cr.namespace, obj_name)
         gone_cm = await kube.delete(CONFIG_MAPS, cr.namespace, obj_name)
         if gone_dep or gone_cm:
-            what = f"deleted the Deployment and ConfigMap of generation {ref.generation} (it has exited)"
-            changes.setdefault(("Deleted", what), []).append(obj_name)
+            deleted(exited(ref.generation), [obj_name])
 
-    await asyncio.gather(*(remove(r) for r in p.remove))
-    for (reason, what), names in changes.items():
-        ctx.emit(body, "Normal", reason, change_message(what, names))
+    async def remove_generation(generation: int) -> None:
+        names = await asyncio.gather(*(kube.delete_generation(kind, cr.namespace, cr.name, generation)
+                                       for kind in (DEPLOYMENTS, CONFIG_MAPS)))
+        deleted(exited(generation), sorted(set(names[0]) | set(names[1])))
+
+    async def unprepare(generation: int) -> None:
+        names = await kube.delete_generation(CONFIG_MAPS, cr.namespace, cr.name, generation)
+        deleted(f"deleted ConfigMaps written ahead of generation {generation}, which is not starting", names)
+
+    whole, single = whole_generations(p.remove, deployments)
+    return [*(remove_generation(g) for g in whole), *(remove(r) for r in single),
+            *(unprepare(g) for g in configs_ahead(p, deployments, config_maps))]
+
+
+def whole_generations(remove: Iterable[TaskRef], deployments: Iterable[JsonMapping]
+                      ) -> tuple[list[int], list[TaskRef]]:
+    """(generations removed whole, the other task refs to remove one by one) (pure). A generation
+    is removed whole, by its labels, when every task of it that has a Deployment is to be removed,
+    which is how the planner removes (an exited generation, all of it); its ConfigMaps go with it,
+    even one whose Deployment is already gone."""
+    refs = sorted(set(remove), key=lambda r: (r.generation, r.task_id))
+    wanted = {(r.generation, r.task_id) for r in refs}
+    kept = {key for key in map(_gen_task, deployments) if key is not None and key not in wanted}
+    partial = {gen for gen, _ in kept}
+    whole = sorted({r.generation for r in refs} - partial)
+    return whole, [r for r in refs if r.generation in partial]
+
+
+def configs_ahead(p: Plan, deployments: Iterable[JsonMapping], config_maps: Iterable[JsonMapping]) -> list[int]:
+    """Generations newer than the plan's with ConfigMaps but no Deployment, which the plan does not
+    prepare: written ahead during a drain whose change was undone before the start (pure)."""
+    if p.generation is None:
+        return []
+    keep = {t.generation for t in p.prepare} | {key[0] for key in map(_gen_task, deployments) if key is not None}
+    ahead = {key[0] for key in map(_gen_task, config_maps) if key is not None and key[0] > p.generation.generation}
+    return sorted(ahead - keep)
 
 
 CHANGE_NAMES_LISTED = 10  # an event's message lists this many names, then counts the rest

@@ -67,7 +67,9 @@ runs the operator with nothing more:
                            shardcdc.io/restart annotation
   cdcconnectors/status     patch: conditions, assignment, shards (the status subresource)
   deployments, configmaps  each task's children: list (by label), get (after a create conflict),
-                           create, patch (scale, config roll-out, restart), delete (old generations)
+                           create, patch (scale, config roll-out, restart), delete (a task's
+                           objects), deletecollection (an exited generation's objects, by its
+                           connector and generation labels: one call, not one per task)
   pods                     list/watch: the operator's index of worker pods (task phases, exit codes)
   events                   create: an event for each step
   sparkapplications, jobs  backfills (cdcoperator.backfill, rbac.backfills.*): list (by label),
@@ -92,10 +94,10 @@ strategy Recreate).
   verbs: ["patch"]
 - apiGroups: ["apps"]
   resources: ["deployments"]
-  verbs: ["get", "list", "create", "patch", "delete"]
+  verbs: ["get", "list", "create", "patch", "delete", "deletecollection"]
 - apiGroups: [""]
   resources: ["configmaps"]
-  verbs: ["get", "list", "create", "patch", "delete"]
+  verbs: ["get", "list", "create", "patch", "delete", "deletecollection"]
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["list", "watch"]

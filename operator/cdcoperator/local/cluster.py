@@ -261,6 +261,15 @@ class LocalCluster:
         with self._lock:
             return self._objects.pop((kind.plural, namespace, name), None) is not None
 
+    async def delete_generation(self, kind: Kind, namespace: str, connector: str, generation: int) -> list[str]:
+        wanted = naming.generation_labels(connector, generation).items()
+        with self._lock:
+            keys = [key for key, obj in sorted(self._objects.items()) if key[:2] == (kind.plural, namespace)
+                    and wanted <= (obj["metadata"].get("labels") or {}).items()]
+            for key in keys:
+                del self._objects[key]
+            return [name for _, _, name in keys]
+
     async def list_labelled(self, kind: Kind, namespace: str, selector: str) -> list[JsonObject]:
         """Equality selectors only (``k=v,k2=v2``), which is all the backfill code sends."""
         wanted = dict(part.split("=", 1) for part in selector.split(",") if part)

@@ -22,7 +22,7 @@ import pytest
 from operator_local_fixtures import Scripted, pod, put_connector
 
 from cdcoperator import naming
-from cdcoperator.apply import DEPLOYMENTS
+from cdcoperator.apply import CONFIG_MAPS, DEPLOYMENTS
 from cdcoperator.local.cluster import LocalCluster
 from cdcoperator.reconcile import reconcile
 from cdcoperator.taskstatus import PodSummary
@@ -47,6 +47,10 @@ class FlakyCluster(LocalCluster):
     async def delete(self, kind: Any, namespace: str, name: str) -> bool:
         self.acted = True
         return await super().delete(kind, namespace, name)
+
+    async def delete_generation(self, kind: Any, namespace: str, connector: str, generation: int) -> list[str]:
+        self.acted = True
+        return await super().delete_generation(kind, namespace, connector, generation)
 
     async def patch_connector_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
         if self.fail and self.acted:
@@ -105,6 +109,10 @@ async def _reshard_with_a_failed_status_write(tmp_path: Path) -> None:
     assert a["phase"] == "Running" and "pending" not in a
     assert [t["phase"] for t in a["taskStates"]] == ["Pending", "Pending"]  # the full write, diffed after the record
     assert _deployments(cluster) == {"c-g1-t0": 1, "c-g1-t1": 1}
+    # Generation 0's objects went with it (one deletecollection per kind), ConfigMaps included.
+    assert sorted(c["metadata"]["name"] for c in cluster.children(CONFIG_MAPS, "default", "c")) == ["c-g1-t0", "c-g1-t1"]
+    # The pod index was told what each plan runs: both workers, none (the drain), then the new two.
+    assert source.expected == [(0, 2), (0, 0), (1, 2), (1, 2)]
 
 
 def _assignment(cluster: LocalCluster) -> dict[str, Any]:

@@ -28,8 +28,10 @@ NAMESPACE = "shardcdc-system"
 OPERATOR_RULES = [
     {"apiGroups": ["shardcdc.io"], "resources": ["cdcconnectors"], "verbs": ["get", "list", "watch", "patch"]},
     {"apiGroups": ["shardcdc.io"], "resources": ["cdcconnectors/status"], "verbs": ["patch"]},
-    {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["get", "list", "create", "patch", "delete"]},
-    {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "create", "patch", "delete"]},
+    {"apiGroups": ["apps"], "resources": ["deployments"],
+     "verbs": ["get", "list", "create", "patch", "delete", "deletecollection"]},
+    {"apiGroups": [""], "resources": ["configmaps"],
+     "verbs": ["get", "list", "create", "patch", "delete", "deletecollection"]},
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]},
     {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
     # networkPolicy.create (on by default): the operator makes each connector's workers' policy.

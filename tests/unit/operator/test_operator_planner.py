@@ -174,6 +174,10 @@ def test_scale_up_drains_then_starts_next_generation() -> None:
     assert started.generation == Generation(1, 4, 2, (("-40",), ("40-80",), ("80-c0",), ("c0-",)), history=((0, 2),))
     assert started.remove == (TaskRef(0, 0), TaskRef(0, 1))
     assert [w.run for w in started.workers] == [True] * 4
+    # While it drains, the next generation's workers are known (their ConfigMaps are written
+    # ahead) exactly as the start plans them; nothing of generation 1 is planned to run yet.
+    assert drain.prepare == started.workers
+    assert all(w.generation == 0 for w in drain.workers) and started.prepare == ()
 
 
 def test_drain_waits_until_every_worker_exited() -> None:
@@ -329,6 +333,7 @@ def test_merge_across_tasks_waits_for_every_participant_to_reach_the_journal() -
     assert waiting.generation is not None and waiting.generation.pending is not None
     assert waiting.generation.pending.journals == (journal,)
     assert [e.reason for e in waiting.events] == ["AwaitingJournal"]
+    assert waiting.prepare == ()  # awaiting a journal: the pending change still moves, nothing is written ahead
     # Both reached it and are being stopped: their terminating pods serve no status document
     # (Starting); they must not be started again as if behind.
     stopping = plan(spec(2), ["-80", "80-"], persist(waiting),

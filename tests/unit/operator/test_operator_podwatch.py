@@ -54,6 +54,29 @@ def test_the_index_kicks_exactly_the_transitions() -> None:
     assert rounds == [[], [], [("ns", "c")], [], [("ns", "c")], [("ns", "c")]]
 
 
+async def _creation_one_by_one() -> list[tuple[str, str]]:
+    kicks: list[tuple[str, str]] = []
+    watch = _NamespaceWatch(Any, "ns", asyncio.get_running_loop(), lambda ns, c: kicks.append((ns, c)))
+    watch._put(None, "", None)
+    watch._put("SYNCED", "", None)
+    watch.index.expect("c", 1, 3)  # the plan that started generation 1 runs three workers
+    for task in range(3):
+        watch._put("ADDED", "c", pod(1, task, up=False))
+        await asyncio.sleep(0)
+        assert kicks == []  # created, not up
+        watch._put("MODIFIED", "c", pod(1, task))
+        await asyncio.sleep(0)
+        assert kicks == ([("ns", "c")] if task == 2 else []), task
+    # Another connector (no expectation told): as before, every pod of its generation up kicks.
+    watch._put("MODIFIED", "d", pod(0, 0, connector="d"))
+    await asyncio.sleep(0)
+    return kicks
+
+
+def test_the_plans_count_holds_the_kick_until_the_last_pod_is_up() -> None:
+    assert asyncio.run(_creation_one_by_one()) == [("ns", "c"), ("ns", "d")]
+
+
 def test_change_events_name_their_objects_in_task_order_and_count_the_rest() -> None:
     assert change_message("created Deployment", ["c-g1-t1", "c-g1-t0"]) == "created Deployment: c-g1-t0, c-g1-t1"
     many = change_message("created ConfigMap", [f"c-g1-t{i}" for i in range(12, -1, -1)])

@@ -1,0 +1,62 @@
+"""The next generation's ConfigMaps are written while the current one drains (issue 30: half of a
+start's creations off the path from scale to Ready); nothing of that generation runs before every
+worker of the drained one has exited (no Deployment exists), the start does not write them again,
+and a drain whose change is undone before the start leaves none behind."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from operator_local_fixtures import Scripted, pod, put_connector
+
+from cdcoperator.apply import CONFIG_MAPS, DEPLOYMENTS
+from cdcoperator.local.cluster import LocalCluster
+from cdcoperator.reconcile import reconcile
+
+FOUR = ("-40", "40-80", "80-c0", "c0-")
+
+
+def test_config_maps_ahead_of_the_start_and_gone_when_the_change_is_undone(tmp_path: Path) -> None:
+    asyncio.run(_scenario(tmp_path))
+
+
+def _names(cluster: LocalCluster, kind: object) -> list[str]:
+    return sorted(o["metadata"]["name"] for o in cluster.children(kind, "default", "c"))  # type: ignore[arg-type]
+
+
+async def _scenario(tmp_path: Path) -> None:
+    import aiohttp
+
+    cluster = LocalCluster(tmp_path)
+    put_connector(cluster, tasks=2)
+    source = Scripted(serving=FOUR, discovered=FOUR)
+    async with aiohttp.ClientSession() as http:
+        ctx = source.context(cluster, http)
+        await reconcile(ctx, "default", "c")
+        source.pods[:] = [pod(f"c-g0-t{i}-a", 0, i, ready=True) for i in range(2)]
+        # Scale 2 -> 4: the drain stops generation 0 and writes generation 1's configuration only.
+        put_connector(cluster, tasks=4)
+        await reconcile(ctx, "default", "c")
+        assert _names(cluster, DEPLOYMENTS) == ["c-g0-t0", "c-g0-t1"]
+        assert _names(cluster, CONFIG_MAPS) == ["c-g0-t0", "c-g0-t1", *(f"c-g1-t{i}" for i in range(4))]
+        assert any(m.startswith("created ConfigMap ahead of generation 1's start: c-g1-t0, c-g1-t1")
+                   for _, _, m in source.events)
+        # Undone before the workers exited (scaled back to 2): the drain ends, generation 0 runs on,
+        # and the ConfigMaps written ahead are deleted.
+        put_connector(cluster, tasks=2)
+        await reconcile(ctx, "default", "c")
+        assert _names(cluster, CONFIG_MAPS) == ["c-g0-t0", "c-g0-t1"]
+        assert _names(cluster, DEPLOYMENTS) == ["c-g0-t0", "c-g0-t1"]
+        # Scaled again, and this time the drain completes: the start creates the Deployments and
+        # finds the ConfigMaps as written ahead (no ConfigMap write at the start).
+        put_connector(cluster, tasks=4)
+        await reconcile(ctx, "default", "c")
+        ahead = {c["metadata"]["name"]: c for c in cluster.children(CONFIG_MAPS, "default", "c")}
+        source.pods[:] = []
+        source.events.clear()
+        await reconcile(ctx, "default", "c")
+        assert _names(cluster, DEPLOYMENTS) == [f"c-g1-t{i}" for i in range(4)]
+        after = {c["metadata"]["name"]: c for c in cluster.children(CONFIG_MAPS, "default", "c")}
+        assert after == {k: v for k, v in ahead.items() if "-g1-" in k}
+        assert not any("ConfigMap" in m and "created" in m for _, _, m in source.events), source.events
