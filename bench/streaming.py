@@ -34,9 +34,9 @@ paced replay (one recording, one paced stream per run), interleaved run by run: 
 delivery mode and Debezium (``debezium-tuned``: the race's tuned settings; its data topic is created
 beforehand with LogAppendTime); every side's transactions are joined by (shard, transaction number)
 from each record's ``source.vgtid`` to their last LogAppendTime, the first ``--settle`` seconds
-reported apart, the CPU of the worker (or of the Connect JVM) reported per row, and a side whose
-latency climbs through the run or that holds the replay back (HTTP/2 flow control) is reported as not
-keeping up: its backlog grows, its latency is unbounded, and the rows/s it delivered is its ceiling.
+reported apart, the CPU of the worker (or of the Connect JVM) reported per row, and a side that
+delivers less than 98 % of the rate or holds the replay back (HTTP/2 flow control) is reported as
+not keeping up: its backlog grows, its latency is unbounded, and the rows/s it delivered is its ceiling.
 debezium: the real Debezium Vitess connector
 (Kafka Connect standalone, ``devkit/connectstandalone``) and the worker on the same binlog, each
 timed by the broker's LogAppendTime of the first and last record of its data topic.
@@ -1086,18 +1086,19 @@ def _settled(rows: list[Any], settle: float) -> tuple[list[Any], list[Any]]:
     return [r for r in rows if r[0] < cut], [r for r in rows if r[0] >= cut]
 
 
-# A run keeps up when its commit -> ack latency does not trend upward by more than this many ms per
-# second of the run (a backlog at 90 % of the rate grows by ~110 ms/s) and the replay was not held
-# back by the reader's flow control (it released at least this share of the rate).
-KEEP_UP_SLOPE_MS_PER_S = 10.0
-KEEP_UP_RELEASE = 0.98
+# A run keeps up when the replay was not held back by the reader's flow control and the side
+# delivered, after the settle, at least this share of the rate (a backlog at 90 % of the rate
+# delivers 90 %). Throughput, not the latency's trend: on a shared machine a load spike late in a
+# run tilts the trend of a side that kept up.
+KEEP_UP = 0.98
 
 
-def _freshness(rows: list[tuple[int, int]], settle: float, per_txn: int, release: float) -> dict[str, Any]:
+def _freshness(rows: list[tuple[int, int]], settle: float, per_txn: int, release: float,
+               rate: float) -> dict[str, Any]:
     """Commit -> Kafka ack (``rows``: commit ns, append ms, by commit time) after ``settle`` s: p50,
-    p99, p999, the latency's trend (least squares, ms per s of the run), whether the side kept up
-    with the rate, and the rows/s it delivered after ``settle`` (between its first and last append:
-    a side that falls behind delivers what it can, its ceiling under this load)."""
+    p99, p999, the latency's trend (least squares, ms per s of the run), the rows/s delivered after
+    ``settle`` (between its first and last append: a side that falls behind delivers what it can,
+    its ceiling under this load) and whether the side kept up with ``rate`` (rows/s)."""
     start, steady = _settled(rows, settle)
     ack = [(a * 1_000_000 - c) / 1e6 for c, a in steady]
     srt = sorted(ack)
@@ -1108,21 +1109,21 @@ def _freshness(rows: list[tuple[int, int]], settle: float, per_txn: int, release
         var = sum((x - mt) ** 2 for x in t)
         slope = sum((x - mt) * (y - ma) for x, y in zip(t, ack, strict=True)) / var if var else 0.0
     span = (max(a for _c, a in steady) - min(a for _c, a in steady)) / 1000 if steady else 0.0
+    delivered = (len(steady) - 1) * per_txn / span if span > 0 else math.nan
     return {
         "transactions": len(rows), "settled": len(steady),
         "ack_p50_ms": _pct(srt, 0.5) if srt else math.nan, "ack_p99_ms": _pct(srt, 0.99) if srt else math.nan,
         "ack_p999_ms": _pct(srt, 0.999) if srt else math.nan, "ack_max_ms": srt[-1] if srt else math.nan,
         "start_ms": [(a * 1_000_000 - c) / 1e6 for c, a in start],
         "slope_ms_per_s": slope, "release": release,
-        "keeps_up": slope <= KEEP_UP_SLOPE_MS_PER_S and release >= KEEP_UP_RELEASE,
-        "delivered_rows_per_s": (len(steady) - 1) * per_txn / span if span > 0 else math.nan,
+        "keeps_up": release >= KEEP_UP and delivered >= KEEP_UP * rate, "delivered_rows_per_s": delivered,
     }
 
 
 def _report_freshness(rows: list[tuple[int, int]], paced: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
     """Print the source's pace and the commit -> ack distribution (both sides of the comparison)."""
     release = _report_pace("    generator" if args.source == "sim" else "    replay release", paced, args)
-    fresh = _freshness(rows, args.settle, args.per_txn, release)
+    fresh = _freshness(rows, args.settle, args.per_txn, release, args.rate)
     ack = [(a * 1_000_000 - c) / 1e6 for c, a in _settled(rows, args.settle)[1]]
     print("    " + _dist(f"commit -> Kafka ack (broker LogAppendTime, ms resolution), after the first "
                           f"{args.settle:g} s:", ack), flush=True)
