@@ -10,6 +10,8 @@ Debezium JSON with schemas, 2 shards.
     .venv/bin/python bench/streaming.py bigtxn --rows 1000000
     .venv/bin/python bench/streaming.py latency --rate 5000 --seconds 10 --runs 3
     .venv/bin/python bench/streaming.py latency --pace --rate 5000 --seconds 10 --runs 3  # generator alone
+    .venv/bin/python bench/streaming.py latency --source replay --rate 20000 --seconds 15 --settle 5 --runs 2 \
+        --sides shardcdc-at-least-once,shardcdc-exactly-once,debezium-tuned --json /tmp/fresh-20000.json
     .venv/bin/python bench/streaming.py debezium --rows 60000 --per-txn 20 --runs 3
     .venv/bin/python bench/streaming.py replay --rows 200000 --per-txn 20      # the server alone
 
@@ -27,7 +29,15 @@ server's RSS while it streams. latency: the server commits transactions of 10 ro
 rate and records each commit's wall time; the worker records, per transaction, when the reader
 pulled its response, when its last record was produced, the broker's LogAppendTime of its records
 (the data topic uses ``message.timestamp.type=LogAppendTime``: the acknowledgement) and when the
-delivery report was served; p50/p99 of each step. debezium: the real Debezium Vitess connector
+delivery report was served; p50/p99 of each step. ``--sides`` runs several connectors on the same
+paced replay (one recording, one paced stream per run), interleaved run by run: shardcdc in either
+delivery mode and Debezium (``debezium-tuned``: the race's tuned settings; its data topic is created
+beforehand with LogAppendTime); every side's transactions are joined by (shard, transaction number)
+from each record's ``source.vgtid`` to their last LogAppendTime, the first ``--settle`` seconds
+reported apart, the CPU of the worker (or of the Connect JVM) reported per row, and a side that
+delivers less than 98 % of the rate or holds the replay back (HTTP/2 flow control) is reported as
+not keeping up: its backlog grows, its latency is unbounded, and the rows/s it delivered is its ceiling.
+debezium: the real Debezium Vitess connector
 (Kafka Connect standalone, ``devkit/connectstandalone``) and the worker on the same binlog, each
 timed by the broker's LogAppendTime of the first and last record of its data topic.
 """
@@ -874,26 +884,63 @@ def latency(args: argparse.Namespace) -> None:
                 sim.close()
             _report_pace(f"pace run {run + 1} (no worker)", paced, args)
         return
-    p99s: list[float] = []
-    p999s: list[float] = []
-    run_one = _latency_replay if args.source == "replay" else _latency_sim
-    with KafkaBroker(heap="1g", jvm_options=KAFKA_JVM_PERFORMANCE_OPTS) as broker:
-        for run in range(args.warmup + args.runs):
-            label = f"warm-up run {run + 1}" if run < args.warmup else f"run {run - args.warmup + 1}"
-            with tempfile.TemporaryDirectory() as tmp:
-                result, paced = run_one(broker, args, tmp)
-            p99, p999 = _report_latency(label, broker, result, paced, args)
-            if run >= args.warmup:
-                p99s.append(p99)
-                p999s.append(p999)
-    for q, values in (("p99", p99s), ("p999", p999s)):
-        if values:
-            print(f"commit -> Kafka ack {q} ({args.mode}): median {statistics.median(values):.1f} ms over "
-                  f"{len(values)} runs {[round(v, 1) for v in values]} (warm-up runs left out: {args.warmup})",
+    sides = args.sides.split(",") if args.sides else [f"shardcdc-{args.mode}"]
+    if args.source != "replay" and any(s.startswith("debezium") for s in sides):
+        raise SystemExit("bench/streaming.py latency: Debezium reads the paced replay only; add --source replay")
+    got: dict[str, list[dict[str, Any]]] = {side: [] for side in sides}
+    with KafkaBroker(heap="1g", jvm_options=KAFKA_JVM_PERFORMANCE_OPTS) as broker, \
+            tempfile.TemporaryDirectory() as tmp:
+        replay = _PacedReplay(args, tmp) if args.source == "replay" else None
+        try:
+            for run in range(args.warmup + args.runs):
+                label = f"warm-up run {run + 1}" if run < args.warmup else f"run {run - args.warmup + 1}"
+                # Sides interleaved run by run, in alternating order (a shared machine's load drifts).
+                for side in (sides if run % 2 == 0 else sides[::-1]):
+                    fresh = _latency_run(broker, args, tmp, replay, side, f"{side} {label}")
+                    if run >= args.warmup:
+                        got[side].append(fresh)
+        finally:
+            if replay is not None:
+                replay.close()
+    _latency_summary(args, got)
+
+
+def _latency_run(broker: Any, args: argparse.Namespace, tmp: str, replay: _PacedReplay | None, side: str,
+                 label: str) -> dict[str, Any]:
+    """One run of one side on the paced input; its freshness summary (``_freshness``)."""
+    if side.startswith("debezium"):
+        assert replay is not None
+        r = _debezium_side(args, broker, replay.source, side, replay.rows)
+        return _report_debezium_latency(label, broker, r, replay.commits(args), args)
+    mode = side.removeprefix("shardcdc-")
+    if replay is None:
+        result, paced = _latency_sim(broker, args, tmp, mode)
+    else:
+        result = run_worker(broker, replay.source, replay.sim.info["final"], mode, "l", extra=_props(args.props),
+                            ack_log=True, topic_config=LOG_APPEND_TIME)
+        paced = replay.commits(args)
+    return _report_latency(label, broker, result, paced, args, mode)
+
+
+def _latency_summary(args: argparse.Namespace, got: dict[str, list[dict[str, Any]]]) -> None:
+    """Per side: the median of the runs' p50/p99/p999, or that its backlog grew (unbounded latency)."""
+    for side, runs in got.items():
+        if not runs:
+            continue
+        behind = [f for f in runs if not f["keeps_up"]]
+        if behind:
+            print(f"{side} at {args.rate:,.0f} rows/s: did not keep up in {len(behind)} of {len(runs)} runs (backlog "
+                  f"grows, latency unbounded); delivered {[round(f['delivered_rows_per_s']) for f in runs]} rows/s",
                   flush=True)
+        for q in ("p50", "p99", "p999"):
+            values = [f[f"ack_{q}_ms"] for f in runs]
+            print(f"{side}: commit -> Kafka ack {q}: median {statistics.median(values):.1f} ms over {len(values)} "
+                  f"runs {[round(v, 1) for v in values]} (warm-up runs left out: {args.warmup})", flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps({"args": vars(args), "runs": got}, indent=1))
 
 
-def _latency_sim(broker: Any, args: argparse.Namespace, tmp: str) -> tuple[dict[str, Any], dict[str, Any]]:
+def _latency_sim(broker: Any, args: argparse.Namespace, tmp: str, mode: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """The test server's paced generator commits while the worker streams (one Python process is
     both the database and VTGate: on two cores its GIL and CPU count against the worker's latency)."""
     sim = SimProcess(0, args.per_txn, args.shards)
@@ -903,7 +950,7 @@ def _latency_sim(broker: Any, args: argparse.Namespace, tmp: str) -> tuple[dict[
         ready = threading.Event()
 
         def target() -> None:
-            holder["r"] = run_worker(broker, sim, {"__wait__": str(final_path)}, args.mode, "l",
+            holder["r"] = run_worker(broker, sim, {"__wait__": str(final_path)}, mode, "l",
                                      extra=_props(args.props), ack_log=True, ready=ready, topic_config=LOG_APPEND_TIME)
 
         w = threading.Thread(target=target)
@@ -919,26 +966,36 @@ def _latency_sim(broker: Any, args: argparse.Namespace, tmp: str) -> tuple[dict[
         sim.close()
 
 
-def _latency_replay(broker: Any, args: argparse.Namespace, tmp: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``bench/vstreamreplay -interval``: the test server's responses for the same transactions,
-    recorded beforehand and released one per ``per_txn / rate`` seconds, each timed at its release
-    (a VTGate's cost at the source instead of the Python test server's)."""
-    rows = int(args.rate * args.seconds)
-    sim = SimProcess(rows, args.per_txn, args.shards)
-    try:
-        replay = ReplaySource(sim, _props(args.props), tmp, interval_ns=int(args.per_txn / args.rate * 1e9))
+class _PacedReplay:
+    """``bench/vstreamreplay -interval``: the test server's responses for ``rate * seconds`` rows,
+    recorded once and released one per ``per_txn / rate`` seconds to every VStream opened on it (a
+    run each), each timed at its release (a VTGate's cost at the source instead of the Python test
+    server's). shardcdc's workers and Debezium read the same bytes at the same pace."""
+
+    def __init__(self, args: argparse.Namespace, tmp: str) -> None:
+        self.rows = int(args.rate * args.seconds)
+        self.sim = SimProcess(self.rows, args.per_txn, args.shards)
         try:
-            result = run_worker(broker, replay, sim.info["final"], args.mode, "l", extra=_props(args.props),
-                                ack_log=True, topic_config=LOG_APPEND_TIME)
-            released = replay.released()
+            self.source = ReplaySource(self.sim, _props(args.props), tmp,
+                                       interval_ns=int(args.per_txn / args.rate * 1e9))
+        except BaseException:
+            self.sim.close()
+            raise
+        self.txns = _recorded_transactions(self.source.path)
+
+    def commits(self, args: argparse.Namespace) -> dict[str, Any]:
+        """The last stream's commits as ``_report_latency`` takes them: (shard, txn number, release
+        ns, lateness ns) per transaction, and the release's length."""
+        released = self.source.released()
+        commits = [(*txn, sent, late) for txn, sent, late in zip(self.txns, released["sent_ns"], released["late_ns"],
+                                                                 strict=True) if txn is not None]
+        return {"commits": commits, "seconds": (commits[-1][2] - commits[0][2]) / 1e9 + args.per_txn / args.rate}
+
+    def close(self) -> None:
+        try:
+            self.source.close()
         finally:
-            replay.close()
-    finally:
-        sim.close()
-    txns = _recorded_transactions(replay.path)
-    commits = [(*txn, sent, late) for txn, sent, late in zip(txns, released["sent_ns"], released["late_ns"],
-                                                             strict=True) if txn is not None]
-    return result, {"commits": commits, "seconds": (commits[-1][2] - commits[0][2]) / 1e9 + args.per_txn / args.rate}
+            self.sim.close()
 
 
 def _recorded_transactions(path: str) -> list[tuple[str, int] | None]:
@@ -969,9 +1026,9 @@ def _txn_number(gtid: str) -> int:
 
 
 def _report_latency(label: str, broker: Any, result: dict[str, Any], paced: dict[str, Any],
-                    args: argparse.Namespace) -> tuple[float, float]:
-    """Print one run's latency distributions; return its commit -> Kafka ack p99 and p999 (ms)."""
-    commit = {(s, seq): ns for s, seq, ns, _late in paced["commits"]}
+                    args: argparse.Namespace, mode: str) -> dict[str, Any]:
+    """Print one worker run's latency distributions; return its freshness summary (``_freshness``)."""
+    commit = _commit_times(paced)
     appended = _append_times(broker, result["topic"]) if not any(a[4] for a in result["acks"]) else {}
     first: dict[tuple[str, int], tuple[int, ...]] = {}
     for shard, gtid, recv, cp, app_ms, served in result["acks"]:
@@ -980,64 +1037,159 @@ def _report_latency(label: str, broker: Any, result: dict[str, Any], paced: dict
         k = (shard, _txn_number(gtid))
         if k in commit and (k not in first or served < first[k][-1]):
             first[k] = (recv, cp, app_ms or appended.get(k, 0), served)
-    rows = sorted((commit[k], *v) for k, v in first.items())
-    # The first transactions wait for the producer's own start (broker metadata, the idempotent
-    # producer's id, the topic check on the table's first FIELD): reported apart, not steady state.
-    settled = rows[0][0] + int(args.settle * 1e9) if rows else 0
-    start = [(a * 1_000_000 - c) / 1e6 for c, _r, _p, a, _s in rows if c < settled]
-    rows = [r for r in rows if r[0] >= settled]
-    ack = [(a * 1_000_000 - c) / 1e6 for c, _r, _p, a, _s in rows]  # append is in ms
+    every = sorted((commit[k], *v) for k, v in first.items())
+    rows = _settled(every, args.settle)[1]
+    print(f"latency {label} ({args.source} source): {len(first)} of {len(commit)} transactions of {args.per_txn} "
+          f"rows at {args.rate:.0f} rows/s; worker peak RSS {result['peak_rss_mb']:.0f} MB; "
+          f"load {result['load'][0]:.2f}->{result['load'][1]:.2f}", flush=True)
+    fresh = _report_freshness([(c, a) for c, _r, _p, a, _s in every], paced, args)
     served = [(s - c) / 1e6 for c, _r, _p, _a, s in rows]
     read = [(r - c) / 1e6 for c, r, _p, _a, _s in rows]
     proc = [(p - r) / 1e6 for _c, r, p, _a, _s in rows]
     produce = [(a * 1_000_000 - p) / 1e6 for _c, _r, p, a, _s in rows]
     serve = [(s - a * 1_000_000) / 1e6 for _c, _r, _p, a, s in rows]
-    print(f"latency {label} ({args.source} source): {len(rows) + len(start)} of {len(commit)} transactions of {args.per_txn} "
-          f"rows at {args.rate:.0f} rows/s; worker peak RSS {result['peak_rss_mb']:.0f} MB; "
-          f"load {result['load'][0]:.2f}->{result['load'][1]:.2f}", flush=True)
-    _report_pace("    generator" if args.source == "sim" else "    replay release", paced, args)
-    print("    " + _dist(f"commit -> Kafka ack (broker LogAppendTime, ms resolution), after the first "
-                          f"{args.settle:g} s:", ack), flush=True)
-    if start:
-        print("    " + _dist(f"the same in the first {args.settle:g} s ({len(start)} transactions, start-up):", start),
-              flush=True)
     served_what = ("Kafka transaction committed (read_committed visibility), seen in the worker"
-                   if args.mode == "exactly-once" else "delivery report served in the worker")
+                   if mode == "exactly-once" else "delivery report served in the worker")
     print("    " + _dist(f"commit -> {served_what}:", served), flush=True)
     print("    components: " + "; ".join([
         _dist("source->worker read", read), _dist("worker queue+encode+produce", proc),
         _dist("produce->broker append", produce), _dist("append->report served", serve)]), flush=True)
-    print(f"    worker cpu {result['cpu_seconds']:.2f}s for {result['seconds']:.2f}s; "
+    print(f"    worker cpu {result['cpu_seconds']:.2f}s for {result['seconds']:.2f}s "
+          f"({result['cpu_seconds'] / max(result['rows'], 1) * 1e6:.1f} us/row); "
           f"threads {result.get('threads')}; max RSS (MB) per tenth of the rows "
           f"{[mb for _, mb in result.get('rss_by_rows', [])]}, max sampled {result.get('max_sampled_rss_mb', 0):.0f}",
           flush=True)
-    return _pct(sorted(ack), 0.99), _pct(sorted(ack), 0.999)
+    return {**fresh, "cpu_seconds": result["cpu_seconds"], "cpu_us_per_row": result["cpu_seconds"] / max(result["rows"], 1) * 1e6,
+            "load": result["load"]}
+
+
+def _report_debezium_latency(label: str, broker: Any, r: dict[str, Any], paced: dict[str, Any],
+                             args: argparse.Namespace) -> dict[str, Any]:
+    """Print one Debezium run's commit -> Kafka ack distribution (the same join and clock as the
+    worker's: each transaction's last LogAppendTime on the data topic, read back); return its summary."""
+    commit = _commit_times(paced)
+    joined = _joined(commit, _append_times(broker, r["topic"]))
+    print(f"latency {label} ({args.source} source): {len(joined)} of {len(commit)} transactions of {args.per_txn} "
+          f"rows at {args.rate:.0f} rows/s; JVM RSS max {r['max_rss_mb']:.0f} MB; "
+          f"load {r['load'][0]:.2f}->{r['load'][1]:.2f}", flush=True)
+    fresh = _report_freshness(joined, paced, args)
+    us = r["cpu_seconds"] / max(r["records"], 1) * 1e6
+    print(f"    Debezium JVM cpu {r['cpu_seconds']:.2f}s for {r['seconds']:.2f}s ({us:.1f} us/row; first to last "
+          "LogAppendTime of its data topic)", flush=True)
+    return {**fresh, "cpu_seconds": r["cpu_seconds"], "cpu_us_per_row": us, "load": r["load"]}
+
+
+def _commit_times(paced: dict[str, Any]) -> dict[tuple[str, int], int]:
+    """(shard, transaction number) -> the source's commit (or release) wall time, ns."""
+    return {(s, seq): ns for s, seq, ns, _late in paced["commits"]}
+
+
+def _joined(commit: dict[tuple[str, int], int], appended: dict[tuple[str, int], int]) -> list[tuple[int, int]]:
+    """(commit ns, append ms) of every transaction both sides name, by commit time."""
+    return sorted((ns, appended[k]) for k, ns in commit.items() if k in appended)
+
+
+def _settled(rows: list[Any], settle: float) -> tuple[list[Any], list[Any]]:
+    """Rows (sorted by their first field, a commit time in ns) split at ``settle`` seconds after the
+    first: the first transactions wait for the producer's own start (broker metadata, the idempotent
+    producer's id, the topic check on the table's first FIELD), reported apart, not steady state."""
+    if not rows:
+        return [], []
+    cut = rows[0][0] + int(settle * 1e9)
+    return [r for r in rows if r[0] < cut], [r for r in rows if r[0] >= cut]
+
+
+# A run keeps up when the replay was not held back by the reader's flow control and the side
+# delivered, after the settle, at least this share of the rate (a backlog at 90 % of the rate
+# delivers 90 %). Throughput, not the latency's trend: on a shared machine a load spike late in a
+# run tilts the trend of a side that kept up.
+KEEP_UP = 0.98
+
+
+def _freshness(rows: list[tuple[int, int]], settle: float, per_txn: int, release: float,
+               rate: float) -> dict[str, Any]:
+    """Commit -> Kafka ack (``rows``: commit ns, append ms, by commit time) after ``settle`` s: p50,
+    p99, p999, the latency's trend (least squares, ms per s of the run), the rows/s delivered after
+    ``settle`` (between its first and last append: a side that falls behind delivers what it can,
+    its ceiling under this load) and whether the side kept up with ``rate`` (rows/s)."""
+    start, steady = _settled(rows, settle)
+    ack = [(a * 1_000_000 - c) / 1e6 for c, a in steady]
+    srt = sorted(ack)
+    t = [(c - steady[0][0]) / 1e9 for c, _a in steady] if steady else []
+    slope = 0.0
+    if len(t) > 1:
+        mt, ma = statistics.fmean(t), statistics.fmean(ack)
+        var = sum((x - mt) ** 2 for x in t)
+        slope = sum((x - mt) * (y - ma) for x, y in zip(t, ack, strict=True)) / var if var else 0.0
+    span = (max(a for _c, a in steady) - min(a for _c, a in steady)) / 1000 if steady else 0.0
+    delivered = (len(steady) - 1) * per_txn / span if span > 0 else math.nan
+    return {
+        "transactions": len(rows), "settled": len(steady),
+        "ack_p50_ms": _pct(srt, 0.5) if srt else math.nan, "ack_p99_ms": _pct(srt, 0.99) if srt else math.nan,
+        "ack_p999_ms": _pct(srt, 0.999) if srt else math.nan, "ack_max_ms": srt[-1] if srt else math.nan,
+        "start_ms": [(a * 1_000_000 - c) / 1e6 for c, a in start],
+        "slope_ms_per_s": slope, "release": release,
+        "keeps_up": release >= KEEP_UP and delivered >= KEEP_UP * rate, "delivered_rows_per_s": delivered,
+    }
+
+
+def _report_freshness(rows: list[tuple[int, int]], paced: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+    """Print the source's pace and the commit -> ack distribution (both sides of the comparison)."""
+    release = _report_pace("    generator" if args.source == "sim" else "    replay release", paced, args)
+    fresh = _freshness(rows, args.settle, args.per_txn, release, args.rate)
+    ack = [(a * 1_000_000 - c) / 1e6 for c, a in _settled(rows, args.settle)[1]]
+    print("    " + _dist(f"commit -> Kafka ack (broker LogAppendTime, ms resolution), after the first "
+                          f"{args.settle:g} s:", ack), flush=True)
+    # From each transaction's scheduled release instead: includes how late the replay was, which a
+    # reader that falls behind causes (HTTP/2 flow control holds the replay back).
+    late = {ns: lt for _s, _q, ns, lt in paced["commits"]}
+    sched = [x + late.get(c, 0) / 1e6 for x, (c, _a) in zip(ack, _settled(rows, args.settle)[1], strict=True)]
+    print("    " + _dist("schedule -> Kafka ack (the same, from when the source was due):", sched), flush=True)
+    fresh["sched_p99_ms"] = _pct(sorted(sched), 0.99) if sched else math.nan
+    if fresh["start_ms"]:
+        print("    " + _dist(f"the same in the first {args.settle:g} s ({len(fresh['start_ms'])} transactions, "
+                              "start-up):", fresh["start_ms"]), flush=True)
+    verdict = "kept up" if fresh["keeps_up"] else "DID NOT KEEP UP: backlog grows, latency unbounded"
+    print(f"    {verdict}: latency trend {fresh['slope_ms_per_s']:+.1f} ms per s of the run, replay released "
+          f"{release:.1%} of the rate, delivered {fresh['delivered_rows_per_s']:,.0f} rows/s", flush=True)
+    fresh.pop("start_ms")
+    return fresh
 
 
 def _append_times(broker: Any, topic: str) -> dict[tuple[str, int], int]:
     """(shard, transaction number) -> the broker's last LogAppendTime (ms) of its records, read back
-    from the data topic (the native sink reports acknowledgements without per-record times)."""
+    from the data topic (the native sink reports acknowledgements without per-record times; Debezium's
+    records have the same ``source`` block)."""
     from localkafka import consume_all
 
     out: dict[tuple[str, int], int] = {}
     for r in consume_all(broker.bootstrap, topic):
-        if not r.value:
-            continue
-        src = json.loads(r.value)["payload"]["source"]
-        shard = src["shard"]
-        gtid = next(sg["gtid"] for sg in json.loads(src["vgtid"]) if sg["shard"] == shard)
-        k = (shard, _txn_number(gtid))
-        out[k] = max(out.get(k, 0), r.timestamp_ms)
+        k = _record_txn(r.value)
+        if k is not None:
+            out[k] = max(out.get(k, 0), r.timestamp_ms)
     return out
 
 
-def _report_pace(name: str, paced: dict[str, Any], args: argparse.Namespace) -> None:
+def _record_txn(value: bytes | None) -> tuple[str, int] | None:
+    """The (shard, transaction number) of a change record (Debezium JSON with schemas): its
+    ``source.shard`` and the GTID its ``source.vgtid`` holds for that shard; None for a tombstone."""
+    if not value:
+        return None
+    src = json.loads(value)["payload"]["source"]
+    shard = src["shard"]
+    gtid = next(sg["gtid"] for sg in json.loads(src["vgtid"]) if sg["shard"] == shard)
+    return shard, _txn_number(gtid)
+
+
+def _report_pace(name: str, paced: dict[str, Any], args: argparse.Namespace) -> float:
+    """Print how the source kept its pace; return the share of the rate it achieved."""
     commits = paced["commits"]
     rate = len(commits) * args.per_txn / paced["seconds"]
     late = sorted(c[3] / 1e6 for c in commits)
     print(f"{name}: {len(commits)} commits, achieved {rate:,.0f} rows/s of {args.rate:,.0f} "
           f"({rate / args.rate:.1%}); commit later than schedule p50 {_pct(late, 0.5):.1f} / "
           f"p99 {_pct(late, 0.99):.1f} / max {late[-1]:.1f} ms", flush=True)
+    return float(rate / args.rate)
 
 
 # --- Debezium on the same input --------------------------------------------------------------
@@ -1237,7 +1389,17 @@ def run_debezium(broker: Any, source: SimProcess | ReplaySource, rows: int, heap
     count, first, last = _topic_window(broker.bootstrap, topic)
     seconds = (last - first) / 1000
     return {"records": count, "seconds": seconds, "cpu_seconds": _cpu_between(samples, first / 1000, last / 1000),
-            "max_rss_mb": max(rss, default=0), "load": (load0, os.getloadavg()[0])}
+            "max_rss_mb": max(rss, default=0), "load": (load0, os.getloadavg()[0]), "topic": topic}
+
+
+def _debezium_side(args: argparse.Namespace, broker: Any, source: SimProcess | ReplaySource, side: str,
+                   rows: int) -> dict[str, Any]:
+    """``run_debezium`` for a side named ``debezium`` (Connect's and Debezium's defaults, or tuned
+    with ``--tuned``) or ``debezium-tuned`` (always tuned), ``--dbz-props``/``--connect-props`` on top."""
+    tuned = args.tuned or side == "debezium-tuned"
+    return run_debezium(broker, source, rows, args.heap, args.test_jvm,
+                        {**(DEBEZIUM_TUNED if tuned else {}), **_kv(args.dbz_props)},
+                        {**(CONNECT_TUNED if tuned else {}), **_kv(args.connect_props)})
 
 
 def _race_side(args: argparse.Namespace, broker: Any, source: SimProcess | ReplaySource,
@@ -1246,10 +1408,7 @@ def _race_side(args: argparse.Namespace, broker: Any, source: SimProcess | Repla
     ``debezium`` (Connect's and Debezium's defaults, or tuned with ``--tuned``), ``debezium-tuned``
     (always tuned), ``shardcdc`` / ``shardcdc-at-least-once``, ``shardcdc-exactly-once``."""
     if side.startswith("debezium"):
-        tuned = args.tuned or side == "debezium-tuned"
-        r = run_debezium(broker, source, args.rows, args.heap, args.test_jvm,
-                         {**(DEBEZIUM_TUNED if tuned else {}), **_kv(args.dbz_props)},
-                         {**(CONNECT_TUNED if tuned else {}), **_kv(args.connect_props)})
+        r = _debezium_side(args, broker, source, side, args.rows)
         return r, f"JVM RSS max {r['max_rss_mb']:.0f} MB"
     mode = side.removeprefix("shardcdc-") if side.startswith("shardcdc-") else "at-least-once"
     r = run_worker(broker, source, source.info["final"], mode, "d", topic_config=LOG_APPEND_TIME)
@@ -1317,6 +1476,17 @@ def _race_report(args: argparse.Namespace, sides: list[str], got: dict[str, list
         Path(args.json).write_text(json.dumps(summary, indent=1))
 
 
+def _debezium_options(p: argparse.ArgumentParser) -> None:
+    """How a Debezium side runs (the race's and the latency mode's)."""
+    p.add_argument("--tuned", action="store_true", help="Debezium with DEBEZIUM_TUNED and CONNECT_TUNED")
+    p.add_argument("--dbz-props", default="", help="more Debezium connector properties k=v,k=v")
+    p.add_argument("--connect-props", default="", help="more Kafka Connect worker properties k=v,k=v "
+                   "(producer.* for its producer)")
+    p.add_argument("--heap", default="1g", help="Kafka Connect JVM heap")
+    p.add_argument("--test-jvm", action="store_true", help="ConnectStandalone's test flags (SerialGC, C1 only) "
+                   "instead of kafka-run-class.sh's production JVM options")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -1373,6 +1543,11 @@ def main() -> None:
     p.add_argument("--source", choices=("sim", "replay"), default="sim",
                    help="sim: the test server's paced generator commits during the run; replay: its responses "
                         "for the same workload recorded first and released at the rate by bench/vstreamreplay")
+    p.add_argument("--sides", default="", help="connectors to run on the same paced input, interleaved run by "
+                   "run: shardcdc-at-least-once, shardcdc-exactly-once, debezium (defaults; tuned with --tuned), "
+                   "debezium-tuned (Debezium needs --source replay); default: shardcdc in --mode")
+    p.add_argument("--json", default="", help="write every run's freshness summary per side to this file")
+    _debezium_options(p)
     p = sub.add_parser("debezium")
     p.add_argument("--rows", type=int, default=60_000)
     p.add_argument("--per-txn", type=int, default=20)
@@ -1384,14 +1559,8 @@ def main() -> None:
     p.add_argument("--source", choices=("sim", "replay"), default="sim",
                    help="replay: both sides read the Go replay of the test server's responses, so neither is "
                         "bounded by Python gRPC's per-response cost (vstreamreplay serves any VStream request)")
-    p.add_argument("--tuned", action="store_true", help="Debezium with DEBEZIUM_TUNED and CONNECT_TUNED")
-    p.add_argument("--dbz-props", default="", help="more Debezium connector properties k=v,k=v")
-    p.add_argument("--connect-props", default="", help="more Kafka Connect worker properties k=v,k=v "
-                   "(producer.* for its producer)")
+    _debezium_options(p)
     p.add_argument("--json", default="", help="write the runs and ratios to this file")
-    p.add_argument("--heap", default="1g", help="Kafka Connect JVM heap")
-    p.add_argument("--test-jvm", action="store_true", help="ConnectStandalone's test flags (SerialGC, C1 only) "
-                   "instead of kafka-run-class.sh's production JVM options")
     p = sub.add_parser("_sim")
     p.add_argument("--rows", type=int, default=0)
     p.add_argument("--per-txn", type=int, default=20)
