@@ -205,10 +205,20 @@ def _last_worker_catches_up(config: Path, log: Path, sim: VTGateSim, offsets: Of
         return _caught_up(sim, offsets)
 
     try:
-        wait_for(caught_up, timeout=120, what="the last worker caught up")
-    finally:
-        proc.send_signal(signal.SIGTERM)
+        # Exactly-once, the killed worker's open transaction must end before the new producer gets
+        # its id: Kafka answers CONCURRENT_TRANSACTIONS until then, and once in CI that lasted
+        # ~60 s (librdkafka's transaction.timeout.ms), so the catch-up starts that much later.
+        wait_for(caught_up, timeout=240, what="the last worker caught up")
+    except BaseException:
+        proc.kill()  # the wait's own failure is the one to report, with the worker's log
+        proc.wait(10)
+        print(log.read_text()[-3000:])
+        offsets.close()
+        raise
+    proc.send_signal(signal.SIGTERM)
+    try:
         assert proc.wait(60) == 0, log.read_text()[-3000:]
+    finally:
         offsets.close()
 
 
