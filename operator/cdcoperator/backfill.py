@@ -694,7 +694,8 @@ async def reconcile_backfills(kube: ClusterApi, cr: ConnectorResource, existing_
         if not launch.active:
             end = view.closed.get(launch.signal_id or "") if view is not None else None
             if finished and prev is not None:
-                phase = Phase(str(prev["phase"]), str(prev.get("message") or ""))
+                # Closed on Spark's generic error: the job's own may still arrive through the topic.
+                phase = refine(Phase(str(prev["phase"]), str(prev.get("message") or "")), progress)
             elif end is not None:
                 phase = Phase(end.phase, end.message)
             else:
