@@ -6,6 +6,13 @@ its own. ``TopicReader.fetch`` returns the records only and notes which partitio
 end; ``read_to_end`` yields every record until each assigned partition reached its end or the
 deadline passed (``TopicEndTimeout``). Other errors raise ``TopicReadError`` (with the
 ``KafkaError``), which each caller turns into its own message.
+
+"Its end" is the high watermark read at ``assign(..., ends_within=...)`` (as Kafka Connect's
+KafkaBasedLog reads its end offsets first), or an end-of-partition event, whichever comes first. librdkafka reports a
+partition's end only on a fetch that starts at the end and finds nothing new: a partition written
+faster than one fetch round trip (a copying task's offsets, on a loaded machine) may never report
+it, and the read used to time out (CI, a 30 s offsets read). End-of-partition still ends a
+partition whose last offsets hold no record (transaction markers).
 """
 
 from __future__ import annotations
@@ -13,9 +20,17 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Iterator
 
-from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from cdcworker.kafkaerrors import PARTITION_EOF
+
+# A topic that was just created can be listed with a leader before that broker has taken the
+# partition's leadership: its offsets answer NOT_LEADER for a moment (seen on a loaded machine,
+# right after creating a progress topic). The leadership settles by itself, so these are retried.
+_LEADER_SETTLING = (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE)
+# At most this long for one partition's end: a broker that does not answer it leaves the read to
+# the end-of-partition events (and the read's own deadline), not to a long offsets query first.
+_ENDS_QUERY_SECONDS = 2.0
 
 
 class TopicReadError(RuntimeError):
@@ -44,10 +59,17 @@ class TopicReader:
         self.assigned: set[int] = set()
         self.at_end: set[int] = set()  # partitions whose end was reached since the last record on them
         self.reached: set[int] = set()  # partitions that reported their end in the last fetch
+        self.end_offsets: dict[int, int] = {}  # high watermarks read at assign(ends_within=...)
 
-    def assign(self, partitions: Iterable[int], offset: int = 0) -> None:
+    def assign(self, partitions: Iterable[int], offset: int = 0, *, ends_within: float | None = None,
+               check: Callable[[], None] | None = None) -> None:
+        """Start fetching ``partitions`` from ``offset``. ``ends_within``: first read each one's
+        high watermark (the end ``read_to_end`` stops at), within that many seconds: before any
+        fetch is in flight, since an offsets request waits behind a fetch's long poll on the same
+        connection (~0.5 s a partition, measured). ``check`` as in ``read_to_end``."""
         self.assigned = set(partitions)
         self.at_end.clear()
+        self.end_offsets = {} if ends_within is None else self._ends(time.monotonic() + ends_within, check)
         self.consumer.assign([TopicPartition(self.topic, p, offset) for p in sorted(self.assigned)])
 
     def fetch(self, timeout: float, max_records: int = 1000) -> list[Message]:
@@ -85,12 +107,48 @@ class TopicReader:
         # An end once reached counts: on a topic written meanwhile (an offsets topic a running task
         # flushes to), a fetch often holds records after a partition's end event, and waiting for
         # a quiet moment at every partition at once may never end.
-        reached = set(self.at_end)
+        ends = self.end_offsets
+        reached = self.at_end | {p for p, end in ends.items() if end <= 0}
         while not self.assigned <= reached:
             if check is not None:
                 check()
             if time.monotonic() > deadline:
                 raise TopicEndTimeout(self.topic, self.assigned - reached, timeout)
             msgs = self.fetch(min(0.5, max(0.0, deadline - time.monotonic())))
-            reached |= self.reached
+            reached |= self.reached | self._passed(ends, self.assigned - reached)
             yield from msgs
+
+    def _ends(self, deadline: float, check: Callable[[], None] | None) -> dict[int, int]:
+        """Each assigned partition's high watermark now, 0 for an empty one. Partitions whose
+        offsets cannot be read now are left out: their end-of-partition events end them."""
+        out: dict[int, int] = {}
+        for p in sorted(self.assigned):
+            if check is not None:
+                check()  # a refused login shows here, not as a timed-out offsets query
+            wait = min(_ENDS_QUERY_SECONDS, deadline - time.monotonic())
+            try:
+                low, high = watermarks(self.consumer, TopicPartition(self.topic, p), wait)
+            except KafkaException:
+                break  # the broker does not answer now: the rest would wait as long
+            out[p] = 0 if high <= low else high
+        return out
+
+    def _passed(self, ends: dict[int, int], pending: set[int]) -> set[int]:
+        """The pending partitions whose position reached the end read at the start."""
+        tps = [TopicPartition(self.topic, p) for p in sorted(pending) if p in ends]
+        if not tps:
+            return set()
+        return {tp.partition for tp in self.consumer.position(tps) if tp.offset >= ends[tp.partition]}
+
+
+def watermarks(consumer: Consumer, tp: TopicPartition, timeout: float) -> tuple[int, int]:
+    """``tp``'s low and high watermarks, retried while its leadership settles."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            low, high = consumer.get_watermark_offsets(tp, timeout=max(0.1, deadline - time.monotonic()))
+            return int(low), int(high)
+        except KafkaException as exc:
+            if exc.args[0].code() not in _LEADER_SETTLING or time.monotonic() > deadline:
+                raise
+        time.sleep(0.1)  # back-off while the partition's leadership settles

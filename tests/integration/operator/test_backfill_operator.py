@@ -15,6 +15,7 @@ import pytest
 from operator_kube_fixtures import wait_for
 
 from cdcoperator import backfill as bf
+from cdcoperator.backfillfeed import FEEDS
 from cdcoperator.backfillrelease import Release, running, to_release
 from cdcoperator.model import ConnectorResource
 from kubetest import KubeControlPlane, kube_control_plane_fixture
@@ -206,6 +207,14 @@ def install_spark_crd(plane: KubeControlPlane) -> None:
     """Install the real CRD, so the API server validates SparkApplications by the schema users have.
     Server-side apply: its ~800 kB would not fit client-side apply's last-applied annotation."""
     plane.kubectl("apply", "--server-side", "-f", spark_crd_path(), check=True)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _no_feed_outlives_this_file() -> Iterator[None]:
+    """The reconciles here start the operator's progress-topic tails (to ``kafka:9092``, which
+    does not resolve); they would log their retries through every later test in this process."""
+    yield
+    FEEDS.close()
 
 
 @pytest.fixture(scope="module")

@@ -167,11 +167,16 @@ def observe_healthy(prom: Prometheus, run: Run, sim: VTGateSim) -> None:
     """Streaming, backfilled, Ready, no stream alert; after a transport break every panel answers."""
 
     def healthy() -> bool:
+        """True, or an AssertionError naming what is not yet so (shown if the wait times out)."""
+        run.alive()  # raises if shardcdc run exited
         up = {(t["labels"]["job"], t["labels"].get("task")): t["health"] for t in prom.targets()}
-        ready = prom.query(f'shardcdc_operator_connector_ready{{connector="{NAME}"}} == 1')
-        done = prom.query(f'shardcdc_operator_backfill_phase{{connector="{NAME}",phase="Succeeded"}} == 1')
-        return (run.alive() is None and bool(ready) and bool(done) and up == {
-            ("shardcdc-operator", None): "up", ("shardcdc-workers", "0"): "up", ("shardcdc-workers", "1"): "up"})
+        assert up == {("shardcdc-operator", None): "up", ("shardcdc-workers", "0"): "up",
+                      ("shardcdc-workers", "1"): "up"}, f"scrape targets: {up}"
+        ready = prom.query(f'shardcdc_operator_connector_ready{{connector="{NAME}"}}')
+        assert values(ready) == [1.0], f"connector ready: {ready}"
+        phase = prom.query(f'shardcdc_operator_backfill_phase{{connector="{NAME}"}} == 1')
+        assert [s["metric"].get("phase") for s in phase] == ["Succeeded"], f"backfill phase: {phase}"
+        return True
 
     wait_for(healthy, STEP * 2, "both tasks scraped and streaming, the backfill done, the connector Ready")
     quiet = ("ShardcdcStreamStopped", "ShardcdcTaskFailed", "ShardcdcConnectorNotReady", "ShardcdcConnectorDegraded")

@@ -9,7 +9,8 @@ from typing import Any, cast
 import pytest
 from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 
-from cdcworker.backfill.store import ProgressStore, _watermarks
+from cdcworker.backfill.store import ProgressStore
+from cdcworker.topicread import watermarks
 from localkafka import KafkaBroker
 
 
@@ -65,8 +66,8 @@ def test_offsets_of_a_partition_whose_leadership_settles_are_retried() -> None:
     (seen in bench/backfill_cluster.py): the reader waits for the leader; other errors are raised."""
     tp = TopicPartition("t", 0)
     settling = _SettlingConsumer(KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE)
-    assert _watermarks(cast(Any, settling), tp, 10) == (3, 8) and settling.calls == 3
+    assert watermarks(cast(Any, settling), tp, 10) == (3, 8) and settling.calls == 3
     denied = _SettlingConsumer(KafkaError.TOPIC_AUTHORIZATION_FAILED)
     with pytest.raises(KafkaException, match="TOPIC_AUTHORIZATION_FAILED"):
-        _watermarks(cast(Any, denied), tp, 10)
+        watermarks(cast(Any, denied), tp, 10)
     assert denied.calls == 1

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from cdcworker.kafkaerrors import PARTITION_EOF, UNKNOWN_PARTITION
 from cdcworker.topicread import TopicEndTimeout, TopicReader, TopicReadError
@@ -31,17 +31,33 @@ class _Msg:
 
 
 class _Consumer:
-    """Hands out the scripted batches, one per consume(); then empty batches."""
+    """Hands out the scripted batches, one per consume(); then empty batches. ``watermarks``:
+    each partition's (low, high); without them the offsets query times out, as a broker that
+    does not answer."""
 
-    def __init__(self, batches: list[list[_Msg]]) -> None:
+    def __init__(self, batches: list[list[_Msg]], watermarks: dict[int, tuple[int, int]] | None = None) -> None:
         self.batches: Iterator[list[_Msg]] = iter(batches)
         self.assigned: list[Any] = []
+        self.watermarks = watermarks
+        self.positions: dict[int, int] = {}
 
     def assign(self, tps: list[Any]) -> None:
         self.assigned = [(tp.topic, tp.partition, tp.offset) for tp in tps]
 
     def consume(self, num_messages: int, timeout: float) -> list[_Msg]:
-        return next(self.batches, [])
+        batch = next(self.batches, [])
+        for m in batch:
+            if m.error() is None:
+                self.positions[m.partition()] = m.offset() + 1
+        return batch
+
+    def get_watermark_offsets(self, tp: TopicPartition, timeout: float) -> tuple[int, int]:
+        if self.watermarks is None:
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT))
+        return self.watermarks[tp.partition]
+
+    def position(self, tps: list[TopicPartition]) -> list[TopicPartition]:
+        return [TopicPartition(tp.topic, tp.partition, self.positions.get(tp.partition, -1001)) for tp in tps]
 
 
 def test_reads_every_record_until_each_partition_reported_its_end() -> None:
@@ -113,3 +129,31 @@ def test_fetch_notes_which_partitions_reported_their_end_in_that_fetch() -> None
     reader.assign([0])
     assert reader.fetch(0.1) == [] and reader.reached == {0}
     assert reader.fetch(0.1) == [] and reader.reached == set() and reader.at_end == {0}
+
+
+def test_a_partition_written_faster_than_a_fetch_ends_at_the_high_watermark_read_first() -> None:
+    """librdkafka reports no end while every fetch finds new records: the read stops at the end it
+    read when it began (the CI failure: an offsets read timed out beside a copying task)."""
+    consumer = _Consumer([
+        [_Msg(0, 0, b"a"), _Msg(0, 1, b"b")],
+        [_Msg(0, 2, b"c"), _Msg(1, 0, b"x")],
+        [_Msg(0, 3, b"written after the read began")],
+    ], watermarks={0: (0, 3), 1: (0, 1)})
+    reader = TopicReader(consumer, "t")  # type: ignore[arg-type]
+    reader.assign([0, 1], ends_within=5.0)
+    assert [m.value() for m in reader.read_to_end(5.0)] == [b"a", b"b", b"c", b"x"]
+
+
+def test_an_empty_partition_has_reached_its_end_before_any_fetch() -> None:
+    reader = TopicReader(_Consumer([[_Msg(0, 7, b"never read")]], watermarks={0: (7, 7)}), "t")  # type: ignore[arg-type]
+    reader.assign([0], ends_within=5.0)
+    assert list(reader.read_to_end(5.0)) == []
+
+
+def test_a_partition_ending_in_a_transaction_marker_ends_at_its_end_event() -> None:
+    """The last offset is a commit marker, never a record: the end-of-partition event ends it."""
+    consumer = _Consumer([[_Msg(0, 0, b"a"), _Msg(0, 1, b"b")], [_Msg(0, error=PARTITION_EOF)]],
+                         watermarks={0: (0, 3)})
+    reader = TopicReader(consumer, "t")  # type: ignore[arg-type]
+    reader.assign([0], ends_within=5.0)
+    assert [m.value() for m in reader.read_to_end(5.0)] == [b"a", b"b"]

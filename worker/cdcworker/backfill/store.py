@@ -7,7 +7,7 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import NewTopic
 
 from cdcworker import kafkaclients
@@ -54,12 +54,9 @@ class ProgressStore:
             time.sleep(0.1)
 
     def records(self, timeout: float = 60.0) -> Iterator[tuple[bytes | None, bytes | None]]:
-        """Every record from the beginning to the current end.
-
-        The end is the high watermark read first: the read stops at its last record instead of
-        waiting for an empty fetch to report the partition's end (librdkafka's fetch.wait.max.ms,
-        500 ms, paid by the driver and by every lane). End-of-partition still ends the read when
-        the last offsets hold no record (transaction markers), with short fetch waits."""
+        """Every record from the beginning to the current end (the high watermark read first:
+        ``TopicReader.read_to_end``), with short fetch waits for the end-of-partition event that
+        ends a partition whose last offsets hold no record (transaction markers)."""
         consumer = kafkaclients.consumer(
             {
                 **self.client_config,
@@ -74,15 +71,10 @@ class ProgressStore:
             meta = consumer.list_topics(self.topic, timeout=timeout).topics.get(self.topic)
             if meta is None or meta.error is not None or not meta.partitions:
                 return  # no topic yet: nothing is done
-            low, high = _watermarks(consumer, TopicPartition(self.topic, 0), timeout)
-            if high <= low:
-                return
             reader = TopicReader(consumer, self.topic)
-            reader.assign([0])
+            reader.assign([0], ends_within=timeout)
             for msg in reader.read_to_end(timeout):
                 yield msg.key(), msg.value()
-                if msg.offset() >= high - 1:  # type: ignore[operator]
-                    return
         except TopicReadError as exc:
             raise KafkaException(exc.error) from None
         except TopicEndTimeout:
@@ -150,20 +142,3 @@ class ProgressStore:
         finally:
             consumer.close()
 
-
-# A topic that was just created can be listed with a leader before that broker has taken the
-# partition's leadership: its offsets answer NOT_LEADER for a moment (seen on a loaded machine,
-# right after ensure_topic). The leadership settles by itself, so these are retried.
-_LEADER_SETTLING = (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE)
-
-
-def _watermarks(consumer: Consumer, tp: TopicPartition, timeout: float) -> tuple[int, int]:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            low, high = consumer.get_watermark_offsets(tp, timeout=max(0.1, deadline - time.monotonic()))
-            return int(low), int(high)
-        except KafkaException as exc:
-            if exc.args[0].code() not in _LEADER_SETTLING or time.monotonic() > deadline:
-                raise
-        time.sleep(0.1)  # back-off while the partition's leadership settles

@@ -190,7 +190,7 @@ class OffsetStore:
 
         try:
             reader = TopicReader(consumer, self.topic, skip=_TRANSIENT_READ_ERRORS)
-            reader.assign(range(self.num_partitions()))
+            reader.assign(range(self.num_partitions()), ends_within=self._timeout, check=check)
             for msg in reader.read_to_end(self._timeout, check):
                 key = msg.key()
                 if key is None:
