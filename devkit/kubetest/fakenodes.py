@@ -9,9 +9,10 @@ to "exit" with a status and termination message (``exit_pod``), as the kubelet r
 in CrashLoopBackOff. A template change (the restart annotation's ``restartedAt``) recreates the
 pod, as ``Recreate`` does.
 
-It also records, at every pass, which generations have live pods, so a test can assert that two
-generations never ran at once. Polling with a short period is this fake controller's loop, not test
-synchronisation: tests wait on API state with deadlines.
+It watches Deployments and pods (``kubetest.informer``, as a controller and a kubelet do) and runs
+a pass when something changed, and at least every ``period`` seconds; a pass reads the watched
+objects from memory. It also records, at every pass, which generations have live pods, so a test
+can assert that two generations never ran at once. Tests wait on API state with deadlines.
 
 ``python -m kubetest.fakenodes --namespace NS --kubeconfig FILE`` runs it as its own process until
 SIGTERM (``bench/operator_scale.py``: kept apart from the in-process operator, as a kubelet would be, so
@@ -34,6 +35,7 @@ from typing import Any
 
 from cdcoperator.apply import ApiError, KubeApi, new_api_client
 from cdcoperator.naming import LABEL_CONNECTOR, LABEL_GENERATION
+from kubetest.informer import Informer
 
 __all__ = ["TEMPLATE_HASH", "FakeNodes", "main", "streaming_doc"]
 
@@ -131,6 +133,8 @@ class FakeNodes:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="fake-nodes", daemon=True)
+        self._changed = threading.Event()  # an informer saw an event, or a test scripted an exit
+        self._informers: dict[str, Informer] = {}
         self.live_generations: list[tuple[str, frozenset[int]]] = []  # (connector, generations with live pods)
         self.pods_created: dict[str, int] = {}
         self.errors: list[str] = []
@@ -163,6 +167,7 @@ class FakeNodes:
         """From now on the task's container keeps exiting with ``exit_code`` (CrashLoopBackOff)."""
         with self._lock:
             self._exits[deployment] = (exit_code, message)
+        self._changed.set()
 
     def recover(self, deployment: str) -> None:
         """The task's container runs again from its next pod (``exit_pod`` undone; the pod shown
@@ -173,38 +178,48 @@ class FakeNodes:
     # --- the loop -------------------------------------------------------------------------------
 
     def __enter__(self) -> FakeNodes:
+        for kind in ("deployments", "pods"):
+            self._informers[kind] = Informer(self.kube.api, self._path(kind), LABEL_CONNECTOR, self._changed)
+            self._informers[kind].start()
         self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
+        self._changed.set()
         self._thread.join(10)
         self._pool.shutdown(wait=True)
+        for informer in self._informers.values():
+            informer.stop()
         self._servers.close()
 
     def _loop(self) -> None:
+        """A pass when an informer saw an event (or a test scripted an exit), and at least every
+        ``period`` seconds; passes read the informers' memory, not the API server."""
+        for informer in self._informers.values():
+            while not informer.synced.wait(0.1):
+                if self._stop.is_set():
+                    return
         while not self._stop.is_set():
+            self._changed.clear()  # before the pass: an event during it brings the next one
             try:
                 self.sync()
             except Exception as exc:  # keep running; the test sees the errors
                 self.errors.append(repr(exc))
-            self._stop.wait(self.period)
+            self._changed.wait(self.period)
 
     def _path(self, kind: str, name: str = "", sub: str = "") -> str:
         prefix = "/apis/apps/v1" if kind == "deployments" else "/api/v1"
         out = f"{prefix}/namespaces/{self.namespace}/{kind}"
         return out + (f"/{name}" if name else "") + (f"/{sub}" if sub else "")
 
-    def _list(self, kind: str) -> list[dict[str, Any]]:
-        out = self.kube.request("GET", self._path(kind), query={"labelSelector": LABEL_CONNECTOR})
-        return list((out or {}).get("items") or [])
-
     def _delete_pod(self, name: str) -> None:
         self.kube.request("DELETE", self._path("pods", name), {"gracePeriodSeconds": 0}, allow=(404,))
+        self._informers["pods"].drop(name)
 
     def sync(self) -> None:
-        deployments = {d["metadata"]["name"]: d for d in self._list("deployments")}
-        pods = self._list("pods")
+        deployments = {d["metadata"]["name"]: d for d in self._informers["deployments"].items()}
+        pods = self._informers["pods"].items()
         by_dep: dict[str, list[dict[str, Any]]] = {}
         for pod in pods:
             by_dep.setdefault(pod["metadata"]["annotations"].get("fake-nodes/deployment", ""), []).append(pod)
@@ -261,11 +276,13 @@ class FakeNodes:
                                      "ports": [{"name": "metrics", "containerPort": port}]}]},
         }
         try:
-            self.kube.request("POST", self._path("pods"), pod)
+            created = self.kube.request("POST", self._path("pods"), pod)
         except ApiError as exc:
             if exc.status == 409:
                 return
             raise
+        if created:
+            self._informers["pods"].put(created)
         self.pods_created[name] = count + 1
         self._set_running(pod["metadata"]["name"], container["image"], name)
 
@@ -286,8 +303,10 @@ class FakeNodes:
             ready = "False"
         status = {"phase": "Running", "podIP": "127.0.0.1", "podIPs": [{"ip": "127.0.0.1"}],
                   "conditions": [{"type": "Ready", "status": ready}], "containerStatuses": [cs]}
-        self.kube.request("PATCH", self._path("pods", pod, "status"), {"status": status},
-                        content_type="application/merge-patch+json", allow=(404,))
+        patched = self.kube.request("PATCH", self._path("pods", pod, "status"), {"status": status},
+                                    content_type="application/merge-patch+json", allow=(404,))
+        if patched:
+            self._informers["pods"].put(patched)
 
     def _update_exit(self, deployment: str, pod: Mapping[str, Any]) -> None:
         with self._lock:
@@ -319,7 +338,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--namespace", required=True)
     parser.add_argument("--kubeconfig", required=True)
-    parser.add_argument("--period", type=float, default=0.1, help="seconds between passes")
+    parser.add_argument("--period", type=float, default=0.1, help="at most this many seconds between passes")
     args = parser.parse_args(argv)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

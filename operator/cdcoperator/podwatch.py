@@ -36,7 +36,7 @@ from cdcworker.jsontypes import JsonMapping
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
 
-__all__ = ["PodIndex", "PodWatch"]
+__all__ = ["PodIndex", "PodWatch", "watch_lines"]
 
 log = logging.getLogger("cdcoperator.podwatch")
 
@@ -170,7 +170,7 @@ class _NamespaceWatch:
             query["resourceVersion"] = version
             self._resp = self._request(query).response
             try:
-                for line in _lines(self._resp):
+                for line in watch_lines(self._resp):
                     event = json.loads(line)
                     obj = event.get("object") or {}
                     kind = event.get("type")
@@ -227,8 +227,8 @@ class _NamespaceWatch:
         return {c for c in set(before) | set(after) if before.get(c) != after.get(c)}
 
 
-def _lines(resp: Any) -> Iterator[bytes]:  # Any: urllib3's streaming response
-    """The watch stream's lines (one JSON event each)."""
+def watch_lines(resp: Any) -> Iterator[bytes]:  # Any: urllib3's streaming response
+    """A watch stream's lines (one JSON event each)."""
     pending = b""
     for chunk in resp.stream(amt=None, decode_content=False):
         pending += chunk

@@ -181,8 +181,9 @@ def test_offsets_local_refused_until_stopped(local: Local, capsys: Any) -> None:
 
     # spec.state: stopped through the control endpoint (as a re-applied manifest would set it).
     local.client.patch({"spec": {"state": "stopped"}})
-    wait_for(lambda: ((local.client.get().get("status") or {}).get("assignment") or {}).get("phase") == "Stopped",
-             STEP, "every worker exited")
+    # Phase Stopped comes at once; stoppedCleanly once every worker exited (the offsets tools wait for both).
+    wait_for(lambda: ((local.client.get().get("status") or {}).get("assignment") or {}).items()
+             >= {"phase": "Stopped", "stoppedCleanly": True}.items(), STEP, "every worker exited")
     stopped = local.offsets()
     assert [e.partition.task_key for e in entries(stopped, "shop")] == ["task0_1_0"]
     rc, out, err = shardcdc_in_process(capsys, "offsets", "reset", "shop", *local.kafka_args(), "--yes")

@@ -171,7 +171,7 @@ def observe_healthy(prom: Prometheus, run: Run, sim: VTGateSim) -> None:
         run.alive()  # raises if shardcdc run exited
         up = {(t["labels"]["job"], t["labels"].get("task")): t["health"] for t in prom.targets()}
         assert up == {("shardcdc-operator", None): "up", ("shardcdc-workers", "0"): "up",
-                      ("shardcdc-workers", "1"): "up"}, f"scrape targets: {up}"
+                      ("shardcdc-workers", "1"): "up"}, f"scrape targets: {up}; shardcdc run: {run.output()[-1500:]}"
         ready = prom.query(f'shardcdc_operator_connector_ready{{connector="{NAME}"}}')
         assert values(ready) == [1.0], f"connector ready: {ready}"
         phase = prom.query(f'shardcdc_operator_backfill_phase{{connector="{NAME}"}} == 1')

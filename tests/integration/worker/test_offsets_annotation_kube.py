@@ -206,8 +206,8 @@ def test_offsets_annotation_and_cli_on_a_live_connector(env: Env, capsys: Any,
 
     # Stopped and every worker exited: alter from the edited ConfigMap, then reset.
     env.kubectl("patch", f"cdc/{name}", "--type=merge", "-p", '{"spec": {"state": "stopped"}}')
-    wait_for(lambda: ((env.connector(name).get("status") or {}).get("assignment") or {}).get("phase") == "Stopped",
-             30, "workers exited")
+    wait_for(lambda: ((env.connector(name).get("status") or {}).get("assignment") or {}).items()
+             >= {"phase": "Stopped", "stoppedCleanly": True}.items(), 30, "workers exited")
     edited = {"offsets": [{"partition": {"server": name, "task_key": "task1_2_0"},
                            "offset": {"vgtid": Vgtid.of("ks", {"80-": G2}).to_json()}}]}
     env.kubectl("patch", f"configmap/{name}-offsets", "--type=merge", "-p",
