@@ -13,23 +13,17 @@ create must not create again before the watch's ADDED arrives.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
-import urllib.parse
+from collections.abc import Mapping
 from typing import Any
 
 from kubernetes.client import ApiClient
 
-from cdcoperator.podwatch import watch_lines
+from cdcoperator.podwatch import WATCH_SECONDS, WatchExpired, open_collection, watch_events
 
-WATCH_SECONDS = 240  # the server ends each watch after this long; the informer watches again
-READ_TIMEOUT = 300.0
-CONNECT_TIMEOUT = 10.0
 RETRY_SECONDS = 0.5
-
-
-class _Expired(Exception):
-    """The watch's resource version is too old (410 Gone): list again."""
 
 
 class Informer:
@@ -52,8 +46,9 @@ class Informer:
     def stop(self) -> None:
         self._stop.set()
         resp = self._resp
-        if resp is not None:
-            resp.shutdown() if hasattr(resp, "shutdown") else resp.close()
+        if resp is not None:  # wake the thread's read (urllib3's shutdown is for this)
+            with contextlib.suppress(ValueError, OSError):
+                resp.shutdown()
         self._thread.join(10)
         self.api.close()
 
@@ -80,7 +75,7 @@ class Informer:
         while not self._stop.is_set():
             try:
                 self._watch(self._list())
-            except _Expired:
+            except WatchExpired:
                 continue
             except Exception as exc:  # the connection broke, or the server refused: list again
                 if self._stop.is_set():
@@ -89,13 +84,7 @@ class Informer:
                 self._stop.wait(RETRY_SECONDS)
 
     def _request(self, query: dict[str, str]) -> Any:  # Any: the client's response (urllib3's in .response)
-        url = f"{self.path}?{urllib.parse.urlencode({'labelSelector': self.selector, **query})}"
-        method, full, headers, body, post = self.api.param_serialize(
-            "GET", url, header_params={"Accept": "application/json"}, auth_settings=["BearerToken"])
-        resp = self.api.call_api(method, full, headers, body, post, _request_timeout=(CONNECT_TIMEOUT, READ_TIMEOUT))
-        if getattr(resp, "status", 0) != 200:
-            raise RuntimeError(f"GET {self.path}: HTTP {resp.status}: {resp.read()[:300]!r}")
-        return resp
+        return open_collection(self.api, self.path, {"labelSelector": self.selector, **query})
 
     def _list(self) -> str:
         doc = json.loads(self._request({}).read())
@@ -111,29 +100,22 @@ class Informer:
                      "timeoutSeconds": str(WATCH_SECONDS)}
             self._resp = self._request(query).response
             try:
-                for line in watch_lines(self._resp):
-                    version = self._event(json.loads(line), version)
+                for kind, obj in watch_events(self._resp):
+                    version = self._event(kind, obj, version)
             finally:
                 self._resp.release_conn()
                 self._resp = None
 
-    def _event(self, event: dict[str, Any], version: str) -> str:
-        obj = event.get("object") or {}
-        kind = event.get("type")
-        if kind == "ERROR":
-            if obj.get("code") == 410:
-                raise _Expired()
-            raise RuntimeError(f"watch {self.path}: {obj.get('message') or obj}")
+    def _event(self, kind: str, obj: Mapping[str, Any], version: str) -> str:
         version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
         if kind == "BOOKMARK":
             return version
         if kind == "DELETED":
             self.drop(obj["metadata"]["name"])
         else:
-            self.put(obj)
+            self.put(dict(obj))
         self.changed.set()
         return version
-
 
 
 def _version(obj: dict[str, Any]) -> int:

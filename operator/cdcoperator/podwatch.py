@@ -25,7 +25,7 @@ import json
 import logging
 import threading
 import urllib.parse
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from cdcoperator import naming
@@ -36,7 +36,7 @@ from cdcworker.jsontypes import JsonMapping
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
 
-__all__ = ["PodIndex", "PodWatch", "watch_lines"]
+__all__ = ["PodIndex", "PodWatch", "WatchExpired", "open_collection", "watch_events"]
 
 log = logging.getLogger("cdcoperator.podwatch")
 
@@ -94,7 +94,7 @@ class PodIndex:
         return done
 
 
-class _Expired(Exception):
+class WatchExpired(Exception):
     """The watch's resource version is too old (410 Gone): list again."""
 
 
@@ -134,7 +134,7 @@ class _NamespaceWatch:
             try:
                 version = self._list()
                 self._watch(version)
-            except _Expired:
+            except WatchExpired:
                 continue  # the usual end of a long watch: list again at once
             except Exception as exc:  # any failure: list again after a pause, as kopf does
                 if self._stop.is_set():
@@ -143,16 +143,8 @@ class _NamespaceWatch:
                 self._stop.wait(RETRY_SECONDS)
 
     def _request(self, query: dict[str, str]) -> Any:  # Any: the client's response (urllib3's in .response)
-        query = {"labelSelector": naming.LABEL_CONNECTOR, **query}
-        path = f"/api/v1/namespaces/{self.namespace}/pods?{urllib.parse.urlencode(query)}"
-        method, url, headers, body, post = self.api.param_serialize(
-            "GET", path, header_params={"Accept": "application/json"}, auth_settings=["BearerToken"])
-        timeout = (CONNECT_TIMEOUT, READ_TIMEOUT)
-        resp = self.api.call_api(method, url, headers, body, post, _request_timeout=timeout)  # not read yet
-        status = getattr(resp, "status", 0)
-        if status != 200:
-            raise RuntimeError(f"HTTP {status}: {resp.read()[:300]!r}")
-        return resp
+        path = f"/api/v1/namespaces/{self.namespace}/pods"
+        return open_collection(self.api, path, {"labelSelector": naming.LABEL_CONNECTOR, **query})
 
     def _list(self) -> str:
         resp = self._request({})
@@ -170,17 +162,10 @@ class _NamespaceWatch:
             query["resourceVersion"] = version
             self._resp = self._request(query).response
             try:
-                for line in watch_lines(self._resp):
-                    event = json.loads(line)
-                    obj = event.get("object") or {}
-                    kind = event.get("type")
-                    if kind == "ERROR":  # 410 Gone: the version is too old; anything else: start over
-                        if obj.get("code") == 410:
-                            raise _Expired()
-                        raise RuntimeError(f"watch error: {obj.get('message') or obj}")
+                for kind, obj in watch_events(self._resp):
                     version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
                     if kind != "BOOKMARK":
-                        self._event(str(kind), obj)
+                        self._event(kind, obj)
             finally:
                 self._resp.release_conn()
                 self._resp = None
@@ -227,8 +212,34 @@ class _NamespaceWatch:
         return {c for c in set(before) | set(after) if before.get(c) != after.get(c)}
 
 
-def watch_lines(resp: Any) -> Iterator[bytes]:  # Any: urllib3's streaming response
-    """A watch stream's lines (one JSON event each)."""
+def open_collection(api: ApiClient, path: str, query: Mapping[str, str]) -> Any:  # Any: the client's response
+    """GET a collection (a list, or a watch with ``watch=1``), its body not read yet."""
+    method, url, headers, body, post = api.param_serialize(
+        "GET", f"{path}?{urllib.parse.urlencode(query)}", header_params={"Accept": "application/json"},
+        auth_settings=["BearerToken"])
+    resp = api.call_api(method, url, headers, body, post, _request_timeout=(CONNECT_TIMEOUT, READ_TIMEOUT))
+    status = getattr(resp, "status", 0)
+    if status != 200:
+        raise RuntimeError(f"GET {path}: HTTP {status}: {resp.read()[:300]!r}")
+    return resp
+
+
+def watch_events(resp: Any) -> Iterator[tuple[str, JsonMapping]]:  # Any: urllib3's streaming response
+    """A watch stream's (type, object) events, bookmarks included. An ERROR event raises:
+    ``WatchExpired`` for 410 Gone (the version is too old: list again), else RuntimeError."""
+    for line in _lines(resp):
+        event = json.loads(line)
+        obj = event.get("object") or {}
+        kind = str(event.get("type"))
+        if kind == "ERROR":
+            if obj.get("code") == 410:
+                raise WatchExpired()
+            raise RuntimeError(f"watch error: {obj.get('message') or obj}")
+        yield kind, obj
+
+
+def _lines(resp: Any) -> Iterator[bytes]:  # Any: urllib3's streaming response
+    """The watch stream's lines (one JSON event each)."""
     pending = b""
     for chunk in resp.stream(amt=None, decode_content=False):
         pending += chunk
