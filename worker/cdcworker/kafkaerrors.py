@@ -50,6 +50,11 @@ class KafkaSettingError(OffsetStoreError, SinkError):
     task ends with this one line (log, termination message, status) instead of a traceback."""
 
 
+class ProducerIdTimeout(SinkError):
+    """An exactly-once producer got no producer id in time: the task ends with one line (log,
+    termination message, status) and starts again when restarted."""
+
+
 class KafkaAccessError(KafkaSettingError):
     """Kafka refused the client's credentials or TLS settings: retrying cannot help until they change."""
 

@@ -23,7 +23,14 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 
 from cdcworker import kafkaclients
 from cdcworker.allocator import tune_for_producing
-from cdcworker.kafkaerrors import FATAL, TIMED_OUT, KafkaAccessError, SinkError, access_refusal
+from cdcworker.kafkaerrors import (
+    FATAL,
+    TIMED_OUT,
+    KafkaAccessError,
+    ProducerIdTimeout,
+    SinkError,
+    access_refusal,
+)
 from cdcworker.kafkaerrors import FENCED as LOCAL_FENCED
 
 if TYPE_CHECKING:
@@ -306,6 +313,10 @@ _FENCED = frozenset({LOCAL_FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALI
 OffsetWriter = Callable[[Producer, Any], None]
 
 
+# One init_transactions call: short, so a stop is seen between calls (librdkafka retries inside).
+_INIT_SLICE_SECONDS = 1.0
+
+
 class TransactionalSink(KafkaSink):
     """Exactly-once: each batch of whole Vitess transactions and its offset record commit together.
 
@@ -329,6 +340,7 @@ class TransactionalSink(KafkaSink):
         max_batch_seconds: float = 0.1,
         timeout: float = 30.0,
         clock: Callable[[], float] | None = None,
+        stopping: Callable[[], bool] = lambda: False,
     ) -> None:
         super().__init__(producer_config)
         import time
@@ -350,7 +362,33 @@ class TransactionalSink(KafkaSink):
         # Wall time the stage spent blocked in commit_transaction (librdkafka flushes every batch
         # in flight, then ends the transaction): what exactly-once costs the stream per commit.
         self.commit_seconds = 0.0
-        self.producer.init_transactions(timeout)
+        self._init_transactions(timeout, stopping)
+
+    def _init_transactions(self, timeout: float, stopping: Callable[[], bool]) -> None:
+        """Get the producer id, fencing an earlier producer of the same transactional id.
+
+        The coordinator answers CONCURRENT_TRANSACTIONS until a killed predecessor's transaction has
+        ended (its commit or abort markers written), which has taken tens of seconds on a loaded
+        broker. librdkafka retries within each call; the calls are short so that a stop in the
+        meantime is honoured at once (a pod deleted while it waits exits cleanly, having written
+        nothing), and a timeout is one line naming what to check, not a traceback."""
+        deadline = self._clock() + timeout
+        while True:
+            try:
+                self.producer.init_transactions(max(min(_INIT_SLICE_SECONDS, deadline - self._clock()), 0.1))
+                return
+            except KafkaException as exc:
+                error = exc.args[0]
+                if not error.retriable():
+                    raise
+                if stopping():
+                    raise InterruptedError("stopped before Kafka gave the transactional producer its id") from None
+                if self._clock() >= deadline:
+                    raise ProducerIdTimeout(
+                        f"Kafka gave no producer id to transactional.id {self.transactional_id!r} within "
+                        f"{timeout:.0f}s ({error.str()}): an earlier producer's transaction may still be "
+                        "ending, or the transaction coordinator is unavailable; the task starts again "
+                        "when restarted") from None
 
     def _begin(self) -> None:
         try:

@@ -177,7 +177,12 @@ class WorkerTask:
         conn = connect.connect(self.config)
         refused = False
         try:
-            session = self._start(conn, metrics)
+            try:
+                session = self._start(conn, metrics)
+            except InterruptedError:
+                if not self._stop.is_set():
+                    raise
+                return TaskResult(exitcodes.OK, f"{self._stop_reason} while starting: nothing streamed", None)
             while session.result is None and not self._stop.is_set():
                 processor = stream.new_processor(self, session)
                 try:
@@ -204,7 +209,7 @@ class WorkerTask:
         position = handoff.start_handoff(self, position)
         for sg in position:
             metrics.shard(sg.shard, sg.keyspace)
-        self.sink = sink = connect.make_sink(self.config, conn.store, self.offsets, position)
+        self.sink = sink = connect.make_sink(self.config, conn.store, self.offsets, position, self._stop.is_set)
         stored_start = resume.is_stored_start(self, position)
         if handoff.handing_off(self):
             handoff.store_handoff(self, conn.store, position)  # states start() created are stored before any hold is announced

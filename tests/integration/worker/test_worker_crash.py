@@ -198,11 +198,17 @@ def _run_crash_scenario(tmp_path: Path, broker: KafkaBroker, sim: VTGateSim, pre
 
 def _last_worker_catches_up(config: Path, log: Path, sim: VTGateSim, offsets: OffsetsWatch) -> None:
     """A last worker catches up with everything, then stops cleanly (SIGTERM, exit 0)."""
-    proc = _start(config, log)
+    port = free_port()
+    proc = _start(config, log, port)
 
     def caught_up() -> bool:
+        # The stored position alone is not enough: the killed worker's last transaction may commit
+        # (its coordinator finishing it) before this one has even installed its signal handlers,
+        # and a SIGTERM then would find Python's default action (CI: exit -15). So this worker must
+        # itself stream, having got its producer id, before it is asked to stop.
         _alive(proc, log)
-        return _caught_up(sim, offsets)
+        doc = _status(port)
+        return doc.get("state") == "streaming" and _caught_up(sim, offsets)
 
     try:
         # Exactly-once, the killed worker's open transaction must end before the new producer gets

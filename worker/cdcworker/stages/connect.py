@@ -68,7 +68,8 @@ def discover_shards(channel: grpc.Channel, config: WorkerConfig, metadata: Metad
     return serving_shards(channel, config.source.keyspace, metadata)
 
 
-def make_sink(cfg: WorkerConfig, store: OffsetStore, offsets: TaskOffsets, start: Vgtid) -> KafkaSink:
+def make_sink(cfg: WorkerConfig, store: OffsetStore, offsets: TaskOffsets, start: Vgtid,
+              stopping: Callable[[], bool] = lambda: False) -> KafkaSink:
     """The Kafka sink: at-least-once, or exactly-once with the offset written in each transaction."""
     conf = producer_config(cfg)
     alo, eos = sink_classes()  # the native producer when built (nativesink)
@@ -86,6 +87,7 @@ def make_sink(cfg: WorkerConfig, store: OffsetStore, offsets: TaskOffsets, start
             # A Kafka transaction costs a few ms to commit: batch several poll batches.
             max_batch_records=max(cfg.behaviour.max_batch_size, 1) * 4,
             max_batch_seconds=max(cfg.behaviour.poll_interval_ms, 1) / 1000.0,
+            stopping=stopping,
         )
         offsets.transactional = True
     sink.topics = topic_creator(cfg.kafka)

@@ -3,8 +3,9 @@
 The stream stage catches one exception per connection; ``outcome_of`` says whether it is a
 hand-off step, a reshard, a stop, a reconnect or the task's failure. An exception not in the
 table is a bug and propagates (the task fails with a traceback). ``SETUP_FAILURES`` are the
-errors of set-up that mean "something to fix" (a setting, a stored offset): the task fails with
-the message alone, which the operator shows in the connector's status.
+errors of set-up that mean "something to fix" (a setting, a stored offset) or "start again" (no
+producer id in time): the task fails with the message alone, which the operator shows in the
+connector's status.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 import grpc
 
 from cdcworker.filters import AnonymisedColumns, EventConversionError
-from cdcworker.kafkaerrors import KafkaSettingError
+from cdcworker.kafkaerrors import KafkaSettingError, ProducerIdTimeout
 from cdcworker.offsets import Vgtid
 from cdcworker.offsets.migration import StoredOffsetError
 from cdcworker.sink import SinkError
@@ -62,7 +63,7 @@ OUTCOMES: tuple[tuple[type[BaseException], Outcome], ...] = (
 )
 
 # Set-up errors that fail the task with one clear message and no traceback.
-SETUP_FAILURES: tuple[type[Exception], ...] = (KafkaSettingError, StoredOffsetError)
+SETUP_FAILURES: tuple[type[Exception], ...] = (KafkaSettingError, StoredOffsetError, ProducerIdTimeout)
 
 
 def outcome_of(exc: BaseException) -> Outcome | None:
