@@ -236,6 +236,10 @@ class Plan:
     # whose ConfigMaps may be written ahead (nothing mounts them before their Deployments exist,
     # which only the start creates), so the start has half the objects left to create.
     prepare: tuple[TaskPlan, ...] = ()
+    # A drain that stops every worker of this generation and follows no reshard journal: its
+    # Deployments are deleted in one call (the pods go as a scale to zero would take them) instead
+    # of one replica patch per task, on the path from kubectl scale to the next generation.
+    drain_whole: int | None = None
 
     @property
     def ready(self) -> bool:
@@ -437,6 +441,7 @@ class _Step:
     remove: tuple[TaskRef, ...]
     events: tuple[Event, ...] = ()
     prepare: tuple[TaskPlan, ...] = ()
+    drain_whole: int | None = None
 
 
 def _plan(
@@ -505,6 +510,7 @@ def _plan(
         events=tuple(events),
         desired_shards=wanted,
         prepare=step.prepare,
+        drain_whole=step.drain_whole,
     )
 
 
@@ -554,7 +560,10 @@ def _draining(spec: ConnectorSpec, current: Generation, change: PendingChange, a
     # Awaiting a journal, the pending change still moves (the journals it follows); otherwise it
     # is what the start will use, and the next generation's configuration can be written now.
     prepare = () if behind else _workers(_next_record(spec, current, change), run=True)
-    return _Step(Action.DRAIN, record, workers, stop=stop, remove=leftovers, events=events, prepare=prepare)
+    # A reshard's workers report their journals from their pods: those are stopped one by one.
+    whole = None if behind or journals else cur_gen
+    return _Step(Action.DRAIN, record, workers, stop=stop, remove=leftovers, events=events, prepare=prepare,
+                 drain_whole=whole)
 
 
 def _starting(spec: ConnectorSpec, current: Generation, change: PendingChange,

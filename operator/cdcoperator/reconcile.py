@@ -5,8 +5,9 @@
    from the pod index and the workers' status documents; before the first generation, scan the
    offsets topic once for offsets to adopt (``cdcoperator.adoption``);
 3. ``planner.plan`` decides; this module only carries the plan out: create/patch the planned
-   workers' ConfigMaps and Deployments (replicas 0 for workers that must stop), delete the objects
-   of exited generations, honour the one-shot ``shardcdc.io/restart`` annotation;
+   workers' ConfigMaps and Deployments (replicas 0 for workers that must stop; a generation
+   drained whole loses its Deployments in one call, ``Plan.drain_whole``), delete the objects of
+   exited generations, honour the one-shot ``shardcdc.io/restart`` annotation;
 4. write ``status`` only when it differs, and emit an event for each step.
 
 Calling it again with nothing changed sends no writes: children carry a hash of what we applied,
@@ -46,6 +47,7 @@ from cdcoperator.planner import (
     Action,
     Event,
     Generation,
+    GenPhase,
     Plan,
     TaskPhase,
     TaskPlan,
@@ -305,26 +307,40 @@ def completes_transition(pods: Iterable[PodSummary], changed: PodSummary, delete
     return deleted or expected is None or up_count >= expected
 
 
+def draining_generation(current: Generation | None) -> int | None:
+    """The recorded generation while it drains: its Deployments may be gone (``Plan.drain_whole``)
+    while its workers still run, and those are its tasks, not strays (pure)."""
+    return current.generation if current is not None and current.phase is GenPhase.DRAINING else None
+
+
+def observed_tasks(deployments: Iterable[JsonMapping], pods: Iterable[PodSummary], draining: int | None
+                   ) -> list[tuple[int, int, int]]:
+    """(generation, task, replicas) of every task to report: each Deployment's, and the draining
+    generation's tasks that have pods left but no Deployment (pure)."""
+    tasks = {key: int((dep.get("spec") or {}).get("replicas") or 0)
+             for dep in deployments if (key := _gen_task(dep)) is not None}
+    for pod in pods:
+        if pod.generation == draining:
+            tasks.setdefault((pod.generation, pod.task), 0)
+    return [(gen, task, replicas) for (gen, task), replicas in sorted(tasks.items())]
+
+
 async def _observe_tasks(
-    ctx: ReconcileContext, namespace: str, connector: str, deployments: Sequence[JsonMapping]
+    ctx: ReconcileContext, namespace: str, connector: str, deployments: Sequence[JsonMapping], draining: int | None
 ) -> list[TaskReport]:
     # Grouped once: a scan of every pod per Deployment was O(N²) per reconcile (issue 30: 1,024 shards).
+    pods = ctx.pods(namespace, connector)
     by_task: dict[tuple[int, int], list[PodSummary]] = {}
-    for pod in ctx.pods(namespace, connector):
+    for pod in pods:
         by_task.setdefault((pod.generation, pod.task), []).append(pod)
 
-    async def one(dep: JsonMapping) -> TaskReport | None:
-        key = _gen_task(dep)
-        if key is None:
-            return None
-        mine = by_task.get(key, [])
+    async def one(generation: int, task: int, replicas: int) -> TaskReport:
+        mine = by_task.get((generation, task), [])
         live = [p for p in mine if p.phase == "Running" and not p.deleting]
         doc = await fetch_status(ctx.http, live[0]) if live else None
-        replicas = int((dep.get("spec") or {}).get("replicas") or 0)
-        return task_report(key[0], key[1], replicas, mine, doc)
+        return task_report(generation, task, replicas, mine, doc)
 
-    reports = await asyncio.gather(*(one(d) for d in deployments))
-    return [r for r in reports if r is not None]
+    return list(await asyncio.gather(*(one(*t) for t in observed_tasks(deployments, pods, draining))))
 
 
 async def _refused_by_policy(ctx: ReconcileContext, body: JsonMapping, existing_status: JsonMapping,
@@ -389,8 +405,9 @@ async def reconcile(ctx: ReconcileContext, namespace: str, name: str) -> Plan | 
     # ConfigMaps as metadata only: their applied hash is all _apply reads of them, and their data
     # (every task's properties) was most of the bytes a reconcile listed.
     config_maps = await kube.list_children(CONFIG_MAPS, namespace, name, metadata_only=True)
-    reports = await _observe_tasks(ctx, namespace, name, deployments)
     current = generation_from_status(existing_status.get("assignment"))
+    draining = draining_generation(current)
+    reports = await _observe_tasks(ctx, namespace, name, deployments, draining)
     adopted = adoption_from_status(existing_status.get("adoptedOffsets"))
     offsets_error = ""
     if current is None and adopted is None and cr.spec.state is State.RUNNING and discovery is not None \
@@ -406,7 +423,8 @@ async def reconcile(ctx: ReconcileContext, namespace: str, name: str) -> Plan | 
     if ctx.expect is not None and p.generation is not None:
         planned = p.generation.generation
         ctx.expect(namespace, name, planned, sum(1 for w in p.workers if w.run and w.generation == planned))
-    strays = stray_pods(ctx.pods(namespace, name), filter(None, (_gen_task(d) for d in deployments)))
+    pods = ctx.pods(namespace, name)
+    strays = stray_pods(pods, [(g, t) for g, t, _ in observed_tasks(deployments, pods, draining)])
     stray_events = (Event("Warning", STRAY_REASON, _stray_message(strays)),) if strays else ()
     lost = await _offsets_lost(ctx, body, cr, p, reports)
     _emit_events(ctx, body, (*p.events, *reshard_events(existing_status.get("conditions"), p), *stray_events,
@@ -433,6 +451,7 @@ async def reconcile(ctx: ReconcileContext, namespace: str, name: str) -> Plan | 
             wanted["conditions"], (cond.ConditionSpec(cond.DEGRADED, True, STRAY_REASON, _stray_message(strays)),),
             observed_generation=cr.generation, now=now)
     await _write_status(ctx, body, recorded, wanted)
+    await _remove(ctx, body, cr, p, deployments, config_maps)
     return p
 
 
@@ -531,7 +550,17 @@ async def _apply(
     # generation of 1,024 tasks made ~3,000 Event writes per scale, as many as its object writes.
     changes: dict[tuple[str, str], list[str]] = {}
 
+    drained = p.drain_whole
+
+    async def drain_whole(generation: int) -> None:
+        names = await kube.delete_generation(DEPLOYMENTS, cr.namespace, cr.name, generation,
+                                             _tasks_of(generation, deployments))
+        what = f"deleted the Deployments of generation {generation} to drain it (its ConfigMaps stay until every worker has exited)"
+        changes.setdefault(("StoppedWorker", what), []).extend(names)
+
     async def worker(task: TaskPlan) -> None:
+        if task.generation == drained:
+            return  # deleted whole (drain_whole)
         cm, dep = build_task_objects(cr, task)
         dep_name = dep["metadata"]["name"]
         if not task.run and dep_name not in live_deps:
@@ -556,18 +585,34 @@ async def _apply(
             what = f"{outcome} ConfigMap ahead of generation {task.generation}'s start"
             changes.setdefault((outcome.capitalize(), what), []).append(name)
 
-    # What is removed belongs to generations whose workers have all exited (or is configuration no
-    # Deployment mounts): deleted beside the creations, not after them. A deletecollection of 1,024
-    # objects is serial in the API server, and after the creations it doubled a start (issue 30).
-    await asyncio.gather(*(worker(t) for t in p.workers), *_removals(kube, cr, p, deployments, config_maps, changes))
+    drain = [drain_whole(drained)] if drained is not None and drained in _generations(deployments) else []
+    await asyncio.gather(*drain, *(worker(t) for t in p.workers))
     planned = {(t.generation, t.task_id) for t in p.workers}
     await asyncio.gather(*(kube.set_replicas(cr.namespace, naming.task_object_name(cr.name, ref.generation, ref.task_id), 0)
                            for ref in p.stop if (ref.generation, ref.task_id) not in planned))
     # After the drain's replica patches: its workers exit while the next generation's
     # configuration is written (interleaved with them, the drain finished later).
     await asyncio.gather(*(config_ahead(t) for t in p.prepare))
+    _emit_changes(ctx, body, changes)
+
+
+def _emit_changes(ctx: ReconcileContext, body: JsonMapping, changes: Mapping[tuple[str, str], Sequence[str]]) -> None:
     for (reason, what), names in changes.items():
         ctx.emit(body, "Normal", reason, change_message(what, names))
+
+
+async def _remove(ctx: ReconcileContext, body: JsonMapping, cr: ConnectorResource, p: Plan,
+                  deployments: Sequence[JsonMapping], config_maps: Sequence[JsonMapping]) -> None:
+    """Delete what belongs to generations whose workers have all exited (or configuration no
+    Deployment mounts), after the status is written and never in the reconcile that starts a
+    generation: nothing waits for it, and the API server deletes a collection's objects one by one
+    (1,024 of them beside a start's creations doubled it, issue 30). The next reconcile (the new
+    generation's last worker ready, or the resync) finds them in its lists and removes them."""
+    if p.action is Action.START:
+        return
+    changes: dict[tuple[str, str], list[str]] = {}
+    await asyncio.gather(*_removals(ctx.kube, cr, p, deployments, config_maps, changes))
+    _emit_changes(ctx, body, changes)
 
 
 def _removals(kube: ClusterApi, cr: ConnectorResource, p: Plan, deployments: Sequence[JsonMapping],
@@ -590,16 +635,24 @@ def _removals(kube: ClusterApi, cr: ConnectorResource, p: Plan, deployments: Seq
             deleted(exited(ref.generation), [obj_name])
 
     async def remove_generation(generation: int) -> None:
-        names = await asyncio.gather(*(kube.delete_generation(kind, cr.namespace, cr.name, generation)
-                                       for kind in (DEPLOYMENTS, CONFIG_MAPS)))
+        names = await asyncio.gather(*(kube.delete_generation(kind, cr.namespace, cr.name, generation,
+                                                              _tasks_of(generation, listed))
+                                       for kind, listed in ((DEPLOYMENTS, deployments), (CONFIG_MAPS, config_maps))))
         deleted(exited(generation), sorted(set(names[0]) | set(names[1])))
 
+    async def unmount(generation: int) -> None:
+        names = await kube.delete_generation(CONFIG_MAPS, cr.namespace, cr.name, generation,
+                                             _tasks_of(generation, config_maps))
+        deleted(f"deleted the ConfigMaps of generation {generation} (it has exited)", names)
+
     async def unprepare(generation: int) -> None:
-        names = await kube.delete_generation(CONFIG_MAPS, cr.namespace, cr.name, generation)
+        names = await kube.delete_generation(CONFIG_MAPS, cr.namespace, cr.name, generation,
+                                             _tasks_of(generation, config_maps))
         deleted(f"deleted ConfigMaps written ahead of generation {generation}, which is not starting", names)
 
     whole, single = whole_generations(p.remove, deployments)
     return [*(remove_generation(g) for g in whole), *(remove(r) for r in single),
+            *(unmount(g) for g in configs_behind(p, deployments, config_maps, whole)),
             *(unprepare(g) for g in configs_ahead(p, deployments, config_maps))]
 
 
@@ -617,14 +670,32 @@ def whole_generations(remove: Iterable[TaskRef], deployments: Iterable[JsonMappi
     return whole, [r for r in refs if r.generation in partial]
 
 
+def _generations(objects: Iterable[JsonMapping]) -> set[int]:
+    return {key[0] for key in map(_gen_task, objects) if key is not None}
+
+
+def _tasks_of(generation: int, objects: Iterable[JsonMapping]) -> list[int]:
+    """The task ids of ``generation`` among the listed objects (how its deletion is split)."""
+    return sorted(key[1] for key in map(_gen_task, objects) if key is not None and key[0] == generation)
+
+
 def configs_ahead(p: Plan, deployments: Iterable[JsonMapping], config_maps: Iterable[JsonMapping]) -> list[int]:
     """Generations newer than the plan's with ConfigMaps but no Deployment, which the plan does not
     prepare: written ahead during a drain whose change was undone before the start (pure)."""
     if p.generation is None:
         return []
-    keep = {t.generation for t in p.prepare} | {key[0] for key in map(_gen_task, deployments) if key is not None}
-    ahead = {key[0] for key in map(_gen_task, config_maps) if key is not None and key[0] > p.generation.generation}
-    return sorted(ahead - keep)
+    keep = {t.generation for t in p.prepare} | _generations(deployments)
+    return sorted({g for g in _generations(config_maps) if g > p.generation.generation} - keep)
+
+
+def configs_behind(p: Plan, deployments: Iterable[JsonMapping], config_maps: Iterable[JsonMapping],
+                   removed: Iterable[int]) -> list[int]:
+    """Generations older than the plan's with ConfigMaps but no Deployment, not removed whole
+    already: one drained whole (``Plan.drain_whole``), whose workers have all exited (pure)."""
+    if p.generation is None:
+        return []
+    keep = _generations(deployments) | set(removed)
+    return sorted({g for g in _generations(config_maps) if g < p.generation.generation} - keep)
 
 
 CHANGE_NAMES_LISTED = 10  # an event's message lists this many names, then counts the rest

@@ -19,7 +19,7 @@ import json
 import os
 import threading
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from cdcoperator import naming
@@ -261,7 +261,8 @@ class LocalCluster:
         with self._lock:
             return self._objects.pop((kind.plural, namespace, name), None) is not None
 
-    async def delete_generation(self, kind: Kind, namespace: str, connector: str, generation: int) -> list[str]:
+    async def delete_generation(self, kind: Kind, namespace: str, connector: str, generation: int,
+                                tasks: Sequence[int] = ()) -> list[str]:
         wanted = naming.generation_labels(connector, generation).items()
         with self._lock:
             keys = [key for key, obj in sorted(self._objects.items()) if key[:2] == (kind.plural, namespace)

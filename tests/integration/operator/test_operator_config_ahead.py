@@ -35,15 +35,16 @@ async def _scenario(tmp_path: Path) -> None:
         ctx = source.context(cluster, http)
         await reconcile(ctx, "default", "c")
         source.pods[:] = [pod(f"c-g0-t{i}-a", 0, i, ready=True) for i in range(2)]
-        # Scale 2 -> 4: the drain stops generation 0 and writes generation 1's configuration only.
+        # Scale 2 -> 4: the drain stops generation 0 (its Deployments deleted in one call, its
+        # workers still exiting) and writes generation 1's configuration only.
         put_connector(cluster, tasks=4)
         await reconcile(ctx, "default", "c")
-        assert _names(cluster, DEPLOYMENTS) == ["c-g0-t0", "c-g0-t1"]
+        assert _names(cluster, DEPLOYMENTS) == []
         assert _names(cluster, CONFIG_MAPS) == ["c-g0-t0", "c-g0-t1", *(f"c-g1-t{i}" for i in range(4))]
         assert any(m.startswith("created ConfigMap ahead of generation 1's start: c-g1-t0, c-g1-t1")
                    for _, _, m in source.events)
-        # Undone before the workers exited (scaled back to 2): the drain ends, generation 0 runs on,
-        # and the ConfigMaps written ahead are deleted.
+        # Undone before the workers exited (scaled back to 2): the drain ends, generation 0 runs on
+        # (its Deployments again), and the ConfigMaps written ahead are deleted.
         put_connector(cluster, tasks=2)
         await reconcile(ctx, "default", "c")
         assert _names(cluster, CONFIG_MAPS) == ["c-g0-t0", "c-g0-t1"]
@@ -57,6 +58,9 @@ async def _scenario(tmp_path: Path) -> None:
         source.events.clear()
         await reconcile(ctx, "default", "c")
         assert _names(cluster, DEPLOYMENTS) == [f"c-g1-t{i}" for i in range(4)]
+        assert not any("ConfigMap" in m and "created" in m for _, _, m in source.events), source.events
+        # Generation 0's ConfigMaps go in the next reconcile, not in the start's.
+        assert _names(cluster, CONFIG_MAPS) == ["c-g0-t0", "c-g0-t1", *(f"c-g1-t{i}" for i in range(4))]
+        await reconcile(ctx, "default", "c")
         after = {c["metadata"]["name"]: c for c in cluster.children(CONFIG_MAPS, "default", "c")}
         assert after == {k: v for k, v in ahead.items() if "-g1-" in k}
-        assert not any("ConfigMap" in m and "created" in m for _, _, m in source.events), source.events

@@ -249,9 +249,10 @@ def test_kubectl_scale_starts_the_next_generation_after_a_drain(env: Env) -> Non
     assert (a1["tasks"], a1["previousTasks"]) == (4, 2)
     assert [t["shards"] for t in a1["taskStates"]] == [["-40"], ["40-80"], ["80-c0"], ["c0-"]]
     env.wait_condition("scaled", "Ready", "True", "AllTasksStreaming")
-    wait_for(lambda: sorted(env.children("deployments", "scaled")) == [f"scaled-g1-t{i}" for i in range(4)],
-             20, "generation 0's objects removed")
-    assert sorted(env.children("configmaps", "scaled")) == [f"scaled-g1-t{i}" for i in range(4)]
+    # Generation 0's Deployments went at the drain; its ConfigMaps after the start, once nothing waits.
+    assert sorted(env.children("deployments", "scaled")) == [f"scaled-g1-t{i}" for i in range(4)]
+    wait_for(lambda: sorted(env.children("configmaps", "scaled")) == [f"scaled-g1-t{i}" for i in range(4)],
+             20, "generation 0's ConfigMaps removed")
     cm = env.children("configmaps", "scaled")["scaled-g1-t2"]["data"]["worker.properties"].splitlines()
     assert {"shardcdc.task.generation=1", "vitess.prev.num.tasks=2", "tasks.max=4",
             "vitess.offset.storage.task.key.gen=1", "shardcdc.task.shards=80-c0", "shardcdc.task.history=0:2"} <= set(cm)
@@ -267,9 +268,10 @@ def test_kubectl_scale_starts_the_next_generation_after_a_drain(env: Env) -> Non
         i = reasons.index("Draining")
         assert "GenerationStarted" in reasons[i:] and "Deleted" in reasons[i:], reasons
         assert [m for _, r, m in events if r == "StoppedWorker"] == [
-            "Deployment replicas 1 -> 0: scaled-g0-t0, scaled-g0-t1"]
+            "deleted the Deployments of generation 0 to drain it (its ConfigMaps stay until every worker has "
+            "exited): scaled-g0-t0, scaled-g0-t1"]
         assert [m for _, r, m in events if r == "Deleted"] == [
-            "deleted the Deployment and ConfigMap of generation 0 (it has exited): scaled-g0-t0, scaled-g0-t1"]
+            "deleted the ConfigMaps of generation 0 (it has exited): scaled-g0-t0, scaled-g0-t1"]
         assert next(m for _, r, m in events if r == "Draining") == (
             "stopping the 2 workers of generation 0 to start generation 1; tasks 2 -> 4 (Scale)")
 
@@ -308,7 +310,9 @@ def test_reshard_waits_for_the_journal_then_follows_it(env: Env) -> None:
     assert a1["journalPositions"] == [{"shard": s, "gtid": positions[s]} for s in sorted(targets)]
     env.wait_condition("resharded", "Ready", "True", "AllTasksStreaming")
     env.wait_condition("resharded", "Resharding", "False", "NoReshard")
-    assert sorted(env.children("deployments", "resharded")) == ["resharded-g1-t0", "resharded-g1-t1"]
+    # Stopped one by one (a reshard), generation 0's Deployments go after the start, once nothing waits.
+    wait_for(lambda: sorted(env.children("deployments", "resharded")) == ["resharded-g1-t0", "resharded-g1-t1"],
+             20, "generation 0's Deployments removed")
 
     def started() -> None:  # kopf posts Events from a background task: they may trail the status
         started = [m for _, r, m in env.events("resharded") if r == "GenerationStarted"]

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -48,9 +48,10 @@ class FlakyCluster(LocalCluster):
         self.acted = True
         return await super().delete(kind, namespace, name)
 
-    async def delete_generation(self, kind: Any, namespace: str, connector: str, generation: int) -> list[str]:
+    async def delete_generation(self, kind: Any, namespace: str, connector: str, generation: int,
+                                tasks: Sequence[int] = ()) -> list[str]:
         self.acted = True
-        return await super().delete_generation(kind, namespace, connector, generation)
+        return await super().delete_generation(kind, namespace, connector, generation, tasks)
 
     async def patch_connector_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
         if self.fail and self.acted:

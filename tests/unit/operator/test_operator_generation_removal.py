@@ -1,5 +1,7 @@
 """Removing an exited generation (issue 30): one ``deletecollection`` per kind by the generation's
-labels when all of it goes, which is how the planner removes; one DELETE per task otherwise."""
+labels when all of it goes, which is how the planner removes; one DELETE per task otherwise. A
+drain that stops every worker deletes the generation's Deployments at once (``Plan.drain_whole``):
+its workers still running are its tasks, not strays, and its ConfigMaps go once they have exited."""
 
 from __future__ import annotations
 
@@ -7,10 +9,11 @@ import asyncio
 from pathlib import Path
 
 from cdcoperator import naming
-from cdcoperator.apply import CONFIG_MAPS, DEPLOYMENTS
+from cdcoperator.apply import CONFIG_MAPS, DEPLOYMENTS, split_evenly
 from cdcoperator.local.cluster import LocalCluster
-from cdcoperator.planner import TaskRef
-from cdcoperator.reconcile import whole_generations
+from cdcoperator.planner import Action, Generation, GenPhase, Plan, TaskRef
+from cdcoperator.reconcile import configs_behind, draining_generation, observed_tasks, whole_generations
+from cdcoperator.taskstatus import PodSummary
 
 
 def dep(gen: int, task: int, connector: str = "c") -> dict[str, object]:
@@ -45,3 +48,41 @@ def test_local_mode_deletes_exactly_the_generations_objects(tmp_path: Path) -> N
     gone, left = asyncio.run(scenario())
     assert gone == ["c-g0-t0", "c-g0-t1"]
     assert left == ["c-g1-t0", "d-g0-t0"]
+
+
+def pod(gen: int, task: int) -> PodSummary:
+    return PodSummary(name=f"c-g{gen}-t{task}-x", generation=gen, task=task, phase="Running", deleting=False,
+                      ip="10.0.0.1", port=8083, ready=True, waiting_reason=None, exit_code=None,
+                      termination_message="", restarts=0)
+
+
+def test_a_drained_generations_workers_are_reported_after_its_deployments_went() -> None:
+    draining = Generation(1, 2, 1, (("-80",), ("80-",)), phase=GenPhase.DRAINING)
+    assert draining_generation(draining) == 1
+    assert draining_generation(Generation(1, 2, 1, (("-80",), ("80-",)))) is None
+    pods = [pod(1, 0), pod(1, 1), pod(0, 0)]
+    # Deployments gone: generation 1's pods are its tasks (replicas 0: stopping); generation 0's
+    # pod has no Deployment and is not draining, so it stays a stray for the caller to report.
+    assert observed_tasks([dep(2, 0) | {"spec": {"replicas": 1}}], pods, 1) == [(1, 0, 0), (1, 1, 0), (2, 0, 1)]
+    assert observed_tasks([], pods, None) == []
+    # A Deployment still there keeps its own replica count.
+    assert observed_tasks([dep(1, 0) | {"spec": {"replicas": 1}}], pods, 1) == [(1, 0, 1), (1, 1, 0)]
+
+
+def test_configmaps_of_a_generation_drained_whole_go_once_the_next_one_starts() -> None:
+    start = Plan(action=Action.START, generation=Generation(2, 1, 2, (("-",),)))
+    config_maps = [dep(0, 0), dep(1, 0), dep(1, 1), dep(2, 0), dep(3, 0)]
+    # Generation 1 has ConfigMaps and no Deployment: drained whole, exited. Generation 0 is being
+    # removed whole already; generation 3 (newer) is configs_ahead's business.
+    assert configs_behind(start, [dep(2, 0)], config_maps, removed=[0]) == [1]
+    assert configs_behind(start, [dep(1, 1), dep(2, 0)], config_maps, removed=[]) == [0]
+    assert configs_behind(Plan(action=Action.KEEP, generation=None), [], config_maps, removed=[]) == []
+
+
+def test_a_generations_deletion_is_split_evenly_over_concurrent_calls() -> None:
+    assert split_evenly([], 8) == []
+    assert split_evenly([0, 1, 2], 8) == [[0, 1, 2]]  # fewer than 16 tasks: one call
+    runs = split_evenly(list(range(1024)), 8)
+    assert [len(r) for r in runs] == [128] * 8 and [t for r in runs for t in r] == list(range(1024))
+    runs = split_evenly(list(range(50)), 8)
+    assert [len(r) for r in runs] == [16, 17, 17] and [t for r in runs for t in r] == list(range(50))

@@ -178,6 +178,8 @@ def test_scale_up_drains_then_starts_next_generation() -> None:
     # ahead) exactly as the start plans them; nothing of generation 1 is planned to run yet.
     assert drain.prepare == started.workers
     assert all(w.generation == 0 for w in drain.workers) and started.prepare == ()
+    # Every worker stops and no journal is followed: the Deployments go in one call.
+    assert (drain.drain_whole, started.drain_whole) == (0, None)
 
 
 def test_drain_waits_until_every_worker_exited() -> None:
@@ -283,6 +285,7 @@ def test_split_followed_through_journal() -> None:
     ]
     drain = plan(spec(2), ["-80", "80-"], g, reports)  # discovery has not caught up yet
     assert drain.action is Action.DRAIN
+    assert drain.drain_whole is None  # a reshard's workers report journals from their pods: stopped one by one
     assert drain.stop == (TaskRef(0, 1),)  # task 0 already exited at the journal
     assert drain.generation is not None
     assert drain.generation.pending == PendingChange(("-40", "40-80", "80-"), 2, "Reshard", (journal,))
@@ -334,6 +337,7 @@ def test_merge_across_tasks_waits_for_every_participant_to_reach_the_journal() -
     assert waiting.generation.pending.journals == (journal,)
     assert [e.reason for e in waiting.events] == ["AwaitingJournal"]
     assert waiting.prepare == ()  # awaiting a journal: the pending change still moves, nothing is written ahead
+    assert waiting.drain_whole is None
     # Both reached it and are being stopped: their terminating pods serve no status document
     # (Starting); they must not be started again as if behind.
     stopping = plan(spec(2), ["-80", "80-"], persist(waiting),
@@ -420,7 +424,7 @@ def test_desired_shards_follow_explicit_list_by_key_range() -> None:
 def test_pause_stops_workers_and_keeps_generation() -> None:
     g = start(2, FOUR)
     p = plan(spec(2, "paused"), FOUR, g, streaming(g))
-    assert p.action is Action.STOP
+    assert p.action is Action.STOP and p.drain_whole is None  # paused: the Deployments stay, at zero
     assert p.stop == (TaskRef(0, 0), TaskRef(0, 1))
     assert [w.run for w in p.workers] == [False, False]
     assert p.generation == Generation(0, 2, -1, g.assignment, phase=GenPhase.PAUSED)
