@@ -21,12 +21,13 @@ import asyncio
 import collections
 import contextlib
 import contextvars
-import json
 import logging
 import threading
 import urllib.parse
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
+
+import orjson
 
 from cdcoperator import naming
 from cdcoperator.reconcile import completes_transition
@@ -148,7 +149,7 @@ class _NamespaceWatch:
 
     def _list(self) -> str:
         resp = self._request({})
-        doc = json.loads(resp.read())
+        doc = orjson.loads(resp.read())
         self._put(None, "", None)
         for item in doc.get("items") or ():
             self._event("ADDED", item)
@@ -228,7 +229,7 @@ def watch_events(resp: Any) -> Iterator[tuple[str, JsonMapping]]:  # Any: urllib
     """A watch stream's (type, object) events, bookmarks included. An ERROR event raises:
     ``WatchExpired`` for 410 Gone (the version is too old: list again), else RuntimeError."""
     for line in _lines(resp):
-        event = json.loads(line)
+        event = orjson.loads(line)  # every pod event of the namespace: orjson, not json (issue 30)
         obj = event.get("object") or {}
         kind = str(event.get("type"))
         if kind == "ERROR":

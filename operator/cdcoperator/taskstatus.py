@@ -19,6 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import aiohttp
+import orjson
 
 from cdcoperator import naming
 from cdcoperator.planner import Journal, TaskPhase, TaskReport
@@ -255,7 +256,7 @@ async def fetch_status(
                                timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
             if resp.status != 200:
                 return None
-            doc = await resp.json(content_type=None)
+            doc = await resp.json(content_type=None, loads=orjson.loads)
     except (TimeoutError, aiohttp.ClientError, ValueError):
         return None
     return doc if isinstance(doc, Mapping) and belongs_to(pod, doc) else None
