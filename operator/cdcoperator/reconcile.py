@@ -308,9 +308,13 @@ def completes_transition(pods: Iterable[PodSummary], changed: PodSummary, delete
 
 
 def draining_generation(current: Generation | None) -> int | None:
-    """The recorded generation while it drains: its Deployments may be gone (``Plan.drain_whole``)
-    while its workers still run, and those are its tasks, not strays (pure)."""
-    return current.generation if current is not None and current.phase is GenPhase.DRAINING else None
+    """The recorded generation while its workers are being stopped (draining, or paused or stopped
+    during a drain): its Deployments may be gone (``Plan.drain_whole``) while its workers still
+    run, and those are its tasks, not strays; a stop is clean only once they have exited (pure).
+    Running, a worker pod without its Deployment stays a stray (deleted with ``--cascade=orphan``)."""
+    if current is None or current.phase is GenPhase.RUNNING:
+        return None
+    return current.generation
 
 
 def observed_tasks(deployments: Iterable[JsonMapping], pods: Iterable[PodSummary], draining: int | None

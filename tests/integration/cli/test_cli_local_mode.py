@@ -23,6 +23,7 @@ from polling import wait_for
 
 from cdcoperator.local.control import ControlClient
 from cdcoperator.offsets import LOCAL_STOP
+from cdcworker.offsets import OffsetValue
 from cdcworker.offsets.edits import entries
 from cdcworker.offsets.store import OffsetStore
 from kubetest.controlplane import free_port
@@ -167,8 +168,17 @@ RESET_NOTE = ("the generation record was cleared with the offsets: when running 
 
 
 def test_offsets_local_refused_until_stopped(local: Local, capsys: Any) -> None:
-    wait_for(lambda: [e.partition.task_key for e in entries(local.offsets(), "shop")] == ["task0_1_0"], STEP,
-             "the task's offsets record")
+    final = local.sim.positions("shop")
+
+    def stored_at_the_source() -> bool:
+        # The fixture saw the worker *read* to the source's positions; its stored record follows
+        # within the flush interval, and one written after ``before`` would fail the comparison
+        # below (CI: a record of the copy's start, then the caught-up one).
+        found = entries(local.offsets(), "shop")
+        return [e.partition.task_key for e in found] == ["task0_1_0"] and \
+            {sg.shard: sg.gtid for sg in OffsetValue.from_bytes(found[0].value).vgtid} == final
+
+    wait_for(stored_at_the_source, STEP, "the task's offsets record at the source's positions")
     before = local.offsets()
     refused = ("refusing to change the offsets of default/shop: spec.state is 'running'; "
                f"{LOCAL_STOP}\n")

@@ -60,6 +60,8 @@ def test_a_drained_generations_workers_are_reported_after_its_deployments_went()
     draining = Generation(1, 2, 1, (("-80",), ("80-",)), phase=GenPhase.DRAINING)
     assert draining_generation(draining) == 1
     assert draining_generation(Generation(1, 2, 1, (("-80",), ("80-",)))) is None
+    # Paused or stopped during a drain: the workers still exiting keep the stop from being clean.
+    assert draining_generation(Generation(1, 2, 1, (("-80",), ("80-",)), phase=GenPhase.STOPPED)) == 1
     pods = [pod(1, 0), pod(1, 1), pod(0, 0)]
     # Deployments gone: generation 1's pods are its tasks (replicas 0: stopping); generation 0's
     # pod has no Deployment and is not draining, so it stays a stray for the caller to report.
