@@ -3,15 +3,19 @@ scripted source and scripted worker pods: what a reconcile test sets, not what i
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 
 from cdcoperator.adoption import Adoption
+from cdcoperator.apply import Kind
 from cdcoperator.discovery import Discovery
 from cdcoperator.local.cluster import LocalCluster
-from cdcoperator.reconcile import ReconcileContext
+from cdcoperator.reconcile import ReconcileContext, reconcile
 from cdcoperator.taskstatus import PodSummary
 
 
@@ -53,3 +57,22 @@ def pod(name: str, generation: int, task: int, phase: str = "Running", deleting:
     fields: dict[str, Any] = {"ip": None, "port": None, "ready": False, "waiting_reason": None, "exit_code": None,
                               "termination_message": "", "restarts": 0, **kw}
     return PodSummary(name=name, generation=generation, task=task, phase=phase, deleting=deleting, **fields)
+
+
+def names(cluster: LocalCluster, kind: Kind) -> list[str]:
+    """The names of connector ``default/c``'s children of ``kind``."""
+    return sorted(o["metadata"]["name"] for o in cluster.children(kind, "default", "c"))
+
+
+@contextlib.asynccontextmanager
+async def two_tasks_running(tmp_path: Path, shards: tuple[str, ...]
+                            ) -> AsyncIterator[tuple[LocalCluster, Scripted, ReconcileContext]]:
+    """Connector ``default/c`` reconciled once with 2 tasks over ``shards``, both workers' pods up."""
+    cluster = LocalCluster(tmp_path)
+    put_connector(cluster, tasks=2)
+    source = Scripted(serving=shards, discovered=shards)
+    async with aiohttp.ClientSession() as http:
+        ctx = source.context(cluster, http)
+        await reconcile(ctx, "default", "c")
+        source.pods[:] = [pod(f"c-g0-t{i}-a", 0, i, ready=True) for i in range(2)]
+        yield cluster, source, ctx

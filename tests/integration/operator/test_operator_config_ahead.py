@@ -8,10 +8,9 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from operator_local_fixtures import Scripted, pod, put_connector
+from operator_local_fixtures import names, put_connector, two_tasks_running
 
 from cdcoperator.apply import CONFIG_MAPS, DEPLOYMENTS
-from cdcoperator.local.cluster import LocalCluster
 from cdcoperator.reconcile import reconcile
 
 FOUR = ("-40", "40-80", "80-c0", "c0-")
@@ -21,34 +20,22 @@ def test_config_maps_ahead_of_the_start_and_gone_when_the_change_is_undone(tmp_p
     asyncio.run(_scenario(tmp_path))
 
 
-def _names(cluster: LocalCluster, kind: object) -> list[str]:
-    return sorted(o["metadata"]["name"] for o in cluster.children(kind, "default", "c"))  # type: ignore[arg-type]
-
-
 async def _scenario(tmp_path: Path) -> None:
-    import aiohttp
-
-    cluster = LocalCluster(tmp_path)
-    put_connector(cluster, tasks=2)
-    source = Scripted(serving=FOUR, discovered=FOUR)
-    async with aiohttp.ClientSession() as http:
-        ctx = source.context(cluster, http)
-        await reconcile(ctx, "default", "c")
-        source.pods[:] = [pod(f"c-g0-t{i}-a", 0, i, ready=True) for i in range(2)]
+    async with two_tasks_running(tmp_path, FOUR) as (cluster, source, ctx):
         # Scale 2 -> 4: the drain stops generation 0 (its Deployments deleted in one call, its
         # workers still exiting) and writes generation 1's configuration only.
         put_connector(cluster, tasks=4)
         await reconcile(ctx, "default", "c")
-        assert _names(cluster, DEPLOYMENTS) == []
-        assert _names(cluster, CONFIG_MAPS) == ["c-g0-t0", "c-g0-t1", *(f"c-g1-t{i}" for i in range(4))]
+        assert names(cluster, DEPLOYMENTS) == []
+        assert names(cluster, CONFIG_MAPS) == ["c-g0-t0", "c-g0-t1", *(f"c-g1-t{i}" for i in range(4))]
         assert any(m.startswith("created ConfigMap ahead of generation 1's start: c-g1-t0, c-g1-t1")
                    for _, _, m in source.events)
         # Undone before the workers exited (scaled back to 2): the drain ends, generation 0 runs on
         # (its Deployments again), and the ConfigMaps written ahead are deleted.
         put_connector(cluster, tasks=2)
         await reconcile(ctx, "default", "c")
-        assert _names(cluster, CONFIG_MAPS) == ["c-g0-t0", "c-g0-t1"]
-        assert _names(cluster, DEPLOYMENTS) == ["c-g0-t0", "c-g0-t1"]
+        assert names(cluster, CONFIG_MAPS) == ["c-g0-t0", "c-g0-t1"]
+        assert names(cluster, DEPLOYMENTS) == ["c-g0-t0", "c-g0-t1"]
         # Scaled again, and this time the drain completes: the start creates the Deployments and
         # finds the ConfigMaps as written ahead (no ConfigMap write at the start).
         put_connector(cluster, tasks=4)
@@ -57,10 +44,10 @@ async def _scenario(tmp_path: Path) -> None:
         source.pods[:] = []
         source.events.clear()
         await reconcile(ctx, "default", "c")
-        assert _names(cluster, DEPLOYMENTS) == [f"c-g1-t{i}" for i in range(4)]
+        assert names(cluster, DEPLOYMENTS) == [f"c-g1-t{i}" for i in range(4)]
         assert not any("ConfigMap" in m and "created" in m for _, _, m in source.events), source.events
         # Generation 0's ConfigMaps go in the next reconcile, not in the start's.
-        assert _names(cluster, CONFIG_MAPS) == ["c-g0-t0", "c-g0-t1", *(f"c-g1-t{i}" for i in range(4))]
+        assert names(cluster, CONFIG_MAPS) == ["c-g0-t0", "c-g0-t1", *(f"c-g1-t{i}" for i in range(4))]
         await reconcile(ctx, "default", "c")
         after = {c["metadata"]["name"]: c for c in cluster.children(CONFIG_MAPS, "default", "c")}
         assert after == {k: v for k, v in ahead.items() if "-g1-" in k}

@@ -8,17 +8,13 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from operator_local_fixtures import Scripted, pod, put_connector
+from operator_local_fixtures import names, put_connector, two_tasks_running
 
 from cdcoperator.apply import CONFIG_MAPS, DEPLOYMENTS
 from cdcoperator.local.cluster import LocalCluster
 from cdcoperator.reconcile import reconcile
 
 FOUR = ("-40", "40-80", "80-c0", "c0-")
-
-
-def _names(cluster: LocalCluster, kind: Any) -> list[str]:  # Any: a Kind
-    return sorted(o["metadata"]["name"] for o in cluster.children(kind, "default", "c"))
 
 
 def _status(cluster: LocalCluster) -> dict[str, Any]:
@@ -30,19 +26,11 @@ def test_a_stop_during_a_whole_drain_is_clean_only_once_its_workers_exited(tmp_p
 
 
 async def _scenario(tmp_path: Path) -> None:
-    import aiohttp
-
-    cluster = LocalCluster(tmp_path)
-    put_connector(cluster, tasks=2)
-    source = Scripted(serving=FOUR, discovered=FOUR)
-    async with aiohttp.ClientSession() as http:
-        ctx = source.context(cluster, http)
-        await reconcile(ctx, "default", "c")
-        source.pods[:] = [pod(f"c-g0-t{i}-a", 0, i, ready=True) for i in range(2)]
+    async with two_tasks_running(tmp_path, FOUR) as (cluster, source, ctx):
         put_connector(cluster, tasks=4)
         await reconcile(ctx, "default", "c")
-        assert _names(cluster, DEPLOYMENTS) == []  # deleted whole; the ConfigMaps stay
-        assert _names(cluster, CONFIG_MAPS) == ["c-g0-t0", "c-g0-t1", *(f"c-g1-t{i}" for i in range(4))]
+        assert names(cluster, DEPLOYMENTS) == []  # deleted whole; the ConfigMaps stay
+        assert names(cluster, CONFIG_MAPS) == ["c-g0-t0", "c-g0-t1", *(f"c-g1-t{i}" for i in range(4))]
         assert [m for _, r, m in source.events if r == "StoppedWorker"] == [
             "deleted the Deployments of generation 0 to drain it (its ConfigMaps stay until every worker has "
             "exited): c-g0-t0, c-g0-t1"]
@@ -52,7 +40,7 @@ async def _scenario(tmp_path: Path) -> None:
         status = _status(cluster)
         assert status["assignment"]["phase"] == "Draining"
         assert not any(c["type"] == "Degraded" and c["status"] == "True" for c in status["conditions"]), status
-        assert _names(cluster, DEPLOYMENTS) == []
+        assert names(cluster, DEPLOYMENTS) == []
         # Stopped meanwhile: not clean while a worker of the drained generation is left.
         body = cluster.connector("default", "c") or {}
         cluster.put_connector({**body, "spec": {**body["spec"], "state": "stopped"}})
@@ -65,4 +53,4 @@ async def _scenario(tmp_path: Path) -> None:
         source.pods[:] = []
         await reconcile(ctx, "default", "c")
         assert _status(cluster)["assignment"]["stoppedCleanly"] is True
-        assert _names(cluster, DEPLOYMENTS) == []  # stopped: nothing runs
+        assert names(cluster, DEPLOYMENTS) == []  # stopped: nothing runs
