@@ -29,8 +29,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-import orjson
-
 from cdcoperator import naming
 from cdcoperator.model import GROUP, VERSION
 from cdcworker.jsontypes import JsonMapping, JsonObject
@@ -304,9 +302,11 @@ class KubeApi:
             return None
         if not 200 <= resp.status < 300:
             raise ApiError(resp.status, method, path, raw.decode() if isinstance(raw, bytes) else str(raw or ""))
-        # orjson: decoding the lists (every Deployment of a connector, each reconcile) was the
-        # operator's largest CPU cost at 1,024 tasks (py-spy, issue 30), ~4x json's time.
-        decoded: JsonObject = orjson.loads(raw) if raw and decode else {}
+        # Not orjson, though decoding the Deployment list each reconcile is the operator's largest
+        # CPU cost at 1,024 tasks (py-spy, issue 30): parsing megabytes at once in 16 client
+        # threads, it raised the operator's RSS holding 10 x 256 tasks from 253 to 330 MiB (each
+        # thread's malloc arena keeping its parse buffers) for ~5 % of a scale's operator CPU.
+        decoded: JsonObject = json.loads(raw) if raw and decode else {}
         return decoded
 
     async def call(self, method: str, path: str, body: Any = None, **kwargs: Any) -> JsonObject | None:  # Any: a request body (JSON or a patch) and aiohttp's request keyword arguments, passed on
