@@ -330,10 +330,9 @@ def observed_tasks(deployments: Iterable[JsonMapping], pods: Iterable[PodSummary
 
 
 async def _observe_tasks(
-    ctx: ReconcileContext, namespace: str, connector: str, deployments: Sequence[JsonMapping], draining: int | None
+    ctx: ReconcileContext, pods: Sequence[PodSummary], tasks: Iterable[tuple[int, int, int]]
 ) -> list[TaskReport]:
     # Grouped once: a scan of every pod per Deployment was O(N²) per reconcile (issue 30: 1,024 shards).
-    pods = ctx.pods(namespace, connector)
     by_task: dict[tuple[int, int], list[PodSummary]] = {}
     for pod in pods:
         by_task.setdefault((pod.generation, pod.task), []).append(pod)
@@ -344,7 +343,7 @@ async def _observe_tasks(
         doc = await fetch_status(ctx.http, live[0]) if live else None
         return task_report(generation, task, replicas, mine, doc)
 
-    return list(await asyncio.gather(*(one(*t) for t in observed_tasks(deployments, pods, draining))))
+    return list(await asyncio.gather(*(one(*t) for t in tasks)))
 
 
 async def _refused_by_policy(ctx: ReconcileContext, body: JsonMapping, existing_status: JsonMapping,
@@ -411,7 +410,10 @@ async def reconcile(ctx: ReconcileContext, namespace: str, name: str) -> Plan | 
     config_maps = await kube.list_children(CONFIG_MAPS, namespace, name, metadata_only=True)
     current = generation_from_status(existing_status.get("assignment"))
     draining = draining_generation(current)
-    reports = await _observe_tasks(ctx, namespace, name, deployments, draining)
+    # One snapshot of the pod index for the reports and the stray check.
+    pods = list(ctx.pods(namespace, name))
+    tasks = observed_tasks(deployments, pods, draining)
+    reports = await _observe_tasks(ctx, pods, tasks)
     adopted = adoption_from_status(existing_status.get("adoptedOffsets"))
     offsets_error = ""
     if current is None and adopted is None and cr.spec.state is State.RUNNING and discovery is not None \
@@ -427,8 +429,7 @@ async def reconcile(ctx: ReconcileContext, namespace: str, name: str) -> Plan | 
     if ctx.expect is not None and p.generation is not None:
         planned = p.generation.generation
         ctx.expect(namespace, name, planned, sum(1 for w in p.workers if w.run and w.generation == planned))
-    pods = ctx.pods(namespace, name)
-    strays = stray_pods(pods, [(g, t) for g, t, _ in observed_tasks(deployments, pods, draining)])
+    strays = stray_pods(pods, [(g, t) for g, t, _ in tasks])
     stray_events = (Event("Warning", STRAY_REASON, _stray_message(strays)),) if strays else ()
     lost = await _offsets_lost(ctx, body, cr, p, reports)
     _emit_events(ctx, body, (*p.events, *reshard_events(existing_status.get("conditions"), p), *stray_events,
