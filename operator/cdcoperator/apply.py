@@ -29,6 +29,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+import orjson
+
 from cdcoperator import naming
 from cdcoperator.model import GROUP, VERSION
 from cdcworker.jsontypes import JsonMapping, JsonObject
@@ -242,6 +244,11 @@ class ClusterApi(Protocol):
     async def create(self, kind: Kind, obj: JsonMapping) -> JsonObject | None: ...
 
 
+def _decode(raw: bytes) -> JsonObject:
+    decoded: JsonObject = orjson.loads(raw) if raw else {}
+    return decoded
+
+
 def new_api_client(kubeconfig: str | None = None, concurrency: int | None = None) -> ApiClient:
     """In-cluster credentials when running in a pod, else the kubeconfig (``KUBECONFIG`` or ``~/.kube/config``),
     with one pooled connection per concurrent call (urllib3's default of 4 would queue the rest)."""
@@ -276,7 +283,7 @@ class KubeApi:
 
     # --- transport ------------------------------------------------------------------------------------
 
-    def request(
+    def fetch(
         self,
         method: str,
         path: str,
@@ -284,11 +291,10 @@ class KubeApi:
         query: Mapping[str, str] | None = None,
         content_type: str = "application/json",
         allow: Iterable[int] = (),
-        decode: bool = True,
         accept: str = "application/json",
-    ) -> JsonObject | None:
-        """The response's JSON; ``decode=False``: {} on success, without parsing the object the API
-        server sends back (a write's answer: ~3,000 objects decoded per scale at 1,024 tasks for nothing)."""
+    ) -> bytes | None:
+        """The response's body, undecoded (None: its status is in ``allow``); raises ApiError on any
+        other status outside 2xx."""
         url_path = path + ("?" + urllib.parse.urlencode(query) if query else "")
         headers = {"Accept": accept}
         if body is not None:
@@ -302,16 +308,29 @@ class KubeApi:
             return None
         if not 200 <= resp.status < 300:
             raise ApiError(resp.status, method, path, raw.decode() if isinstance(raw, bytes) else str(raw or ""))
-        # Not orjson, though decoding the Deployment list each reconcile is the operator's largest
-        # CPU cost at 1,024 tasks (py-spy, issue 30): parsing megabytes at once in 16 client
-        # threads, it raised the operator's RSS holding 10 x 256 tasks from 253 to 330 MiB (each
-        # thread's malloc arena keeping its parse buffers) for ~5 % of a scale's operator CPU.
-        decoded: JsonObject = json.loads(raw) if raw and decode else {}
-        return decoded
+        return raw if isinstance(raw, bytes) else str(raw or "").encode()
 
-    async def call(self, method: str, path: str, body: Any = None, **kwargs: Any) -> JsonObject | None:  # Any: a request body (JSON or a patch) and aiohttp's request keyword arguments, passed on
-        call = functools.partial(self.request, method, path, body, **kwargs)
-        return await asyncio.get_running_loop().run_in_executor(self.pool, call)
+    def request(self, method: str, path: str, body: object = None, **kwargs: Any) -> JsonObject | None:  # Any: fetch's keyword arguments, passed on
+        """A blocking call and its decoded JSON ({} for an empty body; None for a status in ``allow``)."""
+        raw = self.fetch(method, path, body, **kwargs)
+        return None if raw is None else _decode(raw)
+
+    async def call(self, method: str, path: str, body: Any = None, decode: bool = True,
+                   **kwargs: Any) -> JsonObject | None:  # Any: a request body (JSON or a patch) and fetch's keyword arguments, passed on
+        """A call on the client's pool; ``decode=False``: {} on success, without parsing the object the
+        API server sends back (a write's answer: ~3,000 objects decoded per scale at 1,024 tasks for
+        nothing).
+
+        The answer is decoded here, on the loop's thread, with orjson: decoding the Deployment list
+        each reconcile is the operator's largest CPU cost at 1,024 tasks (py-spy, issue 30), but
+        orjson decoding megabytes in the 16 client threads raised the operator's RSS holding
+        10 x 256 tasks from 253 to 330 MiB (each thread's malloc arena keeping its parse buffers);
+        on one thread they are one arena's."""
+        call = functools.partial(self.fetch, method, path, body, **kwargs)
+        raw = await asyncio.get_running_loop().run_in_executor(self.pool, call)
+        if raw is None:
+            return None
+        return _decode(raw) if decode else {}
 
     # --- the connector ----------------------------------------------------------------------------------
 
