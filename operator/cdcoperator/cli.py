@@ -47,6 +47,7 @@ def run(args: argparse.Namespace) -> int:
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
     import kopf
 
+    from cdcoperator.memory import fix_mmap_threshold
     from cdcoperator.networkpolicy import NetworkPolicyError, load_network_policy
     from cdcoperator.policy import PolicyError, load_policy
 
@@ -56,6 +57,9 @@ def run(args: argparse.Namespace) -> int:
     except (PolicyError, NetworkPolicyError) as exc:
         raise SystemExit(f"shardcdc operator: {exc}") from None
     import cdcoperator.handlers  # noqa: F401  (registers the handlers)
+
+    if "MALLOC_MMAP_THRESHOLD_" not in os.environ:  # the user's own setting stands
+        fix_mmap_threshold()
 
     if args.webhook_port:
         from pathlib import Path
