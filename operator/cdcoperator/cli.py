@@ -47,7 +47,6 @@ def run(args: argparse.Namespace) -> int:
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
     import kopf
 
-    from cdcoperator.memory import fix_mmap_threshold
     from cdcoperator.networkpolicy import NetworkPolicyError, load_network_policy
     from cdcoperator.policy import PolicyError, load_policy
 
@@ -57,9 +56,9 @@ def run(args: argparse.Namespace) -> int:
     except (PolicyError, NetworkPolicyError) as exc:
         raise SystemExit(f"shardcdc operator: {exc}") from None
     import cdcoperator.handlers  # noqa: F401  (registers the handlers)
+    from cdcworker.allocator import tune_for_listing
 
-    if "MALLOC_MMAP_THRESHOLD_" not in os.environ:  # the user's own setting stands
-        fix_mmap_threshold()
+    tune_for_listing()  # the Deployment lists' parse buffers unmapped on free, not kept in the heap
 
     if args.webhook_port:
         from pathlib import Path

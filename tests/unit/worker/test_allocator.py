@@ -59,3 +59,42 @@ def test_the_user_can_keep_the_default_allocator() -> None:
     r = _probe(SHARDCDC_MALLOC_TUNING="0")
     assert r["applied"] is False
     assert r["faults"] > 10 * ROUND_PAGES  # glibc's defaults: the pages come back nearly every round
+
+
+LISTING_PROBE = r"""
+import ctypes, json, sys
+from cdcworker.allocator import tune_for_listing
+class MallInfo2(ctypes.Structure):
+    _fields_ = [(f, ctypes.c_size_t) for f in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+                                               "fsmblks", "uordblks", "fordblks", "keepcost")]
+libc = ctypes.CDLL(None)
+libc.malloc.restype = ctypes.c_void_p
+libc.malloc.argtypes = (ctypes.c_size_t,)
+libc.free.argtypes = (ctypes.c_void_p,)
+libc.mallinfo2.restype = MallInfo2
+def mapped():
+    return libc.mallinfo2().hblks  # blocks malloc holds as mappings of their own
+applied = tune_for_listing()
+libc.free(libc.malloc(4 << 20))  # with the dynamic threshold, this raises it past 4 MiB
+before = mapped()
+p = libc.malloc(4 << 20)
+during = mapped()
+libc.free(p)
+print(json.dumps({"applied": applied, "mapped": during - before, "left": mapped() - before}))
+"""
+
+
+def _listing_probe(**env: str) -> dict[str, Any]:
+    out = subprocess.run([sys.executable, "-c", LISTING_PROBE], check=True, capture_output=True, text=True,
+                         env={**{k: v for k, v in os.environ.items() if k != "MALLOC_MMAP_THRESHOLD_"}, **env},
+                         timeout=60)
+    result: dict[str, Any] = json.loads(out.stdout)
+    return result
+
+
+def test_the_operator_maps_each_large_buffer_and_returns_it() -> None:
+    # A list's parse buffer after one like it was freed: its own mapping, gone on free (tuned), or
+    # carved from the heap, where it stays (glibc's dynamic threshold).
+    assert _listing_probe() == {"applied": True, "mapped": 1, "left": 0}
+    assert _listing_probe(SHARDCDC_MALLOC_TUNING="0") == {"applied": False, "mapped": 0, "left": 0}
+    assert _listing_probe(MALLOC_MMAP_THRESHOLD_="65536")["applied"] is False  # the user's own setting stands
