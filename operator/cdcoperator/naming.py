@@ -26,7 +26,9 @@ __all__ = [
     "MANAGED_BY",
     "MAX_NAME_LENGTH",
     "RESTART_ANNOTATION",
+    "generation_config_name",
     "generation_labels",
+    "generation_object_labels",
     "metadata_name_problems",
     "selector",
     "selector_labels",
@@ -85,19 +87,26 @@ def metadata_name_problems(metadata: JsonMapping) -> list[str]:
     return problems
 
 
-def task_object_name(connector: str, generation: int, task_id: int) -> str:
-    """``<connector>-g<gen>-t<id>``: the Deployment and ConfigMap of one task of one generation.
-
-    The CRD limits connector names so this always fits; a longer name (local mode, no CRD) keeps
-    the suffix and replaces the end of the connector name by a short hash, still deterministic.
-    """
-    suffix = f"-g{generation}-t{task_id}"
+def _suffixed(connector: str, suffix: str) -> str:
+    """``<connector><suffix>``; the CRD limits connector names so this always fits, and a longer
+    name (local mode, no CRD) keeps the suffix and replaces the end of the connector name by a
+    short hash, still deterministic."""
     name = connector + suffix
     if len(name) <= MAX_NAME_LENGTH:
         return name
     digest = hashlib.sha256(connector.encode()).hexdigest()[:8]
     keep = MAX_NAME_LENGTH - len(suffix) - len(digest) - 1
     return f"{connector[:keep].rstrip('-.')}-{digest}{suffix}"
+
+
+def task_object_name(connector: str, generation: int, task_id: int) -> str:
+    """``<connector>-g<gen>-t<id>``: the Deployment of one task of one generation."""
+    return _suffixed(connector, f"-g{generation}-t{task_id}")
+
+
+def generation_config_name(connector: str, generation: int) -> str:
+    """``<connector>-g<gen>-config``: the ConfigMap every task of one generation mounts."""
+    return _suffixed(connector, f"-g{generation}-config")
 
 
 def selector_labels(connector: str) -> dict[str, str]:
@@ -115,8 +124,8 @@ def generation_labels(connector: str, generation: int) -> dict[str, str]:
     return {**selector_labels(connector), LABEL_GENERATION: str(generation)}
 
 
-def task_labels(connector: str, generation: int, task_id: int) -> dict[str, str]:
-    """The full label set of one task's objects (also the Deployment's pod selector)."""
+def generation_object_labels(connector: str, generation: int) -> dict[str, str]:
+    """The full label set of an object of a whole generation (its ConfigMap)."""
     return {
         LABEL_NAME: "shardcdc-worker",
         LABEL_INSTANCE: connector,
@@ -124,5 +133,9 @@ def task_labels(connector: str, generation: int, task_id: int) -> dict[str, str]
         LABEL_MANAGED_BY: MANAGED_BY,
         LABEL_CONNECTOR: connector,
         LABEL_GENERATION: str(generation),
-        LABEL_TASK: str(task_id),
     }
+
+
+def task_labels(connector: str, generation: int, task_id: int) -> dict[str, str]:
+    """The full label set of one task's objects (also the Deployment's pod selector)."""
+    return {**generation_object_labels(connector, generation), LABEL_TASK: str(task_id)}

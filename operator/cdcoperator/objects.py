@@ -1,4 +1,11 @@
-"""Pure builders of the child objects of one task: its ConfigMap (worker config) and its Deployment.
+"""Pure builders of the child objects of a generation: one ConfigMap (the worker configuration its
+tasks share) and a Deployment per task, whose environment carries the task's identity (its id,
+shards and generation bookkeeping: ``SHARDCDC_*`` variables, which the worker layers over the file).
+
+Why one ConfigMap per generation and not one per task: a generation of N tasks was 2N objects to
+create, and the N ConfigMaps differed only in those few identity lines (issue 30: at 256 tasks half
+of an apply's API writes). A worker reads the file once at start; the pod template carries the
+ConfigMap's checksum, so a change of the shared configuration still rolls every task's pod.
 
 Why a Deployment with one replica and ``strategy: Recreate`` rather than a bare Pod: a bare Pod on a
 node that dies is never replaced (nothing recreates it until the operator notices), while the
@@ -22,6 +29,7 @@ from cdcoperator.offsetslost import expected_env_var
 from cdcoperator.planner import TaskPlan
 from cdcworker import exitcodes
 from cdcworker.backfill.taskhandoff import INITIAL_RUN_PROPERTY
+from cdcworker.config import property_to_env
 from cdcworker.config.model import SnapshotMode, TaskIdentity
 from cdcworker.jsontypes import JsonMapping, JsonObject
 
@@ -33,9 +41,10 @@ __all__ = [
     "WORKER_UID",
     "build_config_map",
     "build_deployment",
-    "build_task_objects",
     "owner_reference",
     "render_properties",
+    "shared_properties",
+    "task_identity",
     "worker_properties",
 ]
 
@@ -83,20 +92,29 @@ def backfill_run_id(cr: ConnectorResource, backfill_id: str) -> str:
     return f"{backfill_id}-{cr.uid[:8]}" if cr.uid else backfill_id
 
 
-def worker_properties(cr: ConnectorResource, task: TaskPlan) -> dict[str, str]:
-    """The worker's configuration for one task, in write order (operator-owned keys first)."""
-    spec = cr.spec
-    vt = spec.source
+def task_identity(task: TaskPlan) -> dict[str, str]:
+    """The properties of one task's identity and generation bookkeeping, in write order (the
+    worker's own type writes them: ``TaskIdentity.properties``)."""
     # Generation 0 has no previous generation (prev_task_count -1 in status), but the worker, like
     # Debezium, insists on at least 1 once per-task offsets are on; it never reads generation -1.
-    identity = TaskIdentity(per_task=True, task_id=task.task_id, task_count=task.task_count,
-                            tasks_max=task.task_count, generation=task.generation,
-                            prev_task_count=max(task.prev_task_count, 1), shards=task.shards, history=task.history)
+    return TaskIdentity(per_task=True, task_id=task.task_id, task_count=task.task_count, tasks_max=task.task_count,
+                        generation=task.generation, prev_task_count=max(task.prev_task_count, 1),
+                        shards=task.shards, history=task.history).properties()
+
+
+def worker_properties(cr: ConnectorResource, task: TaskPlan) -> dict[str, str]:
+    """The worker's whole configuration for one task: the generation's shared properties and the
+    task's identity (which wins, as the pod's environment wins over the file)."""
+    return {**shared_properties(cr), **task_identity(task)}
+
+
+def shared_properties(cr: ConnectorResource) -> dict[str, str]:
+    """The configuration every task of the connector shares, in write order (operator-owned keys first)."""
+    spec = cr.spec
+    vt = spec.source
     props: dict[str, str] = {
-        # identity and generation bookkeeping: the worker's own type writes it (TaskIdentity.properties)
         "name": cr.name,
         "topic.prefix": spec.kafka.topic_prefix,
-        **identity.properties(),
         # source
         "database.hostname": vt.vtgate_host,
         "database.port": str(vt.vtgate_port),
@@ -181,20 +199,27 @@ def _meta(cr: ConnectorResource, task: TaskPlan, annotations: Mapping[str, str] 
     return meta
 
 
-def build_config_map(cr: ConnectorResource, task: TaskPlan) -> JsonObject:
-    """The task's ConfigMap holding ``worker.properties``, with the content's checksum as annotation."""
+def build_config_map(cr: ConnectorResource, generation: int) -> JsonObject:
+    """The generation's ConfigMap holding ``worker.properties`` (what its tasks share), with the
+    content's checksum as annotation."""
     text = render_properties(
-        worker_properties(cr, task),
+        shared_properties(cr),
         header=(
-            f"CdcConnector {cr.namespace}/{cr.name}: generation {task.generation}, task {task.task_id} "
-            f"of {task.task_count}",
+            f"CdcConnector {cr.namespace}/{cr.name}: generation {generation}; each task's identity (its id, "
+            "shards, generation) is in its pod's SHARDCDC_* environment.",
             "Written by the shardcdc operator; edits are overwritten.",
         ),
     )
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": _meta(cr, task, {naming.CONFIG_CHECKSUM_ANNOTATION: _checksum(text)}),
+        "metadata": {
+            "name": naming.generation_config_name(cr.name, generation),
+            "namespace": cr.namespace,
+            "labels": naming.generation_object_labels(cr.name, generation),
+            "ownerReferences": [owner_reference(cr)],
+            "annotations": {naming.CONFIG_CHECKSUM_ANNOTATION: _checksum(text)},
+        },
         "data": {CONFIG_KEY: text},
     }
 
@@ -263,6 +288,8 @@ def _worker_container(cr: ConnectorResource, task: TaskPlan) -> JsonObject:
             {"name": exitcodes.SUPERVISED_ENV, "value": "1"},
             # Whether this task stored positions before (cdcoperator.offsetslost): no restart to set it.
             expected_env_var(cr.name, task.generation, task.task_id),
+            # The task's identity, layered over the generation's shared file.
+            *({"name": property_to_env(k), "value": v} for k, v in task_identity(task).items()),
         ],
         "ports": [{"name": "metrics", "containerPort": port, "protocol": "TCP"}],
         "resources": dict(worker.resources) if worker.resources else DEFAULT_RESOURCES,
@@ -285,7 +312,7 @@ def _worker_container(cr: ConnectorResource, task: TaskPlan) -> JsonObject:
 
 
 def build_deployment(cr: ConnectorResource, task: TaskPlan, config_map: JsonMapping) -> JsonObject:
-    """The task's Deployment: one replica (zero when not running), ``Recreate``, non-root, read-only root FS."""
+    """The task's Deployment (``config_map``: its generation's): one replica (zero when not running), ``Recreate``, non-root, read-only root FS."""
     worker = cr.spec.worker
     tpl = worker.pod_template
     labels = naming.task_labels(cr.name, task.generation, task.task_id)
@@ -335,7 +362,3 @@ def build_deployment(cr: ConnectorResource, task: TaskPlan, config_map: JsonMapp
     }
 
 
-def build_task_objects(cr: ConnectorResource, task: TaskPlan) -> tuple[JsonObject, JsonObject]:
-    """(ConfigMap, Deployment) of one task."""
-    config_map = build_config_map(cr, task)
-    return config_map, build_deployment(cr, task, config_map)

@@ -41,7 +41,7 @@ from cdcoperator.discovery import DEFAULT_TIMEOUT, Discovery, DiscoveryError, di
 from cdcoperator.kafkaaccess import KafkaAccess, kafka_access
 from cdcoperator.model import ConnectorResource, SpecError, State
 from cdcoperator.networkpolicy import NetworkPolicySettings, ensure_network_policy, network_policy_name
-from cdcoperator.objects import build_config_map, build_task_objects
+from cdcoperator.objects import build_config_map, build_deployment
 from cdcoperator.offsetslost import LostTasks, kept_positions, settle_offsets_lost
 from cdcoperator.planner import (
     Action,
@@ -560,44 +560,47 @@ async def _apply(
     async def drain_whole(generation: int) -> None:
         names = await kube.delete_generation(DEPLOYMENTS, cr.namespace, cr.name, generation,
                                              _tasks_of(generation, deployments))
-        what = f"deleted the Deployments of generation {generation} to drain it (its ConfigMaps stay until every worker has exited)"
+        what = f"deleted the Deployments of generation {generation} to drain it (its ConfigMap stays until every worker has exited)"
         changes.setdefault(("StoppedWorker", what), []).extend(names)
 
+    def change(outcome: str, obj: JsonMapping, live: JsonMapping | None, what: str = "") -> None:
+        if outcome == "unchanged":
+            return
+        name = obj["metadata"]["name"]
+        if obj["kind"] == "Deployment" and live is not None:
+            old = int((live.get("spec") or {}).get("replicas") or 0)
+            new = int(obj["spec"]["replicas"])
+            if old != new:
+                key = ("ScaledWorker" if new else "StoppedWorker", f"Deployment replicas {old} -> {new}")
+                changes.setdefault(key, []).append(name)
+                return
+        changes.setdefault((outcome.capitalize(), what or f"{outcome} {obj['kind']}"), []).append(name)
+
+    async def config(generation: int, ahead: bool = False) -> None:
+        cm = configs[generation] = build_config_map(cr, generation)
+        live = live_cms.get(cm["metadata"]["name"])
+        outcome = await kube.apply(cm, live)
+        change(outcome, cm, live, f"{outcome} ConfigMap ahead of generation {generation}'s start" if ahead else "")
+
     async def worker(task: TaskPlan) -> None:
-        if task.generation == drained:
-            return  # deleted whole (drain_whole)
-        cm, dep = build_task_objects(cr, task)
-        dep_name = dep["metadata"]["name"]
-        if not task.run and dep_name not in live_deps:
-            return  # nothing to stop, and nothing should run
-        for obj, live in ((cm, live_cms.get(cm["metadata"]["name"])), (dep, live_deps.get(dep_name))):
-            outcome = await kube.apply(obj, live)
-            if outcome != "unchanged":
-                if obj["kind"] == "Deployment" and live is not None:
-                    old = int((live.get("spec") or {}).get("replicas") or 0)
-                    new = int(obj["spec"]["replicas"])
-                    if old != new:
-                        key = ("ScaledWorker" if new else "StoppedWorker", f"Deployment replicas {old} -> {new}")
-                        changes.setdefault(key, []).append(dep_name)
-                        continue
-                changes.setdefault((outcome.capitalize(), f"{outcome} {obj['kind']}"), []).append(obj["metadata"]["name"])
+        dep = build_deployment(cr, task, configs[task.generation])
+        live = live_deps.get(dep["metadata"]["name"])
+        change(await kube.apply(dep, live), dep, live)
 
-    async def config_ahead(task: TaskPlan) -> None:
-        cm = build_config_map(cr, task)
-        name = cm["metadata"]["name"]
-        outcome = await kube.apply(cm, live_cms.get(name))
-        if outcome != "unchanged":
-            what = f"{outcome} ConfigMap ahead of generation {task.generation}'s start"
-            changes.setdefault((outcome.capitalize(), what), []).append(name)
-
+    # Each generation's ConfigMap before its Deployments: a pod whose volume is missing waits for
+    # the kubelet's retry (backing off) before it starts.
+    configs: dict[int, JsonObject] = {}
+    workers = [t for t in p.workers if t.generation != drained  # drained: deleted whole (drain_whole)
+               and (t.run or naming.task_object_name(cr.name, t.generation, t.task_id) in live_deps)]
+    await asyncio.gather(*(config(g) for g in sorted({t.generation for t in workers})))
     drain = [drain_whole(drained)] if drained is not None and drained in _generations(deployments) else []
-    await asyncio.gather(*drain, *(worker(t) for t in p.workers))
+    await asyncio.gather(*drain, *(worker(t) for t in workers))
     planned = {(t.generation, t.task_id) for t in p.workers}
     await asyncio.gather(*(kube.set_replicas(cr.namespace, naming.task_object_name(cr.name, ref.generation, ref.task_id), 0)
                            for ref in p.stop if (ref.generation, ref.task_id) not in planned))
     # After the drain's replica patches: its workers exit while the next generation's
     # configuration is written (interleaved with them, the drain finished later).
-    await asyncio.gather(*(config_ahead(t) for t in p.prepare))
+    await asyncio.gather(*(config(g, ahead=True) for g in sorted({t.generation for t in p.prepare} - set(configs))))
     _emit_changes(ctx, body, changes)
 
 
@@ -630,30 +633,27 @@ def _removals(kube: ClusterApi, cr: ConnectorResource, p: Plan, deployments: Seq
         changes.setdefault(("Deleted", what), []).extend(names)
 
     def exited(generation: int) -> str:
-        return f"deleted the Deployment and ConfigMap of generation {generation} (it has exited)"
+        return f"deleted the Deployments and ConfigMap of generation {generation} (it has exited)"
 
     async def remove(ref: TaskRef) -> None:
+        # The generation's ConfigMap goes with its last Deployment (configs_behind).
         obj_name = naming.task_object_name(cr.name, ref.generation, ref.task_id)
-        gone_dep = await kube.delete(DEPLOYMENTS, cr.namespace, obj_name)
-        gone_cm = await kube.delete(CONFIG_MAPS, cr.namespace, obj_name)
-        if gone_dep or gone_cm:
-            deleted(exited(ref.generation), [obj_name])
+        if await kube.delete(DEPLOYMENTS, cr.namespace, obj_name):
+            deleted(f"deleted the Deployment of an exited task of generation {ref.generation}", [obj_name])
 
     async def remove_generation(generation: int) -> None:
-        names = await asyncio.gather(*(kube.delete_generation(kind, cr.namespace, cr.name, generation,
-                                                              _tasks_of(generation, listed))
-                                       for kind, listed in ((DEPLOYMENTS, deployments), (CONFIG_MAPS, config_maps))))
+        names = await asyncio.gather(
+            kube.delete_generation(DEPLOYMENTS, cr.namespace, cr.name, generation, _tasks_of(generation, deployments)),
+            kube.delete_generation(CONFIG_MAPS, cr.namespace, cr.name, generation))
         deleted(exited(generation), sorted(set(names[0]) | set(names[1])))
 
     async def unmount(generation: int) -> None:
-        names = await kube.delete_generation(CONFIG_MAPS, cr.namespace, cr.name, generation,
-                                             _tasks_of(generation, config_maps))
-        deleted(f"deleted the ConfigMaps of generation {generation} (it has exited)", names)
+        names = await kube.delete_generation(CONFIG_MAPS, cr.namespace, cr.name, generation)
+        deleted(f"deleted the ConfigMap of generation {generation} (it has exited)", names)
 
     async def unprepare(generation: int) -> None:
-        names = await kube.delete_generation(CONFIG_MAPS, cr.namespace, cr.name, generation,
-                                             _tasks_of(generation, config_maps))
-        deleted(f"deleted ConfigMaps written ahead of generation {generation}, which is not starting", names)
+        names = await kube.delete_generation(CONFIG_MAPS, cr.namespace, cr.name, generation)
+        deleted(f"deleted the ConfigMap written ahead of generation {generation}, which is not starting", names)
 
     whole, single = whole_generations(p.remove, deployments)
     return [*(remove_generation(g) for g in whole), *(remove(r) for r in single),
@@ -675,8 +675,17 @@ def whole_generations(remove: Iterable[TaskRef], deployments: Iterable[JsonMappi
     return whole, [r for r in refs if r.generation in partial]
 
 
+def _generation(obj: JsonMapping) -> int | None:
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    try:
+        return int(labels[naming.LABEL_GENERATION])
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
 def _generations(objects: Iterable[JsonMapping]) -> set[int]:
-    return {key[0] for key in map(_gen_task, objects) if key is not None}
+    """The generations of the listed objects (a task's Deployment, a generation's ConfigMap)."""
+    return {g for g in map(_generation, objects) if g is not None}
 
 
 def _tasks_of(generation: int, objects: Iterable[JsonMapping]) -> list[int]:

@@ -22,7 +22,7 @@ import pytest
 from confluent_kafka import Producer
 from operator_kube_fixtures import wait_for
 
-from cdcoperator.apply import CONFIG_MAPS
+from cdcoperator.apply import CONFIG_MAPS, DEPLOYMENTS
 from cdcoperator.local.runner import LocalRunner, RunnerThread
 from cdcworker.offsets.javacompat import java_murmur2_partition
 from cdcworker.offsets.store import OffsetStore
@@ -126,10 +126,13 @@ def test_first_generation_adopts_debezium_per_task_offsets(tmp_path: Path, kafka
         ("Normal", "GenerationStarted",
          "generation 4 started: 2 tasks over 2 shards (previous tasks 2; AdoptedOffsets)"),
     ]
-    # The tasks' configs, and the record of which tasks stored positions (the OffsetsLost guard).
-    assert sorted(cms) == ["mig-g4-t0", "mig-g4-t1", "mig-positions"]
-    config = cms["mig-g4-t1"]["data"]["worker.properties"].splitlines()
-    assert {"vitess.offset.storage.task.key.gen=4", "vitess.prev.num.tasks=2", "tasks.max=2"} <= set(config)
+    # The generation's config, the tasks' identities, and the record of which tasks stored
+    # positions (the OffsetsLost guard).
+    assert sorted(cms) == ["mig-g4-config", "mig-positions"]
+    dep = next(d for d in runner.cluster.children(DEPLOYMENTS) if d["metadata"]["name"] == "mig-g4-t1")
+    env = {e["name"]: e.get("value") for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert (env["SHARDCDC_VITESS_OFFSET_STORAGE_TASK_KEY_GEN"], env["SHARDCDC_VITESS_PREV_NUM_TASKS"],
+            env["SHARDCDC_TASKS_MAX"]) == ("4", "2", "2")
 
     # Continued from generation 3's positions: rows 41-60 exactly once, no snapshot, nothing older.
     changes = []

@@ -127,7 +127,7 @@ def test_policy_refuses_named_images_and_service_accounts_and_creates_nothing(pl
         allowed = connector(plane, "allowed", worker={"image": "registry.example.com/cdc/worker:2",
                                                       "podTemplate": {"serviceAccountName": "cdc-backfill"}})
         assert plane.apply(allowed)[0] == 0
-        wait_for(lambda: len(plane.children("allowed")) == 4, 40, "the allowed connector's children")
+        wait_for(lambda: len(plane.children("allowed")) == 3, 40, "the allowed connector's children")
         for name, message in expected.items():
             ready = wait_for(lambda n=name: (c := plane.condition(n, "Ready")) and c["reason"] == "PolicyRefused" and c,
                              30, f"{name}: Ready=False PolicyRefused")

@@ -29,10 +29,10 @@ async def _scenario(tmp_path: Path) -> None:
     async with two_tasks_running(tmp_path, FOUR) as (cluster, source, ctx):
         put_connector(cluster, tasks=4)
         await reconcile(ctx, "default", "c")
-        assert names(cluster, DEPLOYMENTS) == []  # deleted whole; the ConfigMaps stay
-        assert names(cluster, CONFIG_MAPS) == ["c-g0-t0", "c-g0-t1", *(f"c-g1-t{i}" for i in range(4))]
+        assert names(cluster, DEPLOYMENTS) == []  # deleted whole; the ConfigMap stays
+        assert names(cluster, CONFIG_MAPS) == ["c-g0-config", "c-g1-config"]
         assert [m for _, r, m in source.events if r == "StoppedWorker"] == [
-            "deleted the Deployments of generation 0 to drain it (its ConfigMaps stay until every worker has "
+            "deleted the Deployments of generation 0 to drain it (its ConfigMap stays until every worker has "
             "exited): c-g0-t0, c-g0-t1"]
         # The workers are still exiting: the drain goes on, they are its tasks, not strays, and
         # nothing of generation 0 or 1 is created meanwhile.

@@ -116,10 +116,10 @@ def assert_reconciles(plane: Plane, namespace: str, name: str, keyspace: str, si
         assert obj["status"]["observedGeneration"] == obj["metadata"]["generation"]
         assert obj["status"]["assignment"]["generation"] == 0
         selector = f"shardcdc.io/connector={name}"
-        names = [f"{name}-g0-t0", f"{name}-g0-t1"]
-        for kind in ("deployments", "configmaps"):
+        names = {"deployments": [f"{name}-g0-t0", f"{name}-g0-t1"], "configmaps": [f"{name}-g0-config"]}
+        for kind, expected in names.items():
             items = plane.get(namespace, kind, selector=selector)["items"]
-            assert sorted(i["metadata"]["name"] for i in items) == names
+            assert sorted(i["metadata"]["name"] for i in items) == expected
         if network_policy:  # the chart's default: the workers' policy, made with the chart's permissions
             (policy,) = plane.get(namespace, "networkpolicies", selector=selector)["items"]
             assert policy["metadata"]["name"] == f"{name}-workers"

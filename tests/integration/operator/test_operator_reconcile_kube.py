@@ -190,29 +190,29 @@ def test_create_starts_generation_zero(env: Env) -> None:
 
     deps = env.children("deployments", "orders")
     cms = env.children("configmaps", "orders")
-    assert sorted(deps) == sorted(cms) == ["orders-g0-t0", "orders-g0-t1"]
+    assert sorted(deps) == ["orders-g0-t0", "orders-g0-t1"] and sorted(cms) == ["orders-g0-config"]
     owner = {"apiVersion": "shardcdc.io/v1alpha1", "kind": "CdcConnector", "name": "orders",
              "uid": obj["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}
     for tid in (0, 1):
         name = f"orders-g0-t{tid}"
-        dep, cm = deps[name], cms[name]
+        dep, cm = deps[name], cms["orders-g0-config"]
         assert dep["metadata"]["ownerReferences"] == [owner] == cm["metadata"]["ownerReferences"]
         labels = dep["metadata"]["labels"]
         assert (labels["shardcdc.io/connector"], labels["shardcdc.io/generation"], labels["shardcdc.io/task"]) == (
             "orders", "0", str(tid))
         assert dep["spec"]["replicas"] == 1 and dep["spec"]["strategy"] == {"type": "Recreate"}
-        text = cm["data"]["worker.properties"]
+        text = pod_properties(dep, cm)
         for line in (f"shardcdc.task.id={tid}", "shardcdc.task.count=2", "shardcdc.task.generation=0",
                      "vitess.prev.num.tasks=1", f"shardcdc.task.shards={['-80', '80-'][tid]}",
                      "vitess.keyspace=orders", f"database.port={env.sim.port}"):
-            assert line in text.splitlines(), (line, text)
+            assert line in text, (line, text)
 
     # One event per kind of change and reconcile, naming the objects (posted concurrently by kopf's
     # background task, so they may trail the status: their order is not asserted, their set is).
     def created() -> None:
         events = env.events("orders")
         assert sorted(m for _, r, m in events if r == "Created") == [
-            "created ConfigMap: orders-g0-t0, orders-g0-t1", "created Deployment: orders-g0-t0, orders-g0-t1"]
+            "created ConfigMap: orders-g0-config", "created Deployment: orders-g0-t0, orders-g0-t1"]
         assert [m for _, r, m in events if r == "GenerationStarted"] == ["generation 0 started: 2 tasks over 2 shards"]
 
     eventually(created, 20, "the creation's events")
@@ -237,6 +237,18 @@ def test_create_starts_generation_zero(env: Env) -> None:
     assert {n: d["metadata"]["resourceVersion"] for n, d in env.children("deployments", "orders").items()} == dep_rvs
 
 
+def pod_properties(dep: dict[str, Any], cm: dict[str, Any]) -> set[str]:
+    """The ``key=value`` lines a task's worker reads: its generation's file, then its own identity
+    from the pod's ``SHARDCDC_*`` environment (which wins)."""
+    from cdcworker.config.loader import env_to_property, is_reserved_env
+
+    (container,) = dep["spec"]["template"]["spec"]["containers"]
+    own = {env_to_property(e["name"]): e["value"] for e in container["env"]
+           if e["name"].startswith("SHARDCDC_") and "value" in e and not is_reserved_env(e["name"])}
+    lines = [line for line in cm["data"]["worker.properties"].splitlines() if line.split("=", 1)[0] not in own]
+    return {*lines, *(f"{k}={v}" for k, v in own.items())}
+
+
 def test_kubectl_scale_starts_the_next_generation_after_a_drain(env: Env) -> None:
     env.sim.create_keyspace("scaled", 4)
     env.apply(connector("scaled", "scaled", env, tasks=2, vtctld=True))
@@ -249,11 +261,12 @@ def test_kubectl_scale_starts_the_next_generation_after_a_drain(env: Env) -> Non
     assert (a1["tasks"], a1["previousTasks"]) == (4, 2)
     assert [t["shards"] for t in a1["taskStates"]] == [["-40"], ["40-80"], ["80-c0"], ["c0-"]]
     env.wait_condition("scaled", "Ready", "True", "AllTasksStreaming")
-    # Generation 0's Deployments went at the drain; its ConfigMaps after the start, once nothing waits.
-    assert sorted(env.children("deployments", "scaled")) == [f"scaled-g1-t{i}" for i in range(4)]
-    wait_for(lambda: sorted(env.children("configmaps", "scaled")) == [f"scaled-g1-t{i}" for i in range(4)],
-             20, "generation 0's ConfigMaps removed")
-    cm = env.children("configmaps", "scaled")["scaled-g1-t2"]["data"]["worker.properties"].splitlines()
+    # Generation 0's Deployments went at the drain; its ConfigMap after the start, once nothing waits.
+    deps = env.children("deployments", "scaled")
+    assert sorted(deps) == [f"scaled-g1-t{i}" for i in range(4)]
+    wait_for(lambda: sorted(env.children("configmaps", "scaled")) == ["scaled-g1-config"],
+             20, "generation 0's ConfigMap removed")
+    cm = pod_properties(deps["scaled-g1-t2"], env.children("configmaps", "scaled")["scaled-g1-config"])
     assert {"shardcdc.task.generation=1", "vitess.prev.num.tasks=2", "tasks.max=4",
             "vitess.offset.storage.task.key.gen=1", "shardcdc.task.shards=80-c0", "shardcdc.task.history=0:2"} <= set(cm)
     # Never two generations at once.
@@ -268,10 +281,10 @@ def test_kubectl_scale_starts_the_next_generation_after_a_drain(env: Env) -> Non
         i = reasons.index("Draining")
         assert "GenerationStarted" in reasons[i:] and "Deleted" in reasons[i:], reasons
         assert [m for _, r, m in events if r == "StoppedWorker"] == [
-            "deleted the Deployments of generation 0 to drain it (its ConfigMaps stay until every worker has "
+            "deleted the Deployments of generation 0 to drain it (its ConfigMap stays until every worker has "
             "exited): scaled-g0-t0, scaled-g0-t1"]
         assert [m for _, r, m in events if r == "Deleted"] == [
-            "deleted the ConfigMaps of generation 0 (it has exited): scaled-g0-t0, scaled-g0-t1"]
+            "deleted the ConfigMap of generation 0 (it has exited): scaled-g0-config"]
         assert next(m for _, r, m in events if r == "Draining") == (
             "stopping the 2 workers of generation 0 to start generation 1; tasks 2 -> 4 (Scale)")
 
@@ -283,8 +296,8 @@ def test_kubectl_scale_starts_the_next_generation_after_a_drain(env: Env) -> Non
     assert (a2["tasks"], a2["previousTasks"]) == (2, 4)
     assert a2["history"] == [{"generation": 1, "tasks": 4}, {"generation": 0, "tasks": 2}]
     # The generation record is stored before its objects are made (write-ahead): wait for them.
-    cm2 = wait_for(lambda: env.children("configmaps", "scaled").get("scaled-g2-t1"), 15,
-                   "generation 2's ConfigMaps")["data"]["worker.properties"].splitlines()
+    dep2 = wait_for(lambda: env.children("deployments", "scaled").get("scaled-g2-t1"), 15, "generation 2's objects")
+    cm2 = pod_properties(dep2, env.children("configmaps", "scaled")["scaled-g2-config"])
     assert {"vitess.prev.num.tasks=4", "shardcdc.task.history=1:4,0:2"} <= set(cm2)
 
 
@@ -332,7 +345,7 @@ def test_pause_resume_and_restart_annotation(env: Env) -> None:
     wait_for(lambda: env.assignment("pausable").get("phase") == "Paused", 20, "assignment phase Paused")
     ready = env.wait_condition("pausable", "Ready", "False", "Paused")
     assert ready["message"] == "connector is paused"
-    assert sorted(env.children("configmaps", "pausable")) == ["pausable-g0-t0", "pausable-g0-t1"]
+    assert sorted(env.children("configmaps", "pausable")) == ["pausable-g0-config"]
 
     env.kubectl("patch", "cdc/pausable", "--type=merge", "-p", '{"spec": {"state": "running"}}')
     env.wait_condition("pausable", "Ready", "True", "AllTasksStreaming")
@@ -504,8 +517,8 @@ def test_deletion_removes_children_and_keeps_offsets(env: Env) -> None:
                         "the credentials in Secret shop/kafka, which the operator reads only when installed with "
                         "rbac.kafkaSecrets=true; delete the records with `shardcdc offsets reset`")]
         msgs = {r: m for _, r, m in env.events("doomed")}
-        assert msgs.get("Deleted") == ("removed 4 worker objects: deployments/doomed-g0-t0, deployments/doomed-g0-t1, "
-                                       "configmaps/doomed-g0-t0, configmaps/doomed-g0-t1")
+        assert msgs.get("Deleted") == ("removed 3 worker objects: deployments/doomed-g0-t0, deployments/doomed-g0-t1, "
+                                       "configmaps/doomed-g0-config")
         assert msgs.get("OffsetsKept") == "offsets are kept (spec.deletionPolicy: Retain)"
 
     eventually(deletion_events, 20, "the deletion's events")

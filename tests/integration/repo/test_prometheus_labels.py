@@ -19,7 +19,7 @@ from test_operator_objects import BODY, TASK
 
 from cdcoperator.local.prometheus import pod_targets
 from cdcoperator.model import ConnectorResource
-from cdcoperator.objects import build_task_objects
+from cdcoperator.objects import build_config_map, build_deployment
 from promlocal import RULES_FILE, SCRAPE_FILE, plain_rules
 from promlocal.files import load
 
@@ -57,7 +57,8 @@ def discovered(template: dict[str, Any], namespace: str) -> list[dict[str, str]]
 
 
 def worker_template() -> dict[str, Any]:
-    _, deployment = build_task_objects(ConnectorResource.from_body(BODY), TASK)
+    cr = ConnectorResource.from_body(BODY)
+    deployment = build_deployment(cr, TASK, build_config_map(cr, TASK.generation))
     return dict(deployment["spec"]["template"])
 
 

@@ -1,7 +1,7 @@
 """Removing an exited generation (issue 30): one ``deletecollection`` per kind by the generation's
 labels when all of it goes, which is how the planner removes; one DELETE per task otherwise. A
 drain that stops every worker deletes the generation's Deployments at once (``Plan.drain_whole``):
-its workers still running are its tasks, not strays, and its ConfigMaps go once they have exited."""
+its workers still running are its tasks, not strays, and its ConfigMap goes once they have exited."""
 
 from __future__ import annotations
 
@@ -21,6 +21,12 @@ def dep(gen: int, task: int, connector: str = "c") -> dict[str, object]:
                          "labels": naming.task_labels(connector, gen, task)}}
 
 
+def cm(gen: int, connector: str = "c") -> dict[str, object]:
+    """A generation's ConfigMap (no task label)."""
+    return {"metadata": {"name": naming.generation_config_name(connector, gen),
+                         "labels": naming.generation_object_labels(connector, gen)}}
+
+
 def test_a_generation_goes_whole_only_when_every_task_of_it_is_removed() -> None:
     deployments = [dep(0, 0), dep(0, 1), dep(1, 0), dep(1, 1), dep(2, 0)]
     remove = [TaskRef(1, 1), TaskRef(0, 1), TaskRef(0, 0), TaskRef(1, 0)]
@@ -35,19 +41,24 @@ def test_a_generation_goes_whole_only_when_every_task_of_it_is_removed() -> None
 def test_local_mode_deletes_exactly_the_generations_objects(tmp_path: Path) -> None:
     async def scenario() -> tuple[list[str], list[str]]:
         cluster = LocalCluster(tmp_path)
-        for connector, gen, task in (("c", 0, 0), ("c", 0, 1), ("c", 1, 0), ("d", 0, 0)):
-            obj = {"apiVersion": "v1", "kind": "ConfigMap",
-                   "metadata": {"name": naming.task_object_name(connector, gen, task), "namespace": "ns",
-                                "labels": naming.task_labels(connector, gen, task)}, "data": {}}
+        # Generations' ConfigMaps, and one a task had of its own before they were shared (an
+        # operator upgrade leaves it): the generation's labels select both.
+        for connector, gen in (("c", 0), ("c", 1), ("d", 0)):
+            obj = {"apiVersion": "v1", "kind": "ConfigMap", "data": {},
+                   "metadata": {**cm(gen, connector)["metadata"], "namespace": "ns"}}  # type: ignore[dict-item]
             assert await cluster.apply(obj, None) == "created"
+        legacy = {"apiVersion": "v1", "kind": "ConfigMap", "data": {},
+                  "metadata": {"name": naming.task_object_name("c", 0, 1), "namespace": "ns",
+                               "labels": naming.task_labels("c", 0, 1)}}
+        assert await cluster.apply(legacy, None) == "created"
         gone = await cluster.delete_generation(CONFIG_MAPS, "ns", "c", 0)
         assert await cluster.delete_generation(DEPLOYMENTS, "ns", "c", 0) == []
         left = sorted(o["metadata"]["name"] for o in cluster.children(CONFIG_MAPS, "ns"))
         return gone, left
 
     gone, left = asyncio.run(scenario())
-    assert gone == ["c-g0-t0", "c-g0-t1"]
-    assert left == ["c-g1-t0", "d-g0-t0"]
+    assert gone == ["c-g0-config", "c-g0-t1"]
+    assert left == ["c-g1-config", "d-g0-config"]
 
 
 def pod(gen: int, task: int) -> PodSummary:
@@ -73,7 +84,7 @@ def test_a_drained_generations_workers_are_reported_after_its_deployments_went()
 
 def test_configmaps_of_a_generation_drained_whole_go_once_the_next_one_starts() -> None:
     start = Plan(action=Action.START, generation=Generation(2, 1, 2, (("-",),)))
-    config_maps = [dep(0, 0), dep(1, 0), dep(1, 1), dep(2, 0), dep(3, 0)]
+    config_maps = [cm(0), cm(1), cm(2), cm(3)]
     # Generation 1 has ConfigMaps and no Deployment: drained whole, exited. Generation 0 is being
     # removed whole already; generation 3 (newer) is configs_ahead's business.
     assert configs_behind(start, [dep(2, 0)], config_maps, removed=[0]) == [1]

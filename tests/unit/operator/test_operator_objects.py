@@ -1,15 +1,16 @@
-"""Pure builders of the per-task ConfigMap and Deployment: exact structure."""
+"""Pure builders of a generation's ConfigMap and a task's Deployment: exact structure."""
 
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from cdcoperator import naming
 from cdcoperator.model import DEFAULT_IMAGE, WORKER_IMAGE_ENV, ConnectorResource
-from cdcoperator.objects import build_task_objects, render_properties, worker_properties
+from cdcoperator.objects import build_config_map, build_deployment, render_properties, worker_properties
 from cdcoperator.planner import TaskPlan
 
 BODY: dict[str, Any] = {
@@ -59,23 +60,15 @@ SELF_LABELS = {
     "shardcdc.io/generation": "4",
     "shardcdc.io/task": "1",
 }
+CONFIG_LABELS = {k: v for k, v in SELF_LABELS.items() if k != "shardcdc.io/task"}
 OWNER = {"apiVersion": "shardcdc.io/v1alpha1", "kind": "CdcConnector", "name": "orders", "uid": "u-1",
          "controller": True, "blockOwnerDeletion": True}
 
 EXPECTED_PROPERTIES = """\
-# CdcConnector shop/orders: generation 4, task 1 of 2
+# CdcConnector shop/orders: generation 4; each task's identity (its id, shards, generation) is in its pod's SHARDCDC_* environment.
 # Written by the shardcdc operator; edits are overwritten.
 name=orders
 topic.prefix=shop
-tasks.max=2
-vitess.offset.storage.per.task=true
-vitess.offset.storage.task.key.gen=4
-vitess.prev.num.tasks=3
-shardcdc.task.id=1
-shardcdc.task.count=2
-shardcdc.task.generation=4
-shardcdc.task.prev.count=3
-shardcdc.task.shards=40-80,c0-
 database.hostname=vtgate.vitess
 database.port=15991
 vitess.keyspace=commerce
@@ -98,6 +91,12 @@ table.include.list=commerce\\\\.orders
 """
 
 
+def build_task_objects(cr: ConnectorResource, task: TaskPlan) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the task's generation's ConfigMap, the task's Deployment)."""
+    cm = build_config_map(cr, task.generation)
+    return cm, build_deployment(cr, task, cm)
+
+
 def objects() -> tuple[dict[str, Any], dict[str, Any]]:
     return build_task_objects(ConnectorResource.from_body(BODY), TASK)
 
@@ -108,9 +107,9 @@ def test_config_map_exact() -> None:
     checksum = cm["metadata"]["annotations"]["shardcdc.io/config-checksum"]
     assert checksum.startswith("sha256:") and len(checksum) == 7 + 64
     assert cm["metadata"] == {
-        "name": "orders-g4-t1",
+        "name": "orders-g4-config",
         "namespace": "shop",
-        "labels": SELF_LABELS,
+        "labels": CONFIG_LABELS,
         "ownerReferences": [OWNER],
         "annotations": {"shardcdc.io/config-checksum": checksum},
     }
@@ -176,6 +175,16 @@ def test_deployment_exact() -> None:
                                 # Whether the task stored positions before: read at each start (issue 28, case 7).
                                 {"name": "SHARDCDC_SHARDCDC_TASK_OFFSETS_EXPECTED", "valueFrom": {"configMapKeyRef": {
                                     "name": "orders-positions", "key": "task-4-1", "optional": True}}},
+                                # The task's identity, over the generation's file.
+                                {"name": "SHARDCDC_TASKS_MAX", "value": "2"},
+                                {"name": "SHARDCDC_VITESS_OFFSET_STORAGE_PER_TASK", "value": "true"},
+                                {"name": "SHARDCDC_VITESS_OFFSET_STORAGE_TASK_KEY_GEN", "value": "4"},
+                                {"name": "SHARDCDC_VITESS_PREV_NUM_TASKS", "value": "3"},
+                                {"name": "SHARDCDC_SHARDCDC_TASK_ID", "value": "1"},
+                                {"name": "SHARDCDC_SHARDCDC_TASK_COUNT", "value": "2"},
+                                {"name": "SHARDCDC_SHARDCDC_TASK_GENERATION", "value": "4"},
+                                {"name": "SHARDCDC_SHARDCDC_TASK_PREV_COUNT", "value": "3"},
+                                {"name": "SHARDCDC_SHARDCDC_TASK_SHARDS", "value": "40-80,c0-"},
                             ],
                             "ports": [{"name": "metrics", "containerPort": 8080, "protocol": "TCP"}],
                             "resources": {"requests": {"cpu": "1"}, "limits": {"memory": "2Gi"}},
@@ -203,7 +212,7 @@ def test_deployment_exact() -> None:
                             "projected": {
                                 "defaultMode": 0o440,
                                 "sources": [
-                                    {"configMap": {"name": "orders-g4-t1",
+                                    {"configMap": {"name": "orders-g4-config",
                                                    "items": [{"key": "worker.properties",
                                                               "path": "worker.properties"}]}},
                                     {"secret": {"name": "vt-creds", "items": [
@@ -235,14 +244,23 @@ def test_not_running_task_has_zero_replicas_and_same_config() -> None:
     assert {**dep_stop["spec"], "replicas": 1} == dep_run["spec"]
 
 
-def test_checksum_changes_with_config() -> None:
+def test_a_change_rolls_the_pods_it_concerns() -> None:
+    """The shared configuration's checksum is on every task's pod template (a change rolls them all);
+    a task's own identity is in its pod template's environment (a change rolls that pod only)."""
     cr = ConnectorResource.from_body(BODY)
-    cm_a, _ = build_task_objects(cr, TASK)
-    cm_b, dep_b = build_task_objects(cr, TaskPlan(4, 1, 2, 3, ("40-80",), run=True))
+    cm_a, dep_a = build_task_objects(cr, TASK)
+    other = copy.deepcopy(BODY)
+    other["spec"]["kafka"]["producer"]["linger.ms"] = "50"
+    cm_b, dep_b = build_task_objects(ConnectorResource.from_body(other), TASK)
     key = "shardcdc.io/config-checksum"
     assert cm_a["metadata"]["annotations"][key] != cm_b["metadata"]["annotations"][key]
     assert (dep_b["spec"]["template"]["metadata"]["annotations"][key]
             == cm_b["metadata"]["annotations"][key])
+    cm_c, dep_c = build_task_objects(cr, TaskPlan(4, 1, 2, 3, ("40-80",), run=True))
+    assert cm_c == cm_a  # one ConfigMap for the generation's tasks
+    assert dep_c["spec"]["template"] != dep_a["spec"]["template"]
+    assert {"name": "SHARDCDC_SHARDCDC_TASK_SHARDS", "value": "40-80"} in \
+        dep_c["spec"]["template"]["spec"]["containers"][0]["env"]
 
 
 def test_minimal_spec_defaults() -> None:
@@ -268,7 +286,7 @@ def test_minimal_spec_defaults() -> None:
     assert pod["containers"][0]["resources"] == {"requests": {"cpu": "250m", "memory": "256Mi"},
                                                  "limits": {"memory": "1Gi"}}
     assert pod["volumes"][0]["projected"]["sources"] == [
-        {"configMap": {"name": "c-g0-t0", "items": [{"key": "worker.properties", "path": "worker.properties"}]}}
+        {"configMap": {"name": "c-g0-config", "items": [{"key": "worker.properties", "path": "worker.properties"}]}}
     ]
     assert "nodeSelector" not in pod and "tolerations" not in pod and "affinity" not in pod
 
@@ -280,6 +298,8 @@ def test_render_properties_escaping() -> None:
 
 def test_names_are_deterministic_and_bounded() -> None:
     assert naming.task_object_name("orders", 12, 3) == "orders-g12-t3"
+    assert naming.generation_config_name("orders", 12) == "orders-g12-config"
+    assert len(naming.generation_config_name("x" * 60, 123)) == 63
     long = "x" * 60
     name = naming.task_object_name(long, 123, 45)
     assert len(name) == 63 and name.endswith("-g123-t45")
@@ -375,9 +395,10 @@ def test_workers_listen_on_the_installers_address(monkeypatch: pytest.MonkeyPatc
         pass  # not on every interface
 
 
-def test_the_worker_reads_back_the_task_identity_the_operator_writes() -> None:
+def test_the_worker_reads_back_the_task_identity_the_operator_writes(tmp_path: Path) -> None:
     """One contract (issue 26): the operator writes a task's identity with the worker's own type
-    (TaskIdentity.properties); the worker's configuration loader reads it back unchanged."""
+    (TaskIdentity.properties); the worker's configuration loader reads it back unchanged, from
+    the properties alone and as the pod has them (the generation's file, the task's environment)."""
     from cdcworker.config import TaskIdentity, load_config
 
     body = {"metadata": {"name": "c", "namespace": "ns", "uid": "u"},
@@ -390,3 +411,9 @@ def test_the_worker_reads_back_the_task_identity_the_operator_writes() -> None:
                                 prev_task_count=4, shards=("40-80", "c0-"), history=((2, 4), (0, 1)))
     assert task.task_key == "task1_2_3"
     assert task.previous_task_keys() == ("task0_4_2", "task1_4_2", "task2_4_2", "task3_4_2")
+    cm, dep = build_task_objects(cr, plan)
+    (tmp_path / "worker.properties").write_text(cm["data"]["worker.properties"])
+    env = {e["name"]: e["value"] for e in dep["spec"]["template"]["spec"]["containers"][0]["env"] if "value" in e}
+    in_pod = load_config([tmp_path / "worker.properties"], env=env)
+    assert in_pod.task == task
+    assert in_pod.name == "c" and in_pod.task.context_task_id == "task1_2_3"
