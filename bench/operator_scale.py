@@ -24,6 +24,11 @@ For each shard count N, per run (the connector ``cN`` is deleted after each run)
   (``observedGeneration``) and still says Ready for generation 0 with one task, and the script
   checks that no generation-1 object appeared.
 
+The floor (``--floor``, before each apply): the same N Deployments (``build_deployment``'s shape,
+no owner) created straight through ``KubeApi`` at the operator's concurrency, FakeNodes starting
+their pods meanwhile as in the apply, then deleted: what the API server on this machine takes for
+the creations alone, against which ``apply -> all Deployments`` shows the operator's own share.
+
 Besides wall times (which follow the machine's load), each run reports the operator's CPU seconds
 and, for a scale, its API writes by verb and resource from the API server's own
 ``apiserver_request_total`` (the kinds only the operator writes), which a loaded machine does not move.
@@ -72,6 +77,7 @@ FIGURES = {
     "scale_pods": "scale -> new gen's pods Running",
     "scale_ready": "scale -> new gen Ready",
     "scale_observed": "scale 1->2 -> observed, same gen Ready",
+    "floor_deployments": "floor: N Deployments created, no operator",
     "apply_cpu": "operator CPU-s, apply -> Ready",
     "scale_cpu": "operator CPU-s, scale -> Ready",
     "scale_writes": "operator API writes, scale -> Ready",
@@ -183,6 +189,37 @@ def answers(url: str) -> bool:
         return False
 
 
+def floor(probe: Probe, kubeconfig: str, sim_address: str, bootstrap: str, n: int, res: Results) -> None:
+    """N Deployments of the operator's shape created at its concurrency, with no operator: the API
+    server's share of ``apply -> all Deployments``; then deleted, their pods gone."""
+    import asyncio
+
+    from cdcoperator.apply import DEPLOYMENTS, KubeApi, new_api_client
+    from cdcoperator.model import ConnectorResource
+    from cdcoperator.objects import build_config_map, build_deployment
+    from cdcoperator.planner import TaskPlan
+
+    name = f"floor{n}"
+    cr = ConnectorResource.from_body({"metadata": {"name": name, "namespace": NS, "uid": ""}, "spec": {
+        "source": {"vitess": {"vtgate": sim_address, "keyspace": f"ks{n}"}},
+        "kafka": {"bootstrapServers": bootstrap, "topicPrefix": name}, "tasks": n}})
+    cm = build_config_map(cr, 0)
+    deployments = [build_deployment(cr, TaskPlan(0, i, n, -1, (str(i),), True), cm) for i in range(n)]
+    for dep in deployments:
+        del dep["metadata"]["ownerReferences"]  # no connector object to own them
+    kube = KubeApi(new_api_client(kubeconfig))  # the operator's client: a pooled connection per call in flight
+
+    async def create() -> None:
+        await asyncio.gather(*(kube.apply(dep, None) for dep in deployments))
+
+    t0 = time.monotonic()
+    asyncio.run(create())
+    res.figures["floor_deployments"].append(time.monotonic() - t0)
+    asyncio.run(kube.delete_generation(DEPLOYMENTS, NS, name, 0, range(n)))
+    kube.close()
+    probe.wait(lambda: probe.running_pods(name, 0) == 0, f"{name}'s pods gone", time.monotonic())
+
+
 def one_run(plane: Any, probe: Probe, sim_address: str, bootstrap: str, n: int, res: Results,
             cpu: Callable[[], float]) -> str:
     """One apply and scale of an N-shard connector; ``cpu()`` is the operator's CPU time so far: its
@@ -238,6 +275,8 @@ def main() -> int:
     parser.add_argument("--profile", default="", help="run the operator under cProfile, its stats written here at exit")
     parser.add_argument("--logs", default="", help="keep the operator's and FakeNodes' logs in this directory")
     parser.add_argument("--json", default="", help="write every run's figures and load average to this file")
+    parser.add_argument("--floor", action="store_true",
+                        help="before each apply, time N Deployments created with no operator (the API server's share)")
     args = parser.parse_args()
     os.environ["SHARDCDC_OPERATOR_RESYNC_SECONDS"] = str(args.resync)
 
@@ -279,6 +318,8 @@ def main() -> int:
             for n in args.shards:
                 res = results.setdefault(n, Results())
                 for run in range(args.runs):
+                    if args.floor:
+                        floor(probe, str(plane.kubeconfig_path), sim.address, broker.bootstrap, n, res)
                     res.loads.append(os.getloadavg()[0])
                     line = one_run(plane, probe, sim.address, broker.bootstrap, n, res, lambda: proc_cpu_seconds(op.pid))
                     print(f"shards={n} run={run}: {line} (load {res.loads[-1]:.2f})", file=sys.stderr, flush=True)
