@@ -16,7 +16,8 @@ For each shard count N, per run (the connector ``cN`` is deleted after each run)
 
 * apply with ``tasks: N``: time to all N Deployments of generation 0, and to ``Ready=True`` for
   generation 0 (N pods Running, every status document streaming, observed by the operator);
-* N > 1: ``kubectl scale --replicas=N/2``: time to generation 1's N/2 Deployments, to their N/2
+* N > 1: ``kubectl scale --replicas=N/2``: time until generation 0's last pod is gone (the drain),
+  to generation 1's N/2 Deployments, to their N/2
   pods Running/Ready, and to ``Ready=True`` (``AllTasksStreaming``) for generation 1 with
   ``observedGeneration`` current: the new generation running, issue 6's figure;
 * N = 1: ``kubectl scale --replicas=2``: the task count is ``min(spec.tasks, shards)`` = 1 still,
@@ -73,6 +74,7 @@ WRITE_VERBS = ("POST", "PATCH", "DELETE", "DELETECOLLECTION")
 FIGURES = {
     "apply_deployments": "apply -> all Deployments",
     "apply_ready": "apply -> Ready (gen 0)",
+    "scale_drained": "scale -> old gen's pods gone",
     "scale_deployments": "scale -> new gen's Deployments",
     "scale_pods": "scale -> new gen's pods Running",
     "scale_ready": "scale -> new gen Ready",
@@ -143,6 +145,10 @@ class Probe:
 
     def deployments(self, name: str, gen: int) -> int:
         return self._count("deployments", name, gen)
+
+    def pods(self, name: str, gen: int) -> int:
+        """Pods of the generation, whatever their phase (a drained one has none left)."""
+        return self._count("pods", name, gen)
 
     def running_pods(self, name: str, gen: int) -> int:
         """Pods in phase Running (FakeNodes marks a pod Running and Ready in one status write)."""
@@ -240,6 +246,7 @@ def one_run(plane: Any, probe: Probe, sim_address: str, bootstrap: str, n: int, 
         half = n // 2
         t0, c0, w0 = time.monotonic(), cpu(), probe.writes()
         plane.kubectl("-n", NS, "scale", f"cdc/{name}", f"--replicas={half}", check=True)
+        f["scale_drained"].append(probe.wait(lambda: probe.pods(name, 0) == 0, "gen 0 pods gone", t0))
         f["scale_deployments"].append(probe.wait(lambda: probe.deployments(name, 1) == half, "gen 1 objects", t0))
         f["scale_pods"].append(probe.wait(lambda: probe.running_pods(name, 1) == half, "gen 1 pods", t0))
         f["scale_ready"].append(probe.wait(lambda: probe.ready(name, 1, half), f"{name} Ready in gen 1", t0))
