@@ -43,10 +43,9 @@ from cdcoperator.objects import (
     _projected_sources,
     owner_reference,
     render_properties,
-    worker_properties,
+    shared_properties,
 )
 from cdcoperator.objects import backfill_run_id as run_id
-from cdcoperator.planner import TaskPlan
 from cdcworker.backfill import SPARK_VERSION
 from cdcworker.backfill.progress import SignalClosed
 from cdcworker.jsontypes import JsonMapping, JsonObject
@@ -74,11 +73,6 @@ KEEP_CLOSED_SIGNAL_RUNS = 10  # finished signal runs still listed in status.back
 LOCAL_COMMAND = "shardcdc"  # the image's entry point (local mode maps it to this interpreter's CLI)
 Conditions = Mapping[str, str] | None
 # Per-task keys of the worker configuration: a backfill is not a task.
-_TASK_KEYS = ("tasks.max", "vitess.offset.storage.per.task", "vitess.offset.storage.task.key.gen",
-              "vitess.prev.num.tasks", "shardcdc.task.id", "shardcdc.task.count", "shardcdc.task.generation",
-              "shardcdc.task.prev.count", "shardcdc.task.shards", "shardcdc.task.history")
-
-
 # --- what runs ---------------------------------------------------------------------------------------
 
 
@@ -119,11 +113,9 @@ def labels(cr: ConnectorResource, backfill_id: str) -> dict[str, str]:
 
 
 def backfill_properties(cr: ConnectorResource) -> dict[str, str]:
-    """The connector's worker configuration without per-task keys (secrets stay ``${file:...}``)."""
-    props = worker_properties(cr, TaskPlan(0, 0, 1, 0, (), True))
-    for key in _TASK_KEYS:
-        props.pop(key, None)
-    return props
+    """The connector's worker configuration without per-task keys (secrets stay ``${file:...}``):
+    what every task of a generation shares."""
+    return shared_properties(cr)
 
 
 def job_arguments(cr: ConnectorResource, req: BackfillRequest, conditions: Conditions = None) -> list[str]:

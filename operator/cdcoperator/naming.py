@@ -105,8 +105,11 @@ def task_object_name(connector: str, generation: int, task_id: int) -> str:
 
 
 def generation_config_name(connector: str, generation: int) -> str:
-    """``<connector>-g<gen>-config``: the ConfigMap every task of one generation mounts."""
-    return _suffixed(connector, f"-g{generation}-config")
+    """``<connector>-g<gen>-workers``: the ConfigMap every task of one generation mounts. Not
+    ``-config``: a backfill's ConfigMaps end in ``-config`` and ``-templates``
+    (``<connector>-bf-<id>-config``), and connector ``x-bf-y`` at generation 0 would then share a
+    name with connector ``x``'s backfill ``y-g0``."""
+    return _suffixed(connector, f"-g{generation}-workers")
 
 
 def selector_labels(connector: str) -> dict[str, str]:

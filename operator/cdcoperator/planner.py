@@ -233,8 +233,8 @@ class Plan:
     events: tuple[Event, ...] = field(default=())
     desired_shards: tuple[str, ...] | None = None
     # While a drain waits: the next generation's workers as the pending change would start them,
-    # whose ConfigMaps may be written ahead (nothing mounts them before their Deployments exist,
-    # which only the start creates), so the start has half the objects left to create.
+    # whose ConfigMap may be written ahead (nothing mounts it before their Deployments exist,
+    # which only the start creates), so the start creates only the Deployments.
     prepare: tuple[TaskPlan, ...] = ()
     # A drain that stops every worker of this generation and follows no reshard journal: its
     # Deployments are deleted in one call (the pods go as a scale to zero would take them) instead

@@ -66,9 +66,9 @@ runs the operator with nothing more:
                            patch: kopf's finalizer and progress annotations, removing the one-shot
                            shardcdc.io/restart annotation
   cdcconnectors/status     patch: conditions, assignment, shards (the status subresource)
-  deployments, configmaps  each task's children: list (by label), get (after a create conflict),
-                           create, patch (scale, config roll-out, restart), delete (a task's
-                           objects), deletecollection (an exited generation's objects, by its
+  deployments, configmaps  a task's Deployment, a generation's ConfigMap: list (by label), get
+                           (after a create conflict), create, patch (scale, config roll-out,
+                           restart), delete (an exited task's Deployment), deletecollection (an exited generation's objects, by its
                            connector and generation labels: one call, not one per task)
   pods                     list/watch: the operator's index of worker pods (task phases, exit codes)
   events                   create: an event for each step

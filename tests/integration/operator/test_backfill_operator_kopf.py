@@ -123,7 +123,7 @@ def test_spark_application_created_tracked_and_cancelled(env: Env) -> None:
     wait_for(lambda: env.backfills("so") == [("b1", "Pending"), ("b2", "Pending")], 30, "both Pending")
     assert env.condition("so") == ("True", "BackfillInProgress")
     # The workers are reconciled as always next to the backfills.
-    wait_for(lambda: env.get("configmaps", "so-g0-config"), 30, "the workers' ConfigMap")
+    wait_for(lambda: env.get("configmaps", "so-g0-workers"), 30, "the workers' ConfigMap")
 
     # The spark-operator moves the application along; the status follows at the next resync.
     def set_state(name: str, state: str) -> None:

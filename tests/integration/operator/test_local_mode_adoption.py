@@ -128,7 +128,7 @@ def test_first_generation_adopts_debezium_per_task_offsets(tmp_path: Path, kafka
     ]
     # The generation's config, the tasks' identities, and the record of which tasks stored
     # positions (the OffsetsLost guard).
-    assert sorted(cms) == ["mig-g4-config", "mig-positions"]
+    assert sorted(cms) == ["mig-g4-workers", "mig-positions"]
     dep = next(d for d in runner.cluster.children(DEPLOYMENTS) if d["metadata"]["name"] == "mig-g4-t1")
     env = {e["name"]: e.get("value") for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert (env["SHARDCDC_VITESS_OFFSET_STORAGE_TASK_KEY_GEN"], env["SHARDCDC_VITESS_PREV_NUM_TASKS"],

@@ -27,14 +27,14 @@ async def _scenario(tmp_path: Path) -> None:
         put_connector(cluster, tasks=4)
         await reconcile(ctx, "default", "c")
         assert names(cluster, DEPLOYMENTS) == []
-        assert names(cluster, CONFIG_MAPS) == ["c-g0-config", "c-g1-config"]
-        assert ("created ConfigMap ahead of generation 1's start: c-g1-config"
+        assert names(cluster, CONFIG_MAPS) == ["c-g0-workers", "c-g1-workers"]
+        assert ("created ConfigMap ahead of generation 1's start: c-g1-workers"
                 in [m for _, _, m in source.events]), source.events
         # Undone before the workers exited (scaled back to 2): the drain ends, generation 0 runs on
         # (its Deployments again), and the ConfigMap written ahead is deleted.
         put_connector(cluster, tasks=2)
         await reconcile(ctx, "default", "c")
-        assert names(cluster, CONFIG_MAPS) == ["c-g0-config"]
+        assert names(cluster, CONFIG_MAPS) == ["c-g0-workers"]
         assert names(cluster, DEPLOYMENTS) == ["c-g0-t0", "c-g0-t1"]
         # Scaled again, and this time the drain completes: the start creates the Deployments and
         # finds the ConfigMap as written ahead (no ConfigMap write at the start).
@@ -47,7 +47,7 @@ async def _scenario(tmp_path: Path) -> None:
         assert names(cluster, DEPLOYMENTS) == [f"c-g1-t{i}" for i in range(4)]
         assert not any("ConfigMap" in m and "created" in m for _, _, m in source.events), source.events
         # Generation 0's ConfigMap goes in the next reconcile, not in the start's.
-        assert names(cluster, CONFIG_MAPS) == ["c-g0-config", "c-g1-config"]
+        assert names(cluster, CONFIG_MAPS) == ["c-g0-workers", "c-g1-workers"]
         await reconcile(ctx, "default", "c")
         after = {c["metadata"]["name"]: c for c in cluster.children(CONFIG_MAPS, "default", "c")}
         assert after == {k: v for k, v in ahead.items() if "-g1-" in k}

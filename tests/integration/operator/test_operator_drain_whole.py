@@ -30,7 +30,7 @@ async def _scenario(tmp_path: Path) -> None:
         put_connector(cluster, tasks=4)
         await reconcile(ctx, "default", "c")
         assert names(cluster, DEPLOYMENTS) == []  # deleted whole; the ConfigMap stays
-        assert names(cluster, CONFIG_MAPS) == ["c-g0-config", "c-g1-config"]
+        assert names(cluster, CONFIG_MAPS) == ["c-g0-workers", "c-g1-workers"]
         assert [m for _, r, m in source.events if r == "StoppedWorker"] == [
             "deleted the Deployments of generation 0 to drain it (its ConfigMap stays until every worker has "
             "exited): c-g0-t0, c-g0-t1"]

@@ -116,7 +116,7 @@ def assert_reconciles(plane: Plane, namespace: str, name: str, keyspace: str, si
         assert obj["status"]["observedGeneration"] == obj["metadata"]["generation"]
         assert obj["status"]["assignment"]["generation"] == 0
         selector = f"shardcdc.io/connector={name}"
-        names = {"deployments": [f"{name}-g0-t0", f"{name}-g0-t1"], "configmaps": [f"{name}-g0-config"]}
+        names = {"deployments": [f"{name}-g0-t0", f"{name}-g0-t1"], "configmaps": [f"{name}-g0-workers"]}
         for kind, expected in names.items():
             items = plane.get(namespace, kind, selector=selector)["items"]
             assert sorted(i["metadata"]["name"] for i in items) == expected

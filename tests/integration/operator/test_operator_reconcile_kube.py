@@ -190,12 +190,12 @@ def test_create_starts_generation_zero(env: Env) -> None:
 
     deps = env.children("deployments", "orders")
     cms = env.children("configmaps", "orders")
-    assert sorted(deps) == ["orders-g0-t0", "orders-g0-t1"] and sorted(cms) == ["orders-g0-config"]
+    assert sorted(deps) == ["orders-g0-t0", "orders-g0-t1"] and sorted(cms) == ["orders-g0-workers"]
     owner = {"apiVersion": "shardcdc.io/v1alpha1", "kind": "CdcConnector", "name": "orders",
              "uid": obj["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}
     for tid in (0, 1):
         name = f"orders-g0-t{tid}"
-        dep, cm = deps[name], cms["orders-g0-config"]
+        dep, cm = deps[name], cms["orders-g0-workers"]
         assert dep["metadata"]["ownerReferences"] == [owner] == cm["metadata"]["ownerReferences"]
         labels = dep["metadata"]["labels"]
         assert (labels["shardcdc.io/connector"], labels["shardcdc.io/generation"], labels["shardcdc.io/task"]) == (
@@ -212,7 +212,7 @@ def test_create_starts_generation_zero(env: Env) -> None:
     def created() -> None:
         events = env.events("orders")
         assert sorted(m for _, r, m in events if r == "Created") == [
-            "created ConfigMap: orders-g0-config", "created Deployment: orders-g0-t0, orders-g0-t1"]
+            "created ConfigMap: orders-g0-workers", "created Deployment: orders-g0-t0, orders-g0-t1"]
         assert [m for _, r, m in events if r == "GenerationStarted"] == ["generation 0 started: 2 tasks over 2 shards"]
 
     eventually(created, 20, "the creation's events")
@@ -264,9 +264,9 @@ def test_kubectl_scale_starts_the_next_generation_after_a_drain(env: Env) -> Non
     # Generation 0's Deployments went at the drain; its ConfigMap after the start, once nothing waits.
     deps = env.children("deployments", "scaled")
     assert sorted(deps) == [f"scaled-g1-t{i}" for i in range(4)]
-    wait_for(lambda: sorted(env.children("configmaps", "scaled")) == ["scaled-g1-config"],
+    wait_for(lambda: sorted(env.children("configmaps", "scaled")) == ["scaled-g1-workers"],
              20, "generation 0's ConfigMap removed")
-    cm = pod_properties(deps["scaled-g1-t2"], env.children("configmaps", "scaled")["scaled-g1-config"])
+    cm = pod_properties(deps["scaled-g1-t2"], env.children("configmaps", "scaled")["scaled-g1-workers"])
     assert {"shardcdc.task.generation=1", "vitess.prev.num.tasks=2", "tasks.max=4",
             "vitess.offset.storage.task.key.gen=1", "shardcdc.task.shards=80-c0", "shardcdc.task.history=0:2"} <= set(cm)
     # Never two generations at once.
@@ -284,7 +284,7 @@ def test_kubectl_scale_starts_the_next_generation_after_a_drain(env: Env) -> Non
             "deleted the Deployments of generation 0 to drain it (its ConfigMap stays until every worker has "
             "exited): scaled-g0-t0, scaled-g0-t1"]
         assert [m for _, r, m in events if r == "Deleted"] == [
-            "deleted the ConfigMap of generation 0 (it has exited): scaled-g0-config"]
+            "deleted the ConfigMap of generation 0 (it has exited): scaled-g0-workers"]
         assert next(m for _, r, m in events if r == "Draining") == (
             "stopping the 2 workers of generation 0 to start generation 1; tasks 2 -> 4 (Scale)")
 
@@ -297,7 +297,7 @@ def test_kubectl_scale_starts_the_next_generation_after_a_drain(env: Env) -> Non
     assert a2["history"] == [{"generation": 1, "tasks": 4}, {"generation": 0, "tasks": 2}]
     # The generation record is stored before its objects are made (write-ahead): wait for them.
     dep2 = wait_for(lambda: env.children("deployments", "scaled").get("scaled-g2-t1"), 15, "generation 2's objects")
-    cm2 = pod_properties(dep2, env.children("configmaps", "scaled")["scaled-g2-config"])
+    cm2 = pod_properties(dep2, env.children("configmaps", "scaled")["scaled-g2-workers"])
     assert {"vitess.prev.num.tasks=4", "shardcdc.task.history=1:4,0:2"} <= set(cm2)
 
 
@@ -345,7 +345,7 @@ def test_pause_resume_and_restart_annotation(env: Env) -> None:
     wait_for(lambda: env.assignment("pausable").get("phase") == "Paused", 20, "assignment phase Paused")
     ready = env.wait_condition("pausable", "Ready", "False", "Paused")
     assert ready["message"] == "connector is paused"
-    assert sorted(env.children("configmaps", "pausable")) == ["pausable-g0-config"]
+    assert sorted(env.children("configmaps", "pausable")) == ["pausable-g0-workers"]
 
     env.kubectl("patch", "cdc/pausable", "--type=merge", "-p", '{"spec": {"state": "running"}}')
     env.wait_condition("pausable", "Ready", "True", "AllTasksStreaming")
@@ -518,7 +518,7 @@ def test_deletion_removes_children_and_keeps_offsets(env: Env) -> None:
                         "rbac.kafkaSecrets=true; delete the records with `shardcdc offsets reset`")]
         msgs = {r: m for _, r, m in env.events("doomed")}
         assert msgs.get("Deleted") == ("removed 3 worker objects: deployments/doomed-g0-t0, deployments/doomed-g0-t1, "
-                                       "configmaps/doomed-g0-config")
+                                       "configmaps/doomed-g0-workers")
         assert msgs.get("OffsetsKept") == "offsets are kept (spec.deletionPolicy: Retain)"
 
     eventually(deletion_events, 20, "the deletion's events")

@@ -111,7 +111,7 @@ async def _reshard_with_a_failed_status_write(tmp_path: Path) -> None:
     assert [t["phase"] for t in a["taskStates"]] == ["Pending", "Pending"]  # the full write, diffed after the record
     assert _deployments(cluster) == {"c-g1-t0": 1, "c-g1-t1": 1}
     # Generation 0's objects went with it (one deletecollection per kind), its ConfigMap included.
-    assert sorted(c["metadata"]["name"] for c in cluster.children(CONFIG_MAPS, "default", "c")) == ["c-g1-config"]
+    assert sorted(c["metadata"]["name"] for c in cluster.children(CONFIG_MAPS, "default", "c")) == ["c-g1-workers"]
     # The pod index was told what each plan runs: both workers, none (the drain), then the new two.
     assert source.expected == [(0, 2), (0, 0), (1, 2), (1, 2)]
 

@@ -57,8 +57,8 @@ def test_local_mode_deletes_exactly_the_generations_objects(tmp_path: Path) -> N
         return gone, left
 
     gone, left = asyncio.run(scenario())
-    assert gone == ["c-g0-config", "c-g0-t1"]
-    assert left == ["c-g1-config", "d-g0-config"]
+    assert gone == ["c-g0-t1", "c-g0-workers"]
+    assert left == ["c-g1-workers", "d-g0-workers"]
 
 
 def pod(gen: int, task: int) -> PodSummary:

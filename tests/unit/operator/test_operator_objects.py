@@ -107,7 +107,7 @@ def test_config_map_exact() -> None:
     checksum = cm["metadata"]["annotations"]["shardcdc.io/config-checksum"]
     assert checksum.startswith("sha256:") and len(checksum) == 7 + 64
     assert cm["metadata"] == {
-        "name": "orders-g4-config",
+        "name": "orders-g4-workers",
         "namespace": "shop",
         "labels": CONFIG_LABELS,
         "ownerReferences": [OWNER],
@@ -212,7 +212,7 @@ def test_deployment_exact() -> None:
                             "projected": {
                                 "defaultMode": 0o440,
                                 "sources": [
-                                    {"configMap": {"name": "orders-g4-config",
+                                    {"configMap": {"name": "orders-g4-workers",
                                                    "items": [{"key": "worker.properties",
                                                               "path": "worker.properties"}]}},
                                     {"secret": {"name": "vt-creds", "items": [
@@ -286,7 +286,7 @@ def test_minimal_spec_defaults() -> None:
     assert pod["containers"][0]["resources"] == {"requests": {"cpu": "250m", "memory": "256Mi"},
                                                  "limits": {"memory": "1Gi"}}
     assert pod["volumes"][0]["projected"]["sources"] == [
-        {"configMap": {"name": "c-g0-config", "items": [{"key": "worker.properties", "path": "worker.properties"}]}}
+        {"configMap": {"name": "c-g0-workers", "items": [{"key": "worker.properties", "path": "worker.properties"}]}}
     ]
     assert "nodeSelector" not in pod and "tolerations" not in pod and "affinity" not in pod
 
@@ -298,8 +298,12 @@ def test_render_properties_escaping() -> None:
 
 def test_names_are_deterministic_and_bounded() -> None:
     assert naming.task_object_name("orders", 12, 3) == "orders-g12-t3"
-    assert naming.generation_config_name("orders", 12) == "orders-g12-config"
+    assert naming.generation_config_name("orders", 12) == "orders-g12-workers"
     assert len(naming.generation_config_name("x" * 60, 123)) == 63
+    # Never a backfill's ConfigMap name (<connector>-bf-<id>-config / -templates).
+    from cdcoperator.backfill import run_name
+
+    assert naming.generation_config_name("x-bf-y", 0) != f"{run_name('x', 'y-g0')}-config"
     long = "x" * 60
     name = naming.task_object_name(long, 123, 45)
     assert len(name) == 63 and name.endswith("-g123-t45")
