@@ -18,7 +18,9 @@ connector's Deployments) every reconcile, and glibc raises its mmap threshold to
 mapped block freed (up to 32 MiB), so from then on those parse buffers come from the heap and stay
 in it, fragmented by the small objects allocated between them. Holding 10 connectors of 256 tasks
 (``bench/operator_hold.py``) its RSS was 291 MiB with the dynamic threshold and 218 MiB with the
-threshold fixed at 1 MiB (issue 30).
+threshold fixed at 1 MiB (issue 30). The setting is the process's: librdkafka's buffers over 1 MiB
+in the operator (an offsets scan, a backfill feed) are then mapped each time too, a CPU cost off
+the reconcile's path.
 
 ``SHARDCDC_MALLOC_TUNING=0`` leaves the allocator as it is. Not glibc (musl, macOS): nothing done.
 """
