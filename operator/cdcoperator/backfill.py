@@ -72,7 +72,6 @@ MAX_ID = 40  # spec.backfills[].id's maxLength
 KEEP_CLOSED_SIGNAL_RUNS = 10  # finished signal runs still listed in status.backfills
 LOCAL_COMMAND = "shardcdc"  # the image's entry point (local mode maps it to this interpreter's CLI)
 Conditions = Mapping[str, str] | None
-# Per-task keys of the worker configuration: a backfill is not a task.
 # --- what runs ---------------------------------------------------------------------------------------
 
 
@@ -110,12 +109,6 @@ def labels(cr: ConnectorResource, backfill_id: str) -> dict[str, str]:
         LABEL_BACKFILL_OF: cr.name,
         LABEL_BACKFILL: backfill_id,
     }
-
-
-def backfill_properties(cr: ConnectorResource) -> dict[str, str]:
-    """The connector's worker configuration without per-task keys (secrets stay ``${file:...}``):
-    what every task of a generation shares."""
-    return shared_properties(cr)
 
 
 def job_arguments(cr: ConnectorResource, req: BackfillRequest, conditions: Conditions = None) -> list[str]:
@@ -160,7 +153,7 @@ def _meta(cr: ConnectorResource, name: str, backfill_id: str) -> JsonObject:
 
 def build_config_map(cr: ConnectorResource, req: BackfillRequest) -> JsonObject:
     name = run_name(cr.name, req.id)
-    text = render_properties(backfill_properties(cr), header=(
+    text = render_properties(shared_properties(cr), header=(  # a backfill is not a task: no task's identity
         f"CdcConnector {cr.namespace}/{cr.name}: backfill {req.id}",
         "Written by the shardcdc operator; edits are overwritten.",
     ))

@@ -266,12 +266,17 @@ def _owned(existing: JsonMapping) -> JsonObject:
 # --- the reconcile ------------------------------------------------------------------------------------
 
 
-def _gen_task(obj: JsonMapping) -> tuple[int, int] | None:
+def _label_number(obj: JsonMapping, key: str) -> int | None:
     labels = (obj.get("metadata") or {}).get("labels") or {}
     try:
-        return int(labels[naming.LABEL_GENERATION]), int(labels[naming.LABEL_TASK])
+        return int(labels[key])
     except (KeyError, TypeError, ValueError):
         return None
+
+
+def _gen_task(obj: JsonMapping) -> tuple[int, int] | None:
+    generation, task = _label_number(obj, naming.LABEL_GENERATION), _label_number(obj, naming.LABEL_TASK)
+    return None if generation is None or task is None else (generation, task)
 
 
 def completes_transition(pods: Iterable[PodSummary], changed: PodSummary, deleted: bool,
@@ -632,9 +637,6 @@ def _removals(kube: ClusterApi, cr: ConnectorResource, p: Plan, deployments: Seq
     def deleted(what: str, names: Iterable[str]) -> None:
         changes.setdefault(("Deleted", what), []).extend(names)
 
-    def exited(generation: int) -> str:
-        return f"deleted the Deployments and ConfigMap of generation {generation} (it has exited)"
-
     async def remove(ref: TaskRef) -> None:
         # The generation's ConfigMap goes with its last Deployment (configs_behind).
         obj_name = naming.task_object_name(cr.name, ref.generation, ref.task_id)
@@ -645,20 +647,18 @@ def _removals(kube: ClusterApi, cr: ConnectorResource, p: Plan, deployments: Seq
         names = await asyncio.gather(
             kube.delete_generation(DEPLOYMENTS, cr.namespace, cr.name, generation, _tasks_of(generation, deployments)),
             kube.delete_generation(CONFIG_MAPS, cr.namespace, cr.name, generation))
-        deleted(exited(generation), sorted(set(names[0]) | set(names[1])))
+        deleted(f"deleted the Deployments and ConfigMap of generation {generation} (it has exited)",
+                sorted(set(names[0]) | set(names[1])))
 
-    async def unmount(generation: int) -> None:
-        names = await kube.delete_generation(CONFIG_MAPS, cr.namespace, cr.name, generation)
-        deleted(f"deleted the ConfigMap of generation {generation} (it has exited)", names)
-
-    async def unprepare(generation: int) -> None:
-        names = await kube.delete_generation(CONFIG_MAPS, cr.namespace, cr.name, generation)
-        deleted(f"deleted the ConfigMap written ahead of generation {generation}, which is not starting", names)
+    async def remove_config(generation: int, what: str) -> None:
+        deleted(what, await kube.delete_generation(CONFIG_MAPS, cr.namespace, cr.name, generation))
 
     whole, single = whole_generations(p.remove, deployments)
     return [*(remove_generation(g) for g in whole), *(remove(r) for r in single),
-            *(unmount(g) for g in configs_behind(p, deployments, config_maps, whole)),
-            *(unprepare(g) for g in configs_ahead(p, deployments, config_maps))]
+            *(remove_config(g, f"deleted the ConfigMap of generation {g} (it has exited)")
+              for g in configs_behind(p, deployments, config_maps, whole)),
+            *(remove_config(g, f"deleted the ConfigMap written ahead of generation {g}, which is not starting")
+              for g in configs_ahead(p, deployments, config_maps))]
 
 
 def whole_generations(remove: Iterable[TaskRef], deployments: Iterable[JsonMapping]
@@ -675,17 +675,9 @@ def whole_generations(remove: Iterable[TaskRef], deployments: Iterable[JsonMappi
     return whole, [r for r in refs if r.generation in partial]
 
 
-def _generation(obj: JsonMapping) -> int | None:
-    labels = (obj.get("metadata") or {}).get("labels") or {}
-    try:
-        return int(labels[naming.LABEL_GENERATION])
-    except (KeyError, TypeError, ValueError):
-        return None
-
-
 def _generations(objects: Iterable[JsonMapping]) -> set[int]:
     """The generations of the listed objects (a task's Deployment, a generation's ConfigMap)."""
-    return {g for g in map(_generation, objects) if g is not None}
+    return {g for obj in objects if (g := _label_number(obj, naming.LABEL_GENERATION)) is not None}
 
 
 def _tasks_of(generation: int, objects: Iterable[JsonMapping]) -> list[int]:
