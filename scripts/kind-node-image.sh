@@ -35,7 +35,8 @@ mkdir -p "$node/tools"
 exec 9>"$node.lock"
 flock 9
 
-export GOFLAGS="-modcacherw" GOMODCACHE=$cache/go/mod GOCACHE=$cache/go/build GOWORK=off CGO_ENABLED=0
+source "$ROOT/scripts/lib/go-env.sh"  # GO_NO_DWARF
+export GOFLAGS="-modcacherw $GO_NO_DWARF" GOMODCACHE=$cache/go/mod GOCACHE=$cache/go/build GOWORK=off CGO_ENABLED=0
 export GOTOOLCHAIN=${GOTOOLCHAIN:-auto} GOPROXY=${GOPROXY_OVERRIDE:-https://proxy.golang.org}
 go_install() {  # go_install <dir> <module/cmd@version> [ldflags]: a static binary into <dir>
   (cd /tmp && GOBIN=$1 nice -n 15 go install -trimpath -ldflags "-s -w ${3:-}" "$2")
