@@ -72,6 +72,8 @@ MAX_ID = 40  # spec.backfills[].id's maxLength
 KEEP_CLOSED_SIGNAL_RUNS = 10  # finished signal runs still listed in status.backfills
 LOCAL_COMMAND = "shardcdc"  # the image's entry point (local mode maps it to this interpreter's CLI)
 Conditions = Mapping[str, str] | None
+
+
 # --- what runs ---------------------------------------------------------------------------------------
 
 
