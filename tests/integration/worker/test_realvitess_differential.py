@@ -362,7 +362,8 @@ def test_copy_phase_of_every_column_type(both: dict[str, tuple[VTGateClient, str
 
 
 def test_heartbeats_of_an_idle_stream(both: dict[str, tuple[VTGateClient, str]]) -> None:
-    """``heartbeat_interval`` 1 s on an idle stream: HEARTBEAT events, and nothing else, on both."""
+    """``heartbeat_interval`` 1 s on an idle stream: HEARTBEAT events, and nothing else, on both
+    (but empty transactions, which real Vitess sends for writes outside the stream's shard)."""
     stop = threading.Event()
     got = {}
     try:
@@ -374,7 +375,10 @@ def test_heartbeats_of_an_idle_stream(both: dict[str, tuple[VTGateClient, str]])
                 ev = q.get(timeout=30)
                 assert not isinstance(ev, Exception), ev
                 seen.append(ev)
-            got[name] = [(T.Name(e.type), e.keyspace, e.shard, bool(e.timestamp), bool(e.current_time)) for e in seen]
+            # Any write to vttestserver's shared mariadbd outside this shard (the other shard's, the
+            # tablets' own) reaches this stream as an empty transaction (fidelity 4; seen once in CI)
+            got[name] = without_empty_transactions(
+                [("", (T.Name(e.type), e.keyspace, e.shard, bool(e.timestamp), bool(e.current_time))) for e in seen])
     finally:
         stop.set()
     # The positioning OTHER carries no timestamp and no current_time on real Vitess (fidelity 14)
