@@ -16,6 +16,10 @@ STAMPS       := .stamps
 GEN          := build/gen
 PROTOS       := $(wildcard proto/vitessapi/*.proto)
 PYTEST_ARGS  ?=
+# `make test` runs the suite in this many pytest-xdist workers, one test file (every real-Vitess file:
+# one group) at a time each: half of a serial run's wall time is waiting on JVMs, brokers and pods.
+# 0 runs it serially.
+TEST_WORKERS ?= 2
 
 # Set-up steps print one line each (name, time); their whole output goes to $(LOGS)/<step>.log,
 # whose tail is shown when a step fails (scripts/step.sh).
@@ -102,7 +106,7 @@ test: setup
 	@start=$$(date +%s); \
 	$(VENV)/bin/ruff check . && $(VENV)/bin/mypy && $(PY) scripts/check_layers.py && \
 	echo "lint+typecheck: $$(( $$(date +%s) - start ))s" && \
-	$(VENV)/bin/pytest $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 ## BENCHMARKS.md's summary table from the raw results in bench/results/*.json (tests/unit/repo/test_bench_report.py
 ## checks the committed page is the generator's output).

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from cdcoperator.local.ports import PORT_RANGE_ENV, below_ephemeral
 from localkafka import KafkaBroker
 
 # Test files live in tests/<tier>/<package>/ (scripts/test_tiers.py); some import shared constants from
@@ -23,6 +25,42 @@ for _folder in sorted(Path(__file__).parent.glob("*/*")):
 # exit, after pytest has closed the stream a test's logging handler wrote to: a "--- Logging error ---"
 # traceback after the summary of every whole run. Its INFO lines say nothing a test needs.
 logging.getLogger("py4j").setLevel(logging.WARNING)
+
+
+# -- parallel workers (`make test` runs pytest-xdist, --dist loadgroup) ------------------------------
+
+def worker_port_range(worker: str, count: int, low: int, high: int) -> str:
+    """Worker ``gw<i>``'s own slice of [low, high): two workers never choose the same port between
+    its choice and a child's bind (cdcoperator.local.ports only keeps apart its own process's)."""
+    i, width = int(worker.removeprefix("gw")), (high - low) // count
+    return f"{low + i * width}-{low + (i + 1) * width}"
+
+
+if (_worker := os.environ.get("PYTEST_XDIST_WORKER")) and not os.environ.get(PORT_RANGE_ENV):
+    os.environ[PORT_RANGE_ENV] = worker_port_range(_worker, int(os.environ["PYTEST_XDIST_WORKER_COUNT"]),
+                                                   *below_ephemeral())
+
+
+def xdist_scope(nodeid: str) -> str:
+    """The group a test runs in under ``make test``'s workers: its file, or "realvitess"."""
+    path = nodeid.split("::", 1)[0]
+    return "realvitess" if "realvitess" in path else path
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """``--dist loadfile``, but every file with "realvitess" in its name in one group: they share the
+    session's real Vitess (vttestserver over MariaDB, ~1 minute to start) or run a cluster of their
+    own, and two of those side by side would only fight for the cores. (xdist's ``loadgroup`` marks
+    would say it per test, but xdist 3.8 renames node ids through a field pytest 9 no longer reads.)"""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class FileScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return xdist_scope(nodeid)
+
+    return FileScheduling(config, log)
 
 
 def _started_broker() -> Iterator[KafkaBroker]:
@@ -90,3 +128,4 @@ def real_vitess() -> Iterator[object]:
 
     with start_commerce() as vt:
         yield vt
+

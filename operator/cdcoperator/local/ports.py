@@ -7,11 +7,14 @@ kernel's ephemeral range, from which any outgoing connection on the machine may 
 local port in the meantime: the child then fails with "address already in use" (real-Vitess tablets
 did, on a machine busy with other tests). Ports below that range are never given to outgoing
 connections. This process does not hand out a port again while it is among its recent choices, so
-two choices made before either is bound differ.
+two choices made before either is bound differ. Processes that choose ports side by side (two
+``shardcdc run`` on one machine, parallel test workers) keep apart by each taking its own range:
+``SHARDCDC_PORT_RANGE=<low>-<high>``, inherited by the processes each starts.
 """
 
 from __future__ import annotations
 
+import os
 import random
 import socket
 import threading
@@ -19,6 +22,7 @@ from collections import deque
 from pathlib import Path
 
 LOCAL_IP = "127.0.0.1"
+PORT_RANGE_ENV = "SHARDCDC_PORT_RANGE"
 
 _recent: deque[int] = deque(maxlen=4096)
 _lock = threading.Lock()
@@ -31,7 +35,7 @@ def free_port() -> int:
 
 def free_port_block(count: int, tries: int = 200) -> int:
     """A base port with ``count`` consecutive free ports from it, below the ephemeral range."""
-    low, high = below_ephemeral()
+    low, high = port_range()
     with _lock:
         for _ in range(tries):
             base = random.randrange(low, high - count)
@@ -56,6 +60,22 @@ def _bindable(ports: range) -> bool:
     finally:
         for s in socks:
             s.close()
+
+
+def port_range() -> tuple[int, int]:
+    """Where ports are chosen: ``SHARDCDC_PORT_RANGE`` (low-high, high excluded) or
+    ``below_ephemeral()``."""
+    text = os.environ.get(PORT_RANGE_ENV, "").strip()
+    if not text:
+        return below_ephemeral()
+    try:
+        low, high = (int(v) for v in text.split("-"))
+    except ValueError:
+        low = high = 0
+    if not 1024 <= low < high <= 65536 or high - low < 100:
+        raise ValueError(f"{PORT_RANGE_ENV}={text!r}: give <low>-<high>, 1024 <= low, high <= 65536 and "
+                         "at least 100 ports apart (for example 10000-20000), or unset it")
+    return low, high
 
 
 def below_ephemeral(floor: int = 10000) -> tuple[int, int]:

@@ -8,7 +8,9 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
-from cdcoperator.local.ports import below_ephemeral, free_port, free_port_block
+import pytest
+
+from cdcoperator.local.ports import PORT_RANGE_ENV, below_ephemeral, free_port, free_port_block, port_range
 
 
 def _ephemeral() -> tuple[int, int]:
@@ -42,3 +44,19 @@ def test_ports_chosen_before_any_is_bound_all_differ() -> None:
     ports = [free_port() for _ in range(500)] + [free_port_block(3) + i for _ in range(50) for i in range(3)]
     assert len(set(ports)) == len(ports)
     assert not [p for p in ports if not low <= p < high]
+
+
+def test_a_port_range_from_the_environment_is_kept_to(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(PORT_RANGE_ENV, "21000-23000")
+    assert port_range() == (21000, 23000)
+    ports = [free_port() for _ in range(50)] + [free_port_block(4) + i for _ in range(10) for i in range(4)]
+    assert all(21000 <= p < 23000 for p in ports), ports
+    monkeypatch.setenv(PORT_RANGE_ENV, "")
+    assert port_range() == below_ephemeral()
+
+
+@pytest.mark.parametrize("text", ["21000", "a-b", "21000-21050", "80-2000", "30000-20000", "60000-70000"])
+def test_a_bad_port_range_is_one_line_that_says_the_form(monkeypatch: pytest.MonkeyPatch, text: str) -> None:
+    monkeypatch.setenv(PORT_RANGE_ENV, text)
+    with pytest.raises(ValueError, match=rf"^SHARDCDC_PORT_RANGE='{text}': give <low>-<high>, .*or unset it$"):
+        free_port()

@@ -249,6 +249,7 @@ RESERVED_ENV_TOOLING = frozenset(
         "SHARDCDC_SPARK_CRD",  # Makefile: the spark-operator's SparkApplication CRD (make spark-crd)
         "SHARDCDC_KIND",  # Makefile: the kind binary (make kind, e2e-kind)
         "SHARDCDC_NATIVE",  # 0: pure-Python encoder and producer path; encoder: C encoder, confluent-kafka producer
+        "SHARDCDC_PORT_RANGE",  # local mode and the dev kit: where free ports are chosen (cdcoperator.local.ports)
         "SHARDCDC_MALLOC_TUNING",  # 0: glibc's malloc thresholds left as they are (cdcworker.allocator)
         "SHARDCDC_WORKER_IMAGE",  # operator: default worker image
         "SHARDCDC_WORKER_METRICS_ADDRESS",  # operator: the workers' default shardcdc.metrics.address (chart)
