@@ -56,6 +56,11 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | 
         return None
     from xdist.scheduler import LoadScopeScheduling
 
+    # Files in collection order (conformance, e2e, integration, unit): the longest groups (the kind
+    # e2e, the real-Vitess files) start early and the unit files fill the tail. xdist's default puts
+    # the files with most tests first, which left the 9-minute kind e2e (2 tests) for last.
+    config.option.loadscopereorder = False
+
     class FileScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             return xdist_scope(nodeid)
