@@ -17,7 +17,7 @@ GEN          := build/gen
 PROTOS       := $(wildcard proto/vitessapi/*.proto)
 PYTEST_ARGS  ?=
 # `make test` runs the suite in this many pytest-xdist workers, one test file (every real-Vitess file:
-# one group) at a time each: half of a serial run's wall time is waiting on JVMs, brokers and pods.
+# one group) at a time each: a serial run leaves ~45 % of 2 cores idle, waiting on JVMs, brokers and pods.
 # 0 runs it serially.
 TEST_WORKERS ?= 2
 

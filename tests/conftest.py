@@ -27,7 +27,7 @@ for _folder in sorted(Path(__file__).parent.glob("*/*")):
 logging.getLogger("py4j").setLevel(logging.WARNING)
 
 
-# -- parallel workers (`make test` runs pytest-xdist, --dist loadgroup) ------------------------------
+# -- parallel workers (`make test` runs pytest-xdist, --dist loadfile) -------------------------------
 
 def worker_port_range(worker: str, count: int, low: int, high: int) -> str:
     """Worker ``gw<i>``'s own slice of [low, high): two workers never choose the same port between
