@@ -23,6 +23,7 @@ from pathlib import Path
 
 from cdcoperator.connectorcheck import connector_documents, connector_label, validate_connector
 from cdcoperator.local.control import default_state_dir
+from cdcoperator.local.ports import port_range
 from cdcoperator.local.runner import LocalRunner
 from cdcoperator.manifest import ManifestError, load_documents
 from cdcoperator.model import KIND, SpecError
@@ -94,8 +95,9 @@ def run(args: argparse.Namespace) -> int:
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
     path: Path = args.filename
     try:
+        port_range()  # a bad SHARDCDC_PORT_RANGE is refused now, not when the first child needs a port
         body = load_manifest(path)
-    except (OSError, SpecError) as exc:
+    except (OSError, SpecError, ValueError) as exc:
         print(f"shardcdc run: {exc}", file=sys.stderr)
         return 2
 

@@ -131,3 +131,21 @@ def test_shardcdc_run_refuses_an_invalid_manifest(tmp_path: Path) -> None:
                         "says the same); nothing was started:\n"
                         '  - spec.config: Invalid value: "object": spec.config must not set tasks.max; use spec.tasks '
                         "(or kubectl scale)\n")
+
+
+def test_shardcdc_run_refuses_a_bad_port_range_before_starting_anything(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    import yaml
+
+    manifest = tmp_path / "connector.yaml"
+    manifest.write_text(yaml.safe_dump(valid()))
+    r = subprocess.run([sys.executable, "-m", "shardcdc_cli.cli", "run", "-f", str(manifest), "--state-dir",
+                        str(tmp_path / "state")], capture_output=True, text=True, timeout=60,
+                       env={**os.environ, "SHARDCDC_PORT_RANGE": "9000"})
+    assert r.returncode == 2, r.stderr
+    assert r.stderr == ("shardcdc run: SHARDCDC_PORT_RANGE='9000': give <low>-<high>, 1024 <= low, high <= 65536 "
+                        "and at least 100 ports apart (for example 10000-20000), or unset it\n")
+    assert not (tmp_path / "state").exists()
