@@ -9,6 +9,9 @@ differently.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -116,16 +119,17 @@ def test_local_messages_are_the_api_servers(plane: KubeControlPlane) -> None:
             assert error in r.stderr, (case, error, r.stderr)
 
 
-def test_shardcdc_run_refuses_an_invalid_manifest(tmp_path: Path) -> None:
-    import subprocess
-    import sys
+def _shardcdc_run(manifest: Path, state: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "shardcdc_cli.cli", "run", "-f", str(manifest), "--state-dir",
+                           str(state)], capture_output=True, text=True, timeout=60, env={**os.environ, **env})
 
+
+def test_shardcdc_run_refuses_an_invalid_manifest(tmp_path: Path) -> None:
     import yaml
 
     manifest = tmp_path / "connector.yaml"
     manifest.write_text(yaml.safe_dump(with_path("spec/config", {"tasks.max": "4"})))
-    r = subprocess.run([sys.executable, "-m", "shardcdc_cli.cli", "run", "-f", str(manifest), "--state-dir",
-                        str(tmp_path / "state")], capture_output=True, text=True, timeout=60)
+    r = _shardcdc_run(manifest, tmp_path / "state")
     assert r.returncode == 2, r.stderr
     assert r.stderr == (f"shardcdc run: {manifest} CdcConnector/orders is invalid (`shardcdc validate -f {manifest}` "
                         "says the same); nothing was started:\n"
@@ -134,17 +138,11 @@ def test_shardcdc_run_refuses_an_invalid_manifest(tmp_path: Path) -> None:
 
 
 def test_shardcdc_run_refuses_a_bad_port_range_before_starting_anything(tmp_path: Path) -> None:
-    import os
-    import subprocess
-    import sys
-
     import yaml
 
     manifest = tmp_path / "connector.yaml"
     manifest.write_text(yaml.safe_dump(valid()))
-    r = subprocess.run([sys.executable, "-m", "shardcdc_cli.cli", "run", "-f", str(manifest), "--state-dir",
-                        str(tmp_path / "state")], capture_output=True, text=True, timeout=60,
-                       env={**os.environ, "SHARDCDC_PORT_RANGE": "9000"})
+    r = _shardcdc_run(manifest, tmp_path / "state", SHARDCDC_PORT_RANGE="9000")
     assert r.returncode == 2, r.stderr
     assert r.stderr == ("shardcdc run: SHARDCDC_PORT_RANGE='9000': give <low>-<high>, 1024 <= low, high <= 65536 "
                         "and at least 100 ports apart (for example 10000-20000), or unset it\n")
