@@ -17,6 +17,7 @@ class Run:
 
     def __init__(self, manifest: Path, state: Path, log: Path, extra: tuple[str, ...] = ()) -> None:
         self.log = log
+        self.state = state
         with log.open("ab") as out:
             self.proc = start_bound(
                 [sys.executable, "-m", "shardcdc_cli.cli", "run", "-f", str(manifest), "--state-dir", str(state),
@@ -29,6 +30,15 @@ class Run:
 
     def output(self) -> str:
         return self.log.read_text(errors="replace")
+
+    def pod_logs(self, chars: int = 1200) -> str:
+        """The end of every pod's and Job's container log under the state directory (for a failure's
+        message: a worker that crashed or hung says why only there)."""
+        parts = []
+        for path in sorted(self.state.glob("*/*/*/*/*/container.log")):
+            text = path.read_text(errors="replace")
+            parts.append(f"--- {path.relative_to(self.state)} (last {chars} chars)\n{text[-chars:]}")
+        return "\n".join(parts)
 
     def alive(self) -> None:
         if self.proc.poll() is not None:  # not an AssertionError: wait_for must not keep polling

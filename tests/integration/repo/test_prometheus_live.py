@@ -169,9 +169,12 @@ def observe_healthy(prom: Prometheus, run: Run, sim: VTGateSim) -> None:
     def healthy() -> bool:
         """True, or an AssertionError naming what is not yet so (shown if the wait times out)."""
         run.alive()  # raises if shardcdc run exited
-        up = {(t["labels"]["job"], t["labels"].get("task")): t["health"] for t in prom.targets()}
+        targets = prom.targets()
+        up = {(t["labels"]["job"], t["labels"].get("task")): t["health"] for t in targets}
+        errors = [f"{t['scrapeUrl']}: {t['lastError']}" for t in targets if t.get("lastError")]
         assert up == {("shardcdc-operator", None): "up", ("shardcdc-workers", "0"): "up",
-                      ("shardcdc-workers", "1"): "up"}, f"scrape targets: {up}; shardcdc run: {run.output()[-1500:]}"
+                      ("shardcdc-workers", "1"): "up"}, (f"scrape targets: {up} {errors}; shardcdc run: "
+                                                         f"{run.output()[-1500:]}\n{run.pod_logs()}")
         ready = prom.query(f'shardcdc_operator_connector_ready{{connector="{NAME}"}}')
         assert values(ready) == [1.0], f"connector ready: {ready}"
         phase = prom.query(f'shardcdc_operator_backfill_phase{{connector="{NAME}"}} == 1')
