@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Iterator
+from typing import Any, Protocol
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-from cdcworker.kafkaerrors import PARTITION_EOF
+from cdcworker.kafkaerrors import PARTITION_EOF, UNKNOWN_PARTITION
 
 # A topic that was just created can be listed with a leader before that broker has taken the
 # partition's leadership: its offsets answer NOT_LEADER for a moment (seen on a loaded machine,
@@ -31,6 +32,43 @@ _LEADER_SETTLING = (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_A
 # At most this long for one partition's end: a broker that does not answer it leaves the read to
 # the end-of-partition events (and the read's own deadline), not to a long offsets query first.
 _ENDS_QUERY_SECONDS = 2.0
+
+
+# What a broker answers for a topic created a moment ago, until its metadata has spread and its
+# partitions have leaders: each settles by itself.
+NOT_YET_VISIBLE = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, UNKNOWN_PARTITION, KafkaError.LEADER_NOT_AVAILABLE})
+
+
+class Lister(Protocol):
+    """An admin client or a consumer: both list topics."""
+
+    def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any: ...  # Any: ClusterMetadata (untyped in confluent-kafka's stubs)
+
+
+class TopicNotVisible(RuntimeError):
+    """The topic did not show with its partitions: a refusal, or ``NOT_YET_VISIBLE`` past the deadline."""
+
+    def __init__(self, topic: str, error: KafkaError | None, timed_out: bool) -> None:
+        super().__init__(f"{topic}: {error or 'no partitions'}")
+        self.error, self.timed_out = error, timed_out
+
+
+def visible_topic(client: Lister, topic: str, timeout: float) -> Any:  # Any: TopicMetadata (untyped in confluent-kafka's stubs)
+    """The metadata of a topic just created (by this process or another), once the broker that
+    answers lists it with its partitions; ``TopicNotVisible`` at once for any other error, or when
+    it is still not visible after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    delay = 0.05
+    while True:
+        meta = client.list_topics(topic, timeout=timeout).topics.get(topic)
+        error = None if meta is None else meta.error
+        if meta is not None and error is None and meta.partitions:
+            return meta
+        settling = error is None or error.code() in NOT_YET_VISIBLE  # None: absent, or no partitions yet
+        if not settling or time.monotonic() > deadline:
+            raise TopicNotVisible(topic, error, settling)
+        time.sleep(delay)  # metadata propagation: retry with backoff until the deadline
+        delay = min(delay * 2, 1.0)
 
 
 class TopicReadError(RuntimeError):

@@ -14,7 +14,7 @@ from cdcworker import kafkaclients
 from cdcworker.backfill.progress import ChunkDone, PlanRecord, RunState, parse_record
 from cdcworker.kafkaerrors import TIMED_OUT, broker_count, creation_refusal
 from cdcworker.offsets.store import offsets_sizing
-from cdcworker.topicread import TopicEndTimeout, TopicReader, TopicReadError
+from cdcworker.topicread import TopicEndTimeout, TopicNotVisible, TopicReader, TopicReadError, visible_topic
 
 TOPIC_CONFIG = {"cleanup.policy": "compact"}
 
@@ -44,14 +44,12 @@ class ProgressStore:
                     if refusal is None:
                         raise
                     raise refusal from exc
-        deadline = time.monotonic() + timeout
-        while True:  # a just-created topic takes a moment to become describable
-            meta = admin.list_topics(self.topic, timeout=timeout).topics.get(self.topic)
-            if meta is not None and meta.error is None and meta.partitions:
-                return
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"progress topic {self.topic} not available after {timeout}s")
-            time.sleep(0.1)
+        try:
+            visible_topic(admin, self.topic, timeout)
+        except TopicNotVisible as exc:
+            if exc.timed_out:
+                raise TimeoutError(f"progress topic {self.topic} not available after {timeout}s") from None
+            raise KafkaException(exc.error) from None
 
     def records(self, timeout: float = 60.0) -> Iterator[tuple[bytes | None, bytes | None]]:
         """Every record from the beginning to the current end (the high watermark read first:

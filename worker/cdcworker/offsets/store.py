@@ -27,7 +27,6 @@ from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 from cdcworker import kafkaclients
 from cdcworker.jsontypes import JsonObject
 from cdcworker.kafkaerrors import (
-    UNKNOWN_PARTITION,
     KafkaAccessError,
     OffsetStoreError,
     TopicSizing,
@@ -39,7 +38,14 @@ from cdcworker.offsets.javacompat import java_murmur2_partition
 from cdcworker.offsets.keys import OffsetPartition, offset_record_key
 from cdcworker.offsets.migration import OffsetLookup, lookup_in
 from cdcworker.offsets.value import OffsetValue
-from cdcworker.topicread import TopicEndTimeout, TopicReader, TopicReadError
+from cdcworker.topicread import (
+    NOT_YET_VISIBLE,
+    TopicEndTimeout,
+    TopicNotVisible,
+    TopicReader,
+    TopicReadError,
+    visible_topic,
+)
 
 __all__ = ["CONNECT_DEFAULT_PARTITIONS", "KafkaAccessError", "OffsetStore", "OffsetStoreError"]
 
@@ -51,8 +57,6 @@ def offsets_sizing(partitions: int, replication_factor: int) -> TopicSizing:
     return TopicSizing("offset.storage.partitions", partitions, "offset.storage.replication.factor", replication_factor)
 
 
-# Errors a consumer reports while a just-created topic propagates; the read retries until its deadline.
-_TRANSIENT_READ_ERRORS = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, UNKNOWN_PARTITION, KafkaError.LEADER_NOT_AVAILABLE})
 
 
 class OffsetStore:
@@ -109,7 +113,15 @@ class OffsetStore:
                 f"offsets topic {self.topic!r} has cleanup.policy={policy!r}; it must be 'compact' only, "
                 "or old offsets are deleted and connectors restart from their configured start"
             )
-        return self.num_partitions(admin)
+        # A topic created a moment ago (by this task or the one beside it) may still be unknown
+        # or leaderless where it is asked: a worker that gave up there would wait out its restart
+        # back-off with its stream down. (Elsewhere a missing topic is an answer: num_partitions.)
+        try:
+            meta = visible_topic(admin, self.topic, self._timeout)
+        except TopicNotVisible as exc:
+            raise OffsetStoreError(f"offsets topic {self.topic!r} not found: {exc.error or 'no partitions'}") from None
+        self._num_partitions = len(meta.partitions)
+        return self._num_partitions
 
     def _first_answer(self, admin: AdminClient, future: Any, errors: list[KafkaError]) -> None:  # Any: a confluent-kafka admin future (untyped in its stubs)
         """Wait for the cluster's first answer; stop at once if it refuses the credentials or TLS
@@ -189,7 +201,7 @@ class OffsetStore:
                 raise refused
 
         try:
-            reader = TopicReader(consumer, self.topic, skip=_TRANSIENT_READ_ERRORS)
+            reader = TopicReader(consumer, self.topic, skip=NOT_YET_VISIBLE)
             reader.assign(range(self.num_partitions()), ends_within=self._timeout, check=check)
             for msg in reader.read_to_end(self._timeout, check):
                 key = msg.key()
