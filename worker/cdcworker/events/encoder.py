@@ -505,12 +505,15 @@ class TablePlan:
         t = self._send_tails
         if t[0] is source and t[1] == insert_op and t[2] == now_ns:
             return t
+        # _envelope_tail's bytes, written in two halves around the transaction block: the source
+        # is copied once per batch, not once per operation and again by slicing.
         close = b"}" if self._value_prefix else b""
+        pre = b',"source":' + orjson.dumps(source) + b',"transaction":'
+        times = b'","ts_ms":%d,"ts_us":%d,"ts_ns":%d}' % (now_ns // 1_000_000, now_ns // 1000, now_ns) + close
         parts: list[Any] = [source, insert_op, now_ns]  # Any: a per-batch cache: the source Fragment, op and time, then the tails' bytes
         for op in (insert_op, "u"):
-            tail = _envelope_tail(source, b"null", op, now_ns) + close
-            i = tail.rindex(b',"transaction":null,"op":"') + 15
-            parts += [tail, tail[:i], tail[i + 4 :]]
+            post = b',"op":"' + op.encode() + times
+            parts += [pre + b"null" + post, pre, post]
         self._send_tails = t = tuple(parts)
         return t
 
