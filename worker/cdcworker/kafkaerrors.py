@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from confluent_kafka import KafkaError, KafkaException
 
@@ -167,11 +167,13 @@ class TopicSizing:
     replication_factor: int
 
 
-class _Metadata(Protocol):
-    def list_topics(self, topic: str | None = None, timeout: float = -1) -> object: ...
+class TopicLister(Protocol):
+    """An admin client or a consumer: both list the cluster's topics."""
+
+    def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any: ...  # Any: ClusterMetadata (untyped in confluent-kafka's stubs)
 
 
-def broker_count(admin: _Metadata, timeout: float = 5.0) -> int | None:
+def broker_count(admin: TopicLister, timeout: float = 5.0) -> int | None:
     """The number of brokers the cluster's metadata names; None when it does not answer."""
     try:
         return len(getattr(admin.list_topics(timeout=timeout), "brokers", {}))

@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, Protocol
+from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-from cdcworker.kafkaerrors import PARTITION_EOF, UNKNOWN_PARTITION
+from cdcworker.kafkaerrors import PARTITION_EOF, UNKNOWN_PARTITION, TopicLister
 
 # A topic that was just created can be listed with a leader before that broker has taken the
 # partition's leadership: its offsets answer NOT_LEADER for a moment (seen on a loaded machine,
@@ -39,12 +39,6 @@ _ENDS_QUERY_SECONDS = 2.0
 NOT_YET_VISIBLE = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, UNKNOWN_PARTITION, KafkaError.LEADER_NOT_AVAILABLE})
 
 
-class Lister(Protocol):
-    """An admin client or a consumer: both list topics."""
-
-    def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any: ...  # Any: ClusterMetadata (untyped in confluent-kafka's stubs)
-
-
 class TopicNotVisible(RuntimeError):
     """The topic did not show with its partitions: a refusal, or ``NOT_YET_VISIBLE`` past the deadline."""
 
@@ -53,7 +47,7 @@ class TopicNotVisible(RuntimeError):
         self.error, self.timed_out = error, timed_out
 
 
-def visible_topic(client: Lister, topic: str, timeout: float) -> Any:  # Any: TopicMetadata (untyped in confluent-kafka's stubs)
+def visible_topic(client: TopicLister, topic: str, timeout: float) -> Any:  # Any: TopicMetadata (untyped in confluent-kafka's stubs)
     """The metadata of a topic just created (by this process or another), once the broker that
     answers lists it with its partitions; ``TopicNotVisible`` at once for any other error, or when
     it is still not visible after ``timeout`` seconds."""
