@@ -57,8 +57,6 @@ def offsets_sizing(partitions: int, replication_factor: int) -> TopicSizing:
     return TopicSizing("offset.storage.partitions", partitions, "offset.storage.replication.factor", replication_factor)
 
 
-
-
 class OffsetStore:
     """Read and write one offsets topic. Not thread-safe except ``write`` delivery callbacks.
 
