@@ -136,6 +136,38 @@ def consume_all(
         consumer.close()
 
 
+def await_markers(bootstrap: str, topic: str, timeout: float = 30.0) -> None:
+    """Wait until no transaction on ``topic`` lacks its end marker: the last stable offset equals
+    the high watermark on every partition.
+
+    ``commit_transaction`` and ``abort_transaction`` return once the coordinator has logged the
+    decision; the markers reach the partitions afterwards (about 50 ms later on this broker), and
+    until then a read_committed reader ends before the transaction's records.
+    """
+    ends = {
+        level: Consumer({"bootstrap.servers": bootstrap, "group.id": f"shardcdc-markers-{uuid.uuid4()}",
+                         "isolation.level": level})
+        for level in ("read_committed", "read_uncommitted")
+    }
+    try:
+        meta = ends["read_uncommitted"].list_topics(topic, timeout=timeout).topics[topic]
+        if meta.error is not None:
+            raise KafkaException(meta.error)
+        deadline = time.monotonic() + timeout
+        for p in sorted(meta.partitions):
+            tp = TopicPartition(topic, p)
+            while (stable := ends["read_committed"].get_watermark_offsets(tp, timeout)[1]) != (
+                high := ends["read_uncommitted"].get_watermark_offsets(tp, timeout)[1]
+            ):
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{topic}[{p}]: last stable offset {stable} < high watermark {high} "
+                                       f"after {timeout}s (a transaction still open?)")
+                time.sleep(0.02)  # the markers are written by the broker, not by anything we can wait on
+    finally:
+        for consumer in ends.values():
+            consumer.close()
+
+
 def _headers(
     raw: dict[str, str | bytes | None] | list[tuple[str, str | bytes | None]] | tuple[()] | None,
 ) -> tuple[tuple[str, bytes | None], ...]:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from confluent_kafka import Producer
 
-from localkafka import KafkaBroker, consume_all, create_topics, produce
+from localkafka import KafkaBroker, await_markers, consume_all, create_topics, produce
 
 
 def _topic(prefix: str) -> str:
@@ -63,6 +63,7 @@ def test_read_committed_sees_only_committed_transactions(kafka_broker: KafkaBrok
     producer.begin_transaction()
     producer.produce(topic, key=b"c", value=b"committed-2")
     producer.commit_transaction(30)
+    await_markers(kafka_broker.bootstrap, topic)
 
     committed = consume_all(kafka_broker.bootstrap, topic, read_committed=True)
     everything = consume_all(kafka_broker.bootstrap, topic)

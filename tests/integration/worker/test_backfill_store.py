@@ -11,7 +11,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 
 from cdcworker.backfill.store import ProgressStore
 from cdcworker.topicread import watermarks
-from localkafka import KafkaBroker
+from localkafka import KafkaBroker, await_markers
 
 
 def _store(broker: KafkaBroker) -> ProgressStore:
@@ -44,6 +44,7 @@ def test_records_ends_when_the_last_offset_is_a_transaction_marker(kafka_broker:
     for i in range(5):
         tx.produce(store.topic, b"v%d" % i, b"k")
     tx.commit_transaction(30)
+    await_markers(kafka_broker.bootstrap, store.topic)  # the commit marker lands after commit returns
     assert list(store.records()) == [(b"k", b"v%d" % i) for i in range(5)]
 
 

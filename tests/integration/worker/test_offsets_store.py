@@ -17,7 +17,7 @@ from cdcworker.offsets import (
 )
 from cdcworker.offsets.migration import resolve_task_start
 from cdcworker.offsets.store import OffsetStore
-from localkafka import KafkaBroker, consume_all, create_topics, produce
+from localkafka import KafkaBroker, await_markers, consume_all, create_topics, produce
 
 NAME = "vitess-conn"
 
@@ -128,6 +128,7 @@ def test_reads_offsets_written_by_debezium_and_skips_aborted_transactions(kafka_
     producer.begin_transaction()
     store.produce(producer, NAME, OffsetPartition("prefix"), _value("MySQL56/u:1-99", "0"))
     producer.abort_transaction(30)
+    await_markers(kafka_broker.bootstrap, topic)  # markers land after commit/abort return
     assert committed[0] == key
     assert store.load() == {key: _value("MySQL56/u:1-10", "0").to_bytes()}
     offset = store.get(NAME, OffsetPartition("prefix"))

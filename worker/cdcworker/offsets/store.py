@@ -178,7 +178,14 @@ class OffsetStore:
     # -- reading -------------------------------------------------------------------------------
 
     def load(self) -> dict[bytes, bytes]:
-        """Read the whole topic; keep and return the latest value per key (tombstones delete)."""
+        """Read the whole topic; keep and return the latest value per key (tombstones delete).
+
+        Read committed, to the last stable offset: a transaction committed in the last ~50 ms,
+        whose markers the broker has not yet written, is not seen (Kafka Connect reads to the high
+        watermark and waits for them). Every reader here starts after the writer stopped (a new
+        process or pod), which takes far longer; tests that commit and read at once call
+        ``localkafka.await_markers`` first.
+        """
         errors: list[KafkaError] = []
         consumer = kafkaclients.consumer(
             {
