@@ -1411,7 +1411,8 @@ def _race_side(args: argparse.Namespace, broker: Any, source: SimProcess | Repla
         r = _debezium_side(args, broker, source, side, args.rows)
         return r, f"JVM RSS max {r['max_rss_mb']:.0f} MB"
     mode = side.removeprefix("shardcdc-") if side.startswith("shardcdc-") else "at-least-once"
-    r = run_worker(broker, source, source.info["final"], mode, "d", topic_config=LOG_APPEND_TIME)
+    r = run_worker(broker, source, source.info["final"], mode, "d", extra=_kv(args.worker_props),
+                   topic_config=LOG_APPEND_TIME)
     window = _topic_window_committed if mode == "exactly-once" else _topic_window
     count, first, last = window(broker.bootstrap, r["topic"])
     r.update(records=count, seconds=(last - first) / 1000)
@@ -1482,6 +1483,8 @@ def _debezium_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dbz-props", default="", help="more Debezium connector properties k=v,k=v")
     p.add_argument("--connect-props", default="", help="more Kafka Connect worker properties k=v,k=v "
                    "(producer.* for its producer)")
+    p.add_argument("--worker-props", default="", help="more shardcdc worker properties k=v,k=v (the race's "
+                   "shardcdc sides; producer.* for its producer)")
     p.add_argument("--heap", default="1g", help="Kafka Connect JVM heap")
     p.add_argument("--test-jvm", action="store_true", help="ConnectStandalone's test flags (SerialGC, C1 only) "
                    "instead of kafka-run-class.sh's production JVM options")

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from cdcworker.topicread import watermarks  # retried while a new topic's leadership settles
+
 
 @dataclass(frozen=True, slots=True)
 class ConsumedRecord:
@@ -154,11 +156,13 @@ def await_markers(bootstrap: str, topic: str, timeout: float = 30.0) -> None:
         if meta.error is not None:
             raise KafkaException(meta.error)
         deadline = time.monotonic() + timeout
+
+        def end(level: str, tp: TopicPartition) -> int:
+            return watermarks(ends[level], tp, max(0.1, deadline - time.monotonic()))[1]
+
         for p in sorted(meta.partitions):
             tp = TopicPartition(topic, p)
-            while (stable := ends["read_committed"].get_watermark_offsets(tp, timeout)[1]) != (
-                high := ends["read_uncommitted"].get_watermark_offsets(tp, timeout)[1]
-            ):
+            while (stable := end("read_committed", tp)) != (high := end("read_uncommitted", tp)):
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"{topic}[{p}]: last stable offset {stable} < high watermark {high} "
                                        f"after {timeout}s (a transaction still open?)")

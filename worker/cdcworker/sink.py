@@ -317,6 +317,14 @@ OffsetWriter = Callable[[Producer, Any], None]
 _INIT_SLICE_SECONDS = 1.0
 
 
+def _raise_if_refused(err: KafkaError) -> None:
+    """A transactional call refused for the login or certificate: the access error the task stops
+    with, as the error callback's report would have made it."""
+    refused = access_refusal(err.code(), err.str())
+    if refused is not None:
+        raise refused
+
+
 class TransactionalSink(KafkaSink):
     """Exactly-once: each batch of whole Vitess transactions and its offset record commit together.
 
@@ -447,7 +455,7 @@ class TransactionalSink(KafkaSink):
             self.producer.commit_transaction(self._timeout)
             self.commit_seconds += self._clock() - t0
         except InterruptedError as exc:  # a stop while the broker is away (no room for the offset record)
-            with contextlib.suppress(KafkaException):
+            with contextlib.suppress(KafkaException, KafkaAccessError):
                 self._abort(5.0)
             # Given up either way: a later flush must not try to commit it again.
             self._in_txn = False
@@ -458,8 +466,12 @@ class TransactionalSink(KafkaSink):
             self._raise_if_fatal(exc)  # fenced: the transaction is void and the task stops
             # Refused mid-commit: no abort either (it cannot reach the coordinator, which aborts
             # the transaction itself after transaction.timeout.ms); the task stops with the reason.
+            # The commit's own error says so before librdkafka has served the error callback
+            # that records the refusal (seen in CI: the abort after it was refused too, and raised).
+            self.producer.poll(0)
             self._check_access()
             err = exc.args[0]
+            _raise_if_refused(err)
             if err.txn_requires_abort():
                 self._abort(self._timeout)
             raise SinkError(f"Kafka transaction commit failed: {err.str()}") from exc
@@ -538,6 +550,7 @@ class TransactionalSink(KafkaSink):
             self.producer.abort_transaction(timeout)
         except KafkaException as exc:
             if not exc.args[0].fatal():
+                _raise_if_refused(exc.args[0])
                 raise
         self._in_txn = False
         self._begin_needed = True

@@ -7,6 +7,7 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from confluent_kafka import Producer
 
 from localkafka import KafkaBroker, await_markers, consume_all, create_topics, produce
@@ -84,7 +85,11 @@ def test_open_transaction_is_invisible_to_read_committed(kafka_broker: KafkaBrok
 
     assert [r.key for r in consume_all(kafka_broker.bootstrap, topic, read_committed=True)] == [b"before"]
     assert [r.key for r in consume_all(kafka_broker.bootstrap, topic)] == [b"before", b"pending"]
+    with pytest.raises(TimeoutError, match="last stable offset 1 < high watermark 2"):
+        await_markers(kafka_broker.bootstrap, topic, timeout=1)  # an open transaction has no marker to wait for
     producer.abort_transaction(30)
+    await_markers(kafka_broker.bootstrap, topic)  # the abort marker: offset 2, the end 3
+    assert [r.key for r in consume_all(kafka_broker.bootstrap, topic, read_committed=True)] == [b"before"]
 
 
 def test_restart_keeps_data_and_address(fresh_kafka_broker: Callable[[], KafkaBroker]) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from cdcworker.kafkaerrors import ProducerIdTimeout
+from cdcworker.kafkaerrors import KafkaAccessError, ProducerIdTimeout
 from cdcworker.sink import TransactionalSink
 
 
@@ -67,3 +67,49 @@ def test_a_non_retriable_refusal_is_not_retried() -> None:
     with pytest.raises(KafkaException):
         _sink(coordinator)
     assert len(coordinator.calls) == 1
+
+
+class _RefusedCoordinator(_Coordinator):
+    """A transaction coordinator whose re-authentication was refused: EndTxn fails both ways with
+    librdkafka's local _AUTHENTICATION, before its error callback reported the refusal."""
+
+    def __init__(self) -> None:
+        super().__init__(busy=0, clock=[0.0])
+        self.ends: list[str] = []
+
+    def begin_transaction(self) -> None:
+        pass
+
+    def poll(self, timeout: float) -> int:
+        return 0
+
+    def commit_transaction(self, timeout: float) -> None:
+        self.ends.append("commit")
+        raise KafkaException(KafkaError(KafkaError._AUTHENTICATION, "EndTxn commit failed: Local: Authentication failure",
+                                        txn_requires_abort=True))
+
+    def abort_transaction(self, timeout: float) -> None:
+        self.ends.append("abort")
+        raise KafkaException(KafkaError(KafkaError._AUTHENTICATION, "EndTxn abort failed: Local: Authentication failure"))
+
+
+def test_a_commit_refused_for_the_login_stops_with_the_access_error_not_a_raw_kafka_exception() -> None:
+    """Seen in CI: the commit's refusal came before the error callback's, the abort after it was
+    refused too and its KafkaException ended the task's thread with no result."""
+    coordinator = _RefusedCoordinator()
+    sink = _sink(coordinator)
+    sink.commit_point("after the first transaction")
+    with pytest.raises(KafkaAccessError, match=r"authentication failed for the producer .*EndTxn commit failed"):
+        sink.commit()
+    assert coordinator.ends == ["commit"]  # no abort: it cannot reach the coordinator either
+    assert sink.durable_position() is None
+
+
+def test_an_abort_refused_for_the_login_stops_with_the_access_error() -> None:
+    coordinator = _RefusedCoordinator()
+    sink = _sink(coordinator)
+    sink._begin()
+    sink.records_sent += 3  # three records of a Vitess transaction whose end has not arrived
+    with pytest.raises(KafkaAccessError, match=r"authentication failed for the producer .*EndTxn abort failed"):
+        sink.rewind("handed over")
+    assert coordinator.ends == ["abort"]
