@@ -84,7 +84,6 @@ typedef struct Block {
     struct Block *next; /* in the spare list */
     size_t used;
     long live;          /* values handed out and not yet given back */
-    int retired;        /* no longer the block values are cut from */
 } Block;
 
 typedef struct {
@@ -96,7 +95,8 @@ typedef struct {
 } Blocks;
 
 static void block_retire(Blocks *a, Block *b) {
-    /* lock held; b has no live value and is not the current block */
+    /* lock held; b has no live value and is not the current block (values are cut only from
+     * the current one: any other block in use is retired) */
     if (a->nspare < BLOCK_SPARES) {
         b->next = a->spare;
         a->spare = b;
@@ -115,10 +115,7 @@ static char *block_take(Blocks *a, size_t n) {
     Block *b = a->cur;
     if (b && b->live == 0) b->used = 0; /* everything cut from it came back: start it over */
     if (!b || b->used + need > BLOCK_BYTES) {
-        if (b) {
-            b->retired = 1;
-            if (b->live == 0) block_retire(a, b);
-        }
+        if (b && b->live == 0) block_retire(a, b);
         if (a->spare) {
             b = a->spare;
             a->spare = b->next;
@@ -137,7 +134,6 @@ static char *block_take(Blocks *a, size_t n) {
         }
         b->used = 0;
         b->live = 0;
-        b->retired = 0;
         a->cur = b;
     }
     char *p = (char *)(b + 1) + b->used;
@@ -152,7 +148,7 @@ static void block_give(Blocks *a, void *value) {
     Block *b;
     memcpy(&b, (char *)value - sizeof(Block *), sizeof(Block *));
     pthread_mutex_lock(&a->lock);
-    if (--b->live == 0 && b->retired) block_retire(a, b);
+    if (--b->live == 0 && b != a->cur) block_retire(a, b);
     pthread_mutex_unlock(&a->lock);
 }
 
