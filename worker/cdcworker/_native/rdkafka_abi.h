@@ -98,6 +98,7 @@ typedef struct {
     X(header_add, rd_kafka_header_add, RK_ERR, (rk_headers_t *, const char *, ssize_t, const void *, ssize_t)) \
     X(headers_copy, rd_kafka_headers_copy, rk_headers_t *, (const rk_headers_t *))                        \
     X(headers_destroy, rd_kafka_headers_destroy, void, (rk_headers_t *))                                  \
+    X(message_detach_headers, rd_kafka_message_detach_headers, RK_ERR, (RK_MESSAGE *, rk_headers_t **))   \
     X(topic_name, rd_kafka_topic_name, const char *, (const rk_topic_t *))                                \
     X(err2str, rd_kafka_err2str, const char *, (RK_ERR))                                                  \
     X(fatal_error, rd_kafka_fatal_error, RK_ERR, (rk_t *, char *, size_t))                                \
