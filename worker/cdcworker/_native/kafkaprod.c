@@ -726,20 +726,16 @@ static PyObject *Producer_send_rows(Producer *self, PyObject *const *args, Py_ss
     for (; i < n; i++) {
         PyObject *rc = PyList_GET_ITEM(rcs, i);
         if (!PyBytes_Check(rc)) break;
-        PyObject *images = rowenc_program_encode(program, rc);
-        if (!images) { PyErr_Clear(); break; } /* the Python path raises it under the failure mode */
-        if (images == Py_None) { Py_DECREF(images); break; }
-        PyObject *b = PyTuple_GET_ITEM(images, 0), *a = PyTuple_GET_ITEM(images, 1);
-        PyObject *okey = PyTuple_GET_ITEM(images, 2), *nkey = PyTuple_GET_ITEM(images, 3);
-        int insert = b == Py_None;
-        if (a == Py_None || (!insert && PyObject_RichCompareBool(okey, nkey, Py_EQ) != 1)) {
-            PyErr_Clear();
-            Py_DECREF(images);
+        RowImages im; /* in the program's buffers: no bytes objects per row */
+        int got = rowenc_program_images(program, rc, &im);
+        if (got <= 0) { PyErr_Clear(); break; } /* the Python path raises it under the failure mode */
+        int insert = im.img[0] == NULL;
+        if (im.img[1] == NULL ||
+            (!insert && (im.key_n[0] != im.key_n[1] || (im.key_n[0] && memcmp(im.key[0], im.key[1], (size_t)im.key_n[0])))))
             break; /* delete or key change: delete + tombstone + create, the Python path */
-        }
-        const char *bp = insert ? "null" : PyBytes_AS_STRING(b);
-        Py_ssize_t bn = insert ? 4 : PyBytes_GET_SIZE(b);
-        Py_ssize_t pn = PyBytes_GET_SIZE(prefix), an = PyBytes_GET_SIZE(a);
+        const char *bp = insert ? "null" : im.img[0];
+        Py_ssize_t bn = insert ? 4 : im.img_n[0];
+        Py_ssize_t pn = PyBytes_GET_SIZE(prefix), an = im.img_n[1];
         /* the pieces after the after-image: a tail, or pre + block + post */
         const char *piece[7];
         Py_ssize_t piece_n[7], npieces = 0, rest = 0;
@@ -770,18 +766,14 @@ static PyObject *Producer_send_rows(Producer *self, PyObject *const *args, Py_ss
         int owner = vn <= (Py_ssize_t)BLOCK_MAX_VALUE ? MSG_F_BLOCK : MSG_F_FREE;
         rk_headers_t *h = NULL;
         char *value = owner == MSG_F_BLOCK ? block_take(&self->blocks, (size_t)vn, pool, &h) : malloc((size_t)vn), *w = value;
-        if (!value) { Py_DECREF(images); PyErr_NoMemory(); return NULL; }
+        if (!value) { PyErr_NoMemory(); return NULL; }
         if (!h && pool) h = K.headers_copy(pool->proto); /* no spare list, or a value of its own */
         memcpy(w, PyBytes_AS_STRING(prefix), (size_t)pn); w += pn;
         memcpy(w, bp, (size_t)bn); w += bn;
         memcpy(w, AFTER, (size_t)after_n); w += after_n;
-        memcpy(w, PyBytes_AS_STRING(a), (size_t)an); w += an;
+        memcpy(w, im.img[1], (size_t)an); w += an;
         for (Py_ssize_t k = 0; k < npieces; k++) { memcpy(w, piece[k], (size_t)piece_n[k]); w += piece_n[k]; }
-        const char *kp = NULL;
-        Py_ssize_t kn = 0;
-        if (nkey != Py_None) { kp = PyBytes_AS_STRING(nkey); kn = PyBytes_GET_SIZE(nkey); }
-        int rc_ = produce(self, topic, -1, kp, kn, value, vn, owner, h, 1); /* owns value and h */
-        Py_DECREF(images);
+        int rc_ = produce(self, topic, -1, im.key[1], im.key_n[1], value, vn, owner, h, 1); /* owns value and h */
         if (rc_ < 0) {
             /* Nothing was queued for this row: the Python path produces it again and meets the
              * same error under the failure-handling mode. Interrupts and exits propagate. */

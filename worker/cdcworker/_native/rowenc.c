@@ -57,6 +57,13 @@ typedef struct {
     PyObject *labels; /* tuple of bytes: escaped label bodies (no quotes), OP_ENUM / OP_SET */
 } Col;
 
+/* An output buffer: 2 KB inline, grown on the heap beyond that. */
+typedef struct {
+    char *p;
+    Py_ssize_t len, cap;
+    char inl[2048];
+} Buf;
+
 typedef struct {
     PyObject_HEAD
     Py_ssize_t ncols;
@@ -66,15 +73,12 @@ typedef struct {
     PyObject *key_prefix; /* bytes: '{"schema":...,"payload":' or b"" */
     PyObject *dumps;      /* orjson.dumps */
     PyObject *fix;        /* jsonfmt.fix_escapes */
+    Buf scratch[2];       /* rowenc_program_images' before and after images, kept grown */
+    int busy;             /* rowenc_program_images is writing scratch */
 } Program;
 
 /* --- output buffer ------------------------------------------------------------------- */
 
-typedef struct {
-    char *p;
-    Py_ssize_t len, cap;
-    char inl[2048];
-} Buf;
 
 static void buf_init(Buf *b) { b->p = b->inl; b->len = 0; b->cap = (Py_ssize_t)sizeof(b->inl); }
 static void buf_free(Buf *b) { if (b->p != b->inl) PyMem_Free(b->p); }
@@ -704,10 +708,11 @@ static int parse_row(const unsigned char *p, const unsigned char *end, Py_ssize_
     return nl == ncols;
 }
 
-/* One row image and, if the table has a key, its key record bytes.
- * Returns 1 done, 0 fall back to Python, -1 error set. */
-static int encode_image(Program *pg, Deferred *d, const unsigned char *p, const unsigned char *end,
-                        PyObject **img, PyObject **key) {
+/* One row image into b (emptied) and, if the table has a key, its key record after it: the image
+ * is b->p[0:*img_len], the key b->p[*img_len:b->len]. Returns 1 done, 0 fall back to Python,
+ * -1 error set. */
+static int encode_image_into(Program *pg, Deferred *d, const unsigned char *p, const unsigned char *end, Buf *bp,
+                             Py_ssize_t *img_len_out) {
     Py_ssize_t ncols = pg->ncols;
     long long lens_s[64];
     Py_ssize_t spans_s[128];
@@ -716,8 +721,7 @@ static int encode_image(Program *pg, Deferred *d, const unsigned char *p, const 
     const char *values;
     Py_ssize_t nvalues;
     int rc = -1;
-    Buf b;
-    buf_init(&b);
+    bp->len = 0;
     if (ncols > 64) {
         lens = PyMem_Malloc(sizeof(long long) * (size_t)ncols);
         spans = PyMem_Malloc(sizeof(Py_ssize_t) * 2 * (size_t)ncols);
@@ -726,7 +730,7 @@ static int encode_image(Program *pg, Deferred *d, const unsigned char *p, const 
     if (!parse_row(p, end, ncols, lens, &values, &nvalues)) { rc = 0; goto done; }
     Py_ssize_t pos = 0;
     int first = 1;
-    if (PUTS(&b, "{") < 0) goto done;
+    if (PUTS(bp, "{") < 0) goto done;
     for (Py_ssize_t i = 0; i < ncols; i++) {
         Col *c = &pg->cols[i];
         long long l = lens[i];
@@ -735,69 +739,75 @@ static int encode_image(Program *pg, Deferred *d, const unsigned char *p, const 
             if (l > 0) pos += l;
             continue;
         }
-        if (!first && PUTS(&b, ",") < 0) goto done;
+        if (!first && PUTS(bp, ",") < 0) goto done;
         first = 0;
-        if (buf_put(&b, PyBytes_AS_STRING(c->name), PyBytes_GET_SIZE(c->name)) < 0) goto done;
-        spans[2 * i] = b.len;
+        if (buf_put(bp, PyBytes_AS_STRING(c->name), PyBytes_GET_SIZE(c->name)) < 0) goto done;
+        spans[2 * i] = bp->len;
         if (l < 0) {
             /* NULL is null, but for a masked column: Debezium masks NULLs too */
-            if ((c->op == OP_CONST ? put_label(&b, c->labels, 0) : PUTS(&b, "null")) < 0) goto done;
+            if ((c->op == OP_CONST ? put_label(bp, c->labels, 0) : PUTS(bp, "null")) < 0) goto done;
         } else {
-            if (put_value(pg, d, &b, c, values + pos, (Py_ssize_t)l) < 0) goto done;
+            if (put_value(pg, d, bp, c, values + pos, (Py_ssize_t)l) < 0) goto done;
             pos += l;
         }
-        spans[2 * i + 1] = b.len;
+        spans[2 * i + 1] = bp->len;
     }
-    if (PUTS(&b, "}") < 0) goto done;
-    Py_ssize_t img_len = b.len;
+    if (PUTS(bp, "}") < 0) goto done;
+    Py_ssize_t img_len = bp->len;
     if (pg->nkeys > 0) {
         /* The key record is written after the image in the same buffer, then split off. */
         Py_ssize_t kp = PyBytes_GET_SIZE(pg->key_prefix);
-        if (buf_put(&b, PyBytes_AS_STRING(pg->key_prefix), kp) < 0 || PUTS(&b, "{") < 0) goto done;
+        if (buf_put(bp, PyBytes_AS_STRING(pg->key_prefix), kp) < 0 || PUTS(bp, "{") < 0) goto done;
         for (Py_ssize_t k = 0; k < pg->nkeys; k++) {
             Py_ssize_t i = pg->keys[k];
             Col *c = &pg->cols[i];
-            if (k > 0 && PUTS(&b, ",") < 0) goto done;
-            if (buf_put(&b, PyBytes_AS_STRING(c->name), PyBytes_GET_SIZE(c->name)) < 0) goto done;
+            if (k > 0 && PUTS(bp, ",") < 0) goto done;
+            if (buf_put(bp, PyBytes_AS_STRING(c->name), PyBytes_GET_SIZE(c->name)) < 0) goto done;
             Py_ssize_t s0 = spans[2 * i], s1 = spans[2 * i + 1];
-            if (buf_reserve(&b, s1 - s0) < 0) goto done;
-            memcpy(b.p + b.len, b.p + s0, (size_t)(s1 - s0));
-            b.len += s1 - s0;
+            if (buf_reserve(bp, s1 - s0) < 0) goto done;
+            memcpy(bp->p + bp->len, bp->p + s0, (size_t)(s1 - s0));
+            bp->len += s1 - s0;
         }
-        if (PUTS(&b, "}") < 0) goto done;
-        if (kp > 0 && PUTS(&b, "}") < 0) goto done;
-        *key = PyBytes_FromStringAndSize(b.p + img_len, b.len - img_len);
-        if (!*key) goto done;
-    } else {
-        *key = Py_NewRef(Py_None);
+        if (PUTS(bp, "}") < 0) goto done;
+        if (kp > 0 && PUTS(bp, "}") < 0) goto done;
     }
-    *img = PyBytes_FromStringAndSize(b.p, img_len);
-    if (!*img) { Py_CLEAR(*key); goto done; }
+    *img_len_out = img_len;
     rc = 1;
 done:
     if (lens != lens_s) PyMem_Free(lens);
     if (spans != spans_s) PyMem_Free(spans);
+    return rc;
+}
+
+/* encode_image_into as bytes: the image and the key record (None without a key). */
+static int encode_image(Program *pg, Deferred *d, const unsigned char *p, const unsigned char *end,
+                        PyObject **img, PyObject **key) {
+    Buf b;
+    Py_ssize_t n = 0;
+    buf_init(&b);
+    int rc = encode_image_into(pg, d, p, end, &b, &n);
+    if (rc == 1) {
+        *key = pg->nkeys > 0 ? PyBytes_FromStringAndSize(b.p + n, b.len - n) : Py_NewRef(Py_None);
+        *img = *key ? PyBytes_FromStringAndSize(b.p, n) : NULL;
+        if (!*img) { Py_CLEAR(*key); rc = -1; }
+    }
     buf_free(&b);
     return rc;
 }
 
-/* Program.encode(rowchange: bytes) -> (before, after, before_key, after_key) | None */
-static PyObject *Program_encode(Program *pg, PyObject *arg) {
-    Py_buffer view;
-    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
-    const unsigned char *p = view.buf, *end = p + view.len;
-    const unsigned char *sub[2] = {NULL, NULL}, *sube[2] = {NULL, NULL};
-    PyObject *out = NULL, *img[2] = {NULL, NULL}, *key[2] = {NULL, NULL};
-    Deferred d = {0};
-    int fallback = 0;
+/* A RowChange's before (sub[0]) and after (sub[1]) Row messages, each to sube[i]; NULL when
+ * absent. Returns 0 when the Python path must decide (malformed, or what upb would read
+ * differently). */
+static int split_rowchange(const unsigned char *p, const unsigned char *end, const unsigned char **sub,
+                           const unsigned char **sube) {
+    sub[0] = sub[1] = sube[0] = sube[1] = NULL;
     while (p < end) {
         uint64_t v;
         int field, wt;
-        if (!rd_tag(&p, end, &field, &wt)) { fallback = 1; break; }
+        if (!rd_tag(&p, end, &field, &wt)) return 0;
         if ((field == 1 || field == 2) && wt == 2) {
             if (!rd_varint(&p, end, &v) || v > (uint64_t)(end - p) || sub[field - 1] != NULL) {
-                fallback = 1; /* malformed, or a repeated sub-message that protobuf would merge */
-                break;
+                return 0; /* malformed, or a repeated sub-message that protobuf would merge */
             }
             sub[field - 1] = p;
             sube[field - 1] = p + v;
@@ -805,16 +815,23 @@ static PyObject *Program_encode(Program *pg, PyObject *arg) {
         } else if ((field == 3 || field == 4) && wt == 2) {
             /* data_columns / json_partial_values: Bitmaps the encoder does not read, but upb parses
              * them, and refuses the whole RowChange for a malformed one: so must we. */
-            if (!rd_varint(&p, end, &v) || v > (uint64_t)(end - p) || !wire_ok(p, p + v)) {
-                fallback = 1;
-                break;
-            }
+            if (!rd_varint(&p, end, &v) || v > (uint64_t)(end - p) || !wire_ok(p, p + v)) return 0;
             p += v;
         } else if (!skip_field(&p, end, wt)) {
-            fallback = 1;
-            break;
+            return 0;
         }
     }
+    return 1;
+}
+
+/* Program.encode(rowchange: bytes) -> (before, after, before_key, after_key) | None */
+static PyObject *Program_encode(Program *pg, PyObject *arg) {
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
+    const unsigned char *sub[2], *sube[2];
+    PyObject *out = NULL, *img[2] = {NULL, NULL}, *key[2] = {NULL, NULL};
+    Deferred d = {0};
+    int fallback = !split_rowchange(view.buf, (const unsigned char *)view.buf + view.len, sub, sube);
     for (int i = 0; i < 2 && !fallback; i++) {
         if (sub[i] == NULL) continue;
         int r = encode_image(pg, &d, sub[i], sube[i], &img[i], &key[i]);
@@ -861,6 +878,8 @@ static void Program_dealloc(Program *pg) {
         PyMem_Free(pg->cols);
     }
     PyMem_Free(pg->keys);
+    buf_free(&pg->scratch[0]);
+    buf_free(&pg->scratch[1]);
     Py_XDECREF(pg->key_prefix);
     Py_XDECREF(pg->dumps);
     Py_XDECREF(pg->fix);
@@ -877,6 +896,8 @@ static PyObject *Program_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         return NULL;
     Program *pg = (Program *)type->tp_alloc(type, 0);
     if (!pg) return NULL;
+    buf_init(&pg->scratch[0]);
+    buf_init(&pg->scratch[1]);
     PyObject *cseq = PySequence_Fast(cols, "columns must be a sequence");
     PyObject *kseq = NULL;
     if (!cseq) goto fail;
@@ -1173,8 +1194,33 @@ done:
     return out;
 }
 
-PyObject *rowenc_program_encode(PyObject *program, PyObject *rowchange) {
-    return Program_encode((Program *)program, rowchange);
+int rowenc_program_images(PyObject *program, PyObject *rowchange, RowImages *out) {
+    Program *pg = (Program *)program;
+    const unsigned char *sub[2], *sube[2];
+    const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(rowchange);
+    Deferred d = {0};
+    if (pg->busy) return 0; /* a converter called back into it: the Python path, not a clobbered scratch */
+    if (!split_rowchange(p, p + PyBytes_GET_SIZE(rowchange), sub, sube)) return 0;
+    pg->busy = 1;
+    int rc = 1;
+    for (int i = 0; i < 2 && rc == 1; i++) {
+        out->img[i] = out->key[i] = NULL;
+        out->img_n[i] = out->key_n[i] = 0;
+        if (sub[i] == NULL) continue;
+        Buf *b = &pg->scratch[i];
+        Py_ssize_t n = 0;
+        rc = encode_image_into(pg, &d, sub[i], sube[i], b, &n);
+        if (rc != 1) break;
+        out->img[i] = b->p;
+        out->img_n[i] = n;
+        if (pg->nkeys > 0) {
+            out->key[i] = b->p + n;
+            out->key_n[i] = b->len - n;
+        }
+    }
+    pg->busy = 0;
+    if (rc == 1 && d.unserializable) rc = 0;
+    return rc;
 }
 
 int rowenc_is_program(PyObject *obj) { return PyObject_TypeCheck(obj, &ProgramType); }

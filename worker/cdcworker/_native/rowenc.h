@@ -3,9 +3,19 @@
 #define CDCWORKER_ROWENC_H
 #include <Python.h>
 
-/* Program.encode(rowchange_bytes): (before, after, before_key, after_key), None, or NULL (error). */
-PyObject *rowenc_program_encode(PyObject *program, PyObject *rowchange);
 int rowenc_is_program(PyObject *obj);
+
+/* A row change's images written by a Program without Python objects: before and after (NULL
+ * when absent) and their key records (NULL without a key), pointing into the program's own
+ * buffers, valid until its next call. */
+typedef struct {
+    const char *img[2], *key[2];
+    Py_ssize_t img_n[2], key_n[2];
+} RowImages;
+
+/* rowchange: bytes (a serialized RowChange). 1: *out is filled; 0: use the Python path
+ * (Program.encode decides, and raises what it raises); -1: error set, the same. */
+int rowenc_program_images(PyObject *program, PyObject *rowchange, RowImages *out);
 
 /* `"` + base64 (url: the URL-safe alphabet) of s[0:n] + `"` at out, room for (n + 2) / 3 * 4 + 2. */
 Py_ssize_t rowenc_b64(char *out, const unsigned char *s, Py_ssize_t n, int url);
