@@ -72,6 +72,24 @@ def test_reader_holds_at_most_the_budget_plus_one_response() -> None:
     assert (call.pulled, reader.queued_bytes, reader.peak_bytes) == (6, 0, 3000)
 
 
+@pytest.mark.parametrize("depth", [1, 2, 5, 16])
+def test_reader_stays_within_its_depth_and_never_stalls(depth: int) -> None:
+    """Room goes back to the reader half the depth at a time: it never runs more than ``depth``
+    responses (plus the one it holds) ahead of what ``next`` returned, and a reader waiting for
+    room always gets it before the queue runs dry (a stall would end in IDLE here)."""
+    call = FakeCall([i.to_bytes(2, "big") for i in range(60)])
+    reader = ResponseReader(call, depth=depth)
+    wait_for(lambda: call.pulled == depth + 1, what="the reader to fill the queue and hold one more")
+    got = []
+    for k in range(1, 61):
+        item = reader.next(5)
+        assert type(item) is bytes, f"response {k}: {item!r}"
+        got.append(int.from_bytes(item, "big"))
+        assert call.pulled <= depth + k + 1
+    assert got == list(range(60))
+    assert reader.next(5) is END
+
+
 def test_a_cancel_wakes_a_waiting_reader() -> None:
     call = FakeCall([bytes(1000)] * 6)
     reader = ResponseReader(call, depth=16, max_bytes=1500)

@@ -83,7 +83,7 @@ static int load_librdkafka(const char *path) {
 /* --- header lists ---------------------------------------------------------------------------
  * Every record send_rows writes carries the same context headers (__debezium.context.*).
  * librdkafka owns a record's header list and frees it with the record, so a copy per record
- * cost seven mallocs and frees (~6 % of the worker's CPU in perf). Instead the delivery report
+ * cost six mallocs and frees (~6 % of the worker's CPU in perf). Instead the delivery report
  * detaches the list and keeps it here for a later record with the same headers: a Pool per
  * header template, replaced when send_rows is given other headers; a replaced pool is freed
  * when its last list comes back. */

@@ -22,9 +22,17 @@ END = object()  # VTGate completed the stream
 class ResponseReader:
     def __init__(self, call: Any, depth: int = 16, max_bytes: int = 0, items: Iterable[Any] | None = None) -> None:  # Any: vitessapi protobuf messages (generated code: no types for mypy)
         """``items``: what the thread iterates, if not ``call`` itself (a wrapper of its responses)."""
-        # A C SimpleQueue bounded by a semaphore: a fraction of queue.Queue's per-item locking.
+        # A C SimpleQueue: a fraction of queue.Queue's per-item locking.
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()  # Any: responses (bytes or vitessapi messages) and the reader's end and error markers
-        self._room = threading.BoundedSemaphore(depth)
+        # Its bound: room as tokens in a second SimpleQueue. The reader takes one per response and
+        # waits when none is left; ``next`` gives them back half the depth at a time, so a reader
+        # held by a full queue wakes once per half queue, not per response. A BoundedSemaphore
+        # ran Python code under a Condition on both threads for every response.
+        self._room: queue.SimpleQueue[None] = queue.SimpleQueue()
+        for _ in range(depth):
+            self._room.put(None)
+        self._owed = 0  # tokens taken by responses ``next`` returned, not given back yet
+        self._give_back = max(1, depth // 2)
         self._max_bytes = max_bytes
         # Byte accounting only when bounded by bytes: a lock per response is not free.
         self._budget = threading.Condition()
@@ -40,7 +48,7 @@ class ResponseReader:
 
     def _run(self, responses: Iterable[Any]) -> None:  # Any: vitessapi protobuf messages (generated code: no types for mypy)
         put = self._queue.put
-        room = self._room.acquire
+        room = self._room.get
         try:
             for response in responses:
                 room()
@@ -51,7 +59,7 @@ class ResponseReader:
 
     def _run_bounded(self, responses: Iterable[Any]) -> None:  # Any: vitessapi protobuf messages (generated code: no types for mypy)
         put = self._queue.put
-        room = self._room.acquire
+        room = self._room.get
         budget = self._budget
         try:
             for response in responses:
@@ -92,7 +100,15 @@ class ResponseReader:
         except queue.Empty:
             return IDLE
         if item is not END and not isinstance(item, BaseException):
-            self._room.release()
+            # The reader waits for a token only when every one is taken: then the queue holds
+            # the rest (depth - owed >= depth / 2 responses), so the owed ones come back before
+            # the queue runs dry (no wait on a reader that waits on us).
+            self._owed += 1
+            if self._owed >= self._give_back:
+                give = self._room.put
+                for _ in range(self._owed):
+                    give(None)
+                self._owed = 0
             if self._max_bytes > 0:
                 with self._budget:
                     self.queued_bytes -= self._sizes.popleft()
