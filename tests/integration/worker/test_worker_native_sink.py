@@ -32,7 +32,7 @@ from cdcworker.offsets.vgtid import ShardGtid
 from cdcworker.sink import KafkaSink, SinkError, TransactionalSink
 from cdcworker.txmeta import TransactionMonitor
 from cdcworker.txmeta.monitor import TxMetaOptions
-from localkafka import ConsumedRecord, KafkaBroker, consume_all, create_topics
+from localkafka import ConsumedRecord, KafkaBroker, await_markers, consume_all, create_topics
 from vitessapi import binlogdata_pb2 as b
 from vitessapi import vtgate_pb2
 
@@ -340,6 +340,42 @@ def test_exactly_once_abort_keeps_no_copies_of_the_purged_records(kafka_broker: 
     sink.flush(10)  # no commit point: the open transaction holds a partial one and is aborted
     assert sink.producer.take_errors() == ()
     sink.close()
+
+
+def test_exactly_once_abort_gives_header_lists_back_and_later_records_keep_their_headers(
+    kafka_broker: KafkaBroker, data: list[bytes]
+) -> None:
+    """send_rows' records purged by an abort come back as failed delivery reports with their
+    header lists, which go back to the pool: the records sent after the abort reuse them and must
+    carry exactly the headers they were given (the aborted ones are never read)."""
+    prefix = f"nq{time.time_ns() % 10**9}"
+    topic, offsets = f"{prefix}.shop.items", f"{prefix}.offsets"
+    create_topics(kafka_broker.bootstrap, [topic], partitions=6)
+    create_topics(kafka_broker.bootstrap, [offsets], partitions=1)
+    conf = producer_conf(kafka_broker.bootstrap, **{"transactional.id": f"{prefix}-q", "linger.ms": 60_000,
+                                                   "message.timeout.ms": 120_000, "transaction.timeout.ms": 120_000})
+    sink = NativeTransactionalSink(conf, lambda producer, position: producer.produce(offsets, value=b"o", partition=0))
+    start = Vgtid(tuple(ShardGtid("shop", s, f"MySQL56/{UUID}:1-1") for s in SHARDS))
+    headers = tuple(context_headers(prefix, "0"))
+    # A transaction larger than the lookahead is streamed before its COMMIT: its rows leave
+    # through send_rows and, with the COMMIT cut off, wait in the open Kafka transaction (linger).
+    partial = vtgate_pb2.VStreamResponse.FromString(data[1])
+    del partial.events[2:]  # BEGIN and the 30-row ROW event; no VGTID, no COMMIT
+    cut = streaming.StreamProcessor(EncoderConfig(prefix, headers=headers), sink, start, lookahead_rows=5)
+    for d in (data[0], partial.SerializeToString()):
+        cut.process(d)
+    assert sink.records_sent == 30
+    sink.flush(10)  # no commit point after them: aborted, their 30 reports purged
+    assert sink.producer.take_errors() == ()
+    proc = streaming.StreamProcessor(EncoderConfig(prefix, headers=headers), sink, start)
+    for d in data:
+        proc.process(d)
+    sink.flush(60)
+    sink.close()
+    await_markers(kafka_broker.bootstrap, topic)
+    records = consume_all(kafka_broker.bootstrap, topic, read_committed=True)
+    assert len(records) == 30 * 30 + 10 * 9
+    assert {r.headers[len(r.headers) - len(headers):] for r in records} == {headers}
 
 
 def test_exactly_once_commit_waits_for_room_for_its_offset_record(kafka_broker: KafkaBroker) -> None:
