@@ -79,7 +79,6 @@ typedef struct {
 
 /* --- output buffer ------------------------------------------------------------------- */
 
-
 static void buf_init(Buf *b) { b->p = b->inl; b->len = 0; b->cap = (Py_ssize_t)sizeof(b->inl); }
 static void buf_free(Buf *b) { if (b->p != b->inl) PyMem_Free(b->p); }
 
