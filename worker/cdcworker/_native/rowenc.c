@@ -399,6 +399,27 @@ static int put_java_digits(Buf *b, int neg, const char *digits, int len, int poi
     return buf_put(b, out, o);
 }
 
+/* The significant digits of an unsigned decimal text, digits[.digits][e[+-]N], into digits (no
+ * leading or trailing zeros; the first `cap` kept) and its point (the value is 0.digits x
+ * 10^point). Returns how many there are (0: a zero); *exp_seen says whether it had an exponent. */
+static int decimal_digits(const char *s, Py_ssize_t n, char *digits, int cap, int *point, int *exp_seen) {
+    int pos = 0, ip = -1, lz = 0, len = 0, last = 0;
+    Py_ssize_t i = 0;
+    for (; i < n && s[i] != 'e' && s[i] != 'E'; i++) {
+        if (s[i] == '.') { ip = pos; continue; }
+        if (len == 0 && s[i] == '0') lz++;
+        else {
+            if (len < cap) digits[len] = s[i];
+            if (s[i] != '0') last = len + 1;
+            len++;
+        }
+        pos++;
+    }
+    *exp_seen = i < n;
+    *point = (ip < 0 ? pos : ip) - lz + (i < n ? atoi(s + i + 1) : 0);
+    return last;
+}
+
 /* Java's Double.toString (JDK 19+ shortest digits), as jsonfmt.java_double; finite v only.
  * Inside [1e-3, 1e7) this is also what orjson writes for the float (tests prove it). */
 static int put_java_double(Buf *b, double v) {
@@ -407,21 +428,9 @@ static int put_java_double(Buf *b, double v) {
     char *r = PyOS_double_to_string(ax, 'r', 0, 0, NULL);
     if (!r) return -1;
     char digits[32];
-    int nd = 0, ip = -1, exp = 0, lz = 0, seen_nz = 0;
-    const char *p = r;
-    for (; *p && *p != 'e' && *p != 'E'; p++) {
-        if (*p == '.') { ip = nd; continue; }
-        if (!seen_nz && *p == '0') { lz++; nd++; continue; }
-        seen_nz = 1;
-        if (nd - lz < (int)sizeof(digits)) digits[nd - lz] = *p;
-        nd++;
-    }
-    if (*p) exp = atoi(p + 1);
+    int point, exp_seen, len = decimal_digits(r, (Py_ssize_t)strlen(r), digits, (int)sizeof(digits), &point, &exp_seen);
     PyMem_Free(r);
-    if (ip < 0) ip = nd;
-    int len = nd - lz;
-    while (len > 1 && digits[len - 1] == '0') len--;
-    return put_java_digits(b, v < 0, digits, len, ip - lz + exp, ax >= 1e-3 && ax < 1e7);
+    return put_java_digits(b, v < 0, digits, len, point, ax >= 1e-3 && ax < 1e7);
 }
 
 /* A DOUBLE as MySQL writes most of them, [-]digits[.digits] with at most 15 significant digits:
@@ -429,23 +438,15 @@ static int put_java_double(Buf *b, double v) {
  * (strtod and dtoa were ~4 % of the worker's CPU over one DOUBLE column). Why they are: two
  * decimals of at most 15 significant digits never read as the same normal double (DBL_DIG), so
  * no other text of that length or shorter reads as this one; a text without exponent within
- * plain_float's 40 characters is far from the subnormals, where that fails. Returns 1 written,
- * 0 for the general path (an exponent, or more digits), -1 error. */
+ * plain_float's 40 characters is far from the subnormals, where that fails. `s` is what
+ * plain_float accepted. Returns 1 written, 0 for the general path (an exponent, or more digits),
+ * -1 error. */
 static int put_short_double(Buf *b, const char *s, Py_ssize_t n) {
-    char digits[48];
-    int neg = s[0] == '-', pos = 0, ip = -1, lz = 0, len = 0;
-    for (Py_ssize_t i = neg; i < n; i++) {
-        char ch = s[i];
-        if (ch == '.') { ip = pos; continue; }
-        if (!isdig(ch)) return 0; /* an exponent */
-        if (len == 0 && ch == '0') lz++;
-        else digits[len++] = ch;
-        pos++;
-    }
-    while (len > 0 && digits[len - 1] == '0') len--;
+    char digits[16];
+    int neg = s[0] == '-', point, exp_seen;
+    int len = decimal_digits(s + neg, n - neg, digits, (int)sizeof(digits), &point, &exp_seen);
+    if (exp_seen || len > 15) return 0;
     if (len == 0) return (neg ? PUTS(b, "-0.0") : PUTS(b, "0.0")) < 0 ? -1 : 1; /* float("-0") is -0.0 */
-    if (len > 15) return 0;
-    int point = (ip < 0 ? pos : ip) - lz;
     return put_java_digits(b, neg, digits, len, point, point >= -2 && point <= 7) < 0 ? -1 : 1;
 }
 
@@ -812,22 +813,6 @@ done:
     return rc;
 }
 
-/* encode_image_into as bytes: the image and the key record (None without a key). */
-static int encode_image(Program *pg, Deferred *d, const unsigned char *p, const unsigned char *end,
-                        PyObject **img, PyObject **key) {
-    Buf b;
-    Py_ssize_t n = 0;
-    buf_init(&b);
-    int rc = encode_image_into(pg, d, p, end, &b, &n);
-    if (rc == 1) {
-        *key = pg->nkeys > 0 ? PyBytes_FromStringAndSize(b.p + n, b.len - n) : Py_NewRef(Py_None);
-        *img = *key ? PyBytes_FromStringAndSize(b.p, n) : NULL;
-        if (!*img) { Py_CLEAR(*key); rc = -1; }
-    }
-    buf_free(&b);
-    return rc;
-}
-
 /* A RowChange's before (sub[0]) and after (sub[1]) Row messages, each to sube[i]; NULL when
  * absent. Returns 0 when the Python path must decide (malformed, or what upb would read
  * differently). */
@@ -857,46 +842,55 @@ static int split_rowchange(const unsigned char *p, const unsigned char *end, con
     return 1;
 }
 
+/* A row change's images into the program's scratch buffers (see rowenc_program_images). */
+static int program_images(Program *pg, const unsigned char *p, Py_ssize_t n, RowImages *out) {
+    const unsigned char *sub[2], *sube[2];
+    Deferred d = {0};
+    if (pg->busy) return 0; /* a converter called back into it: the Python path, not a clobbered scratch */
+    if (!split_rowchange(p, p + n, sub, sube)) return 0;
+    pg->busy = 1;
+    int rc = 1;
+    for (int i = 0; i < 2 && rc == 1; i++) {
+        out->img[i] = out->key[i] = NULL;
+        out->img_n[i] = out->key_n[i] = 0;
+        if (sub[i] == NULL) continue;
+        Buf *b = &pg->scratch[i];
+        Py_ssize_t len = 0;
+        rc = encode_image_into(pg, &d, sub[i], sube[i], b, &len);
+        if (rc < 0 && i == 0 && sub[1] != NULL && !row_wire_ok(sub[1], sube[1])) {
+            /* A converter raised on the before image, but upb refuses the after image first (the
+             * Python path parses the whole RowChange before converting): let it raise that. */
+            PyErr_Clear();
+            rc = 0;
+        }
+        if (rc != 1) break;
+        out->img[i] = b->p;
+        out->img_n[i] = len;
+        if (pg->nkeys > 0) {
+            out->key[i] = b->p + len;
+            out->key_n[i] = b->len - len;
+        }
+    }
+    pg->busy = 0;
+    if (rc == 1 && d.unserializable) rc = 0;
+    return rc;
+}
+
+static PyObject *maybe_bytes(const char *p, Py_ssize_t n) {
+    return p ? PyBytes_FromStringAndSize(p, n) : Py_NewRef(Py_None);
+}
+
 /* Program.encode(rowchange: bytes) -> (before, after, before_key, after_key) | None */
 static PyObject *Program_encode(Program *pg, PyObject *arg) {
     Py_buffer view;
     if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
-    const unsigned char *sub[2], *sube[2];
-    PyObject *out = NULL, *img[2] = {NULL, NULL}, *key[2] = {NULL, NULL};
-    Deferred d = {0};
-    int fallback = !split_rowchange(view.buf, (const unsigned char *)view.buf + view.len, sub, sube);
-    for (int i = 0; i < 2 && !fallback; i++) {
-        if (sub[i] == NULL) continue;
-        int r = encode_image(pg, &d, sub[i], sube[i], &img[i], &key[i]);
-        if (r < 0 && i == 0 && sub[1] != NULL && !row_wire_ok(sub[1], sube[1])) {
-            /* A converter raised on the before image, but upb refuses the after image first (the
-             * Python path parses the whole RowChange before converting): let it raise that. */
-            PyErr_Clear();
-            fallback = 1;
-            break;
-        }
-        if (r < 0) goto fail;
-        if (r == 0) fallback = 1;
-    }
-    if (fallback || d.unserializable) {
-        out = Py_NewRef(Py_None);
-        goto fail;
-    }
-    out = PyTuple_New(4);
-    if (!out) goto fail;
-    for (int i = 0; i < 2; i++) {
-        PyTuple_SET_ITEM(out, i, img[i] ? img[i] : Py_NewRef(Py_None));
-        PyTuple_SET_ITEM(out, 2 + i, key[i] ? key[i] : Py_NewRef(Py_None));
-    }
+    RowImages im;
+    int rc = program_images(pg, view.buf, view.len, &im);
     PyBuffer_Release(&view);
-    return out;
-fail:
-    for (int i = 0; i < 2; i++) {
-        Py_XDECREF(img[i]);
-        Py_XDECREF(key[i]);
-    }
-    PyBuffer_Release(&view);
-    return out;
+    if (rc < 0) return NULL;
+    if (rc == 0) Py_RETURN_NONE;
+    return Py_BuildValue("(NNNN)", maybe_bytes(im.img[0], im.img_n[0]), maybe_bytes(im.img[1], im.img_n[1]),
+                         maybe_bytes(im.key[0], im.key_n[0]), maybe_bytes(im.key[1], im.key_n[1]));
 }
 
 /* --- construction -------------------------------------------------------------------- */
@@ -1228,32 +1222,8 @@ done:
 }
 
 int rowenc_program_images(PyObject *program, PyObject *rowchange, RowImages *out) {
-    Program *pg = (Program *)program;
-    const unsigned char *sub[2], *sube[2];
-    const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(rowchange);
-    Deferred d = {0};
-    if (pg->busy) return 0; /* a converter called back into it: the Python path, not a clobbered scratch */
-    if (!split_rowchange(p, p + PyBytes_GET_SIZE(rowchange), sub, sube)) return 0;
-    pg->busy = 1;
-    int rc = 1;
-    for (int i = 0; i < 2 && rc == 1; i++) {
-        out->img[i] = out->key[i] = NULL;
-        out->img_n[i] = out->key_n[i] = 0;
-        if (sub[i] == NULL) continue;
-        Buf *b = &pg->scratch[i];
-        Py_ssize_t n = 0;
-        rc = encode_image_into(pg, &d, sub[i], sube[i], b, &n);
-        if (rc != 1) break;
-        out->img[i] = b->p;
-        out->img_n[i] = n;
-        if (pg->nkeys > 0) {
-            out->key[i] = b->p + n;
-            out->key_n[i] = b->len - n;
-        }
-    }
-    pg->busy = 0;
-    if (rc == 1 && d.unserializable) rc = 0;
-    return rc;
+    return program_images((Program *)program, (const unsigned char *)PyBytes_AS_STRING(rowchange),
+                          PyBytes_GET_SIZE(rowchange), out);
 }
 
 int rowenc_is_program(PyObject *obj) { return PyObject_TypeCheck(obj, &ProgramType); }
