@@ -93,9 +93,8 @@ typedef struct Pool {
     struct Pool *next;   /* replaced pools with lists still out */
     rk_headers_t *proto; /* the template, copied when no spare is left */
     rk_headers_t **spare;
-    int nspare, cap;
+    int nspare;          /* up to POOL_SPARES */
     long live;           /* lists out with records */
-    int replaced;
 } Pool;
 
 typedef struct Block {
@@ -193,11 +192,12 @@ static void block_give(Blocks *a, void *value, rk_headers_t *hdrs) {
     pthread_mutex_lock(&a->lock);
     if (--b->live == 0 && b != a->cur) block_retire(a, b);
     if (p) {
-        if (hdrs && !p->replaced && p->nspare < p->cap) {
+        int current = p == a->pool; /* else replaced: its lists are freed as they come back */
+        if (hdrs && current && p->nspare < POOL_SPARES) {
             p->spare[p->nspare++] = hdrs;
             hdrs = NULL;
         }
-        if (--p->live == 0 && p->replaced) { /* its last list: unlink and free it */
+        if (--p->live == 0 && !current) { /* its last list: unlink and free it */
             for (Pool **q = &a->replaced; *q; q = &(*q)->next)
                 if (*q == p) { *q = p->next; break; }
             gone = p;
@@ -215,14 +215,10 @@ static Pool *pool_replace(Blocks *a, rk_headers_t *proto) {
     if (!spare) { free(p); K.headers_destroy(proto); return NULL; }
     p->proto = proto;
     p->spare = spare;
-    p->cap = POOL_SPARES;
     pthread_mutex_lock(&a->lock);
     old = a->pool;
     a->pool = p;
-    if (old) {
-        old->replaced = 1;
-        if (old->live) { old->next = a->replaced; a->replaced = old; old = NULL; }
-    }
+    if (old && old->live) { old->next = a->replaced; a->replaced = old; old = NULL; }
     pthread_mutex_unlock(&a->lock);
     if (old) pool_free(old); /* no list out: nothing will come back to it */
     return p;
