@@ -15,9 +15,13 @@ Select or leave out with ``-m kind`` / ``-m 'not kind'``.
 
 from __future__ import annotations
 
+import collections
 import os
 import shutil
+import signal
 import subprocess
+import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,6 +30,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
 pytestmark = [pytest.mark.kind, pytest.mark.slow, pytest.mark.timeout(2400)]
+TAIL_LINES = 40
 
 
 def _docker_can_run() -> str:
@@ -41,14 +46,31 @@ def _docker_can_run() -> str:
 
 def _phase(phase: str, timeout: float) -> float:
     """Run one phase of scripts/e2e-kind.sh through `make e2e-kind` (which passes the tool paths and
-    the node image); its output streams to pytest's captured stdout. Returns the seconds it took."""
+    the node image); its output streams to pytest's captured stdout, and a failure's message ends
+    with its last lines (a CI report that shows only the assertion still says what broke).
+    Returns the seconds it took."""
     start = time.monotonic()
     env = {**os.environ, "IMAGE_BASE": os.environ.get("IMAGE_BASE", "debian")}
-    r = subprocess.run(["make", "-s", "-C", str(ROOT), "e2e-kind", f"E2E_KIND_PHASE={phase}"],
-                       env=env, timeout=timeout, check=False)
+    tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
+    with subprocess.Popen(["make", "-s", "-C", str(ROOT), "e2e-kind", f"E2E_KIND_PHASE={phase}"], env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
+                          start_new_session=True) as proc:
+        timer = threading.Timer(timeout, os.killpg, (proc.pid, signal.SIGKILL))
+        timer.start()
+        try:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                sys.stdout.write(line)
+                tail.append(line.rstrip("\n"))
+            rc = proc.wait()
+        finally:
+            timer.cancel()
     took = time.monotonic() - start
-    print(f"e2e-kind {phase}: rc {r.returncode} in {took:.0f} s")
-    assert r.returncode == 0, f"scripts/e2e-kind.sh {phase} failed (exit {r.returncode}); its output is above"
+    print(f"e2e-kind {phase}: rc {rc} in {took:.0f} s")
+    if took >= timeout:
+        raise subprocess.TimeoutExpired(proc.args, timeout, output="\n".join(tail))
+    last = "\n".join(tail)
+    assert rc == 0, f"scripts/e2e-kind.sh {phase} failed (exit {rc}); its last {len(tail)} lines:\n{last}"
     return took
 
 
