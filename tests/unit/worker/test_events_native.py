@@ -9,7 +9,9 @@ built by ``make setup`` (``make native``); without it these tests fail, by desig
 
 from __future__ import annotations
 
+import decimal
 import itertools
+import math
 import random
 import struct
 from collections.abc import Callable
@@ -21,6 +23,7 @@ from events_fixtures import NOT_NULL, PRI_KEY, delete, field, field_event, inser
 
 from cdcworker.events import EncoderConfig, SourceContext, TablePlan, TypeOptions, native
 from cdcworker.events.encoder import ColumnCountMismatch, context_headers
+from cdcworker.events.jsonfmt import java_double
 from vitessapi import binlogdata_pb2, query_pb2
 
 NOW_NS = 1559033904863497147
@@ -292,6 +295,60 @@ def test_short_doubles_written_from_their_own_digits_match_python(monkeypatch: p
     fast, slow = _plans(fe, EncoderConfig(logical_name="srv"), monkeypatch)
     texts = SHORT_DOUBLES + [_short_double(rng) for _ in range(3000)]
     for i, text in enumerate(texts):
+        rc = binlogdata_pb2.RowChange(after=query_pb2.Row(lengths=[len(b"%d" % i), len(text)], values=b"%d" % i + text))
+        assert _outcome(fast, rc) == _outcome(slow, rc), text
+
+
+def _long_double(rng: random.Random) -> bytes:
+    """A plain DOUBLE text of 16 to 19 significant digits: MySQL's shortest digits of a double (as
+    repr gives them), longer or inexact ones (%.17g, a random digit string), doubles at a power of
+    two (where the texts that read as one are lopsided) and exact binary fractions (halfway cases)."""
+    x = rng.random() * 10.0 ** rng.randrange(-3, 16)
+    kind = rng.randrange(5)
+    if kind == 0:
+        text = repr(x)
+    elif kind == 1:
+        text = format(x, ".17g")
+    elif kind == 2:
+        n = rng.randrange(16, 20)
+        text = str(decimal.Decimal(rng.randrange(10 ** (n - 1), 10 ** n)).scaleb(-rng.randrange(0, n + 3)))
+    elif kind == 3:
+        p = math.ldexp(1.0, rng.randrange(-12, 53))
+        y = rng.choice([p, math.nextafter(p, 0), math.nextafter(p, math.inf)])
+        text = rng.choice([repr(y), format(y, ".16g"), format(y, ".17g")])
+    else:
+        text = str(decimal.Decimal(rng.randrange(2 ** 30, 2 ** 50) | 1) / (2 ** rng.randrange(1, 14)))
+    plain = format(decimal.Decimal(text), "f")
+    return (b"-" if rng.randrange(4) == 0 else b"") + plain.encode()
+
+
+def test_long_doubles_decided_in_integers_match_python() -> None:
+    """16 to 19 significant digits are decided exactly in 128-bit integers (rowenc.c,
+    shortest_exact) where that can be done: every answer is Java's text of the double the text
+    reads as (jsonfmt.java_double of float()), and the double's own shortest digits between 1e-3
+    and 1e7 (MySQL's text of most DOUBLEs that are not round) are nearly all decided there."""
+    rng = random.Random(17)
+    decided = 0
+    for _ in range(60000):
+        text = _long_double(rng)
+        got = native.rowenc.plain_double(text)
+        if got is not None:
+            decided += 1
+            assert got == java_double(float(text)), text
+    assert decided > 40000
+    shortest = [repr(rng.random() * 10.0 ** rng.randrange(-2, 7)) for _ in range(5000)]
+    shortest = [t.encode() for t in shortest if "e" not in t and len(t.replace(".", "").lstrip("0")) >= 16]
+    assert sum(native.rowenc.plain_double(t) is not None for t in shortest) >= 0.98 * len(shortest)
+
+
+def test_long_doubles_in_rows_match_python(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same texts through the encoder: the same bytes as the Python path."""
+    rng = random.Random(19)
+    fe = field_event("ks.t", [field("id", "INT64", "bigint", NOT_NULL | PRI_KEY), field("d", "FLOAT64", "double")],
+                     keyspace="ks", shard="0")
+    fast, slow = _plans(fe, EncoderConfig(logical_name="srv"), monkeypatch)
+    for i in range(3000):
+        text = _long_double(rng)
         rc = binlogdata_pb2.RowChange(after=query_pb2.Row(lengths=[len(b"%d" % i), len(text)], values=b"%d" % i + text))
         assert _outcome(fast, rc) == _outcome(slow, rc), text
 
