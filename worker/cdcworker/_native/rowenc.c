@@ -450,9 +450,16 @@ typedef struct { uint64_t m; int k; } Dyadic;
 
 static inline int bitlen64(uint64_t v) { return v ? 64 - __builtin_clzll(v) : 0; }
 
-static inline int bitlen128(unsigned __int128 v) {
-    uint64_t hi = (uint64_t)(v >> 64);
-    return hi ? 64 + bitlen64(hi) : bitlen64((uint64_t)v);
+/* n / p for a quotient known to fit 64 bits: one divq on x86-64 (__udivti3 is a loop). */
+static inline uint64_t div_128_64(unsigned __int128 n, uint64_t p, uint64_t *rem) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    uint64_t q, hi = (uint64_t)(n >> 64), lo = (uint64_t)n;
+    __asm__("divq %4" : "=a"(q), "=d"(*rem) : "a"(lo), "d"(hi), "rm"(p));
+    return q;
+#else
+    *rem = (uint64_t)(n % p);
+    return (uint64_t)(n / p);
+#endif
 }
 
 /* The double nearest D x 10^-e (ties to even), as strtod reads it: D x 2^s / 10^e carries 55 or
@@ -462,9 +469,10 @@ static int exact_read(uint64_t d, int e, Dyadic *out) {
     uint64_t p = POW10[e];
     int s = 55 + bitlen64(p) - bitlen64(d);
     if (d == 0 || s < 0) return 0;
-    unsigned __int128 n = (unsigned __int128)d << s, q = n / p;
-    int rest = n % p != 0, shift = bitlen128(q) - 53; /* 2 or 3 */
-    uint64_t m = (uint64_t)(q >> shift), low = (uint64_t)q & ((1ULL << shift) - 1), half = 1ULL << (shift - 1);
+    unsigned __int128 n = (unsigned __int128)d << s;
+    uint64_t r, q = div_128_64(n, p, &r); /* under 2^56 */
+    int rest = r != 0, shift = bitlen64(q) - 53; /* 2 or 3 */
+    uint64_t m = q >> shift, low = q & ((1ULL << shift) - 1), half = 1ULL << (shift - 1);
     if (low > half || (low == half && (rest || (m & 1)))) {
         if (++m == 1ULL << 53) { m >>= 1; shift++; }
     }
@@ -528,7 +536,8 @@ static int put_plain_double(Buf *b, const char *s, Py_ssize_t n) {
         Dyadic x;
         for (int i = 0; i < len; i++) d = d * 10 + (uint64_t)(digits[i] - '0');
         if (e < 0 || e > 19 || !exact_read(d, e, &x) || !shortest_exact(d, e, len, x, &c, &e)) return 0;
-        len = snprintf(digits, sizeof(digits), "%llu", (unsigned long long)c);
+        for (len = 0; c; c /= 10) digits[len++] = (char)('0' + c % 10); /* reversed */
+        for (int i = 0; i < len / 2; i++) { char t = digits[i]; digits[i] = digits[len - 1 - i]; digits[len - 1 - i] = t; }
         point = len - e;
     }
     return put_java_digits(b, neg, digits, len, point, point >= -2 && point <= 7) < 0 ? -1 : 1;
