@@ -60,6 +60,8 @@ diagnose() {
   kc -n "$NS" describe cdc e2e >&2 || true
   kc -n shardcdc-system logs deploy/shardcdc --tail=40 >&2 || true
   kc -n "$NS" logs job/verify --tail=50 >&2 || true
+  kc -n "$NS" logs -l shardcdc.io/connector=e2e --tail=15 --prefix >&2 || true
+  kc -n "$NS" get events --sort-by=.lastTimestamp 2>/dev/null | tail -n 25 >&2 || true
 }
 
 preflight() {

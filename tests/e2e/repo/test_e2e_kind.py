@@ -31,6 +31,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[3]
 pytestmark = [pytest.mark.kind, pytest.mark.slow, pytest.mark.timeout(2400)]
 TAIL_LINES = 40
+DIAGNOSE_LINES = 80
 
 
 def _docker_can_run() -> str:
@@ -87,11 +88,15 @@ def kind_cluster() -> Iterator[None]:
 
 
 def _phase_or_diagnose(phase: str, timeout: float) -> None:
+    """A failed phase's error carries the cluster's state too (the diagnose phase's last lines)."""
     try:
         _phase(phase, timeout)
-    except (AssertionError, subprocess.TimeoutExpired):
-        subprocess.run(["make", "-s", "-C", str(ROOT), "e2e-kind", "E2E_KIND_PHASE=diagnose"], timeout=120, check=False)
-        raise
+    except (AssertionError, subprocess.TimeoutExpired) as exc:
+        d = subprocess.run(["make", "-s", "-C", str(ROOT), "e2e-kind", "E2E_KIND_PHASE=diagnose"], timeout=120,
+                           check=False, capture_output=True, text=True, errors="replace")
+        state = (d.stdout + d.stderr).splitlines()[-DIAGNOSE_LINES:]
+        print("\n".join(state))
+        raise AssertionError(f"{exc}\ne2e-kind diagnose (last {len(state)} lines):\n" + "\n".join(state)) from exc
 
 
 def test_stream_reshard_scale_kills_verify(kind_cluster: None) -> None:
