@@ -274,22 +274,42 @@ def test_every_type_and_mode_matches_python(spec: Spec, monkeypatch: pytest.Monk
 SHORT_DOUBLES = [b"0", b"-0", b"0.000", b"-0.000", b"007.50", b"100.5", b"0.001", b"0.0009", b"0.000999999999999999",
                  b"9999999.99999999", b"10000000", b"10000000.0", b"123456789012345", b"1234567890123456",
                  b"0.1234567890123456", b"-12345.678", b"1000000000000000000000", b"-0.00000000000000000000000012",
-                 b"9999999999999999999999999999999999999999", b"0.00000000000000000000000000000000000001"]
+                 b"9999999999999999999999999999999999999999", b"0.00000000000000000000000000000000000001",
+                 b"0E+00", b"-0E+00", b"1.2345E+03", b"1E+07", b"9.999999E+06", b"1E-03", b"9.99E-04", b"1E+20",
+                 b"9.99999999999999E+307", b"1E+308", b"1E+309", b"2.5E-301", b"2.5E-302", b"1E-320",
+                 b"1.7976931348623157E+308", b"2.2250738585072014E-308", b"1E+99999999999999999999", b"1E-99999999999999999999"]
+
+
+def _go_e(text: str) -> str:
+    """A decimal in Go's ``strconv.FormatFloat(x, 'E', -1, 64)`` form (Vitess's text of a DOUBLE in
+    a binlog ROW event): ``d.dddE±dd``."""
+    sign, digits, exp = decimal.Decimal(text).normalize().as_tuple()
+    ds = "".join(map(str, digits))
+    e = int(exp) + len(ds) - 1
+    return ("-" if sign else "") + ds[0] + ("." + ds[1:] if len(ds) > 1 else "") + "E" + ("-" if e < 0 else "+") + f"{abs(e):02d}"
 
 
 def _short_double(rng: random.Random) -> bytes:
-    """A plain decimal of 1 to 17 significant digits, with leading and trailing zeros at times."""
+    """A decimal of 1 to 17 significant digits, plain with leading and trailing zeros at times, or
+    in Go's 'E' form."""
     digits = "".join(rng.choice("0123456789") for _ in range(rng.randrange(1, 18)))
     point = rng.randrange(0, len(digits) + 1)
     text = ("0" * rng.randrange(3) + digits[:point] or "0") + ("." + digits[point:] + "0" * rng.randrange(3) if point < len(digits) else "")
+    if digits.strip("0") and rng.randrange(2):
+        text = _go_e(text)
     return (b"-" if rng.randrange(4) == 0 else b"") + text.encode()
 
 
 def test_short_doubles_written_from_their_own_digits_match_python(monkeypatch: pytest.MonkeyPatch) -> None:
     """A DOUBLE's text of at most 15 significant digits is written from its own digits (no parse,
-    no repr): the same bytes as the Python path, at the edges of Java's plain range, with zeros
-    around, at 15 and 16 digits (16 takes the general path) and for signed zeros."""
+    no repr), plain or in Go's 'E' form: the same bytes as the Python path, at the edges of Java's
+    plain range, with zeros around, at 15 and 16 digits, for signed zeros, and at the ends of the
+    exponent range (overflow and the subnormals take the general path)."""
     rng = random.Random(15)
+    for text in (b"1.2345E+03", b"-9.99E-04", b"1E+20", b"2.5E-301", b"0E+00"):
+        assert native.rowenc.double_text(text) == java_double(float(text)), text
+    for text in (b"1E+309", b"2.5E-302", b"1E-320", b"1E+99999999999999999999"):
+        assert native.rowenc.double_text(text) is None, text
     fe = field_event("ks.t", [field("id", "INT64", "bigint", NOT_NULL | PRI_KEY), field("d", "FLOAT64", "double")],
                      keyspace="ks", shard="0")
     fast, slow = _plans(fe, EncoderConfig(logical_name="srv"), monkeypatch)
@@ -300,7 +320,8 @@ def test_short_doubles_written_from_their_own_digits_match_python(monkeypatch: p
 
 
 def _long_double(rng: random.Random) -> bytes:
-    """A plain DOUBLE text of 16 to 19 significant digits: MySQL's shortest digits of a double (as
+    """A DOUBLE's text of 16 to 19 significant digits, plain (MySQL's) or in Go's 'E' form (Vitess's
+    binlog): MySQL's shortest digits of a double (as
     repr gives them), longer or inexact ones (%.17g, a random digit string), doubles at a power of
     two (where the texts that read as one are lopsided) and exact binary fractions (halfway cases)."""
     x = rng.random() * 10.0 ** rng.randrange(-3, 16)
@@ -319,7 +340,7 @@ def _long_double(rng: random.Random) -> bytes:
     else:
         text = str(decimal.Decimal(rng.randrange(2 ** 30, 2 ** 50) | 1) / (2 ** rng.randrange(1, 14)))
     plain = format(decimal.Decimal(text), "f")
-    return (b"-" if rng.randrange(4) == 0 else b"") + plain.encode()
+    return (b"-" if rng.randrange(4) == 0 else b"") + (_go_e(plain) if rng.randrange(2) else plain).encode()
 
 
 def test_long_doubles_decided_in_integers_match_python() -> None:
@@ -331,14 +352,15 @@ def test_long_doubles_decided_in_integers_match_python() -> None:
     decided = 0
     for _ in range(60000):
         text = _long_double(rng)
-        got = native.rowenc.plain_double(text)
+        got = native.rowenc.double_text(text)
         if got is not None:
             decided += 1
             assert got == java_double(float(text)), text
     assert decided > 40000
     shortest = [repr(rng.random() * 10.0 ** rng.randrange(-2, 7)) for _ in range(5000)]
-    shortest = [t.encode() for t in shortest if "e" not in t and len(t.replace(".", "").lstrip("0")) >= 16]
-    assert sum(native.rowenc.plain_double(t) is not None for t in shortest) >= 0.98 * len(shortest)
+    shortest = [t for t in shortest if "e" not in t and len(t.replace(".", "").lstrip("0")) >= 16]
+    for texts in (shortest, [_go_e(t) for t in shortest]):  # MySQL's and the binlog's form
+        assert sum(native.rowenc.double_text(t.encode()) is not None for t in texts) >= 0.98 * len(texts)
 
 
 def test_long_doubles_in_rows_match_python(monkeypatch: pytest.MonkeyPatch) -> None:

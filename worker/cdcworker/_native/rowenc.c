@@ -401,8 +401,8 @@ static int put_java_digits(Buf *b, int neg, const char *digits, int len, int poi
 
 /* The significant digits of an unsigned decimal text, digits[.digits][e[+-]N], into digits (no
  * leading or trailing zeros; the first `cap` kept) and its point (the value is 0.digits x
- * 10^point). Returns how many there are (0: a zero); *exp_seen says whether it had an exponent. */
-static int decimal_digits(const char *s, Py_ssize_t n, char *digits, int cap, int *point, int *exp_seen) {
+ * 10^point). Returns how many there are (0: a zero). */
+static int decimal_digits(const char *s, Py_ssize_t n, char *digits, int cap, int *point) {
     int pos = 0, ip = -1, lz = 0, len = 0, last = 0;
     Py_ssize_t i = 0;
     for (; i < n && s[i] != 'e' && s[i] != 'E'; i++) {
@@ -415,8 +415,13 @@ static int decimal_digits(const char *s, Py_ssize_t n, char *digits, int cap, in
         }
         pos++;
     }
-    *exp_seen = i < n;
-    *point = (ip < 0 ? pos : ip) - lz + (i < n ? atoi(s + i + 1) : 0);
+    int exp = 0, sign = 1;
+    if (i < n) { /* clamped: a 40-character text may carry an exponent beyond int */
+        i++;
+        if (i < n && (s[i] == '+' || s[i] == '-')) sign = s[i++] == '-' ? -1 : 1;
+        for (; i < n && exp < 100000; i++) exp = exp * 10 + (s[i] - '0');
+    }
+    *point = (ip < 0 ? pos : ip) - lz + sign * exp;
     return last;
 }
 
@@ -428,7 +433,7 @@ static int put_java_double(Buf *b, double v) {
     char *r = PyOS_double_to_string(ax, 'r', 0, 0, NULL);
     if (!r) return -1;
     char digits[32];
-    int point, exp_seen, len = decimal_digits(r, (Py_ssize_t)strlen(r), digits, (int)sizeof(digits), &point, &exp_seen);
+    int point, len = decimal_digits(r, (Py_ssize_t)strlen(r), digits, (int)sizeof(digits), &point);
     PyMem_Free(r);
     return put_java_digits(b, v < 0, digits, len, point, ax >= 1e-3 && ax < 1e7);
 }
@@ -517,19 +522,20 @@ static int shortest_exact(uint64_t d, int e, int len, Dyadic x, uint64_t *digits
     return 1;
 }
 
-/* A DOUBLE as MySQL writes most of them, [-]digits[.digits] (`s`: what plain_float accepted),
- * written without strtod and repr. Up to 15 significant digits, its own digits are the double's
- * shortest ones: two decimals of at most 15 significant digits never read as the same normal
- * double (DBL_DIG), so no other text of that length or shorter reads as this one (a text without
- * exponent within plain_float's 40 characters is far from the subnormals, where that fails).
- * 16 to 19 digits: shortest_exact. Returns 1 written, 0 for the general path (an exponent, more
- * digits, a case not decided exactly), -1 error. */
-static int put_plain_double(Buf *b, const char *s, Py_ssize_t n) {
+/* A DOUBLE's text (`s`: what plain_float accepted) written without strtod and repr: MySQL's
+ * [-]digits[.digits] (the copy phase) and Vitess's Go 'E' format of the binlog, 3.3333333333333336E+04
+ * (the streaming phase). Up to 15 significant digits, its own digits are the double's shortest
+ * ones: two decimals of at most 15 significant digits never read as the same normal double
+ * (DBL_DIG), so no other text of that length or shorter reads as this one; the point is kept far
+ * from overflow and from the subnormals, where that fails. 16 to 19 digits: shortest_exact.
+ * Returns 1 written, 0 for the general path (more digits, a case not decided exactly), -1 error. */
+static int put_double_text(Buf *b, const char *s, Py_ssize_t n) {
     char digits[24];
-    int neg = s[0] == '-', point, exp_seen;
-    int len = decimal_digits(s + neg, n - neg, digits, (int)sizeof(digits), &point, &exp_seen);
-    if (exp_seen || len > 19) return 0;
+    int neg = s[0] == '-', point;
+    int len = decimal_digits(s + neg, n - neg, digits, (int)sizeof(digits), &point);
+    if (len > 19) return 0;
     if (len == 0) return (neg ? PUTS(b, "-0.0") : PUTS(b, "0.0")) < 0 ? -1 : 1; /* float("-0") is -0.0 */
+    if (point > 308 || point < -300) return 0;
     if (len > 15) {
         int e = len - point;
         uint64_t d = 0, c;
@@ -624,7 +630,7 @@ static int put_value(Program *pg, Deferred *d, Buf *b, Col *c, const char *s, Py
     case OP_F64:
         if (plain_float(s, n)) {
             if (c->op == OP_F64) {
-                int r = put_plain_double(b, s, n);
+                int r = put_double_text(b, s, n);
                 if (r != 0) return r < 0 ? -1 : 0;
             }
             char tmp[48];
@@ -1321,9 +1327,9 @@ int rowenc_program_images(PyObject *program, PyObject *rowchange, RowImages *out
 
 int rowenc_is_program(PyObject *obj) { return PyObject_TypeCheck(obj, &ProgramType); }
 
-/* The plain-text DOUBLE path alone (tests prove it against jsonfmt.java_double and count how much
- * of their input it decides): Java's text, or None where it leaves the text to strtod and repr. */
-static PyObject *rowenc_plain_double(PyObject *self, PyObject *arg) {
+/* put_double_text alone (tests prove it against jsonfmt.java_double and count how much of their
+ * input it decides): Java's text, or None where it leaves the text to strtod and repr. */
+static PyObject *rowenc_double_text(PyObject *self, PyObject *arg) {
     (void)self;
     char *s;
     Py_ssize_t n;
@@ -1331,7 +1337,7 @@ static PyObject *rowenc_plain_double(PyObject *self, PyObject *arg) {
     if (!plain_float(s, n)) Py_RETURN_NONE;
     Buf b;
     buf_init(&b);
-    int r = put_plain_double(&b, s, n);
+    int r = put_double_text(&b, s, n);
     PyObject *out = r < 0 ? NULL : r == 0 ? Py_NewRef(Py_None) : PyUnicode_FromStringAndSize(b.p, b.len);
     buf_free(&b);
     return out;
@@ -1344,8 +1350,8 @@ static PyMethodDef module_methods[] = {
      "vgtid_entries(data, start, end, previous) -> (shard, entries, changed) or None"},
     {"tx_begin", (PyCFunction)(void (*)(void))txmeta_begin, METH_FASTCALL,
      "tx_begin(shape, id_json, ts_ms, previous, current, shard, epochs) -> (epoch, rank, key, begin, head, tail) or None"},
-    {"plain_double", (PyCFunction)rowenc_plain_double, METH_O,
-     "plain_double(DOUBLE text bytes) -> Java's Double.toString text, or None (left to strtod and repr)"},
+    {"double_text", (PyCFunction)rowenc_double_text, METH_O,
+     "double_text(DOUBLE text bytes) -> Java's Double.toString text, or None (left to strtod and repr)"},
     {NULL, NULL, 0, NULL},
 };
 
