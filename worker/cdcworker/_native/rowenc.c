@@ -111,10 +111,22 @@ static inline int buf_put(Buf *b, const char *s, Py_ssize_t n) {
 
 #define PUTS(b, lit) buf_put((b), (lit), (Py_ssize_t)(sizeof(lit) - 1))
 
+/* v's decimal digits into out (at least 20 chars), most significant first; their count ("0": 1).
+ * The one integer writer of the row path: snprintf cost more than the digits per DATETIME. */
+static int u64_digits(char *out, uint64_t v) {
+    char tmp[20];
+    int n = 20;
+    do { tmp[--n] = (char)('0' + v % 10); v /= 10; } while (v);
+    memcpy(out, tmp + n, (size_t)(20 - n));
+    return 20 - n;
+}
+
 static int buf_put_i64(Buf *b, long long v) {
-    char tmp[32];
-    int n = snprintf(tmp, sizeof tmp, "%lld", v);
-    return buf_put(b, tmp, n);
+    char tmp[24];
+    int neg = v < 0;
+    tmp[0] = '-';
+    int n = u64_digits(tmp + neg, neg ? 0 - (uint64_t)v : (uint64_t)v);
+    return buf_put(b, tmp, n + neg);
 }
 
 /* --- small parsers ------------------------------------------------------------------- */
@@ -547,8 +559,7 @@ static int put_double_text(Buf *b, const char *s, Py_ssize_t n) {
         Dyadic x;
         for (int i = 0; i < len; i++) d = d * 10 + (uint64_t)(digits[i] - '0');
         if (e < 0 || e > 19 || !exact_read(d, e, &x) || !shortest_exact(d, e, len, x, &c, &e)) return 0;
-        for (len = 0; c; c /= 10) digits[len++] = (char)('0' + c % 10); /* reversed */
-        for (int i = 0; i < len / 2; i++) { char t = digits[i]; digits[i] = digits[len - 1 - i]; digits[len - 1 - i] = t; }
+        len = u64_digits(digits, c);
         point = len - e;
     }
     return put_java_digits(b, neg, digits, len, point, point >= -2 && point <= 7) < 0 ? -1 : 1;
