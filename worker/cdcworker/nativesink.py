@@ -172,11 +172,14 @@ class NativeKafkaSink(_NativeSends, KafkaSink):
         self._failed: dict[int, list[KafkaError]] = {}
 
     def commit_point(self, position: object) -> None:
-        self._positions.append((self.producer.seal(), position))
-        self.producer.poll(0)
-        # A few C calls per transaction: the durable position (offsets, heartbeats, the low
-        # watermark) follows Kafka's acks instead of the next offset flush.
-        self._advance()
+        # One C call per transaction (seal, poll, done_through): the durable position (offsets,
+        # heartbeats, the low watermark) follows Kafka's acks instead of the next offset flush.
+        seq, through = self.producer.commit_point()
+        self._positions.append((seq, position))
+        if through < 0 or self._failed:  # failed records, a refused login, a fatal error
+            self._advance()
+        else:
+            self._settle(through)
 
     def _advance(self) -> None:
         p = self.producer
@@ -201,7 +204,10 @@ class NativeKafkaSink(_NativeSends, KafkaSink):
             where = f" (records before offset {position.to_json()})" if hasattr(position, "to_json") else ""
             raise SinkError(f"Kafka rejected {len(errors)} record(s){where}: {errors[0]}")
         self._check_fatal()
-        through = p.done_through()
+        self._settle(p.done_through())
+
+    def _settle(self, through: int) -> None:
+        """The commit points up to segment ``through`` are durable."""
         positions = self._positions
         while positions and positions[0][0] <= through:
             self._durable = positions.popleft()[1]

@@ -292,9 +292,15 @@ class StreamProcessor:
         are parsed by upb from their slice of the response."""
         parse = binlogdata_pb2.VEvent.FromString
         for item in items:
-            if len(item) == 7:
+            n = len(item)
+            if n == 7:
                 _, s, e, table, shard, internal, rcs = item
                 self._rows(shard, table, internal, rcs, (data, s, e))
+            elif n == 5 and self._journal_tail is None:  # BEGIN or COMMIT: (type, start, end, timestamp, shard)
+                if item[0] == COMMIT:
+                    self._commit(item[3])
+                else:
+                    self._begin(item[3], item[4])
             elif item[0] == VGTID and self._journal_tail is None and _vgtid_entries is not None and (
                 got := _vgtid_entries(data, item[1], item[2], self._vg_entries)
             ) is not None:
@@ -353,10 +359,7 @@ class StreamProcessor:
         elif t == COMMIT:
             self._commit(ev.timestamp)
         elif t == BEGIN:
-            self._begin_ts = ev.timestamp
-            self._begin_shard = ev.shard
-            self._in_txn = True
-            self._streaming_txn = False
+            self._begin(ev.timestamp, ev.shard)
         elif t == FIELD:
             fe = ev.field_event
             if fe.is_internal_table and not self.features.internal_tables:
@@ -384,6 +387,12 @@ class StreamProcessor:
             if self._signals is not None:
                 self._signals.rollback()
             self._in_txn = False
+
+    def _begin(self, timestamp: int, shard: str) -> None:
+        self._begin_ts = timestamp
+        self._begin_shard = shard
+        self._in_txn = True
+        self._streaming_txn = False
 
     def _after_response(self, events: int) -> None:
         stats = self.stats
@@ -493,6 +502,12 @@ class StreamProcessor:
                 ctx = self._context(plan, commit_seconds, vgtid_json)
                 ctx_shard = plan.shard
             if plan.sends_natively:
+                producer = rows_sender() if rows_sender is not None else None
+                if producer is not None and tx is None:
+                    i = plan.send_rows_native(producer, rcs, ctx, now, "c")
+                    if i >= len(rcs):
+                        continue
+                    rcs = rcs[i:]  # a row for the Python path: send_rows from it on
                 plan.send_rows(
                     rcs,
                     ctx.fragment(plan.version, plan.logical_name, plan.table, plan.unset_snapshot),
@@ -503,7 +518,7 @@ class StreamProcessor:
                     send,
                     functools.partial(self._bad_row, plan, vgtid_json=vgtid_json),
                     functools.partial(self._bad_record, plan, vgtid_json=vgtid_json),
-                    rows_sender() if rows_sender is not None else None,
+                    producer,
                     self._txmeta,
                 )
                 continue

@@ -179,6 +179,8 @@ def test_scan_matches_upb_event_for_event() -> None:
                 re = ev.row_event
                 assert (table, shard, internal) == (re.table_name, re.shard or ev.shard, re.is_internal_table)
                 assert [binlogdata_pb2.RowChange.FromString(b) for b in rcs] == list(re.row_changes)
+            elif ev.type in (_T.BEGIN, _T.COMMIT):
+                assert item[3:] == (ev.timestamp, ev.shard)
             else:
                 assert len(item) == 3
 
@@ -216,6 +218,29 @@ def test_scan_leaves_unusual_encodings_to_upb() -> None:
             ev = _events(data)[0]
             assert (table, shard, internal, rcs) == ("ks.t", "80-", False, [rc])
             assert [x.SerializeToString() for x in ev.row_event.row_changes] == rcs
+    # BEGIN / COMMIT: timestamp and shard read, negative times as int64, the last value of a
+    # repeated scalar wins as in protobuf; a sub-message, a timestamp of another wire type or a
+    # shard that is not UTF-8 leave the event to upb.
+    def event(*fields: bytes) -> bytes:
+        return _ld(1, b"".join(fields))
+
+    ts = binlogdata_pb2.VEvent(timestamp=-7).SerializeToString()
+    commit = _tag(1, 0) + bytes([_T.COMMIT])
+    cases = [
+        (event(_tag(1, 0) + bytes([_T.BEGIN]), ts, _ld(23, b"-80")), (_T.BEGIN, -7, "-80")),
+        (event(commit, _tag(2, 0) + b"\x05", _tag(2, 0) + b"\x09", _ld(22, b"ks")), (_T.COMMIT, 9, "")),
+        (event(commit, _ld(7, b"")), None),
+        (event(commit, _ld(2, b"\x05")), None),
+        (event(commit, _ld(23, b"\xff")), None),
+    ]
+    for data, expect in cases:
+        items = scan(data)
+        assert len(items) == 1
+        if expect is None:
+            assert len(items[0]) == 3
+            continue
+        ev = binlogdata_pb2.VEvent.FromString(data[items[0][1] : items[0][2]])
+        assert (items[0][0], items[0][3], items[0][4]) == expect == (ev.type, ev.timestamp, ev.shard)
     whole = vtgate_pb2.VStreamResponse(events=[binlogdata_pb2.VEvent(type=_T.COMMIT, timestamp=5)]).SerializeToString()
     assert scan(whole[:-1]) is None  # truncated: the caller lets upb raise
     assert scan(b"") == []

@@ -47,9 +47,9 @@ def row(i: int, name: str = "", qty: int = 1) -> tuple[bytes, bytes, bytes]:
     return str(i).encode(), (name or f"item-{i}").encode(), str(qty).encode()
 
 
-def responses(name: Callable[[int], str] | None = None) -> list[bytes]:
+def responses(name: Callable[[int], str] | None = None, ts: int = 1_700_000_000) -> list[bytes]:
     """FIELD per shard, then transactions alternating over the shards, each one ROW event.
-    ``name``: row i's name (default item-i)."""
+    ``name``: row i's name (default item-i); ``ts``: the commit time (s) of every transaction."""
     seq = dict.fromkeys(SHARDS, 1)
 
     def named(i: int, qty: int = 1) -> tuple[bytes, bytes, bytes]:
@@ -63,11 +63,11 @@ def responses(name: Callable[[int], str] | None = None) -> list[bytes]:
         vgtid = b.VGtid(shard_gtids=[b.ShardGtid(keyspace="shop", shard=s, gtid=f"MySQL56/{UUID}:1-{n}")
                                      for s, n in seq.items()])
         out.append(vtgate_pb2.VStreamResponse(events=[
-            b.VEvent(type=T.BEGIN, timestamp=1_700_000_000, shard=shard),
+            b.VEvent(type=T.BEGIN, timestamp=ts, shard=shard),
             b.VEvent(type=T.ROW, shard=shard, row_event=b.RowEvent(table_name="shop.items", keyspace="shop",
                                                                    shard=shard, row_changes=changes)),
             b.VEvent(type=T.VGTID, shard=shard, vgtid=vgtid),
-            b.VEvent(type=T.COMMIT, timestamp=1_700_000_000, shard=shard),
+            b.VEvent(type=T.COMMIT, timestamp=ts, shard=shard),
         ]))
 
     for n in range(40):
@@ -102,12 +102,12 @@ TXMETA: dict[str, TxMetaOptions | None] = {
 }
 
 
-def run_stream(sink: KafkaSink, data: list[bytes], prefix: str, txmeta: str = "no-txmeta") -> Vgtid:
+def run_stream(sink: KafkaSink, data: list[bytes], prefix: str, txmeta: str = "no-txmeta", **encoder: Any) -> Vgtid:
     start = Vgtid(tuple(ShardGtid("shop", s, f"MySQL56/{UUID}:1-1") for s in SHARDS))
     headers = tuple(context_headers(prefix, "0", run_id="00000000-0000-7000-8000-000000000000"))
     opts = TXMETA[txmeta]
     features = streaming.Features(txmeta=TransactionMonitor(opts, None, start) if opts is not None else None)
-    proc = streaming.StreamProcessor(EncoderConfig(prefix, headers=headers), sink, start, features=features)
+    proc = streaming.StreamProcessor(EncoderConfig(prefix, headers=headers, **encoder), sink, start, features=features)
     for d in data:
         proc.process(d)
     sink.flush(60)
@@ -190,6 +190,34 @@ def test_native_and_confluent_sinks_write_the_same_records(
     assert compared == 30 * 30 + 10 * 9
     tombstones = [r for r in records if r.value is None]
     assert len(tombstones) == 2 * 10 * 2
+
+
+@pytest.mark.parametrize(("ts", "encoder"), [
+    (0, {"value_schemas_enable": False, "replace_null_with_default": False}),
+    (-5, {}),
+    (10**10, {}),  # ts_ns past 64 bits: the C loop hands the rows to the Python path
+], ids=["no-schema-null-snapshot", "negative-time", "past-64-bits"])
+def test_tails_written_in_c_are_the_python_paths_bytes(
+    kafka_broker: KafkaBroker, fixed_clock: None, ts: int, encoder: dict[str, Any]
+) -> None:
+    """Without transaction metadata the C loop writes the envelope tails itself (source block
+    from its parts, commit times, op, batch time: ``Producer.send_rows_src``): the same records as
+    the Python path's tails at the ends of what they hold."""
+    data = responses(ts=ts)
+    prefix = f"nt{time.time_ns() % 10**9}"
+    topic = f"{prefix}.shop.items"
+    create_topics(kafka_broker.bootstrap, [topic], partitions=6)
+    for kind in ("native", "confluent"):
+        cls, extra = SINKS[kind]
+        run_stream(cls(producer_conf(kafka_broker.bootstrap, **extra)), data, prefix, **encoder)
+    records = consume_all(kafka_broker.bootstrap, topic)
+    assert len(records) == 2 * (30 * 30 + 10 * 9)
+    source = json.loads(records[0].value or b"")
+    source = source.get("payload", source)["source"]
+    assert (source["ts_ms"], source["ts_ns"], source["snapshot"]) == (
+        ts * 1000, ts * 1_000_000_000, None if encoder.get("replace_null_with_default") is False else "false")
+    for first, second in halves(records):
+        assert first == second
 
 
 def test_values_over_many_buffer_blocks_are_the_same_records(kafka_broker: KafkaBroker, fixed_clock: None) -> None:

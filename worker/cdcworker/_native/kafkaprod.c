@@ -688,6 +688,78 @@ static int parse_tx(PyObject *o, TxBlock *tx) {
     return 0;
 }
 
+/* The loop of send_rows and send_rows_src from row i on: the index of the first row it did not
+ * send, or -1 with an exception (no memory, an interrupt). ``tails``: the insert's and the
+ * update's tail after the after-image (without tx), or NULL with tx. */
+static Py_ssize_t send_loop(Producer *self, PyObject *program, const char *topic, PyObject *rcs, Py_ssize_t i,
+                            PyObject *prefix, const char *const tails[2], const Py_ssize_t tails_n[2], TxBlock *tx,
+                            Pool *pool) {
+    int with_tx = tx != NULL;
+    static const char AFTER[] = ",\"after\":";
+    const Py_ssize_t after_n = (Py_ssize_t)sizeof(AFTER) - 1;
+    Py_ssize_t n = PyList_GET_SIZE(rcs);
+    for (; i < n; i++) {
+        PyObject *rc = PyList_GET_ITEM(rcs, i);
+        if (!PyBytes_Check(rc)) break;
+        RowImages im; /* in the program's buffers: no bytes objects per row */
+        int got = rowenc_program_images(program, rc, &im);
+        if (got <= 0) { PyErr_Clear(); break; } /* the Python path raises it under the failure mode */
+        int insert = im.img[0] == NULL;
+        if (im.img[1] == NULL ||
+            (!insert && (im.key_n[0] != im.key_n[1] || (im.key_n[0] && memcmp(im.key[0], im.key[1], (size_t)im.key_n[0])))))
+            break; /* delete or key change: delete + tombstone + create, the Python path */
+        const char *bp = insert ? "null" : im.img[0];
+        Py_ssize_t bn = insert ? 4 : im.img_n[0];
+        Py_ssize_t pn = PyBytes_GET_SIZE(prefix), an = im.img_n[1];
+        /* the pieces after the after-image: a tail, or pre + block + post */
+        const char *piece[7];
+        Py_ssize_t piece_n[7], npieces = 0, rest = 0;
+        char nums[2][24];
+        if (!with_tx) {
+            piece[npieces] = tails[insert ? 0 : 1];
+            piece_n[npieces++] = tails_n[insert ? 0 : 1];
+        } else {
+            int op = insert ? 0 : 1;
+            long long counters[3] = {0, tx->total + 1, tx->order + 1};
+            piece[npieces] = PyBytes_AS_STRING(tx->pre[op]);
+            piece_n[npieces++] = PyBytes_GET_SIZE(tx->pre[op]);
+            for (Py_ssize_t k = 0; k < tx->nparts; k++) {
+                piece[npieces] = PyBytes_AS_STRING(tx->parts[k]);
+                piece_n[npieces++] = PyBytes_GET_SIZE(tx->parts[k]);
+                if (k + 1 < tx->nparts) {
+                    int len = rowenc_decimal(nums[k], counters[tx->kinds[k] == 2 ? 2 : 1]);
+                    piece[npieces] = nums[k];
+                    piece_n[npieces++] = len;
+                }
+            }
+            piece[npieces] = PyBytes_AS_STRING(tx->post[op]);
+            piece_n[npieces++] = PyBytes_GET_SIZE(tx->post[op]);
+        }
+        for (Py_ssize_t k = 0; k < npieces; k++) rest += piece_n[k];
+        Py_ssize_t vn = pn + bn + after_n + an + rest;
+        int owner = vn <= (Py_ssize_t)BLOCK_MAX_VALUE ? MSG_F_BLOCK : MSG_F_FREE;
+        rk_headers_t *h = NULL;
+        char *value = owner == MSG_F_BLOCK ? block_take(&self->blocks, (size_t)vn, pool, &h) : malloc((size_t)vn), *w = value;
+        if (!value) { PyErr_NoMemory(); return -1; }
+        if (!h && pool) h = K.headers_copy(pool->proto); /* no spare list, or a value of its own */
+        memcpy(w, PyBytes_AS_STRING(prefix), (size_t)pn); w += pn;
+        memcpy(w, bp, (size_t)bn); w += bn;
+        memcpy(w, AFTER, (size_t)after_n); w += after_n;
+        memcpy(w, im.img[1], (size_t)an); w += an;
+        for (Py_ssize_t k = 0; k < npieces; k++) { memcpy(w, piece[k], (size_t)piece_n[k]); w += piece_n[k]; }
+        int rc_ = produce(self, topic, -1, im.key[1], im.key_n[1], value, vn, owner, h, 1); /* owns value and h */
+        if (rc_ < 0) {
+            /* Nothing was queued for this row: the Python path produces it again and meets the
+             * same error under the failure-handling mode. Interrupts and exits propagate. */
+            if (!PyErr_ExceptionMatches(PyExc_Exception)) return -1;
+            PyErr_Clear();
+            break;
+        }
+        if (with_tx) { tx->total++; tx->order++; }
+    }
+    return i;
+}
+
 /* send_rows(program, topic, rcs, start, prefix, tail_insert, tail_update, headers, tx=None) -> index
  *
  * Encodes and produces rcs[start:] (serialized RowChanges) while each row is an insert or an
@@ -716,70 +788,96 @@ static PyObject *Producer_send_rows(Producer *self, PyObject *const *args, Py_ss
     if (with_tx && parse_tx(args[8], &tx) < 0) return NULL;
     Pool *pool;
     if (headers_pool(self, args[7], &pool) < 0) return NULL;
-    static const char AFTER[] = ",\"after\":";
-    const Py_ssize_t after_n = (Py_ssize_t)sizeof(AFTER) - 1;
-    Py_ssize_t n = PyList_GET_SIZE(rcs);
-    for (; i < n; i++) {
-        PyObject *rc = PyList_GET_ITEM(rcs, i);
-        if (!PyBytes_Check(rc)) break;
-        RowImages im; /* in the program's buffers: no bytes objects per row */
-        int got = rowenc_program_images(program, rc, &im);
-        if (got <= 0) { PyErr_Clear(); break; } /* the Python path raises it under the failure mode */
-        int insert = im.img[0] == NULL;
-        if (im.img[1] == NULL ||
-            (!insert && (im.key_n[0] != im.key_n[1] || (im.key_n[0] && memcmp(im.key[0], im.key[1], (size_t)im.key_n[0])))))
-            break; /* delete or key change: delete + tombstone + create, the Python path */
-        const char *bp = insert ? "null" : im.img[0];
-        Py_ssize_t bn = insert ? 4 : im.img_n[0];
-        Py_ssize_t pn = PyBytes_GET_SIZE(prefix), an = im.img_n[1];
-        /* the pieces after the after-image: a tail, or pre + block + post */
-        const char *piece[7];
-        Py_ssize_t piece_n[7], npieces = 0, rest = 0;
-        char nums[2][24];
-        if (!with_tx) {
-            PyObject *tail = tails[insert ? 0 : 1];
-            piece[npieces] = PyBytes_AS_STRING(tail);
-            piece_n[npieces++] = PyBytes_GET_SIZE(tail);
-        } else {
-            int op = insert ? 0 : 1;
-            long long counters[3] = {0, tx.total + 1, tx.order + 1};
-            piece[npieces] = PyBytes_AS_STRING(tx.pre[op]);
-            piece_n[npieces++] = PyBytes_GET_SIZE(tx.pre[op]);
-            for (Py_ssize_t k = 0; k < tx.nparts; k++) {
-                piece[npieces] = PyBytes_AS_STRING(tx.parts[k]);
-                piece_n[npieces++] = PyBytes_GET_SIZE(tx.parts[k]);
-                if (k + 1 < tx.nparts) {
-                    int len = rowenc_decimal(nums[k], counters[tx.kinds[k] == 2 ? 2 : 1]);
-                    piece[npieces] = nums[k];
-                    piece_n[npieces++] = len;
-                }
-            }
-            piece[npieces] = PyBytes_AS_STRING(tx.post[op]);
-            piece_n[npieces++] = PyBytes_GET_SIZE(tx.post[op]);
-        }
-        for (Py_ssize_t k = 0; k < npieces; k++) rest += piece_n[k];
-        Py_ssize_t vn = pn + bn + after_n + an + rest;
-        int owner = vn <= (Py_ssize_t)BLOCK_MAX_VALUE ? MSG_F_BLOCK : MSG_F_FREE;
-        rk_headers_t *h = NULL;
-        char *value = owner == MSG_F_BLOCK ? block_take(&self->blocks, (size_t)vn, pool, &h) : malloc((size_t)vn), *w = value;
-        if (!value) { PyErr_NoMemory(); return NULL; }
-        if (!h && pool) h = K.headers_copy(pool->proto); /* no spare list, or a value of its own */
-        memcpy(w, PyBytes_AS_STRING(prefix), (size_t)pn); w += pn;
-        memcpy(w, bp, (size_t)bn); w += bn;
-        memcpy(w, AFTER, (size_t)after_n); w += after_n;
-        memcpy(w, im.img[1], (size_t)an); w += an;
-        for (Py_ssize_t k = 0; k < npieces; k++) { memcpy(w, piece[k], (size_t)piece_n[k]); w += piece_n[k]; }
-        int rc_ = produce(self, topic, -1, im.key[1], im.key_n[1], value, vn, owner, h, 1); /* owns value and h */
-        if (rc_ < 0) {
-            /* Nothing was queued for this row: the Python path produces it again and meets the
-             * same error under the failure-handling mode. Interrupts and exits propagate. */
-            if (!PyErr_ExceptionMatches(PyExc_Exception)) return NULL;
-            PyErr_Clear();
-            break;
-        }
-        if (with_tx) { tx.total++; tx.order++; }
+    const char *tail_p[2] = {PyBytes_AS_STRING(tails[0]), PyBytes_AS_STRING(tails[1])};
+    const Py_ssize_t tail_n[2] = {PyBytes_GET_SIZE(tails[0]), PyBytes_GET_SIZE(tails[1])};
+    i = send_loop(self, program, topic, rcs, i, prefix, tail_p, tail_n, with_tx ? &tx : NULL, pool);
+    return i < 0 ? NULL : PyLong_FromSsize_t(i);
+}
+
+/* Appends s[0:n] at *w. */
+static inline void put(char **w, const char *s, Py_ssize_t n) {
+    memcpy(*w, s, (size_t)n);
+    *w += n;
+}
+
+/* The envelope tail of send_rows_src: ,"source":<block>,"transaction":null,"op":"<op>","ts_ms":..,
+ * "ts_us":..,"ts_ns":..}<close>, with the block's template parts (SourceContext.source_parts)
+ * around the commit time in ms, us and ns and the VGTID's string body. Returns its length. */
+static Py_ssize_t write_tail(char *out, PyObject *const parts[5], long long commit_s, const char *body, Py_ssize_t body_n,
+                             const char *op, Py_ssize_t op_n, long long now_ns, const char *close, Py_ssize_t close_n) {
+    static const char SRC[] = ",\"source\":", TXN[] = ",\"transaction\":null,\"op\":\"", MS[] = "\",\"ts_ms\":",
+                      US[] = ",\"ts_us\":", NS[] = ",\"ts_ns\":";
+    char *w = out;
+    put(&w, SRC, sizeof(SRC) - 1);
+    const long long src_times[3] = {commit_s * 1000, commit_s * 1000000, commit_s * 1000000000};
+    for (int k = 0; k < 3; k++) {
+        put(&w, PyBytes_AS_STRING(parts[k]), PyBytes_GET_SIZE(parts[k]));
+        w += rowenc_decimal(w, src_times[k]);
     }
-    return PyLong_FromSsize_t(i);
+    put(&w, PyBytes_AS_STRING(parts[3]), PyBytes_GET_SIZE(parts[3]));
+    put(&w, body, body_n);
+    put(&w, PyBytes_AS_STRING(parts[4]), PyBytes_GET_SIZE(parts[4]));
+    put(&w, TXN, sizeof(TXN) - 1);
+    put(&w, op, op_n);
+    put(&w, MS, sizeof(MS) - 1);
+    w += rowenc_decimal(w, now_ns / 1000000);
+    put(&w, US, sizeof(US) - 1);
+    w += rowenc_decimal(w, now_ns / 1000);
+    put(&w, NS, sizeof(NS) - 1);
+    w += rowenc_decimal(w, now_ns);
+    *w++ = '}';
+    put(&w, close, close_n);
+    return w - out;
+}
+
+/* send_rows_src(program, topic, rcs, start, prefix, headers, parts, body, commit_seconds, op, now_ns, close) -> index
+ *
+ * send_rows without transaction metadata, its two tails written here from the source block's
+ * parts (a 5-tuple of bytes, SourceContext.source_parts), the VGTID's JSON string body, the
+ * commit time in seconds, the insert's op ("c", "r") and the time of the batch: the bytes
+ * TablePlan._tails builds in Python, which cost a streamed transaction more than its C calls. A
+ * commit time or a batch time outside what the tails' three units hold in 64 bits returns
+ * ``start``: the Python path writes those. */
+static PyObject *Producer_send_rows_src(Producer *self, PyObject *const *args, Py_ssize_t nargs) {
+    static const char usage[] = "send_rows_src(program, topic, rcs, start, prefix, headers, parts, body, commit_seconds, op, now_ns, close)";
+    if (nargs != 12) { PyErr_SetString(PyExc_TypeError, usage); return NULL; }
+    PyObject *program = args[0], *rcs = args[2], *prefix = args[4], *parts = args[6], *body = args[7], *close = args[11];
+    if (!rowenc_is_program(program) || !PyList_Check(rcs) || !PyBytes_Check(prefix) || !PyTuple_Check(parts) ||
+        PyTuple_GET_SIZE(parts) != 5 || !PyBytes_Check(body) || !PyBytes_Check(close)) {
+        PyErr_SetString(PyExc_TypeError, usage);
+        return NULL;
+    }
+    PyObject *const *part = &PyTuple_GET_ITEM(parts, 0);
+    Py_ssize_t fixed = 0;
+    for (int k = 0; k < 5; k++) {
+        if (!PyBytes_Check(part[k])) { PyErr_SetString(PyExc_TypeError, usage); return NULL; }
+        fixed += PyBytes_GET_SIZE(part[k]);
+    }
+    const char *topic = PyUnicode_AsUTF8(args[1]);
+    Py_ssize_t i = PyLong_AsSsize_t(args[3]), op_n;
+    const char *op = topic ? PyUnicode_AsUTF8AndSize(args[9], &op_n) : NULL;
+    long long commit_s = PyLong_AsLongLong(args[8]), now_ns = PyLong_AsLongLong(args[10]);
+    if (!topic || !op || PyErr_Occurred()) {
+        if (PyErr_ExceptionMatches(PyExc_OverflowError)) { PyErr_Clear(); return PyLong_FromSsize_t(i); }
+        return NULL;
+    }
+    /* ns of the commit second in 64 bits, and a batch time Python's // and C's / both floor */
+    if (commit_s > 9000000000LL || commit_s < -9000000000LL || now_ns < 0) return PyLong_FromSsize_t(i);
+    Pool *pool;
+    if (headers_pool(self, args[5], &pool) < 0) return NULL;
+    /* fixed text ~100 bytes and 7 numbers of at most 20 characters each */
+    Py_ssize_t cap = fixed + PyBytes_GET_SIZE(body) + op_n + PyBytes_GET_SIZE(close) + 256;
+    char *buf = PyMem_Malloc((size_t)cap * 2);
+    if (!buf) return PyErr_NoMemory();
+    const char *tail_p[2] = {buf, buf + cap};
+    Py_ssize_t tail_n[2];
+    const char *body_p = PyBytes_AS_STRING(body), *close_p = PyBytes_AS_STRING(close);
+    Py_ssize_t body_n = PyBytes_GET_SIZE(body), close_n = PyBytes_GET_SIZE(close);
+    tail_n[0] = write_tail(buf, part, commit_s, body_p, body_n, op, op_n, now_ns, close_p, close_n);
+    tail_n[1] = write_tail(buf + cap, part, commit_s, body_p, body_n, "u", 1, now_ns, close_p, close_n);
+    i = send_loop(self, program, topic, rcs, i, prefix, tail_p, tail_n, NULL, pool);
+    PyMem_Free(buf);
+    return i < 0 ? NULL : PyLong_FromSsize_t(i);
 }
 
 /* seal() -> the number of the segment it closes; a new segment opens. */
@@ -792,13 +890,32 @@ static PyObject *Producer_seal(Producer *self, PyObject *unused) {
 
 /* done_through() -> the highest segment number up to which every segment is sealed and every
  * record in it settled (acknowledged or failed; failures are in take_errors()); 0 if none. */
-static PyObject *Producer_done_through(Producer *self, PyObject *unused) {
+static int64_t settled_through(Producer *self) {
     while (self->head < self->nsegs - 1) {
         Seg *s = &self->segs[self->head];
         if (!s->sealed || s->done < s->produced) break;
         self->head++;
     }
-    return PyLong_FromLongLong((long long)(self->base_seq + self->head - 1));
+    return self->base_seq + self->head - 1;
+}
+
+static PyObject *Producer_done_through(Producer *self, PyObject *unused) {
+    return PyLong_FromLongLong((long long)settled_through(self));
+}
+
+/* commit_point() -> (seq, through): seal(), a poll(0) that serves the delivery reports, and
+ * done_through(), in one call per transaction (they were four Python-level calls). through is -1
+ * when something needs the sink's judgement first (a failed record waiting in take_errors(), a
+ * refused login, a fatal error): the sink then takes the slow path, which reads them all. */
+static PyObject *Producer_commit_point(Producer *self, PyObject *unused) {
+    int64_t seq = open_seq(self);
+    open_seg(self)->sealed = 1;
+    if (push_seg(self) < 0) return NULL;
+    poll_nogil(self, 0);
+    int64_t through = -1;
+    if (PyList_GET_SIZE(self->errors) == 0 && !__atomic_load_n(&self->access_code, __ATOMIC_ACQUIRE) && !self->fatal_code)
+        through = settled_through(self);
+    return Py_BuildValue("(LL)", (long long)seq, (long long)through);
 }
 
 /* take_errors() -> failed records since the last call: (seq, code, reason, topic, partition, key, value)
@@ -901,8 +1018,12 @@ static PyMethodDef Producer_methods[] = {
      "produce(topic, value=None, key=None, partition=-1, headers=None)"},
     {"send_rows", (PyCFunction)(void (*)(void))Producer_send_rows, METH_FASTCALL,
      "send_rows(program, topic, rcs, start, prefix, tail_insert, tail_update, headers, tx=None) -> next index"},
+    {"send_rows_src", (PyCFunction)(void (*)(void))Producer_send_rows_src, METH_FASTCALL,
+     "send_rows_src(program, topic, rcs, start, prefix, headers, parts, body, commit_seconds, op, now_ns, close) -> next index"},
     {"seal", (PyCFunction)Producer_seal, METH_NOARGS, "seal() -> number of the closed segment"},
     {"done_through", (PyCFunction)Producer_done_through, METH_NOARGS, "highest fully settled segment number"},
+    {"commit_point", (PyCFunction)Producer_commit_point, METH_NOARGS,
+     "commit_point() -> (seq, through): seal(), poll(0), done_through(); through -1 when errors wait"},
     {"take_errors", (PyCFunction)Producer_take_errors, METH_NOARGS, "failed records since the last call"},
     {"forget", (PyCFunction)Producer_forget, METH_NOARGS, "settle every segment (a committed transaction)"},
     {"poll", (PyCFunction)Producer_poll, METH_O, "poll(timeout_seconds) -> events served"},

@@ -1122,6 +1122,8 @@ static PyTypeObject ProgramType = {
 
 /* --- VStreamResponse scanner ------------------------------------------------------------ */
 
+#define VEVENT_BEGIN 2
+#define VEVENT_COMMIT 3
 #define VEVENT_ROW 12
 
 /* A string field as str, or NULL with no error set when it is not valid UTF-8 (upb rejects it:
@@ -1138,21 +1140,24 @@ static int vevent_string(int f) { return f == 3 || f == 4 || f == 9 || f == 22 |
 static int vevent_message(int f) { return f == 6 || f == 7 || f == 8 || f == 21; }
 
 /* One VEvent at [p, end): a ROW item (type, start, end, table_name, shard, is_internal, [RowChange
- * bytes]) when it is a well-formed ROW event, else (type, start, end) for Python to parse.
+ * bytes]) when it is a well-formed ROW event, a BEGIN or COMMIT item (type, start, end,
+ * timestamp, shard) when it is a well-formed BEGIN or COMMIT (what the stream reads of them: two
+ * upb parses per transaction saved), else (type, start, end) for Python to parse.
  * Returns NULL with an error set on allocation failure, Py_None when the event is malformed. */
 static PyObject *scan_event(const unsigned char *base, const unsigned char *p, const unsigned char *end) {
     const unsigned char *start = p, *re = NULL, *ree = NULL, *evshard = NULL;
     Py_ssize_t evshard_n = 0;
-    long long type = 0;
+    long long type = 0, ts = 0;
     int generic = 0, row_events = 0;
     while (p < end) {
         uint64_t v;
         int field, wt;
         if (!rd_tag(&p, end, &field, &wt)) return Py_NewRef(Py_None);
-        if (field == 1) {
+        if (field == 1 || field == 2) {
             if (wt != 0) { generic = 1; if (!skip_field(&p, end, wt)) return Py_NewRef(Py_None); continue; }
             if (!rd_varint(&p, end, &v)) return Py_NewRef(Py_None);
-            type = (long long)(int32_t)(uint32_t)v;
+            if (field == 1) type = (long long)(int32_t)(uint32_t)v;
+            else ts = (long long)v; /* int64: two's complement, last one wins */
         } else if (wt == 2) {
             if (!rd_varint(&p, end, &v) || v > (uint64_t)(end - p)) return Py_NewRef(Py_None);
             if (field == 5) { re = p; ree = p + v; row_events++; }
@@ -1166,6 +1171,10 @@ static PyObject *scan_event(const unsigned char *base, const unsigned char *p, c
         }
     }
     Py_ssize_t s0 = start - base, s1 = end - base;
+    if ((type == VEVENT_BEGIN || type == VEVENT_COMMIT) && !generic && row_events == 0) {
+        PyObject *shard = utf8_or_null(evshard ? evshard : (const unsigned char *)"", evshard_n); /* valid: checked */
+        if (shard) return Py_BuildValue("(LnnLN)", type, s0, s1, ts, shard);
+    }
     if (type != VEVENT_ROW || generic || row_events != 1) return Py_BuildValue("(Lnn)", type, s0, s1);
     /* RowEvent: table_name 1, row_changes 2, shard 4, is_internal_table 6 (scalars: last wins) */
     const unsigned char *tn = (const unsigned char *)"", *sh = NULL;

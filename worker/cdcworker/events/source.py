@@ -72,32 +72,45 @@ class SourceContext:
         frag = self._cache.get(table)
         if frag is None:
             s = self.commit_seconds
-            body = self._vgtid_body
-            if body is None:
-                # The VGTID (the last field) is spliced in as a JSON string body: over 64 shards it
-                # is ~7 KB of escaped quotes, which the JSON writer and its escape fix-up
-                # (``fix_escapes``) took ~10 us per transaction to go through.
-                body = self._vgtid_body = json_string_body(self.vgtid)
             snapshot = unset_snapshot if self.snapshot is None else self.snapshot
             template = source_template(version, logical_name, snapshot, self.keyspace, table, self.shard)
-            frag = orjson.Fragment(template % (s * 1000, s * 1_000_000, s * 1_000_000_000, body))
+            frag = orjson.Fragment(template % (s * 1000, s * 1_000_000, s * 1_000_000_000, self.vgtid_body()))
             self._cache[table] = frag
         return frag
+
+    def vgtid_body(self) -> bytes:
+        """The VGTID (the block's last field) as a JSON string body, made once per context: over
+        64 shards it is ~7 KB of escaped quotes, which the JSON writer and its escape fix-up
+        (``fix_escapes``) took ~10 us per transaction to go through."""
+        body = self._vgtid_body
+        if body is None:
+            body = self._vgtid_body = json_string_body(self.vgtid)
+        return body
+
+    def source_parts(self, version: str, logical_name: str, table: str, unset_snapshot: str | None = "false") -> tuple[bytes, ...]:
+        """``fragment``'s block as ``source_parts`` (the native producer writes the times and the
+        VGTID body between them: ``Producer.send_rows_src``)."""
+        snapshot = unset_snapshot if self.snapshot is None else self.snapshot
+        return source_parts(version, logical_name, snapshot, self.keyspace, table, self.shard)
+
+
+@functools.lru_cache(maxsize=4096)
+def source_parts(version: str, logical_name: str, snapshot: str | None, keyspace: str, table: str, shard: str) -> tuple[bytes, ...]:
+    """The source block's bytes in five parts, around its ts_ms, ts_us, ts_ns and the VGTID's
+    JSON string body: only those change from one transaction to the next. Each string is
+    written by ``dumps``, as the whole block was."""
+    return (b'{"version":' + dumps(version) + b',"connector":"vitess","name":' + dumps(logical_name) + b',"ts_ms":',
+            b',"snapshot":' + dumps(snapshot) + b',"db":"","sequence":null,"ts_us":',
+            b',"ts_ns":',
+            b',"keyspace":' + dumps(keyspace) + b',"table":' + dumps(table) + b',"shard":' + dumps(shard) + b',"vgtid":"',
+            b'"}')
 
 
 @functools.lru_cache(maxsize=4096)
 def source_template(version: str, logical_name: str, snapshot: str | None, keyspace: str, table: str, shard: str) -> bytes:
-    """The source block's bytes with ``%d`` for ts_ms, ts_us and ts_ns and ``%b`` for the VGTID's
-    JSON string body: only those change from one transaction to the next, so a commit formats
-    one template instead of serialising a dict through ``dumps`` and its escape fix-up (with the
-    envelope tails' own change, 46 -> 32 us per one-row transaction: bench/processor_micro.py
-    --per-txn 1). Each string is written by ``dumps``, as the whole block was, with its ``%``
-    doubled for the formatting."""
-
-    def text(value: str | None) -> bytes:
-        return dumps(value).replace(b"%", b"%%")
-
-    return (b'{"version":' + text(version) + b',"connector":"vitess","name":' + text(logical_name)
-            + b',"ts_ms":%d,"snapshot":' + text(snapshot) + b',"db":"","sequence":null,"ts_us":%d,"ts_ns":%d'
-            + b',"keyspace":' + text(keyspace) + b',"table":' + text(table) + b',"shard":' + text(shard)
-            + b',"vgtid":"%b"}')
+    """``source_parts`` joined by ``%d`` for ts_ms, ts_us and ts_ns and ``%b`` for the VGTID's
+    JSON string body, each part's ``%`` doubled: a commit formats one template instead of
+    serialising a dict through ``dumps`` and its escape fix-up (with the envelope tails' own
+    change, 46 -> 32 us per one-row transaction: bench/processor_micro.py --per-txn 1)."""
+    p = [part.replace(b"%", b"%%") for part in source_parts(version, logical_name, snapshot, keyspace, table, shard)]
+    return p[0] + b"%d" + p[1] + b"%d" + p[2] + b"%d" + p[3] + b"%b" + p[4]
