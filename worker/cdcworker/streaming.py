@@ -481,12 +481,14 @@ class StreamProcessor:
 
     # --- transaction boundaries -------------------------------------------------------------
 
-    def _context(self, plan: TablePlan, commit_seconds: int, vgtid_json: str) -> SourceContext:
+    def _context(self, plan: TablePlan, commit_seconds: int, vgtid_json: str, body: bytes | None) -> SourceContext:
         if self.features.local_vgtid:
-            vgtid_json = local_vgtid_json(vgtid_json, plan.shard)
-        return SourceContext(plan.keyspace, plan.shard, commit_seconds, vgtid_json)
+            return SourceContext(plan.keyspace, plan.shard, commit_seconds, local_vgtid_json(vgtid_json, plan.shard))
+        return SourceContext(plan.keyspace, plan.shard, commit_seconds, vgtid_json, vgtid_escaped=body)
 
-    def _emit(self, commit_seconds: int, vgtid_json: str) -> None:
+    def _emit(self, commit_seconds: int, vgtid_json: str, body: bytes | None = None) -> None:
+        """The held rows' records, their source block at this commit time and VGTID (``body``:
+        its JSON string body when the caller made it, ``_vgtid_of_entries``)."""
         deferred = self._deferred
         if not deferred:
             return
@@ -499,7 +501,7 @@ class StreamProcessor:
         ctx_shard = None
         for plan, rcs in deferred:
             if ctx is None or plan.shard != ctx_shard:
-                ctx = self._context(plan, commit_seconds, vgtid_json)
+                ctx = self._context(plan, commit_seconds, vgtid_json, body)
                 ctx_shard = plan.shard
             if plan.sends_natively:
                 producer = rows_sender() if rows_sender is not None else None
@@ -573,27 +575,28 @@ class StreamProcessor:
 
     def _commit(self, timestamp: int, ddl: binlogdata_pb2.VEvent | None = None) -> None:
         pending = self._pending_vgtid
-        id_json = None
+        body = None  # the VGTID's JSON as a JSON string body, when made entry by entry
         if pending is None:
             # Debezium uses the previous VGTID when a response carries none; so do we.
             vgtid = self._raw
             vgtid_json = vgtid.to_json()
         else:
             if isinstance(pending, tuple):
-                vgtid, vgtid_json, id_json = self._vgtid_of_entries(pending, self._vg_changed)
+                vgtid, vgtid_json, body = self._vgtid_of_entries(pending, self._vg_changed)
             else:
-                vgtid, vgtid_json, id_json = self._vgtid(pending)
+                vgtid, vgtid_json, body = self._vgtid(pending)
             self._pending_vgtid = None
         before = self._raw  # the previous VGTID (after a reconnect: the resume position)
         self._raw = vgtid
         resume = self._copy.resumable(vgtid) if self._copy is not None else vgtid
         txmeta = self._txmeta
         if txmeta is None:
-            self._emit(timestamp, vgtid_json)
+            self._emit(timestamp, vgtid_json, body)
             position: Vgtid = resume
         elif self._in_txn:
+            id_json = None if body is None else b'"' + body + b'"'
             begin = None if self._streaming_txn else self._tx_begin(vgtid_json, vgtid, id_json)
-            self._emit(timestamp, vgtid_json)
+            self._emit(timestamp, vgtid_json, body)
             end, transaction_id, counts, extra = txmeta.finish(timestamp * 1000)
             # BEGIN goes out next to END, after the rows: sent alone before the rows it found the
             # transaction topic's queue empty and woke librdkafka's sender, ~8 us; the pair now
@@ -606,7 +609,7 @@ class StreamProcessor:
             # Debezium's offset after END still names the transaction and its counters.
             position = Checkpoint.at(resume.shard_gtids, transaction_id, counts, extra)
         else:
-            self._emit(timestamp, vgtid_json)
+            self._emit(timestamp, vgtid_json, body)
             o = txmeta.offset_fields()
             position = Checkpoint(resume.shard_gtids, o.transaction_id, tuple(o.collection_counts.items()), o.extra)
         self._in_txn = False
@@ -658,13 +661,14 @@ class StreamProcessor:
         self.sink.commit_point(position)
 
     def _vgtid(self, pb: binlogdata_pb2.VGtid) -> tuple[Vgtid, str, bytes | None]:
-        """A commit's VGTID, its JSON and, with transaction metadata, that JSON as a JSON string
-        (the transaction id). Between two commits only the committing shard's GTID moves: each
-        shard's position (and its JSON, plain and escaped) is made once and reused from a small cache."""
+        """A commit's VGTID, its JSON and that JSON as the body of a JSON string (the source
+        block's ``vgtid``, the transaction id; None with copy progress). Between two commits
+        only the committing shard's GTID moves: each shard's position (and its JSON, plain and
+        escaped) is made once and reused from a small cache."""
         cache = self._shard_gtids
-        escaped: list[bytes] | None = [] if self._txmeta is not None else None
         sgs = []
         parts = []
+        escaped = []
         for p in pb.shard_gtids:
             if p.table_p_ks:  # copy progress: rare, and not worth caching
                 vgtid = Vgtid.from_proto(pb)
@@ -674,50 +678,52 @@ class StreamProcessor:
             if hit is None:
                 if len(cache) > 4096:
                     cache.clear()
-                hit = cache[k] = self._shard_entry(*k, escaped is not None)
+                hit = cache[k] = self._shard_entry(*k)
             sgs.append(hit[0])
             parts.append(hit[1])
-            if escaped is not None:
-                escaped.append(hit[2])
-        id_json = None if escaped is None else b'"[' + b",".join(escaped) + b']"'
-        return Vgtid(tuple(sgs)), "[" + ",".join(parts) + "]", id_json
+            escaped.append(hit[2])
+        return Vgtid(tuple(sgs)), "[" + ",".join(parts) + "]", b"[" + b",".join(escaped) + b"]"
 
     def _vgtid_of_entries(self, entries: tuple[bytes, ...], changed: list[int]) -> tuple[Vgtid, str, bytes | None]:
         """``_vgtid`` of a VGTID event the native scanner read (``vgtid_entries``): only the
         entries whose bytes changed since the previous event are parsed (one per commit; over 64
-        shards, reading every entry per commit tripled the CPU per row)."""
+        shards, reading every entry per commit tripled the CPU per row), the JSON and its string
+        body joined from each entry's, kept."""
         sgs, texts, escs = self._vg_sgs, self._vg_texts, self._vg_escs
-        # Until this one is done, no previous entries: after a failure below (a duplicate shard)
-        # or copy progress, the next VGTID is read and checked whole.
-        self._vg_entries, self._vg_sgs, self._vg_texts, self._vg_escs = (), [], [], []
         n = len(entries)
         same_shards = len(sgs) == n
-        if not same_shards:  # entries past the previous ones are all in ``changed``
-            for lst, fill in ((sgs, None), (texts, ""), (escs, b"")):
-                del lst[n:]
-                lst.extend([fill] * (n - len(lst)))  # type: ignore[list-item]  # all filled below
-        escaped = self._txmeta is not None
-        for i in changed:
-            pb = _ShardGtidPb(entries[i])
-            if pb.table_p_ks:  # copy progress: rare, not kept (the next event is read whole)
-                vgtid = Vgtid(tuple(ShardGtid.from_proto(_ShardGtidPb(e)) for e in entries))
-                return vgtid, vgtid.to_json(), None
-            old = sgs[i]
-            if old is None or old.shard != pb.shard or old.keyspace != pb.keyspace:
-                same_shards = False
-            sgs[i], texts[i], escs[i] = self._shard_entry(pb.keyspace, pb.shard, pb.gtid, escaped)
-        # The same (keyspace, shard) at each place as the last VGTID, already checked: no new check.
-        vgtid = Vgtid.trusted(tuple(sgs)) if same_shards else Vgtid(tuple(sgs))
-        self._vg_entries, self._vg_sgs, self._vg_texts, self._vg_escs = entries, sgs, texts, escs
-        text = "[" + ",".join(texts) + "]"
-        id_json = b'"[' + b",".join(escs) + b']"' if escaped else None
-        return vgtid, text, id_json
+        try:
+            if not same_shards:  # entries past the previous ones are all in ``changed``
+                for lst, fill in ((sgs, None), (texts, ""), (escs, b"")):
+                    del lst[n:]
+                    lst.extend([fill] * (n - len(lst)))  # type: ignore[list-item]  # all filled below
+            for i in changed:
+                pb = _ShardGtidPb(entries[i])
+                if pb.table_p_ks:  # copy progress: rare, not kept (the next event is read whole)
+                    self._forget_entries()
+                    vgtid = Vgtid(tuple(ShardGtid.from_proto(_ShardGtidPb(e)) for e in entries))
+                    return vgtid, vgtid.to_json(), None
+                old = sgs[i]
+                if old is None or old.shard != pb.shard or old.keyspace != pb.keyspace:
+                    same_shards = False
+                sgs[i], texts[i], escs[i] = self._shard_entry(pb.keyspace, pb.shard, pb.gtid)
+            # The same (keyspace, shard) at each place as the last VGTID, already checked: no new check.
+            vgtid = Vgtid.trusted(tuple(sgs)) if same_shards else Vgtid(tuple(sgs))
+        except BaseException:
+            self._forget_entries()  # a duplicate shard: the next VGTID is read and checked whole
+            raise
+        self._vg_entries = entries
+        return vgtid, "[" + ",".join(texts) + "]", b"[" + b",".join(escs) + b"]"
 
-    def _shard_entry(self, keyspace: str, shard: str, gtid: str, escaped: bool) -> tuple[ShardGtid, str, bytes]:
-        """A shard position, its JSON (``entry_json``) and, with ``escaped``, that JSON as the
-        body of a JSON string (``json_string_body``)."""
+    def _forget_entries(self) -> None:
+        self._vg_entries, self._vg_sgs, self._vg_texts, self._vg_escs = (), [], [], []
+
+    def _shard_entry(self, keyspace: str, shard: str, gtid: str) -> tuple[ShardGtid, str, bytes]:
+        """A shard position, its JSON (``entry_json``) and that JSON as the body of a JSON string
+        (``json_string_body``: JSON escapes are per character, so a VGTID's body is its entries'
+        bodies joined)."""
         text = entry_json(keyspace, shard, gtid)
-        return ShardGtid(keyspace, shard, gtid), text, json_string_body(text) if escaped else b""
+        return ShardGtid(keyspace, shard, gtid), text, json_string_body(text)
 
     def tick(self) -> None:
         """A heartbeat record if one is due (after commits, on VTGate heartbeats, while idle).

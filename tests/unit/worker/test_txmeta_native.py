@@ -153,21 +153,20 @@ def test_the_id_escape_equals_the_json_writer(text: str) -> None:
 )
 def test_a_commit_vgtid_json_and_id_equal_the_general_writers(gtid: str) -> None:
     """The streaming loop's per-shard cache (``_shard_entry``, ``entry_json``) against ``jackson_dumps`` of the
-    VGTID and ``dumps`` of that JSON (the transaction id), for GTID texts with and without
-    characters a JSON writer escapes."""
+    VGTID and ``dumps`` of that JSON (the transaction id, and the source block's ``vgtid`` as its
+    body), joined from each shard's, for GTID texts with and without characters a JSON writer escapes."""
     from cdcworker.offsets.javacompat import jackson_dumps
     from cdcworker.streaming import StreamProcessor
     from vitessapi import binlogdata_pb2 as b
 
     proc = StreamProcessor.__new__(StreamProcessor)
     proc._shard_gtids = {}
-    proc._txmeta = object()  # type: ignore[assignment]
     pb = b.VGtid(shard_gtids=[b.ShardGtid(keyspace="k\"s", shard="-80", gtid=gtid),
                               b.ShardGtid(keyspace="ks", shard="80-", gtid=f"MySQL56/{U2}:1-7")])
     for _ in range(2):  # a miss, then the cached entries
-        vgtid, text, id_json = proc._vgtid(pb)
+        vgtid, text, body = proc._vgtid(pb)
         assert text == jackson_dumps([sg.to_json() for sg in vgtid]) == vgtid.to_json()
-        assert id_json == dumps(text)
+        assert b'"' + (body or b"") + b'"' == dumps(text)
 
 
 def test_an_epoch_beyond_64_bits_is_left_to_python() -> None:

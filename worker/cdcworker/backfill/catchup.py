@@ -66,7 +66,7 @@ class HandoffProcessor(StreamProcessor):
                 self.key_readers[(fe.shard or ev.shard, _table(fe.table_name, fe.keyspace))] = key_reader_for(fe)
         super().process(response)
 
-    def _emit(self, commit_seconds: int, vgtid_json: str) -> None:
+    def _emit(self, commit_seconds: int, vgtid_json: str, body: bytes | None = None) -> None:
         """Drop (or split) the row changes the hand-off rule withholds, then encode the rest exactly
         as the worker does. Only relies on ``_deferred`` holding (plan, row change or changes)."""
         deferred = self._deferred
@@ -93,7 +93,7 @@ class HandoffProcessor(StreamProcessor):
                 if changes:
                     kept.append((plan, changes if many else changes[0]))
             deferred[:] = kept
-        super()._emit(commit_seconds, vgtid_json)
+        super()._emit(commit_seconds, vgtid_json, body)
 
     def _keys(self, plan: TablePlan, rc: Any) -> tuple[Any, Any]:  # Any: vitessapi protobuf messages (generated code: no types for mypy)
         reader = self.key_readers.get((plan.shard, plan.table))

@@ -276,13 +276,7 @@ class TablePlan:
             if cfg.key_schemas_enable and self.schemas.key is not None
             else b""
         )
-        self._value_prefix = (
-            b'{"schema":' + dumps(self.schemas.envelope) + b',"payload":' if cfg.value_schemas_enable else b""
-        )
-        # A native record: _row_prefix + before + ',"after":' + after + tail, the tail ending in
-        # _row_close (the schema wrapper's brace).
-        self._row_prefix = self._value_prefix + b'{"before":'
-        self._row_close = b"}" if self._value_prefix else b""
+        self._set_value_prefix(cfg.value_schemas_enable)
         self._decode = _compile_decoder(self._names, self._convs)
         self._key_of = _compile_key(self._key_names)
         # Any: a per-batch cache key (the source Fragment, op, time)
@@ -506,6 +500,14 @@ class TablePlan:
             return out
         out.append(OutRecord(topic, new_key, self._envelope(b"null", a, "c", source, now_ns, block), create_headers))
         return out
+
+    def _set_value_prefix(self, schemas_enable: bool) -> None:
+        """The value's bytes before the envelope (its schema wrapper) from ``self.schemas``, and
+        the native record's: _row_prefix + before + ',"after":' + after + tail, the tail ending
+        in _row_close (the wrapper's brace)."""
+        self._value_prefix = b'{"schema":' + dumps(self.schemas.envelope) + b',"payload":' if schemas_enable else b""
+        self._row_prefix = self._value_prefix + b'{"before":'
+        self._row_close = b"}" if schemas_enable else b""
 
     @property
     def sends_natively(self) -> bool:

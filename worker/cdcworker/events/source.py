@@ -60,7 +60,9 @@ class SourceContext:
     vgtid: str
     snapshot: str | None = None  # None: unset, as the Vitess connector leaves it while streaming
     _cache: dict[str, orjson.Fragment] = field(default_factory=dict, repr=False)
-    _vgtid_body: bytes | None = field(default=None, repr=False)
+    # The VGTID as a JSON string body, when the caller has it (StreamProcessor joins it from
+    # each shard's); else made once by vgtid_body().
+    vgtid_escaped: bytes | None = field(default=None, repr=False)
 
     def fragment(self, version: str, logical_name: str, table: str, unset_snapshot: str | None = "false") -> orjson.Fragment:
         """The source block as pre-serialized JSON, cached per table for this context.
@@ -82,9 +84,9 @@ class SourceContext:
         """The VGTID (the block's last field) as a JSON string body, made once per context: over
         64 shards it is ~7 KB of escaped quotes, which the JSON writer and its escape fix-up
         (``fix_escapes``) took ~10 us per transaction to go through."""
-        body = self._vgtid_body
+        body = self.vgtid_escaped
         if body is None:
-            body = self._vgtid_body = json_string_body(self.vgtid)
+            body = self.vgtid_escaped = json_string_body(self.vgtid)
         return body
 
     def source_parts(self, version: str, logical_name: str, table: str, unset_snapshot: str | None = "false") -> tuple[bytes, ...]:

@@ -382,9 +382,7 @@ class FilteredTablePlan(TablePlan):
             if cfg.key_schemas_enable and self.schemas.key is not None
             else b""
         )
-        self._value_prefix = (
-            b'{"schema":' + dumps(self.schemas.envelope) + b',"payload":' if cfg.value_schemas_enable else b""
-        )
+        self._set_value_prefix(cfg.value_schemas_enable)
         # Only masks of value columns: their converters mask, and the native program's OP_CONST
         # masks NULLs too, so its images are exact and send_rows' C loop can write them.
         if native_ok and all(nulls for _, _, nulls in post):
