@@ -509,7 +509,8 @@ class StreamProcessor:
                     i = plan.send_rows_native(producer, rcs, ctx, now, "c")
                     if i >= len(rcs):
                         continue
-                    rcs = rcs[i:]  # a row for the Python path: send_rows from it on
+                    if i:
+                        rcs = rcs[i:]  # a row for the Python path: send_rows from it on
                 plan.send_rows(
                     rcs,
                     ctx.fragment(plan.version, plan.logical_name, plan.table, plan.unset_snapshot),
@@ -710,7 +711,10 @@ class StreamProcessor:
             # The same (keyspace, shard) at each place as the last VGTID, already checked: no new check.
             vgtid = Vgtid.trusted(tuple(sgs)) if same_shards else Vgtid(tuple(sgs))
         except BaseException:
-            self._forget_entries()  # a duplicate shard: the next VGTID is read and checked whole
+            # A duplicate shard: the next VGTID is read and checked whole, and so is this one if
+            # its COMMIT comes again (``changed`` was relative to the entries forgotten here).
+            self._forget_entries()
+            self._vg_changed = list(range(n))
             raise
         self._vg_entries = entries
         return vgtid, "[" + ",".join(texts) + "]", b"[" + b",".join(escs) + b"]"

@@ -853,16 +853,21 @@ static PyObject *Producer_send_rows_src(Producer *self, PyObject *const *args, P
         if (!PyBytes_Check(part[k])) { PyErr_SetString(PyExc_TypeError, usage); return NULL; }
         fixed += PyBytes_GET_SIZE(part[k]);
     }
+    Py_ssize_t op_n, i = PyLong_AsSsize_t(args[3]);
+    if (i == -1 && PyErr_Occurred()) return NULL;
     const char *topic = PyUnicode_AsUTF8(args[1]);
-    Py_ssize_t i = PyLong_AsSsize_t(args[3]), op_n;
-    const char *op = topic ? PyUnicode_AsUTF8AndSize(args[9], &op_n) : NULL;
-    long long commit_s = PyLong_AsLongLong(args[8]), now_ns = PyLong_AsLongLong(args[10]);
-    if (!topic || !op || PyErr_Occurred()) {
-        if (PyErr_ExceptionMatches(PyExc_OverflowError)) { PyErr_Clear(); return PyLong_FromSsize_t(i); }
-        return NULL;
-    }
-    /* ns of the commit second in 64 bits, and a batch time Python's // and C's / both floor */
-    if (commit_s > 9000000000LL || commit_s < -9000000000LL || now_ns < 0) return PyLong_FromSsize_t(i);
+    if (!topic) return NULL;
+    const char *op = PyUnicode_AsUTF8AndSize(args[9], &op_n);
+    if (!op) return NULL;
+    int overflow = 0, overflow_ns = 0;
+    long long commit_s = PyLong_AsLongLongAndOverflow(args[8], &overflow);
+    if (commit_s == -1 && PyErr_Occurred()) return NULL;
+    long long now_ns = PyLong_AsLongLongAndOverflow(args[10], &overflow_ns);
+    if (now_ns == -1 && PyErr_Occurred()) return NULL;
+    /* ns of the commit second in 64 bits, and a batch time Python's // and C's / both floor:
+     * otherwise the Python path writes the tails */
+    if (overflow || overflow_ns || commit_s > 9000000000LL || commit_s < -9000000000LL || now_ns < 0)
+        return PyLong_FromSsize_t(i);
     Pool *pool;
     if (headers_pool(self, args[5], &pool) < 0) return NULL;
     /* fixed text ~100 bytes and 7 numbers of at most 20 characters each */
