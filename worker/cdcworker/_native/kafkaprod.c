@@ -886,10 +886,15 @@ static PyObject *Producer_send_rows_src(Producer *self, PyObject *const *args, P
 }
 
 /* seal() -> the number of the segment it closes; a new segment opens. */
-static PyObject *Producer_seal(Producer *self, PyObject *unused) {
-    int64_t seq = open_seq(self);
+static int seal_open(Producer *self, int64_t *seq) {
+    *seq = open_seq(self);
     open_seg(self)->sealed = 1;
-    if (push_seg(self) < 0) return NULL;
+    return push_seg(self);
+}
+
+static PyObject *Producer_seal(Producer *self, PyObject *unused) {
+    int64_t seq;
+    if (seal_open(self, &seq) < 0) return NULL;
     return PyLong_FromLongLong((long long)seq);
 }
 
@@ -913,9 +918,8 @@ static PyObject *Producer_done_through(Producer *self, PyObject *unused) {
  * when something needs the sink's judgement first (a failed record waiting in take_errors(), a
  * refused login, a fatal error): the sink then takes the slow path, which reads them all. */
 static PyObject *Producer_commit_point(Producer *self, PyObject *unused) {
-    int64_t seq = open_seq(self);
-    open_seg(self)->sealed = 1;
-    if (push_seg(self) < 0) return NULL;
+    int64_t seq;
+    if (seal_open(self, &seq) < 0) return NULL;
     poll_nogil(self, 0);
     int64_t through = -1;
     if (PyList_GET_SIZE(self->errors) == 0 && !__atomic_load_n(&self->access_code, __ATOMIC_ACQUIRE) && !self->fatal_code)

@@ -271,12 +271,7 @@ class TablePlan:
         self.schemas: TableSchemas = build_schemas(topic, kept, key_cols, cfg.tx_block_schema)
         # Debezium's data collection id of Vitess rows (TableId with the shard as catalog).
         self.data_collection = f"{shard}.{keyspace}.{table}"
-        self._key_prefix = (
-            b'{"schema":' + dumps(self.schemas.key) + b',"payload":'
-            if cfg.key_schemas_enable and self.schemas.key is not None
-            else b""
-        )
-        self._set_value_prefix(cfg.value_schemas_enable)
+        self._set_prefixes(cfg)
         self._decode = _compile_decoder(self._names, self._convs)
         self._key_of = _compile_key(self._key_names)
         # Any: a per-batch cache key (the source Fragment, op, time)
@@ -501,13 +496,16 @@ class TablePlan:
         out.append(OutRecord(topic, new_key, self._envelope(b"null", a, "c", source, now_ns, block), create_headers))
         return out
 
-    def _set_value_prefix(self, schemas_enable: bool) -> None:
-        """The value's bytes before the envelope (its schema wrapper) from ``self.schemas``, and
-        the native record's: _row_prefix + before + ',"after":' + after + tail, the tail ending
-        in _row_close (the wrapper's brace)."""
-        self._value_prefix = b'{"schema":' + dumps(self.schemas.envelope) + b',"payload":' if schemas_enable else b""
+    def _set_prefixes(self, cfg: EncoderConfig) -> None:
+        """The key's and the value's bytes before their payload (the schema wrappers) from
+        ``self.schemas``, and the native record's: _row_prefix + before + ',"after":' + after +
+        tail, the tail ending in _row_close (the wrapper's brace)."""
+        key = self.schemas.key
+        self._key_prefix = b'{"schema":' + dumps(key) + b',"payload":' if cfg.key_schemas_enable and key is not None else b""
+        schemas = cfg.value_schemas_enable
+        self._value_prefix = b'{"schema":' + dumps(self.schemas.envelope) + b',"payload":' if schemas else b""
         self._row_prefix = self._value_prefix + b'{"before":'
-        self._row_close = b"}" if schemas_enable else b""
+        self._row_close = b"}" if schemas else b""
 
     @property
     def sends_natively(self) -> bool:

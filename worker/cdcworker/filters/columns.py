@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from cdcworker.events import native
 from cdcworker.events.encoder import PK_UPDATE_NEWKEY, PK_UPDATE_OLDKEY, EncoderConfig, TablePlan
-from cdcworker.events.jsonfmt import dumps
 from cdcworker.events.schema import build_schemas
 from cdcworker.events.types import (
     BINARY,
@@ -377,12 +376,7 @@ class FilteredTablePlan(TablePlan):
         kept = [c for c in shown if c is not None and c.name not in hidden]
         key_cols = [c for i in key_indexes if (c := self.codecs[i]) is not None]
         self.schemas = build_schemas(schema_base, kept, key_cols, cfg.tx_block_schema)
-        self._key_prefix = (
-            b'{"schema":' + dumps(self.schemas.key) + b',"payload":'
-            if cfg.key_schemas_enable and self.schemas.key is not None
-            else b""
-        )
-        self._set_value_prefix(cfg.value_schemas_enable)
+        self._set_prefixes(cfg)
         # Only masks of value columns: their converters mask, and the native program's OP_CONST
         # masks NULLs too, so its images are exact and send_rows' C loop can write them.
         if native_ok and all(nulls for _, _, nulls in post):
