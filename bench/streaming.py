@@ -246,11 +246,13 @@ def worker_main(args: argparse.Namespace) -> None:
                 marks["first"] = time.monotonic()
                 marks["cpu_first"] = time.process_time()
                 marks["harness_first"] = time.thread_time()
+                marks["minflt_first"] = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
                 threads_at["first"] = _thread_cpu()
             if final and s is not None and s.durable is not None and _reached({sg.shard: sg.gtid for sg in s.durable}, final):
                 marks["done"] = time.monotonic()
                 marks["cpu_done"] = time.process_time()
                 marks["harness_done"] = time.thread_time()
+                marks["minflt_done"] = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
                 threads_at["done"] = _thread_cpu()
                 task.stop("bench done")
                 return
@@ -277,6 +279,8 @@ def worker_main(args: argparse.Namespace) -> None:
         "rows": p.stats.rows_seen if p else 0,
         "records": p.stats.records_sent if p else 0,
         "peak_rss_mb": _peak_rss_kb() / 1024,
+        # Page faults in the timed window: memory the allocator gave back and the kernel zeroes again.
+        "minor_faults": marks.get("minflt_done", 0) - marks.get("minflt_first", 0),
         "max_sampled_rss_mb": max(rss, default=0) / 1024,
         "rss_by_rows": _rss_by_rows(rss_rows, p.stats.rows_seen if p else 0),
         "acks": acks,
@@ -636,7 +640,10 @@ def run_worker(broker: Any, sim: SimProcess | ReplaySource, final: dict[str, str
         cmd = [sys.executable, __file__, "_worker", str(Path(tmp) / "props.json"), str(Path(tmp) / "final.json")]
         if ack_log:
             cmd.append("--ack-log")
-        if profile:
+        if profile.startswith("perf:"):
+            # perf's native call graph of every thread (librdkafka's, gRPC's): `perf report -i <file>`
+            cmd = ["perf", "record", "-q", "-F", "499", "--call-graph", "dwarf,16384", "-o", profile[5:].removesuffix(".json") + ".data", "--", *cmd]
+        elif profile:
             # py-spy from the venv when installed there (pip install py-spy), else the old scratch venv
             spy = Path(sys.executable).with_name("py-spy")
             cmd = [str(spy) if spy.exists() else "/tmp/pyspy/bin/py-spy", "record", "-r", "200", "-o", profile, "-f", "speedscope", "--", *cmd]
@@ -783,6 +790,7 @@ def throughput(args: argparse.Namespace) -> None:
                             print(f"{mode} {per_txn}/txn {name} ({r['encoder']}) run {run + 1}: {got[name][-1]:,.0f} rows/s, "
                                   f"{r['records']} records, worker cpu {r['cpu_seconds']:.2f}s for {r['seconds']:.2f}s "
                                   f"({cpu[name][-1]:.1f} us/row), peak RSS {r['peak_rss_mb']:.0f} MB, "
+                                  f"{r.get('minor_faults', 0) / max(r['rows'], 1):.3f} page faults/row, "
                                   f"load {r['load'][0]:.2f}->{r['load'][1]:.2f}", flush=True)
                             others_us = {k: round(v / r["rows"] * 1e6, 2) for k, v in r["others_cpu"].items()}
                             print(f"    worker cpu s per thread: {r.get('threads')}; other processes cpu s "
@@ -1506,7 +1514,7 @@ def main() -> None:
     p.add_argument("--max-extra-warmups", type=int, default=8, help="at most this many rounds for --jit-quiet")
     p.add_argument("--replay-runs", type=int, default=1)
     p.add_argument("--modes", default="at-least-once,exactly-once")
-    p.add_argument("--profile", default="", help="py-spy speedscope output prefix")
+    p.add_argument("--profile", default="", help="py-spy speedscope output prefix; perf:<prefix> records perf's native call graph instead")
     p.add_argument("--encoders", default="native", help="native,encoder,python: A/B the row encoder and producer (SHARDCDC_NATIVE)")
     p.add_argument("--props", default="", help="extra worker properties k=v,k=v (e.g. tx metadata)")
     p.add_argument("--filters", action="store_true", help="table/column filter options on (FILTER_PROPS)")
