@@ -68,3 +68,17 @@ def test_c_tails_are_the_python_tails(encoder: dict[str, Any], commit_s: int, no
     n, got = native_values(plan, ctx, now_ns, op)
     assert n == sent
     assert sorted(got) == sorted(python_values(plan, ctx, now_ns, op)[:sent])
+
+
+def test_a_negative_start_is_refused_before_any_row() -> None:
+    """A start index below 0 would read before the list's first item: both C loops refuse it."""
+    plan = TablePlan.compile(field_event("shop.items", FIELDS, "shop", "-80"), EncoderConfig("pfx"))
+    producer = native.rowenc.Producer(
+        librdkafka_path(), {"bootstrap.servers": "127.0.0.1:1", "message.timeout.ms": "1", "log_level": "0"}, _kafka_error)
+    parts = SourceContext("shop", "-80", 7, VGTID).source_parts(plan.version, plan.logical_name, plan.table, plan.unset_snapshot)
+    tail = b"}"
+    with pytest.raises(ValueError, match="start must be >= 0"):
+        producer.send_rows_src(plan._native, plan.topic, list(ROWS), -1, b"{", None, parts, b"x", 7, "c", 5, tail)
+    with pytest.raises(ValueError, match="start must be >= 0"):
+        producer.send_rows(plan._native, plan.topic, list(ROWS), -1, b"{", tail, tail, None)
+    assert producer.records_sent == 0

@@ -779,6 +779,7 @@ static PyObject *Producer_send_rows(Producer *self, PyObject *const *args, Py_ss
     const char *topic = PyUnicode_AsUTF8(args[1]);
     Py_ssize_t i = PyLong_AsSsize_t(args[3]);
     if (!topic || (i == -1 && PyErr_Occurred())) return NULL;
+    if (i < 0) { PyErr_SetString(PyExc_ValueError, "send_rows: start must be >= 0"); return NULL; }
     if (!PyList_Check(rcs) || !PyBytes_Check(prefix) || !PyBytes_Check(tails[0]) || !PyBytes_Check(tails[1])) {
         PyErr_SetString(PyExc_TypeError, "send_rows: rcs must be a list, prefix and tails bytes");
         return NULL;
@@ -855,6 +856,7 @@ static PyObject *Producer_send_rows_src(Producer *self, PyObject *const *args, P
     }
     Py_ssize_t op_n, i = PyLong_AsSsize_t(args[3]);
     if (i == -1 && PyErr_Occurred()) return NULL;
+    if (i < 0) { PyErr_SetString(PyExc_ValueError, "send_rows_src: start must be >= 0"); return NULL; }
     const char *topic = PyUnicode_AsUTF8(args[1]);
     if (!topic) return NULL;
     const char *op = PyUnicode_AsUTF8AndSize(args[9], &op_n);
