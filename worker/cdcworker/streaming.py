@@ -90,6 +90,12 @@ _ShardGtidPb = binlogdata_pb2.ShardGtid.FromString
 _RowChange = binlogdata_pb2.RowChange.FromString
 
 
+def _joined(texts: list[str], escaped: list[bytes]) -> tuple[str, bytes]:
+    """A VGTID's JSON from its entries' (``entry_json``) and that JSON as a JSON string body from
+    theirs (escapes are per character; the array's brackets and commas need none)."""
+    return "[" + ",".join(texts) + "]", b"[" + b",".join(escaped) + b"]"
+
+
 def raw_responses() -> bool:
     """Ask gRPC for VStreamResponses as bytes: the native encoder is on (``SHARDCDC_NATIVE``)."""
     return _scan is not None and native.enabled()
@@ -683,7 +689,7 @@ class StreamProcessor:
             sgs.append(hit[0])
             parts.append(hit[1])
             escaped.append(hit[2])
-        return Vgtid(tuple(sgs)), "[" + ",".join(parts) + "]", b"[" + b",".join(escaped) + b"]"
+        return (Vgtid(tuple(sgs)), *_joined(parts, escaped))
 
     def _vgtid_of_entries(self, entries: tuple[bytes, ...], changed: list[int]) -> tuple[Vgtid, str, bytes | None]:
         """``_vgtid`` of a VGTID event the native scanner read (``vgtid_entries``): only the
@@ -717,7 +723,7 @@ class StreamProcessor:
             self._vg_changed = list(range(n))
             raise
         self._vg_entries = entries
-        return vgtid, "[" + ",".join(texts) + "]", b"[" + b",".join(escs) + b"]"
+        return (vgtid, *_joined(texts, escs))
 
     def _forget_entries(self) -> None:
         self._vg_entries, self._vg_sgs, self._vg_texts, self._vg_escs = (), [], [], []
