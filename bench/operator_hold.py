@@ -14,11 +14,14 @@ resync timer reading 2,560 status documents every ``--resync`` seconds, the char
 
 The CPU time of the hold does not depend much on the machine's load (a loaded machine stretches
 the wall time of each pass, not its CPU); the time to Ready does, and is printed with the load.
+``--busy 2`` runs it all beside two processes spinning on the CPU (``operator_scale.BusyLoad``):
+the same figures on a loaded machine, with the mean number of runnable processes as its load.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -29,7 +32,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
-from operator_scale import NS, Probe, proc_cpu_seconds  # noqa: E402  (bench/ is not a package)
+from operator_scale import NS, BusyLoad, Probe, RunQueue, proc_cpu_seconds, wait_listable  # noqa: E402  (bench/ is not a package)
 
 
 def proc_memory_mib(pid: int) -> tuple[float, float]:
@@ -57,6 +60,8 @@ def main() -> int:
     parser.add_argument("--resync", type=float, default=10.0, help="the operator's resync interval (chart: 10 s)")
     parser.add_argument("--timeout", type=float, default=900.0)
     parser.add_argument("--json", default="", help="write the figures to this file")
+    parser.add_argument("--busy", type=int, default=0,
+                        help="this many processes spinning on the CPU throughout (the figures on a loaded machine)")
     args = parser.parse_args()
 
     from cdcoperator.apply import KubeApi
@@ -70,8 +75,10 @@ def main() -> int:
     plane.wait_established("cdcconnectors.shardcdc.io")
     plane.ensure_namespace(NS)
     with (VTGateSim() as sim, KafkaBroker() as broker, plane.api_client() as admin,
-          tempfile.TemporaryDirectory() as tmp):
+          tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack):
         sim.create_keyspace("hold", args.shards)
+        kube = KubeApi(admin)
+        wait_listable(kube)
         env = {**os.environ, "KUBECONFIG": str(plane.kubeconfig_path)}
         logs = {n: (Path(tmp) / f"{n}.log").open("wb") for n in ("fakenodes", "operator")}
         nodes = start_bound([sys.executable, "-m", "kubetest.fakenodes", "--namespace", NS, "--kubeconfig",
@@ -79,8 +86,10 @@ def main() -> int:
         op = start_bound([sys.executable, "-m", "cdcoperator", "-n", NS, "--liveness", "", "--metrics-port", "0",
                           "--resync-seconds", str(args.resync)], env=env,
                          stdout=logs["operator"], stderr=subprocess.STDOUT)
-        probe = Probe(KubeApi(admin), args.timeout)
+        probe = Probe(kube, args.timeout)
         try:
+            busy = stack.enter_context(BusyLoad(args.busy))
+            rq = stack.enter_context(RunQueue())
             load0, t0 = os.getloadavg()[0], time.monotonic()
             names = [f"hold{i}" for i in range(args.connectors)]
             for name in names:
@@ -94,6 +103,7 @@ def main() -> int:
             cpu = (proc_cpu_seconds(op.pid) - cpu0) / (time.monotonic() - w0)
             rss, hwm = proc_memory_mib(op.pid)
             load1 = os.getloadavg()[0]
+            stack.close()  # the spinners stop, and the run queue's sampling with them
         finally:
             stop_group(op, timeout=30)
             stop_group(nodes, timeout=30)
@@ -103,7 +113,7 @@ def main() -> int:
                "resync_s": args.resync, "hold_s": args.hold, "ready_s": round(ready_s, 1),
                "rss_mib": round(rss, 1), "rss_peak_mib": round(hwm, 1),
                "cpu_per_s": round(cpu, 3), "load_start": round(load0, 2), "load_end": round(load1, 2),
-               "cpus": os.cpu_count()}
+               "busy_processes": busy.count, "runnable_mean": round(rq.mean, 2), "cpus": os.cpu_count()}
     print(json.dumps(figures, indent=2))
     if args.json:
         Path(args.json).write_text(json.dumps(figures, indent=2) + "\n")

@@ -30,6 +30,11 @@ no owner) created straight through ``KubeApi`` at the operator's concurrency, Fa
 their pods meanwhile as in the apply, then deleted: what the API server on this machine takes for
 the creations alone, against which ``apply -> all Deployments`` shows the operator's own share.
 
+``--busy 2`` runs each run twice, quiet and then beside two processes spinning on the CPU
+(``BusyLoad``), reported as rows ``<N> +2 busy``: how each figure moves with load, paired run by
+run. Each run's load is the mean number of runnable processes during it (``RunQueue``; the 1-minute
+load average at its start is printed too, but lags).
+
 Besides wall times (which follow the machine's load), each run reports the operator's CPU seconds
 and, for a scale, its API writes by verb and resource from the API server's own
 ``apiserver_request_total`` (the kinds only the operator writes), which a loaded machine does not move.
@@ -53,6 +58,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.parse
 import urllib.request
@@ -67,6 +73,7 @@ ROOT = Path(__file__).resolve().parent.parent
 NS = "bench"
 GROUP_PATH = f"/apis/shardcdc.io/v1alpha1/namespaces/{NS}/cdcconnectors"
 
+TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io"  # a list as kubectl get prints it: rows of columns
 OPERATOR_KINDS = ("deployments", "configmaps", "cdcconnectors", "events")
 WRITE_VERBS = ("POST", "PATCH", "DELETE", "DELETECOLLECTION")
 
@@ -90,8 +97,9 @@ FIGURES = {
 class Results:
     figures: dict[str, list[float]] = field(default_factory=lambda: {k: [] for k in FIGURES})
     loads: list[float] = field(default_factory=list)  # 1-minute load average as each run starts
+    runnable: list[float] = field(default_factory=list)  # mean runnable processes during each run (RunQueue)
 
-    def row(self, shards: int) -> str:
+    def row(self, shards: str) -> str:
         cells = []
         for key in FIGURES:
             xs = self.figures[key]
@@ -105,27 +113,33 @@ class Results:
 class Probe:
     """Reads what the measurement waits for: the connector's status, its Deployments and pods."""
 
-    def __init__(self, kube: Any, timeout: float) -> None:
+    def __init__(self, kube: Any, timeout: float, lists: str = "table") -> None:
         self.kube, self.timeout = kube, timeout
+        # "metadata": the heavy lists this probe used before (kept to measure what they cost, --probe-lists)
+        self.accept, self.rows = (TABLE, "rows") if lists == "table" else (METADATA_LIST, "items")
 
     def connector(self, name: str) -> dict[str, Any]:
         return self.kube.request("GET", f"{GROUP_PATH}/{name}", allow=(404,)) or {}
 
     def _count(self, kind: str, name: str, gen: int, fields: str = "") -> int:
-        """How many objects match, read as metadata only: full lists of 1,024 objects every 20 ms
-        made the API server (on the same two cores) serialise megabytes a second for the probe."""
+        """How many objects match, read as a Table of rows without their objects: the probe's own
+        load on the API server it measures (on the same two cores) must stay small. A metadata-only
+        list of 1,024 Deployments is 6 MB (managedFields and annotations) and took the API server
+        150-250 ms, polled every 20 ms; this Table is 0.3 MB and 14-20 ms."""
         prefix = "/apis/apps/v1" if kind == "deployments" else "/api/v1"
         query = {"labelSelector": f"shardcdc.io/connector={name},shardcdc.io/generation={gen}"}
+        if self.accept == TABLE:
+            query["includeObject"] = "None"
         if fields:
             query["fieldSelector"] = fields
         api = self.kube.api
         method, url, headers, body, post = api.param_serialize(
             "GET", f"{prefix}/namespaces/{NS}/{kind}?{urllib.parse.urlencode(query)}",
-            header_params={"Accept": METADATA_LIST}, auth_settings=["BearerToken"])
+            header_params={"Accept": self.accept}, auth_settings=["BearerToken"])
         resp = api.call_api(method, url, headers, body, post, _request_timeout=30)
         if resp.status != 200:
             raise SystemExit(f"listing {kind}: HTTP {resp.status}: {resp.read()[:300]!r}")
-        return len(json.loads(resp.read())["items"] or ())
+        return len(json.loads(resp.read())[self.rows] or ())
 
     def writes(self) -> collections.Counter[str]:
         """The API server's count of the operator's write requests so far (``apiserver_request_total``):
@@ -174,10 +188,81 @@ class Probe:
         return time.monotonic() - since
 
 
+def wait_listable(kube: Any, timeout: float = 60.0) -> None:
+    """Until the API server lists CdcConnectors: after the CRD is (re)created its storage answers
+    429 "storage is (re)initializing" for a while, and an operator started then waits out kopf's
+    1 s retry before its first event (a second added to the first run's figures, seen in 2 of 4)."""
+    from cdcoperator.apply import ApiError
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            kube.request("GET", GROUP_PATH)
+            return
+        except ApiError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
 def proc_cpu_seconds(pid: int) -> float:
     """utime + stime of the process (fields 14 and 15 of /proc/<pid>/stat, after the command name)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class BusyLoad:
+    """``count`` processes spinning on the CPU while the block runs: the same figures on a loaded
+    machine (issue 30: "how each figure moves with load"), reproducible rather than whatever else
+    the machine happens to run. Each spinner is one runnable process, so on this 2-core VM two of
+    them add ~2 to the load average the bench itself makes (~1.5-2)."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def __enter__(self) -> BusyLoad:
+        from cdcoperator.local.children import start_bound
+
+        self.procs = [start_bound([sys.executable, "-c", "while True: pass"]) for _ in range(self.count)]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        from cdcoperator.local.children import stop_group
+
+        for p in self.procs:
+            stop_group(p, timeout=5, kill=True)
+        self.procs = []
+
+
+class RunQueue:
+    """The machine's load while the block runs, as the mean number of runnable processes
+    (``procs_running`` in /proc/stat, sampled every 50 ms by a thread that does not count itself):
+    the 1-minute load average lags a 15 s run by most of a minute, so it cannot tell a quiet run
+    from the loaded one right after it."""
+
+    def __init__(self) -> None:
+        self.samples: list[int] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, name="runqueue", daemon=True)
+
+    def _sample(self) -> None:
+        while not self._stop.wait(0.05):
+            for line in Path("/proc/stat").read_text().splitlines():
+                if line.startswith("procs_running "):
+                    self.samples.append(int(line.split()[1]) - 1)  # less this thread, running as it reads
+
+    def __enter__(self) -> RunQueue:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    @property
+    def mean(self) -> float:
+        return statistics.fmean(self.samples) if self.samples else float("nan")
 
 
 def free_port() -> int:
@@ -282,6 +367,14 @@ def main() -> int:
     parser.add_argument("--profile", default="", help="run the operator under cProfile, its stats written here at exit")
     parser.add_argument("--logs", default="", help="keep the operator's and FakeNodes' logs in this directory")
     parser.add_argument("--json", default="", help="write every run's figures and load average to this file")
+    parser.add_argument("--probe-lists", choices=("table", "metadata"), default="table",
+                        help="how the probe counts objects: Table rows (light), or the metadata-only lists it used "
+                             "before (to measure what the probe's own load cost the figures)")
+    parser.add_argument("--operator-debug", action="store_true",
+                        help="the operator logs at debug level (each reconcile's action and wait; with --logs)")
+    parser.add_argument("--busy", type=int, default=0,
+                        help="also run each run again with this many processes spinning on the CPU (paired: "
+                             "quiet, then loaded), reported as rows '<N> +<busy> busy'")
     parser.add_argument("--floor", action="store_true",
                         help="before each apply, time N Deployments created with no operator (the API server's share)")
     args = parser.parse_args()
@@ -297,9 +390,11 @@ def main() -> int:
     plane.kubectl("apply", "-f", str(ROOT / "crds" / "shardcdc.io_cdcconnectors.yaml"), check=True)
     plane.wait_established("cdcconnectors.shardcdc.io")
     plane.ensure_namespace(NS)
-    results: dict[int, Results] = {}
+    results: dict[str, Results] = {}
     with (VTGateSim() as sim, KafkaBroker() as broker, plane.api_client() as admin,
           tempfile.TemporaryDirectory() as scratch):
+        kube = KubeApi(admin)
+        wait_listable(kube)
         tmp = args.logs or scratch
         Path(tmp).mkdir(parents=True, exist_ok=True)
         for n in args.shards:
@@ -316,20 +411,27 @@ def main() -> int:
             liveness = f"http://127.0.0.1:{free_port()}/healthz"
             prof = ["-m", "cProfile", "-o", args.profile] if args.profile else []
             op = start_bound([sys.executable, *prof, "-m", "cdcoperator", "-n", NS, "--liveness", liveness, "--metrics-port", "0",
-                              "--resync-seconds", str(args.resync)],
+                              "--resync-seconds", str(args.resync), *(["--verbose"] if args.operator_debug else [])],
                              env={**os.environ, "KUBECONFIG": str(plane.kubeconfig_path)},
                              stdout=log_out, stderr=subprocess.STDOUT)
-        probe = Probe(KubeApi(admin), args.timeout)
+        probe = Probe(kube, args.timeout, args.probe_lists)
         try:
             probe.wait(lambda: answers(liveness), "the operator's liveness endpoint", time.monotonic())
             for n in args.shards:
-                res = results.setdefault(n, Results())
                 for run in range(args.runs):
-                    if args.floor:
-                        floor(probe, str(plane.kubeconfig_path), sim.address, broker.bootstrap, n, res)
-                    res.loads.append(os.getloadavg()[0])
-                    line = one_run(plane, probe, sim.address, broker.bootstrap, n, res, lambda: proc_cpu_seconds(op.pid))
-                    print(f"shards={n} run={run}: {line} (load {res.loads[-1]:.2f})", file=sys.stderr, flush=True)
+                    for busy in (0, args.busy) if args.busy else (0,):
+                        label = f"{n} +{busy} busy" if busy else str(n)
+                        res = results.setdefault(label, Results())
+                        with BusyLoad(busy):
+                            if args.floor:
+                                floor(probe, str(plane.kubeconfig_path), sim.address, broker.bootstrap, n, res)
+                            res.loads.append(os.getloadavg()[0])
+                            with RunQueue() as rq:
+                                line = one_run(plane, probe, sim.address, broker.bootstrap, n, res,
+                                               lambda: proc_cpu_seconds(op.pid))
+                            res.runnable.append(rq.mean)
+                        print(f"shards={label} run={run}: {line} (load {res.loads[-1]:.2f}, "
+                              f"{res.runnable[-1]:.1f} runnable)", file=sys.stderr, flush=True)
             print(f"operator CPU-s in all: {proc_cpu_seconds(op.pid):.2f}", file=sys.stderr, flush=True)
         finally:
             stop_group(op, timeout=30)
@@ -342,12 +444,13 @@ def main() -> int:
     print("| ---: | " + " | ".join("---:" for _ in FIGURES) + " |")
     for n, res in results.items():
         print(res.row(n))
-    print(f"\n1-minute load average at the start of each run ({os.cpu_count()} CPUs):")
+    print(f"\n1-minute load average at the start of each run; mean runnable processes during it ({os.cpu_count()} CPUs):")
     for n, res in results.items():
-        print(f"  {n} shards: {', '.join(f'{x:.2f}' for x in res.loads)}")
+        print(f"  {n} shards: {', '.join(f'{a:.2f}; {b:.1f}' for a, b in zip(res.loads, res.runnable, strict=True))}")
     if args.json:
-        doc = {str(n): {"figures": {k: [round(x, 2) for x in v] for k, v in res.figures.items() if v},
-                        "load_at_start": [round(x, 2) for x in res.loads]} for n, res in results.items()}
+        doc = {n: {"figures": {k: [round(x, 2) for x in v] for k, v in res.figures.items() if v},
+                   "load_at_start": [round(x, 2) for x in res.loads],
+                   "runnable_during": [round(x, 2) for x in res.runnable]} for n, res in results.items()}
         Path(args.json).write_text(json.dumps({"cpus": os.cpu_count(), "resync_s": args.resync, "shards": doc},
                                               indent=2) + "\n")
     return 0

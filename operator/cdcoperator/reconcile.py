@@ -400,19 +400,13 @@ async def reconcile(ctx: ReconcileContext, namespace: str, name: str) -> Plan | 
     if await _refused_by_policy(ctx, body, existing_status, now):
         return None
 
-    discovery: Discovery | None = None
-    source_error = ""
-    try:
-        if ctx.discover is not None:
-            discovery = await ctx.discover(cr)
-        else:
-            discovery = await discover_source(kube, cr, ctx.discovery_timeout)
-    except DiscoveryError as exc:
-        source_error = str(exc)
-    deployments = await kube.list_children(DEPLOYMENTS, namespace, name)
-    # ConfigMaps as metadata only: their applied hash is all _apply reads of them, and their data
-    # (every task's properties) was most of the bytes a reconcile listed.
-    config_maps = await kube.list_children(CONFIG_MAPS, namespace, name, metadata_only=True)
+    (discovery, source_error), deployments, config_maps = await asyncio.gather(
+        _discover(ctx, cr),
+        kube.list_children(DEPLOYMENTS, namespace, name),
+        # ConfigMaps as metadata only: their applied hash is all _apply reads of them, and their
+        # data (every task's properties) was most of the bytes a reconcile listed.
+        kube.list_children(CONFIG_MAPS, namespace, name, metadata_only=True),
+    )  # at once: one after the other, they were a tenth of an apply of 256 tasks before its first creation
     current = generation_from_status(existing_status.get("assignment"))
     draining = draining_generation(current)
     # One snapshot of the pod index for the reports and the stray check.
@@ -463,6 +457,16 @@ async def reconcile(ctx: ReconcileContext, namespace: str, name: str) -> Plan | 
     await _write_status(ctx, body, recorded, wanted)
     await _remove(ctx, body, cr, p, deployments, config_maps)
     return p
+
+
+async def _discover(ctx: ReconcileContext, cr: ConnectorResource) -> tuple[Discovery | None, str]:
+    """The source's shards, or None and why they could not be read."""
+    try:
+        if ctx.discover is not None:
+            return await ctx.discover(cr), ""
+        return await discover_source(ctx.kube, cr, ctx.discovery_timeout), ""
+    except DiscoveryError as exc:
+        return None, str(exc)
 
 
 async def _offsets_lost(ctx: ReconcileContext, body: JsonMapping, cr: ConnectorResource, p: Plan,
