@@ -126,7 +126,7 @@ def create_tables(vt: VTTestServer) -> None:
                 c.execute(ddl, f"{KEYSPACE}:{shard}")
         for t in TABLES:
             c.execute(f"alter vschema on {KEYSPACE}.{t} add vindex hash(id) using hash", KEYSPACE)
-        vt.procs.run(["vtctldclient", "--server", vt.vtctld, "ReloadSchemaKeyspace", KEYSPACE])
+        vt.reload_schema()
         for t in TABLES:
             _wait_for(lambda t=t: _answers(c, f"select * from {t} limit 1"), 60, f"VTGate to know table {t}")
     assert hash_vschema(TABLES)["tables"]  # the same vindex the session's own tables use
