@@ -406,7 +406,7 @@ async def reconcile(ctx: ReconcileContext, namespace: str, name: str) -> Plan | 
         # ConfigMaps as metadata only: their applied hash is all _apply reads of them, and their
         # data (every task's properties) was most of the bytes a reconcile listed.
         kube.list_children(CONFIG_MAPS, namespace, name, metadata_only=True),
-    )  # at once: one after the other, they were a tenth of an apply of 256 tasks before its first creation
+    )  # at once: one after the other, ~20 ms of the ~120 ms before a start's first creation at 256 tasks
     current = generation_from_status(existing_status.get("assignment"))
     draining = draining_generation(current)
     # One snapshot of the pod index for the reports and the stray check.
