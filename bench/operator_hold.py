@@ -32,7 +32,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
-from operator_scale import NS, BusyLoad, Probe, RunQueue, proc_cpu_seconds, wait_listable  # noqa: E402  (bench/ is not a package)
+from operator_scale import NS, BusyLoad, Probe, RunQueue, proc_cpu_seconds  # noqa: E402  (bench/ is not a package)
 
 
 def proc_memory_mib(pid: int) -> tuple[float, float]:
@@ -78,7 +78,6 @@ def main() -> int:
           tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack):
         sim.create_keyspace("hold", args.shards)
         kube = KubeApi(admin)
-        wait_listable(kube)
         env = {**os.environ, "KUBECONFIG": str(plane.kubeconfig_path)}
         logs = {n: (Path(tmp) / f"{n}.log").open("wb") for n in ("fakenodes", "operator")}
         nodes = start_bound([sys.executable, "-m", "kubetest.fakenodes", "--namespace", NS, "--kubeconfig",

@@ -116,7 +116,7 @@ class Probe:
     def __init__(self, kube: Any, timeout: float, lists: str = "table") -> None:
         self.kube, self.timeout = kube, timeout
         # "metadata": the heavy lists this probe used before (kept to measure what they cost, --probe-lists)
-        self.accept, self.rows = (TABLE, "rows") if lists == "table" else (METADATA_LIST, "items")
+        self.table = lists == "table"
 
     def connector(self, name: str) -> dict[str, Any]:
         return self.kube.request("GET", f"{GROUP_PATH}/{name}", allow=(404,)) or {}
@@ -128,18 +128,18 @@ class Probe:
         150-250 ms, polled every 20 ms; this Table is 0.3 MB and 14-20 ms."""
         prefix = "/apis/apps/v1" if kind == "deployments" else "/api/v1"
         query = {"labelSelector": f"shardcdc.io/connector={name},shardcdc.io/generation={gen}"}
-        if self.accept == TABLE:
+        if self.table:
             query["includeObject"] = "None"
         if fields:
             query["fieldSelector"] = fields
         api = self.kube.api
         method, url, headers, body, post = api.param_serialize(
             "GET", f"{prefix}/namespaces/{NS}/{kind}?{urllib.parse.urlencode(query)}",
-            header_params={"Accept": self.accept}, auth_settings=["BearerToken"])
+            header_params={"Accept": TABLE if self.table else METADATA_LIST}, auth_settings=["BearerToken"])
         resp = api.call_api(method, url, headers, body, post, _request_timeout=30)
         if resp.status != 200:
             raise SystemExit(f"listing {kind}: HTTP {resp.status}: {resp.read()[:300]!r}")
-        return len(json.loads(resp.read())[self.rows] or ())
+        return len(json.loads(resp.read())["rows" if self.table else "items"] or ())
 
     def writes(self) -> collections.Counter[str]:
         """The API server's count of the operator's write requests so far (``apiserver_request_total``):
@@ -186,23 +186,6 @@ class Probe:
                 raise SystemExit(f"timed out: {what}")
             time.sleep(0.02)  # polling the API: the measurement's resolution
         return time.monotonic() - since
-
-
-def wait_listable(kube: Any, timeout: float = 60.0) -> None:
-    """Until the API server lists CdcConnectors: after the CRD is (re)created its storage answers
-    429 "storage is (re)initializing" for a while, and an operator started then waits out kopf's
-    1 s retry before its first event (a second added to the first run's figures, seen in 2 of 4)."""
-    from cdcoperator.apply import ApiError
-
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            kube.request("GET", GROUP_PATH)
-            return
-        except ApiError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)
 
 
 def proc_cpu_seconds(pid: int) -> float:
@@ -394,7 +377,6 @@ def main() -> int:
     with (VTGateSim() as sim, KafkaBroker() as broker, plane.api_client() as admin,
           tempfile.TemporaryDirectory() as scratch):
         kube = KubeApi(admin)
-        wait_listable(kube)
         tmp = args.logs or scratch
         Path(tmp).mkdir(parents=True, exist_ok=True)
         for n in args.shards:
